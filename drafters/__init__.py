@@ -1,0 +1,14 @@
+"""Drafters: anything that proposes draft tokens for speculative rollouts, registered by name.
+
+A drafter kind is a module in this package that registers a :class:`drafters.base.Drafter`
+subclass with :func:`register`. ``DRAFTERS`` maps the kind (vLLM's ``method`` vocabulary:
+``ngram``, ``draft_model``, ``mtp``, ``eagle3``) to its class.
+"""
+
+from drafters.base import DRAFTERS, DraftContext, Drafter, DraftProposal, build_drafter, register
+
+# Import for registration side effects (one module per drafter kind).
+from drafters import ngram as _ngram  # noqa: F401,E402
+from drafters import draft_model as _draft_model  # noqa: F401,E402
+
+__all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "build_drafter", "register"]

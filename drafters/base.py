@@ -1,0 +1,96 @@
+"""The drafter interface and registry.
+
+The rollout engine owns the batch (token ids, lengths, the target's KV cache); a drafter sees it
+through a :class:`DraftContext` and returns a :class:`DraftProposal` per verification step.
+Drafters that read the target (``mtp``, ``eagle3``) declare ``hidden_layers``; the engine then
+returns those hidden states from the verification forward and hands them over in ``accept``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from workbench.rollout.sampling import SamplingParams
+
+DRAFTERS: dict[str, type["Drafter"]] = {}
+
+
+def register(cls: type["Drafter"]) -> type["Drafter"]:
+    """Class decorator: make a drafter kind available by its ``kind`` name."""
+    DRAFTERS[cls.kind] = cls
+    return cls
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may read about the batch. Row b is one rollout.
+
+    tokens: (B, T_max) long, prompt + generated tokens; valid up to ``lens[b]`` (exclusive).
+        The last valid token (``lens[b] - 1``) is not yet in the target's KV cache: it is the
+        first input of the next verification step.
+    lens: (B,) long current sequence lengths (tokens).
+    prompt_lens: (B,) long prompt lengths (tokens).
+    group_ids: (B,) long; rollouts of the same prompt share a group id.
+    sampling: the rollout sampling parameters (apply the same transform to draft logits).
+    generator: torch RNG of the run.
+    """
+
+    tokens: torch.Tensor
+    lens: torch.Tensor
+    prompt_lens: torch.Tensor
+    group_ids: torch.Tensor
+    sampling: SamplingParams
+    generator: torch.Generator | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DraftProposal:
+    """tokens (B, k) long; num_draft (B,) long real drafts per row (0..k); probs (B, k, V) q or None."""
+
+    tokens: torch.Tensor
+    num_draft: torch.Tensor
+    probs: torch.Tensor | None = None
+
+
+class Drafter:
+    """Proposes up to k draft tokens per row for one verification step.
+
+    Lifecycle per rollout batch: ``start(ctx)`` once after the target's prefill, then per step
+    ``propose(ctx, k)`` -> verification -> ``accept(ctx, num_accepted, hidden)``; ``select(rows)``
+    when finished rows leave the batch.
+    """
+
+    kind: ClassVar[str] = ""
+    hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
+
+    def start(self, ctx: DraftContext) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        raise NotImplementedError
+
+    def accept(self, ctx: DraftContext, num_accepted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
+        pass
+
+    def select(self, rows: torch.Tensor) -> None:
+        pass
+
+    def sync(self, target: torch.nn.Module) -> None:
+        """Weight sync in the `prepare` stage (drafters sharing target weights refresh them)."""
+
+
+def build_drafter(kind: str, spec: Any, target: Any, device: torch.device) -> Drafter | None:
+    """Drafter instance for ``spec`` (a ``DrafterSpec``); None for kind ``none``.
+
+    Raises:
+        ValueError: unknown kind, listing the registered ones.
+    """
+    if kind == "none":
+        return None
+    if kind not in DRAFTERS:
+        raise ValueError(f"drafter.kind: unknown drafter {kind!r}; allowed values: none, {', '.join(DRAFTERS)}")
+    return DRAFTERS[kind].from_spec(spec, target=target, device=device)

@@ -1,0 +1,74 @@
+"""``draft_model`` drafter: a small causal LM with the target's tokenizer and its own KV cache.
+
+Leviathan et al. 2023 / Chen et al. 2023; vLLM ``method="draft_model"``. The draft model samples
+k tokens autoregressively from q = the sampling transform of its logits, and returns q so the
+rejection sampler can accept with min(1, p/q) — the probabilistic case of DESIGN.md §4.
+
+KV bookkeeping without rollback: each step feeds the *last two* tokens of every row at positions
+lens-2, lens-1. After a verification step that accepted n of k drafts, the draft cache holds every
+accepted token except possibly the last accepted draft (when n == k) and never the correction /
+bonus token; feeding two tokens covers both cases (one of them is recomputed when n < k).
+Stale entries past a row's length are never read (position mask) and get overwritten.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from drafters.base import DraftContext, Drafter, DraftProposal, register
+from workbench.rollout.model import KVCache, LeanLM
+from workbench.rollout.sampling import probs_from_logits, sample
+
+
+@register
+class DraftModelDrafter(Drafter):
+    kind = "draft_model"
+
+    def __init__(self, model: LeanLM):
+        self.model = model
+        self.cache: KVCache | None = None
+
+    @classmethod
+    def from_spec(cls, spec, target=None, device=None) -> "DraftModelDrafter":
+        """Load ``spec.model`` (preset or checkpoint folder) and check it shares the target's tokenizer.
+
+        Raises:
+            ValueError: the checkpoint's tokenizer differs from the target's (names drafter.model).
+        """
+        from workbench.models.build import check_same_tokenizer, load_model, resolve_model
+
+        path = resolve_model(spec.model)
+        hf, tok = load_model(path, device=device)
+        if target is not None and getattr(target, "tokenizer", None) is not None:
+            check_same_tokenizer(target.tokenizer, tok, "drafter.model")
+        return cls(LeanLM.from_hf(hf))
+
+    def start(self, ctx: DraftContext) -> None:
+        B, t_max = ctx.tokens.shape
+        self.cache = self.model.new_cache(B, t_max)
+        # Prefill the prompts (right-padded; padding positions get overwritten before any read).
+        P = int(ctx.prompt_lens.max())
+        zeros = torch.zeros(B, dtype=torch.long, device=ctx.tokens.device)
+        self.model(ctx.tokens[:, :P], zeros, self.cache, logits_col=zeros)
+
+    def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        assert self.cache is not None, "start() must run before propose()"
+        B = ctx.lens.shape[0]
+        start = ctx.lens - 2  # (B,)
+        cols = start[:, None] + torch.arange(2, device=start.device)  # (B, 2)
+        inp = ctx.tokens.gather(1, cols)  # (B, 2)
+        logits, _ = self.model(inp, start, self.cache, logits_col=torch.ones_like(start))  # (B, 1, V)
+        tokens, probs = [], []
+        for j in range(k):
+            q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
+            d = sample(q, ctx.generator)  # (B,)
+            tokens.append(d)
+            probs.append(q)
+            if j < k - 1:
+                logits, _ = self.model(d[:, None], ctx.lens + j, self.cache)
+        num = torch.full((B,), k, dtype=torch.long, device=start.device)
+        return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.select(rows)

@@ -1,0 +1,58 @@
+"""The sampling transform: logits -> the processed distribution p that rollouts sample from.
+
+DESIGN.md §4: temperature, top-k and top-p are applied to the target's logits *before*
+verification, and the same transform is applied to drafter logits to get q. Speculative sampling
+then preserves p exactly. Order follows vLLM: temperature, then top-k, then top-p.
+Temperature 0 (greedy) gives the one-hot distribution of the argmax, which makes greedy decoding a
+special case of the rejection sampler (accept iff the draft equals the argmax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How rollouts are sampled; ``temperature == 0`` means greedy. Units: tokens."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    eos_token_id: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def probs_from_logits(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
+    """Processed distribution p (..., V) float32 from raw logits (..., V).
+
+    Greedy -> one-hot(argmax). Top-k keeps the k largest logits; top-p keeps the smallest set of
+    most likely tokens whose mass reaches ``top_p`` (the token that crosses the threshold is kept).
+    """
+    logits = logits.float()
+    if sp.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / sp.temperature
+    V = logits.shape[-1]
+    if 0 < sp.top_k < V:
+        kth = torch.topk(logits, sp.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sp.top_p < 1.0:
+        sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        # Drop a token when the mass strictly before it already reaches top_p.
+        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) >= sp.top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, idx, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row from probs (N, V) -> (N,) long."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

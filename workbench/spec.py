@@ -1,0 +1,238 @@
+"""Typed experiment specs: YAML in, pydantic v2 models out, command-line overrides by dotted key.
+
+A spec is the whole description of one experiment (DESIGN.md §3): which target and drafter, which
+task, how rollouts are sampled, how GRPO trains, where MLflow logs. Every section forbids unknown
+keys so a typo fails loudly with the field path and the keys that are allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+DEFAULT_SPEC = "quickstart"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be loaded or validated; the message names the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Section):
+    target: str = Field("tiny", description="target/policy: a preset name (`wb models list`) or a Hugging Face checkpoint folder")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+
+
+class TaskSpec(_Section):
+    name: str = Field("arith_chain", description="registered task: its data generator and reward verifier")
+    path: str | None = Field(None, description="optional jsonl/parquet file of your own prompts; else the task's generated data")
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    num_train: int = Field(2000, ge=1)
+    num_eval: int = Field(64, ge=0)
+
+
+class RolloutSpec(_Section):
+    backend: Literal["workbench"] = Field("workbench", description="rollout engine (vLLM hand-off planned)")
+    temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    max_new_tokens: int = Field(96, ge=1, le=4096)
+    max_batch_size: int = Field(256, ge=1, description="sequences decoded together; larger batches are split")
+
+
+class DrafterSpec(_Section):
+    """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
+
+    kind: str = Field("draft_model", description="none | ngram | draft_model (see `drafters.DRAFTERS`)")
+    k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
+    prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
+    prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
+    model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        from drafters import DRAFTERS
+
+        allowed = ["none", *DRAFTERS]
+        if v not in allowed:
+            raise ValueError(f"unknown drafter kind {v!r}; allowed values: {', '.join(allowed)}")
+        return v
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> "DrafterSpec":
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(
+                f"prompt_lookup_min ({self.prompt_lookup_min}) must be <= prompt_lookup_max ({self.prompt_lookup_max})"
+            )
+        return self
+
+
+class GRPOSpec(_Section):
+    steps: int = Field(10, ge=1)
+    prompts_per_step: int = Field(8, ge=1)
+    group_size: int = Field(8, ge=2, description="G: samples per prompt")
+    lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    clip_low: float = Field(0.2, ge=0.0, description="epsilon_low of the clipped ratio")
+    clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
+    beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
+    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    scale_rewards: bool = Field(True, description="divide advantages by the group std (False = Dr. GRPO)")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
+    eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
+    num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
+
+
+class TrackingSpec(_Section):
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
+    experiment: str = "workbench"
+    run_name: str | None = None
+    enabled: bool = True
+
+
+class ExperimentSpec(_Section):
+    name: str = "quickstart"
+    seed: int = 0
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    task: TaskSpec = Field(default_factory=TaskSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    drafter: DrafterSpec = Field(default_factory=DrafterSpec)
+    grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def flat_params(self) -> dict[str, Any]:
+        """Flat dotted keys (``drafter.k``) of the resolved spec, as MLflow params."""
+        return flatten(self.model_dump(mode="json"))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def _section_fields(path: tuple) -> list[str]:
+    """Allowed keys at a spec path (tuple of field names), for error messages."""
+    model: type[BaseModel] = ExperimentSpec
+    for part in path:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None) if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
+
+
+def format_validation_error(err: ValidationError, source: str = "spec") -> str:
+    lines = [f"invalid {source}:"]
+    for e in err.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        field = ".".join(loc) or "(root)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            allowed = _section_fields(loc[:-1])
+            close = difflib.get_close_matches(loc[-1], allowed, n=1)
+            hint = f" Did you mean {'.'.join(loc[:-1] + (close[0],))!r}?" if close else ""
+            msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
+        elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"  {field}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``drafter.k=5`` -> (["drafter", "k"], 5). Values are parsed as YAML scalars/lists."""
+    if "=" not in item:
+        raise SpecError(f"override {item!r} must look like key=value, e.g. drafter.k=5")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise SpecError(f"override {item!r}: empty key; use a dotted key such as drafter.k")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if value is None and raw.strip().lower() not in ("null", "none", "~"):
+        value = raw
+    if isinstance(value, str) and value.lower() == "none" and key.split(".")[-1] != "kind":
+        value = None
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = copy.deepcopy(raw)
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise SpecError(f"override {item!r}: {part!r} is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def resolve_spec_path(spec: str | Path | None) -> Path:
+    """A spec argument may be a file path or the name of a spec under experiments/."""
+    if spec is None:
+        spec = DEFAULT_SPEC
+    p = Path(spec)
+    if p.is_file():
+        return p
+    named = EXPERIMENTS_DIR / f"{spec}.yaml"
+    if named.is_file():
+        return named
+    names = sorted(x.stem for x in EXPERIMENTS_DIR.glob("*.yaml"))
+    raise SpecError(f"spec {str(spec)!r} not found: give a YAML file path or one of: {', '.join(names)}")
+
+
+def load_spec(spec: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentSpec:
+    """Load a YAML spec (path or name under experiments/), apply dotted overrides, validate.
+
+    Raises:
+        SpecError: the file is missing or not YAML, an override is malformed, or validation fails;
+            the message names each bad field with the allowed keys/values.
+    """
+    path = resolve_spec_path(spec)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec {path} must be a mapping of sections (model, task, rollout, drafter, grpo, tracking)")
+    raw = apply_overrides(raw, overrides or [])
+    return validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
+
+
+def validate_spec(raw: dict[str, Any], source: str = "spec") -> ExperimentSpec:
+    try:
+        return ExperimentSpec.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(format_validation_error(e, source)) from None
