@@ -1,0 +1,154 @@
+"""Rollout engine: logits match transformers, greedy speculative == greedy autoregressive token for
+token, batched == one-at-a-time, and sampled speculative rollouts follow the target's law."""
+
+import pytest
+import torch
+from scipy import stats
+
+from drafters.draft_model import DraftModelDrafter
+from drafters.ngram import NgramDrafter
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams, probs_from_logits
+
+from conftest import random_llama
+
+PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
+
+
+def test_logits_match_transformers(target_hf, target_lm):
+    ids = torch.randint(3, 48, (3, 14))
+    ref = target_hf(ids).logits
+    cache = target_lm.new_cache(3, 32)
+    got, _ = target_lm(ids, torch.zeros(3, dtype=torch.long), cache)
+    assert torch.allclose(got, ref, atol=1e-4)
+
+
+def test_incremental_ragged_positions_match_full_forward(target_hf, target_lm):
+    ids = torch.randint(3, 48, (2, 12))
+    ref = target_hf(ids).logits
+    cache = target_lm.new_cache(2, 32)
+    target_lm(ids[:, :6], torch.zeros(2, dtype=torch.long), cache)
+    # row 0 continues from 6, row 1 recomputes position 5 then continues: both must match.
+    got0, _ = target_lm(ids[:1, 6:9], torch.tensor([6]), _row(cache, 0))
+    assert torch.allclose(got0, ref[:1, 6:9], atol=1e-4)
+
+
+def _row(cache, b):
+    cache.select(torch.tensor([b]))
+    return cache
+
+
+def test_grouped_query_and_tied_embeddings_load():
+    hf = random_llama(tie=True, seed=3)
+    lm = LeanLM.from_hf(hf)
+    ids = torch.randint(3, 48, (1, 9))
+    got, _ = lm(ids, torch.zeros(1, dtype=torch.long), lm.new_cache(1, 16))
+    assert torch.allclose(got, hf(ids).logits, atol=1e-4)
+
+
+def _greedy(max_new=40, eos=2):
+    return SamplingParams(temperature=0.0, max_new_tokens=max_new, eos_token_id=eos)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("kind", ["draft_model", "ngram"])
+def test_greedy_speculative_equals_greedy_autoregressive(target_lm, draft_lm, kind, k):
+    drafter = DraftModelDrafter(draft_lm) if kind == "draft_model" else NgramDrafter(1, 3)
+    ar = RolloutEngine(target_lm).generate(PROMPTS, _greedy())
+    sv = RolloutEngine(target_lm, drafter, k=k).generate(PROMPTS, _greedy())
+    assert sv.tokens == ar.tokens
+    assert sv.finish_reasons == ar.finish_reasons
+    for a, b in zip(ar.logprobs, sv.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert sv.counters.num_draft_tokens > 0
+
+
+def test_greedy_self_drafting_accepts_everything(target_lm):
+    out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=4).generate(PROMPTS, _greedy(eos=None))
+    m = out.counters.metrics()
+    assert m["spec/acceptance_rate"] == 1.0 and m["spec/acceptance_length"] == 5.0
+
+
+def test_batched_ragged_equals_one_at_a_time(target_lm, draft_lm):
+    eng = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3)
+    batched = eng.generate(PROMPTS, _greedy())
+    single = [eng.generate([p], _greedy()).tokens[0] for p in PROMPTS]
+    assert batched.tokens == single
+
+
+def test_small_max_batch_size_chunks_identically(target_lm, draft_lm):
+    a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, _greedy())
+    b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, _greedy())
+    assert a.tokens == b.tokens
+
+
+def test_budget_and_eos_respected(target_lm, draft_lm):
+    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS, _greedy(max_new=7, eos=None))
+    assert all(len(t) == 7 for t in out.tokens) and set(out.finish_reasons) == {"length"}
+    # pick the token greedy emits at step 3 of prompt 0 as "EOS": generation must stop right there.
+    eos = out.tokens[0][3]
+    out2 = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS[:1], _greedy(max_new=7, eos=eos))
+    first = out.tokens[0].index(eos)
+    assert out2.tokens[0] == out.tokens[0][: first + 1] and out2.finish_reasons == ["stop"]
+
+
+def test_counters_are_consistent(target_lm, draft_lm):
+    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3).generate(PROMPTS, SamplingParams(max_new_tokens=30), torch.Generator().manual_seed(0))
+    c = out.counters
+    assert c.num_draft_tokens == 3 * c.num_drafts
+    assert c.num_accepted_tokens == sum(c.num_accepted_tokens_per_pos)
+    assert all(a >= b for a, b in zip(c.num_accepted_tokens_per_pos, c.num_accepted_tokens_per_pos[1:]))
+    assert c.num_generated_tokens == sum(map(len, out.tokens))
+
+
+# ---------------------------------------------------------------- distribution of sampled rollouts
+
+SMALL_V = 8
+ALPHA = 1e-4  # false-alarm rate per test; 30k rollouts over <= 512 cells detect a 2-point shift in a likely cell
+
+
+def _exact_joint(lm, prompt, sp, n_tokens):
+    """Exact law of the first n_tokens completion tokens by enumeration: (V,)*n_tokens tensor."""
+    V = lm.cfg.vocab_size
+    seqs = torch.tensor([prompt])
+    logp = torch.zeros(1)
+    for _ in range(n_tokens):
+        cache = lm.new_cache(seqs.shape[0], seqs.shape[1] + 1)
+        logits, _ = lm(seqs, torch.zeros(seqs.shape[0], dtype=torch.long), cache)
+        p = probs_from_logits(logits[:, -1], sp)  # (S, V)
+        logp = (logp[:, None] + p.log()).reshape(-1)
+        seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(seqs.shape[0])[:, None]], 1)
+    return logp.exp()
+
+
+@pytest.mark.parametrize("kind,sp", [
+    ("draft_model", SamplingParams(temperature=1.0, max_new_tokens=3)),
+    ("draft_model", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
+    ("ngram", SamplingParams(temperature=1.0, max_new_tokens=3)),
+])
+def test_sampled_speculative_rollouts_follow_target(kind, sp):
+    target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
+    target = LeanLM.from_hf(target_hf)
+    # A draft close to the target (as a distilled one is) so drafts are often, not always, accepted.
+    draft = LeanLM.from_hf(target_hf)
+    draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    prompt = [1, 3, 4, 3, 4]
+    drafter = DraftModelDrafter(draft) if kind == "draft_model" else NgramDrafter(1, 2)
+    n = 30_000
+    out = RolloutEngine(target, drafter, k=2, max_batch_size=n).generate([prompt] * n, sp, torch.Generator().manual_seed(1))
+    assert out.counters.num_accepted_tokens > 0  # speculation actually happened
+    seqs = torch.tensor(out.tokens)  # (n, 3): token 0 from prefill, tokens 1-2 from verification
+    cells = seqs[:, 0] * SMALL_V**2 + seqs[:, 1] * SMALL_V + seqs[:, 2]
+    expected = _exact_joint(target, prompt, sp, 3) * n
+    counts = torch.bincount(cells, minlength=SMALL_V**3).double()
+    assert counts[expected == 0].sum() == 0
+    # Pool cells with small expected counts so the chi-square approximation holds.
+    expected = expected.double()
+    big = expected >= 5
+    small = (~big) & (expected > 0)
+    obs = torch.cat([counts[big], counts[small].sum()[None]]).numpy()
+    exp = torch.cat([expected[big], expected[small].sum()[None]]).numpy()
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > ALPHA

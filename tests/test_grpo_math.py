@@ -1,0 +1,202 @@
+"""GRPO maths against numbers worked out by hand (DESIGN.md §4)."""
+
+import math
+
+import pytest
+import torch
+
+from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.grpo.loss import LOSS_AGGS, aggregate, grpo_loss, kl_k3, token_logprobs
+
+# ----------------------------------------------------------------------------- advantages
+
+# Two groups of G = 3.
+#   group 0: r = [1, 2, 3] -> mean 2, deviations [-1, 0, 1], unbiased var (1+0+1)/2 = 1, std 1
+#   group 1: r = [0, 0, 6] -> mean 2, deviations [-2, -2, 4], unbiased var (4+4+16)/2 = 12, std 2*sqrt(3)
+REWARDS = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 6.0])
+
+
+def test_group_advantages_hand_values():
+    s3 = 2 * math.sqrt(3)
+    expected = torch.tensor([-1.0, 0.0, 1.0, -2 / s3, -2 / s3, 4 / s3])
+    got = group_advantages(REWARDS, group_size=3, eps=0.0)
+    torch.testing.assert_close(got, expected)
+    # Default eps (1e-6) only shifts values in the 6th digit.
+    torch.testing.assert_close(group_advantages(REWARDS, 3), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_group_advantages_dr_grpo_no_scaling():
+    got = group_advantages(REWARDS, group_size=3, scale_rewards=False)
+    torch.testing.assert_close(got, torch.tensor([-1.0, 0.0, 1.0, -2.0, -2.0, 4.0]))
+
+
+def test_group_advantages_all_equal_group_is_zero():
+    got = group_advantages(torch.tensor([5.0, 5.0, 5.0, 1.0, 0.0, 1.0]), group_size=3)
+    assert torch.all(got[:3] == 0)
+    assert torch.isfinite(got).all()
+    # G = 1: each sample is its own group; advantage 0, not NaN.
+    assert torch.all(group_advantages(torch.tensor([1.0, 7.0]), group_size=1) == 0)
+
+
+def test_group_advantages_int_rewards_and_bad_n():
+    torch.testing.assert_close(
+        group_advantages(torch.tensor([0, 1, 1, 0]), 2, scale_rewards=False), torch.tensor([-0.5, 0.5, 0.5, -0.5])
+    )
+    with pytest.raises(ValueError, match="grpo.group_size"):
+        group_advantages(torch.ones(7), group_size=3)
+    with pytest.raises(ValueError, match="grpo.group_size"):
+        frac_zero_std(torch.ones(7), group_size=3)
+
+
+def test_frac_zero_std():
+    r = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    assert frac_zero_std(r, 3) == pytest.approx(2 / 4)
+    assert frac_zero_std(REWARDS, 3) == 0.0
+    assert frac_zero_std(torch.zeros(4), 2) == 1.0
+    assert frac_zero_std(torch.zeros(0), 4) == 0.0
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+PER_TOKEN = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+MASK = torch.tensor([[1, 1, 0], [1, 0, 0]])
+
+
+def test_aggregate_hand_values():
+    # seq 0 keeps 1, 2; seq 1 keeps 4.
+    # GRPO: per-seq means 1.5 and 4.0 -> (1.5 + 4) / 2 = 2.75
+    assert aggregate(PER_TOKEN, MASK, "seq_mean_token_mean").item() == pytest.approx(2.75)
+    # DAPO: (1 + 2 + 4) / 3 tokens
+    assert aggregate(PER_TOKEN, MASK, "token_mean").item() == pytest.approx(7 / 3)
+    # Dr. GRPO with max_len 4: per-seq sums 3 and 4 -> (3/4 + 4/4) / 2 = 0.875 (= 7 / (2 * 4))
+    assert aggregate(PER_TOKEN, MASK, "seq_mean_token_sum_norm", max_len=4).item() == pytest.approx(0.875)
+
+
+def test_aggregate_empty_sequences_no_nan():
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    # Empty sequence counts as 0 in the mean over sequences: (1.5 + 0) / 2
+    assert aggregate(PER_TOKEN, mask, "seq_mean_token_mean").item() == pytest.approx(0.75)
+    assert aggregate(PER_TOKEN, mask, "token_mean").item() == pytest.approx(1.5)
+    assert aggregate(PER_TOKEN, mask, "seq_mean_token_sum_norm", max_len=3).item() == pytest.approx(0.5)
+    zero = torch.zeros_like(mask)
+    for agg in LOSS_AGGS:
+        assert aggregate(PER_TOKEN, zero, agg, max_len=3).item() == 0.0
+
+
+def test_aggregate_errors():
+    with pytest.raises(ValueError, match="seq_mean_token_mean, token_mean, seq_mean_token_sum_norm"):
+        aggregate(PER_TOKEN, MASK, "sum")
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate(PER_TOKEN, MASK, "seq_mean_token_sum_norm")
+    with pytest.raises(ValueError):
+        aggregate(PER_TOKEN, MASK[:, :2], "token_mean")
+
+
+# ----------------------------------------------------------------------------- KL
+
+def test_kl_k3_known_values():
+    lp = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    ref = torch.log(torch.tensor([0.5, 0.25, 1.0]))
+    # ref/p = 1 -> 0;  ref/p = 0.5 -> 0.5 - ln 0.5 - 1 = ln 2 - 0.5;  ref/p = 2 -> 2 - ln 2 - 1 = 1 - ln 2
+    expected = torch.tensor([0.0, math.log(2) - 0.5, 1 - math.log(2)])
+    torch.testing.assert_close(kl_k3(lp, ref), expected)
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 7, generator=g) * 3, torch.randn(4, 7, generator=g) * 3
+    assert (kl_k3(a, b) >= 0).all()
+    assert torch.all(kl_k3(a, a) == 0)
+
+
+# ----------------------------------------------------------------------------- grpo_loss
+
+def test_grpo_loss_on_policy_hand_values():
+    old = torch.log(torch.tensor([[0.2, 0.3, 0.4], [0.5, 0.6, 0.7]]))
+    logp = old.clone().requires_grad_(True)
+    adv = torch.tensor([1.0, 2.0])
+    # ratio == 1 everywhere, so the objective is A per valid token: seq0 tokens (1, 1), seq1 token (2).
+    loss, stats = grpo_loss(logp, old, adv, MASK, 0.2, 0.28, "token_mean")
+    assert loss.item() == pytest.approx(-(1 + 1 + 2) / 3)
+    loss, _ = grpo_loss(logp, old, adv, MASK, 0.2, 0.28, "seq_mean_token_mean")
+    assert loss.item() == pytest.approx(-(1 + 2) / 2)
+    loss, _ = grpo_loss(logp, old, adv, MASK, 0.2, 0.28, "seq_mean_token_sum_norm", max_len=4)
+    assert loss.item() == pytest.approx(-(2 / 4 + 2 / 4) / 2)
+    assert stats == {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "ratio_mean": pytest.approx(1.0)}
+
+
+def test_grpo_loss_clipping_gradients():
+    # One token per sequence, clip range [0.8, 1.2].
+    ratios = torch.tensor([1.5, 1.5, 0.5, 0.5, 1.1])
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0])
+    #   1.5, A>0: past 1+eps_high in the rewarded direction -> clipped, no gradient
+    #   1.5, A<0: unclipped term is the min -> gradient
+    #   0.5, A<0: below 1-eps_low, pushing further down is clipped -> no gradient
+    #   0.5, A>0: unclipped -> gradient
+    #   1.1, A>0: inside the range -> gradient
+    old = torch.full((5, 1), -1.0)
+    logp = (old + torch.log(ratios).unsqueeze(1)).requires_grad_(True)
+    mask = torch.ones(5, 1)
+    loss, stats = grpo_loss(logp, old, adv, mask, 0.2, 0.2, "token_mean")
+    loss.backward()
+    grad = logp.grad.squeeze(1)
+    # d/dlogp of -(ratio * A) / 5 = -ratio * A / 5 where the unclipped term is active.
+    expected = torch.tensor([0.0, 1.5 / 5, 0.0, -0.5 / 5, -1.1 / 5])
+    torch.testing.assert_close(grad, expected)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)
+    assert stats["clip_frac_low"] == pytest.approx(1 / 5)
+    assert stats["clip_frac_high"] == pytest.approx(1 / 5)
+    assert stats["ratio_mean"] == pytest.approx(ratios.mean().item())
+    # Loss value: -(1.2*1 + 1.5*-1 + 0.8*-1 ... min terms) / 5
+    #   row0 min(1.5, 1.2) = 1.2; row1 min(-1.5, -1.2) = -1.5; row2 min(-0.5, -0.8) = -0.8;
+    #   row3 min(0.5, 0.8) = 0.5; row4 1.1
+    assert loss.item() == pytest.approx(-(1.2 - 1.5 - 0.8 + 0.5 + 1.1) / 5)
+
+
+def test_grpo_loss_kl_penalty():
+    lp = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_(True)
+    ref = torch.log(torch.tensor([[0.25, 1.0]]))
+    adv = torch.zeros(1)
+    loss, stats = grpo_loss(lp, lp.detach(), adv, torch.ones(1, 2), 0.2, 0.2, "token_mean", beta=0.1, ref_logp=ref)
+    mean_kl = ((math.log(2) - 0.5) + (1 - math.log(2))) / 2  # = 0.25
+    assert stats["kl"] == pytest.approx(mean_kl)
+    assert loss.item() == pytest.approx(0.1 * mean_kl)
+    loss.backward()
+    assert lp.grad is not None and torch.isfinite(lp.grad).all()
+    # With a reference but beta 0, the KL is reported but not in the loss.
+    loss0, stats0 = grpo_loss(lp, lp.detach(), adv, torch.ones(1, 2), 0.2, 0.2, "token_mean", ref_logp=ref)
+    assert loss0.item() == 0.0 and stats0["kl"] == pytest.approx(mean_kl)
+
+
+def test_grpo_loss_errors():
+    lp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="ref_logp"):
+        grpo_loss(lp, lp, torch.zeros(2), MASK, 0.2, 0.2, "token_mean", beta=0.1)
+    with pytest.raises(ValueError, match="advantages"):
+        grpo_loss(lp, lp, torch.zeros(3), MASK, 0.2, 0.2, "token_mean")
+    with pytest.raises(ValueError, match="allowed values"):
+        grpo_loss(lp, lp, torch.zeros(2), MASK, 0.2, 0.2, "nope")
+
+
+# ----------------------------------------------------------------------------- token_logprobs
+
+def test_token_logprobs_matches_manual():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=g)
+    tokens = torch.tensor([[0, 4, 2], [1, 1, 3]])
+    for temp in (1.0, 0.7):
+        probs = torch.softmax(logits / temp, dim=-1)
+        manual = torch.stack([torch.stack([probs[b, t, tokens[b, t]].log() for t in range(3)]) for b in range(2)])
+        torch.testing.assert_close(token_logprobs(logits, tokens, temp), manual)
+    torch.testing.assert_close(token_logprobs(logits, tokens, 0.0), token_logprobs(logits, tokens, 1.0))
+    out = token_logprobs(logits.bfloat16(), tokens)
+    assert out.dtype == torch.float32 and out.shape == (2, 3)
+    with pytest.raises(ValueError):
+        token_logprobs(logits, tokens, -1.0)
+
+
+def test_token_logprobs_differentiable_through_loss():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 3, 5, generator=g, requires_grad=True)
+    tokens = torch.tensor([[0, 4, 2], [1, 1, 3]])
+    lp = token_logprobs(logits, tokens)
+    loss, _ = grpo_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), MASK, 0.2, 0.28, "token_mean")
+    loss.backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0

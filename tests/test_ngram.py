@@ -1,0 +1,46 @@
+import numpy as np
+import torch
+
+from drafters.base import DraftContext
+from drafters.ngram import NgramDrafter, ngram_propose
+from workbench.rollout.sampling import SamplingParams
+
+
+def a(*x):
+    return np.array(x)
+
+
+def test_longest_suffix_match_wins():
+    # suffix (2, 3) matches at index 1 (then 9) and suffix (3,) also at index 5 (then 7):
+    toks = a(1, 2, 3, 9, 4, 3, 7, 2, 3)
+    assert ngram_propose(toks, 1, 3, k=2).tolist() == [9, 4]
+
+
+def test_most_recent_occurrence_among_equal_lengths():
+    toks = a(5, 1, 5, 2, 5)
+    assert ngram_propose(toks, 1, 1, k=1).tolist() == [2]
+
+
+def test_no_match_gives_no_drafts():
+    assert ngram_propose(a(1, 2, 3, 4), 1, 3, k=3).size == 0
+
+
+def test_min_length_respected():
+    toks = a(7, 8, 1, 9, 8)
+    assert ngram_propose(toks, 1, 3, k=2).tolist() == [1, 9]
+    assert ngram_propose(toks, 2, 3, k=2).size == 0
+
+
+def test_proposal_truncated_at_context_end():
+    toks = a(4, 4, 4)
+    # suffix (4, 4) last occurred at index 0; only one token follows it before the suffix.
+    assert ngram_propose(toks, 2, 2, k=5).tolist() == [4]
+
+
+def test_batched_proposal_pads_and_counts():
+    tokens = torch.tensor([[1, 2, 1, 0, 0], [3, 4, 5, 6, 0]])
+    ctx = DraftContext(tokens, torch.tensor([3, 4]), torch.tensor([1, 1]), torch.tensor([0, 1]), SamplingParams())
+    prop = NgramDrafter(1, 2).propose(ctx, 3)
+    assert prop.num_draft.tolist() == [2, 0]
+    assert prop.tokens[0, :2].tolist() == [2, 1]
+    assert prop.probs is None

@@ -1,0 +1,91 @@
+"""Wall-clock timing of the stages of one RL step (DESIGN.md §3).
+
+    timer = StageTimer(device)
+    timer.start_step()
+    with timer.stage("gen"):
+        ...
+    metrics = timer.end_step()   # {"timing_s/gen": ..., "timing_s/step": ..., "timing_s/other": ..., "timing_frac/gen": ...}
+
+CUDA kernels run asynchronously, so without a barrier the time of a stage's kernels would be
+billed to whichever later stage happens to block. On CUDA every boundary calls
+``torch.cuda.synchronize`` so each stage is charged for its own work. All times in seconds,
+from ``time.perf_counter``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+# The stage names of DESIGN.md §2/§3, in step order; other names are allowed (e.g. "eval").
+STAGES: tuple[str, ...] = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train")
+
+
+class StageTimer:
+    """Accumulates per-stage wall time within one step; see the module docstring for the API.
+
+    Rules: stages do not nest (ValueError); a stage run twice in one step accumulates;
+    ``stage`` and ``end_step`` need an open step (ValueError otherwise).
+    """
+
+    def __init__(self, device: torch.device | str | None = None):
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        self._sync_cuda = dev.type == "cuda" and torch.cuda.is_available()
+        self.device = dev
+        self._step_t0: float | None = None
+        self._current: str | None = None
+        self._stages: dict[str, float] = {}
+
+    def _now(self) -> float:
+        if self._sync_cuda:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def start_step(self) -> None:
+        """Open a step (discarding any unfinished one) and start its wall clock."""
+        if self._current is not None:
+            raise ValueError(f"start_step() called inside stage {self._current!r}")
+        self._stages = {}
+        self._step_t0 = self._now()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the body as stage ``name``; the time is kept even if the body raises."""
+        if self._step_t0 is None:
+            raise ValueError(f"stage {name!r} started outside a step; call start_step() first")
+        if self._current is not None:
+            raise ValueError(f"stage {name!r} started inside stage {self._current!r}; stages do not nest")
+        if not name or "/" in name or name in ("step", "other"):
+            raise ValueError(f"invalid stage name {name!r}: non-empty, no '/', not 'step' or 'other'")
+        self._current = name
+        t0 = self._now()
+        try:
+            yield
+        finally:
+            self._stages[name] = self._stages.get(name, 0.0) + (self._now() - t0)
+            self._current = None
+
+    def end_step(self) -> dict[str, float]:
+        """Close the step and return its metrics.
+
+        Keys: ``timing_s/<stage>`` for each stage run this step, ``timing_s/step`` (start_step to
+        end_step), ``timing_s/other`` (step minus the sum of stages: time no stage covered),
+        ``timing_frac/<stage>`` and ``timing_frac/other`` (share of the step, 0 if the step took 0 s).
+        """
+        if self._step_t0 is None:
+            raise ValueError("end_step() without start_step()")
+        if self._current is not None:
+            raise ValueError(f"end_step() called inside stage {self._current!r}")
+        step = self._now() - self._step_t0
+        self._step_t0 = None
+        # Stages lie inside the step, so this is >= 0 except for float rounding; clamp that away.
+        other = max(step - sum(self._stages.values()), 0.0)
+        out: dict[str, float] = {f"timing_s/{k}": v for k, v in self._stages.items()}
+        out["timing_s/step"] = step
+        out["timing_s/other"] = other
+        for k, v in [*self._stages.items(), ("other", other)]:
+            out[f"timing_frac/{k}"] = v / step if step > 0 else 0.0
+        return out

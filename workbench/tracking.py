@@ -1,0 +1,259 @@
+"""MLflow tracking for `wb run`: one MLflow run per experiment (DESIGN.md §7).
+
+    with Tracker(None, "workbench", run_name="k3-eagle") as tr:
+        tr.log_params(spec.flat_params())          # drafter.k = 3, ...
+        tr.log_metrics({"timing_s/gen": 1.2}, step=0)
+
+Everything goes through ``mlflow.MlflowClient`` with an explicit run id, never the fluent
+``mlflow.start_run`` global state, so several Trackers can be open at once (a sweep's parent run
+with child runs, or parallel workers). ``enabled=False`` turns every method into a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from workbench.spec import flatten
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default store, relative to the cwd
+PARENT_RUN_TAG = "mlflow.parentRunId"  # the tag the MLflow UI uses to nest child runs
+
+# Limits of MLflow's log_batch / param store (mlflow.utils.validation); fixed numbers so importing
+# this module does not import mlflow (it is slow and optional when tracking is disabled).
+MAX_PARAMS_PER_BATCH = 100
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAM_VAL_LENGTH = 6000
+TRUNCATION_MARKER = "...[truncated]"
+
+
+def resolve_tracking_uri(tracking_uri: str | None) -> str:
+    """Explicit URI, else $MLFLOW_TRACKING_URI, else ``sqlite:///mlflow.db``."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _quiet_mlflow() -> None:
+    # Store creation logs alembic migrations at INFO on every fresh sqlite file: noise for users.
+    for name in ("mlflow.store", "alembic"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+def _param_value(value: Any) -> str:
+    s = str(value)
+    if len(s) > MAX_PARAM_VAL_LENGTH:
+        s = s[: MAX_PARAM_VAL_LENGTH - len(TRUNCATION_MARKER)] + TRUNCATION_MARKER
+    return s
+
+
+def _jsonable(obj: Any) -> Any:
+    """json.dumps fallback for tensors / numpy values that show up in rollout samples."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+class Tracker:
+    """One MLflow run, opened by ``__enter__`` and closed by ``__exit__``.
+
+    Args:
+        tracking_uri: MLflow URI; None -> $MLFLOW_TRACKING_URI if set, else ``sqlite:///mlflow.db``.
+        experiment: experiment name; created if missing (restored if it was deleted).
+        run_name: MLflow run name (None: MLflow picks one).
+        enabled: False -> no MLflow at all, every method is a no-op.
+        tags: extra run tags (values stringified, None dropped).
+        parent_run_id: makes this a child run (``mlflow.parentRunId`` tag), e.g. one trial of a sweep.
+        artifact_location: where a *newly created* experiment stores artifacts (None: MLflow default).
+
+    Exit status: FINISHED on normal exit, KILLED on KeyboardInterrupt, FAILED on any other
+    exception; the exception is re-raised and what was logged before stays.
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str | None,
+        experiment: str,
+        run_name: str | None = None,
+        enabled: bool = True,
+        tags: Mapping[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        artifact_location: str | None = None,
+    ):
+        self._tracking_uri = resolve_tracking_uri(tracking_uri)
+        self.experiment = experiment
+        self.run_name = run_name
+        self.enabled = enabled
+        self.tags = {k: str(v) for k, v in (tags or {}).items() if v is not None}
+        if parent_run_id:
+            self.tags[PARENT_RUN_TAG] = parent_run_id
+        self.artifact_location = artifact_location
+        self._client = None
+        self._run_id: str | None = None
+        self.experiment_id: str | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id while/after the run is open; None when disabled or not started."""
+        return self._run_id
+
+    @property
+    def tracking_uri(self) -> str:
+        return self._tracking_uri
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self._run_id is not None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _get_or_create_experiment(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        exp = self._client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            try:
+                return self._client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+            except MlflowException:
+                # Another worker created it between our lookup and create: use theirs.
+                exp = self._client.get_experiment_by_name(self.experiment)
+                if exp is None:
+                    raise
+        if exp.lifecycle_stage == "deleted":
+            # A deleted experiment keeps its name reserved; bring it back rather than fail.
+            self._client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+
+    def start(self) -> "Tracker":
+        """Create the run (``with Tracker(...)`` calls this). No-op when disabled."""
+        if not self.enabled:
+            return self
+        if self._run_id is not None:
+            raise RuntimeError(f"Tracker already started (run {self._run_id})")
+        _quiet_mlflow()
+        from mlflow import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=self._tracking_uri)
+        self.experiment_id = self._get_or_create_experiment()
+        run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=self.tags)
+        self._run_id = run.info.run_id
+        return self
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Mark the run FINISHED / FAILED / KILLED. Idempotent; no-op when disabled."""
+        if not self.active or self._client is None:
+            return
+        client, self._client = self._client, None
+        client.set_terminated(self._run_id, status=status)
+
+    def __enter__(self) -> "Tracker":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            status = "FINISHED"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        try:
+            self.end(status)
+        except Exception:
+            if exc_type is None:
+                raise
+            # Never let a tracking failure hide the exception that ended the run.
+            logging.getLogger(__name__).warning("could not mark MLflow run %s %s", self._run_id, status, exc_info=True)
+        return False  # re-raise
+
+    def _require(self) -> bool:
+        """True if calls should reach MLflow; raises if enabled but not started/already ended."""
+        if not self.enabled:
+            return False
+        if self._client is None:
+            raise RuntimeError("Tracker is not running; use `with Tracker(...) as tr:` (or tr.start())")
+        return True
+
+    # ------------------------------------------------------------------ logging
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params as flat dotted keys (nested dicts are flattened), values as strings.
+
+        Values longer than MLflow's limit (6000 chars) are cut to the limit ending in
+        ``...[truncated]``. Sent in batches of <= 100 (log_batch limit). MLflow params are
+        immutable: re-logging a key with a different value raises MlflowException.
+        """
+        if not self._require():
+            return
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_value(v)) for k, v in flatten(dict(params)).items()]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self._client.log_batch(self._run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Log scalar metrics at ``step``. None and NaN values are skipped (no crash).
+
+        Values may be floats, ints, bools, 0-d tensors or numpy scalars. Names may contain '/'
+        (``timing_s/gen``). Raises TypeError for a non-numeric value, naming its key.
+        """
+        if not self._require():
+            return
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        items = []
+        for k, v in metrics.items():
+            if v is None:
+                continue
+            try:
+                x = float(v.item() if hasattr(v, "item") else v)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"metric {k!r} is not a number: {v!r}") from e
+            if math.isnan(x):
+                continue
+            items.append(Metric(k, x, ts, int(step)))
+        for i in range(0, len(items), MAX_METRICS_PER_BATCH):
+            self._client.log_batch(self._run_id, metrics=items[i : i + MAX_METRICS_PER_BATCH])
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if not self._require():
+            return
+        for k, v in tags.items():
+            if v is not None:
+                self._client.set_tag(self._run_id, k, str(v))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Write ``text`` as the artifact ``artifact_file`` (a run-relative path)."""
+        if not self._require():
+            return
+        self._client.log_text(self._run_id, text, artifact_file)
+
+    def log_dict(self, d: Any, artifact_file: str) -> None:
+        """Write a dict/list as a JSON (or .yaml/.yml) artifact; tensors/numpy become lists."""
+        if not self._require():
+            return
+        self._client.log_dict(self._run_id, json.loads(json.dumps(d, default=_jsonable)), artifact_file)
+
+    def log_artifact(self, local_path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copy a local file into the run's artifacts (under ``artifact_path`` if given)."""
+        if not self._require():
+            return
+        self._client.log_artifact(self._run_id, os.fspath(local_path), artifact_path)
+
+    def log_samples(self, rows: list[dict], step: int) -> None:
+        """Rollout samples (prompt, completion, reward, ...) as a JSON list in ``samples/step_{step:05d}.json``."""
+        if not self._require():
+            return
+        text = json.dumps(list(rows), default=_jsonable, ensure_ascii=False, indent=1)
+        self._client.log_text(self._run_id, text, f"samples/step_{int(step):05d}.json")
