@@ -37,7 +37,7 @@ class DraftModelDrafter(Drafter):
         """
         from workbench.models.build import check_same_tokenizer, load_model, resolve_model
 
-        path = resolve_model(spec.model)
+        path = resolve_model(spec.model, what="drafter.model")
         hf, tok = load_model(path, device=device)
         if target is not None and getattr(target, "tokenizer", None) is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")

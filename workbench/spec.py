@@ -147,6 +147,35 @@ def _section_fields(path: tuple) -> list[str]:
     return list(model.model_fields)
 
 
+def _field_hint(loc: tuple) -> str:
+    """' (expected: int in [1, 16]; <description>)' for a spec field, from its pydantic metadata."""
+    model: type[BaseModel] = ExperimentSpec
+    info = None
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return ""
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+    if info is None:
+        return ""
+    bounds = {}
+    for m in info.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            if getattr(m, name, None) is not None:
+                bounds[name] = getattr(m, name)
+    ann = info.annotation
+    tname = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    rng = ""
+    if bounds:
+        lo = f"[{bounds['ge']}" if "ge" in bounds else (f"({bounds['gt']}" if "gt" in bounds else "(-inf")
+        hi = f"{bounds['le']}]" if "le" in bounds else (f"{bounds['lt']})" if "lt" in bounds else "inf)")
+        rng = f" in {lo}, {hi}"
+    desc = f"; {info.description}" if info.description else ""
+    return f" [expected: {tname}{rng}{desc}]"
+
+
 def format_validation_error(err: ValidationError, source: str = "spec") -> str:
     lines = [f"invalid {source}:"]
     for e in err.errors():
@@ -159,7 +188,8 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
             hint = f" Did you mean {'.'.join(loc[:-1] + (close[0],))!r}?" if close else ""
             msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
         elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
-            msg = f"{msg} (got {e['input']!r})"
+            msg = msg.removeprefix("Value error, ")
+            msg = f"{msg} (got {e['input']!r})" + (_field_hint(loc) if e["type"] not in ("value_error", "literal_error") else "")
         lines.append(f"  {field}: {msg}")
     return "\n".join(lines)
 

@@ -1,0 +1,101 @@
+"""The `wb` command (Typer + Rich)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from workbench.spec import SpecError, load_spec
+
+app = typer.Typer(
+    help="The speculation workbench: how much does exact speculative decoding speed up GRPO rollouts?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Embedded model presets: list and build (cached).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(msg: str) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def run(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted when giving overrides."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.kind=ngram drafter.k=5"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved spec and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
+) -> None:
+    """Run one experiment: GRPO training whose rollouts come from the speculative rollout engine."""
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:  # `wb run drafter.k=5`: no spec given, only overrides
+        items.insert(0, spec)
+        spec = None
+    try:
+        resolved = load_spec(spec, items)
+    except SpecError as e:
+        _fail(str(e))
+    if dry_run:
+        console.print(Syntax(resolved.to_yaml(), "yaml", theme="ansi_dark", background_color="default"))
+        return
+    from workbench.experiment import run_experiment
+
+    try:
+        run_experiment(resolved, console=console, progress=not quiet)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: MLflow run marked KILLED[/]")
+        raise typer.Exit(130)
+    except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
+        _fail(str(e))
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List model presets and whether each is built in the cache."""
+    from workbench.models.build import build_info, cache_dir, is_built, list_presets, preset_dir
+
+    table = Table(title=f"model presets (cache: {cache_dir()})")
+    for col in ("name", "role", "built", "params", "notes"):
+        table.add_column(col)
+    for p in list_presets():
+        info = build_info(preset_dir(p.name)) if is_built(p.name) else None
+        params = f"{info['num_params'] / 1e6:.2f}M" if info and "num_params" in info else ""
+        table.add_row(p.name, p.role, "yes" if info else "no", params, p.description)
+    console.print(table)
+
+
+@models_app.command("build")
+def models_build(
+    names: Optional[list[str]] = typer.Argument(None, help="Preset names (default: the quickstart's target and draft)."),
+) -> None:
+    """Build presets into the cache (pretrain targets on the task format, distil drafts)."""
+    from workbench.models.build import build_info, resolve_model
+
+    if not names:
+        s = load_spec(None)
+        names = [s.model.target, s.drafter.model]
+    for name in names:
+        try:
+            path = resolve_model(name, progress=True, what="preset")
+        except ValueError as e:
+            _fail(str(e))
+        info = build_info(path) or {}
+        shown = {k: v for k, v in info.items() if isinstance(v, (int, float, str))}
+        console.print(f"[green]{name}[/] -> {path}  {shown}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

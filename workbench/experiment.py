@@ -1,0 +1,113 @@
+"""`wb run`: one experiment = one GRPO training run = one MLflow run, with Rich progress.
+
+Orchestration only: the maths lives in workbench/grpo and workbench/rollout. Models and data are
+prepared (built if missing) *before* the MLflow run opens, so a run's timings never include a
+model build; a crash or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from workbench.grpo.trainer import GRPOTrainer
+from workbench.spec import ExperimentSpec
+from workbench.tracking import Tracker
+
+STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step")
+
+
+@dataclass
+class RunResult:
+    run_id: str | None
+    tracking_uri: str
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def mean(self, key: str, skip_first: bool = False) -> float | None:
+        rows = self.history[1:] if skip_first and len(self.history) > 1 else self.history
+        vals = [h[key] for h in rows if key in h]
+        return sum(vals) / len(vals) if vals else None
+
+
+def run_experiment(spec: ExperimentSpec, console: Console | None = None, progress: bool = True) -> RunResult:
+    """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history."""
+    console = console or Console()
+    trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
+    t = spec.tracking
+    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name}
+    tracker = Tracker(t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled, tags=tags)
+    result = RunResult(None, tracker.tracking_uri)
+    with tracker:
+        result.run_id = tracker.run_id
+        tracker.log_params(spec.flat_params())
+        tracker.log_text(spec.to_yaml(), "spec.yaml")
+        cols = (
+            TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stage]:>9}"),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+        )
+        with Progress(*cols, console=console, disable=not progress, transient=False) as bar:
+            task = bar.add_task("grpo", total=spec.grpo.steps, stage="", info="")
+            if spec.grpo.eval_every:
+                ev = _timed_eval(trainer)
+                tracker.log_metrics(ev, step=0)
+            for step in range(1, spec.grpo.steps + 1):
+                metrics, samples = trainer.step(step, on_stage=lambda s: bar.update(task, stage=s))
+                if spec.grpo.eval_every and (step % spec.grpo.eval_every == 0 or step == spec.grpo.steps):
+                    bar.update(task, stage="eval")
+                    metrics.update(_timed_eval(trainer))
+                tracker.log_metrics(metrics, step=step)
+                if samples:
+                    tracker.log_samples(samples, step=step)
+                result.history.append(metrics)
+                bar.update(task, advance=1, stage="", info=_progress_info(metrics))
+    if progress:
+        console.print(summary_table(spec, result))
+        if result.run_id:
+            console.print(f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})")
+    return result
+
+
+def _timed_eval(trainer: GRPOTrainer) -> dict[str, float]:
+    t0 = time.perf_counter()
+    ev = trainer.evaluate()
+    if ev:
+        ev["timing_s/eval"] = time.perf_counter() - t0
+    return ev
+
+
+def _default_run_name(spec: ExperimentSpec) -> str:
+    d = spec.drafter
+    return f"{spec.name}-{d.kind}" + (f"-k{d.k}" if d.kind != "none" else "")
+
+
+def _progress_info(m: dict[str, float]) -> str:
+    parts = [f"{m.get('gen/tokens_per_s', 0):7.0f} tok/s", f"reward {m.get('reward/mean', 0):.2f}"]
+    if "spec/acceptance_length" in m:
+        parts.append(f"acc.len {m['spec/acceptance_length']:.2f}")
+    return "  ".join(parts)
+
+
+def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
+    """Mean per-stage times (step 1 excluded as warm-up when there are more), acceptance, reward."""
+    table = Table(title=f"{spec.name}: drafter={spec.drafter.kind}" + (f" k={spec.drafter.k}" if spec.drafter.kind != "none" else ""))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for stage in STAGE_ORDER:
+        v = result.mean(f"timing_s/{stage}", skip_first=True)
+        if v is not None:
+            table.add_row(f"timing_s/{stage} (mean)", f"{v:.3f}")
+    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length"):
+        v = result.mean(key, skip_first=True)
+        if v is not None:
+            table.add_row(key, f"{v:.3f}")
+    h = result.history
+    if h:
+        table.add_row("reward/mean first -> last", f"{h[0]['reward/mean']:.3f} -> {h[-1]['reward/mean']:.3f}")
+        evals = [m["eval/accuracy"] for m in h if "eval/accuracy" in m]
+        if evals:
+            table.add_row("eval/accuracy (last)", f"{evals[-1]:.3f}")
+    return table

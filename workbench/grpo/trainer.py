@@ -1,0 +1,227 @@
+"""The synchronous GRPO loop (DESIGN.md §3) with rollouts from the workbench's rollout engine.
+
+One step: data -> prepare (weight sync into the engine) -> gen (speculative or autoregressive
+rollouts) -> reward -> logprob (policy, and reference if beta > 0) -> train (GRPO loss, one
+optimiser step). Each stage is timed by :class:`workbench.timing.StageTimer`; everything measured
+is returned per step so the caller can log it (MLflow) and show it (Rich).
+Method: DeepSeekMath GRPO (arXiv 2402.03300) with DAPO's clip-higher/token-mean and Dr. GRPO's
+options (arXiv 2503.14476, 2503.20783).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+
+from drafters import build_drafter
+from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.grpo.loss import grpo_loss, token_logprobs
+from workbench.models.build import load_model, resolve_model
+from workbench.models.tokenizer import decode_completion, encode_prompt
+from workbench.rollout.engine import RolloutEngine, RolloutOutput
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+from workbench.spec import ExperimentSpec
+from workbench.tasks import get_task
+from workbench.tasks.loading import load_task_data
+from workbench.timing import StageTimer
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available else cpu. Raises ValueError for an unavailable CUDA device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device: {name!r} requested but CUDA is not available; use model.device=cpu or auto")
+    return dev
+
+
+@dataclass
+class RolloutBatch:
+    """A step's rollouts as padded tensors for the trainer. N = prompts_per_step * group_size."""
+
+    input_ids: torch.Tensor  # (N, L) prompt + completion, right-padded
+    completion_mask: torch.Tensor  # (N, L-1) 1 where the *next* token is a completion token
+    rollout_logp: torch.Tensor  # (N, L-1) engine's log p of those tokens (0 elsewhere)
+    rewards: torch.Tensor  # (N,)
+    completions: list[str] = field(default_factory=list)
+
+
+def pack_rollouts(prompts: list[list[int]], out: RolloutOutput, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Concatenate prompt + completion per row and right-pad.
+
+    Returns input_ids (N, L), completion mask (N, L-1) and rollout logp (N, L-1), aligned with the
+    next-token targets ``input_ids[:, 1:]`` (right padding keeps causal logits exact).
+    """
+    seqs = [p + c for p, c in zip(prompts, out.tokens)]
+    L = max(map(len, seqs))
+    N = len(seqs)
+    ids = torch.full((N, L), pad_id, dtype=torch.long)
+    mask = torch.zeros(N, L - 1)
+    logp = torch.zeros(N, L - 1)
+    for i, (p, c, lp) in enumerate(zip(prompts, out.tokens, out.logprobs)):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
+        logp[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(lp)
+    return ids.to(device), mask.to(device), logp.to(device)
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_batch: int) -> torch.Tensor:
+    """log pi(token_t | <t) for input_ids[:, 1:] (N, L-1), in micro-batches. Grad follows caller's mode."""
+    parts = []
+    for i in range(0, input_ids.shape[0], micro_batch):
+        ids = input_ids[i : i + micro_batch]
+        logits = model(ids).logits[:, :-1]  # (n, L-1, V)
+        parts.append(token_logprobs(logits, ids[:, 1:], temperature))
+    return torch.cat(parts)
+
+
+class GRPOTrainer:
+    """Owns the policy (transformers model), its optimiser, the rollout engine and the drafter."""
+
+    def __init__(self, spec: ExperimentSpec, progress: bool = True):
+        self.spec = spec
+        self.device = resolve_device(spec.model.device)
+        dtype = getattr(torch, spec.model.dtype)
+        random.seed(spec.seed)
+        torch.manual_seed(spec.seed)
+        self.generator = torch.Generator(self.device).manual_seed(spec.seed)
+
+        path = resolve_model(spec.model.target, progress=progress, what="model.target")
+        self.policy, self.tokenizer = load_model(path, device=self.device, dtype=dtype)
+        self.policy.train()
+        self.ref = None
+        if spec.grpo.beta > 0:
+            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.rollout_model = LeanLM.from_hf(self.policy)
+        target_ref = SimpleNamespace(lm=self.rollout_model, tokenizer=self.tokenizer)
+        self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
+        self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
+        r = spec.rollout
+        self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)
+
+        self.task = get_task(spec.task.name)
+        t = spec.task
+        self.train_data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
+        self.eval_data = (
+            load_task_data(t.name, "eval", t.num_eval, spec.seed, t.path, t.prompt_field, t.answer_field) if t.num_eval else None
+        )
+        self._order: list[int] = []
+        self._rng = random.Random(spec.seed)
+        self.timer = StageTimer(self.device)
+
+    # ------------------------------------------------------------------ stages
+
+    def _next_prompts(self) -> list[dict]:
+        rows = []
+        for _ in range(self.spec.grpo.prompts_per_step):
+            if not self._order:
+                self._order = list(range(len(self.train_data)))
+                self._rng.shuffle(self._order)
+            rows.append(self.train_data[self._order.pop()])
+        return rows
+
+    def step(self, step: int, on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[dict]]:
+        """Run one GRPO step; return its metrics and a few rollout samples."""
+        g = self.spec.grpo
+        G = g.group_size
+        timer = self.timer
+        stage = lambda name: (on_stage(name) if on_stage else None, timer.stage(name))[1]  # noqa: E731
+        timer.start_step()
+
+        with stage("data"):
+            rows = self._next_prompts()
+            prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+            prompts = [p for p in prompt_ids for _ in range(G)]  # (N,) groups contiguous
+            group_ids = [i for i in range(len(rows)) for _ in range(G)]
+
+        with stage("prepare"):
+            self.rollout_model.load_weights(self.policy)
+            if self.drafter is not None:
+                self.drafter.sync(self.rollout_model)
+
+        with stage("gen"):
+            out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
+
+        with stage("reward"):
+            texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
+            answers = [r["answer"] for r in rows for _ in range(G)]
+            rewards = torch.tensor([self.task.reward(c, a) for c, a in zip(texts, answers)], device=self.device)
+
+        with stage("logprob"):
+            ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
+            temp = self.sampling.temperature or 1.0
+            with torch.no_grad():
+                old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size)
+                ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
+
+        with stage("train"):
+            adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
+            stats = self._train(ids, mask, old_logp, ref_logp, adv)
+
+        m = timer.end_step()
+        n_tok = out.counters.num_generated_tokens
+        m.update(out.counters.metrics())
+        m.update({
+            "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
+            "gen/num_tokens": float(n_tok),
+            "gen/logprob_abs_diff": float(((rollout_logp - old_logp).abs() * mask).sum() / mask.sum().clamp_min(1)),
+            "reward/mean": rewards.mean().item(),
+            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "frac_reward_zero_std": frac_zero_std(rewards, G),
+            "completions/mean_length": n_tok / len(out.tokens),
+            "completions/frac_stop": sum(r == "stop" for r in out.finish_reasons) / len(out.finish_reasons),
+            **stats,
+        })
+        samples = [
+            {"prompt": rows[i // G]["prompt"], "completion": texts[i], "answer": answers[i], "reward": rewards[i].item()}
+            for i in range(min(g.num_samples_logged, len(texts)))
+        ]
+        return m, samples
+
+    def _train(self, ids, mask, old_logp, ref_logp, adv) -> dict[str, float]:
+        """One optimiser step over the whole batch, micro-batched with exact loss weighting."""
+        g = self.spec.grpo
+        self.optimizer.zero_grad(set_to_none=True)
+        N = ids.shape[0]
+        total_tok = mask.sum().clamp_min(1)
+        temp = self.sampling.temperature or 1.0
+        loss_sum, acc = 0.0, {"clip_frac": 0.0, "kl": 0.0}
+        for i in range(0, N, g.micro_batch_size):
+            sl = slice(i, i + g.micro_batch_size)
+            logp = sequence_logprobs(self.policy, ids[sl], temp, g.micro_batch_size)
+            loss, st = grpo_loss(
+                logp, old_logp[sl], adv[sl], mask[sl], g.clip_low, g.clip_high, g.loss_agg,
+                beta=g.beta, ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens,
+            )
+            # Weight so the micro-batch sum equals the full-batch aggregate.
+            w = (mask[sl].sum() / total_tok) if g.loss_agg == "token_mean" else (ids[sl].shape[0] / N)
+            (loss * w).backward()
+            loss_sum += loss.item() * float(w)
+            acc["clip_frac"] += st["clip_frac"] * float(w)
+            acc["kl"] += st["kl"] * float(w)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm)
+        self.optimizer.step()
+        return {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm)}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used)."""
+        if self.eval_data is None or len(self.eval_data) == 0:
+            return {}
+        self.rollout_model.load_weights(self.policy)
+        if self.drafter is not None:
+            self.drafter.sync(self.rollout_model)
+        prompts = [encode_prompt(self.tokenizer, p) for p in self.eval_data["prompt"]]
+        sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id)
+        out = self.engine.generate(prompts, sp, self.generator)
+        texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
+        correct = [self.task.reward(c, a) for c, a in zip(texts, self.eval_data["answer"])]
+        return {"eval/accuracy": sum(correct) / len(correct)}
