@@ -1,0 +1,63 @@
+import pytest
+
+from workbench.spec import SpecError, apply_overrides, load_spec, parse_override
+
+
+def test_quickstart_loads_with_defaults():
+    s = load_spec(None)
+    assert s.drafter.kind == "draft_model" and s.drafter.k == 3 and s.grpo.steps >= 10
+
+
+def test_overrides_are_typed():
+    s = load_spec("quickstart", ["drafter.kind=ngram", "drafter.k=5", "rollout.temperature=0.7", "tracking.run_name=x"])
+    assert (s.drafter.kind, s.drafter.k, s.rollout.temperature, s.tracking.run_name) == ("ngram", 5, 0.7, "x")
+
+
+def test_flat_params_use_dotted_keys():
+    p = load_spec(None).flat_params()
+    assert p["drafter.k"] == 3 and p["drafter.kind"] == "draft_model" and "grpo.loss_agg" in p
+
+
+@pytest.mark.parametrize("override,needles", [
+    ("drafter.k=abc", ["drafter.k", "valid integer", "[1, 16]"]),
+    ("drafter.k=0", ["drafter.k", "greater than or equal to 1"]),
+    ("drafter.k=17", ["drafter.k", "less than or equal to 16"]),
+    ("drafter.kind=foo", ["drafter.kind", "allowed values", "ngram", "draft_model", "none"]),
+    ("drafter.kk=3", ["drafter.kk", "Did you mean 'drafter.k'", "Allowed keys"]),
+    ("grpo.loss_agg=mean", ["grpo.loss_agg", "token_mean", "seq_mean_token_sum_norm"]),
+    ("rollout.top_p=1.5", ["rollout.top_p", "less than or equal to 1"]),
+    ("nosuch.key=1", ["nosuch", "unknown key"]),
+])
+def test_bad_values_name_the_field_and_the_fix(override, needles):
+    with pytest.raises(SpecError) as e:
+        load_spec(None, [override])
+    for n in needles:
+        assert n in str(e.value)
+
+
+def test_prompt_lookup_range_checked():
+    with pytest.raises(SpecError, match="prompt_lookup_min"):
+        load_spec(None, ["drafter.prompt_lookup_min=5", "drafter.prompt_lookup_max=2"])
+
+
+def test_malformed_override_and_missing_spec():
+    with pytest.raises(SpecError, match="key=value"):
+        parse_override("drafter.k")
+    with pytest.raises(SpecError, match="not found"):
+        load_spec("does-not-exist")
+
+
+def test_override_into_scalar_rejected():
+    with pytest.raises(SpecError, match="not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+def test_spec_file_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("drafter: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(str(bad))
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(str(lst))
