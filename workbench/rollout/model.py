@@ -171,15 +171,24 @@ class LeanLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._init_rope()
         self.requires_grad_(False)
+
+    def _init_rope(self) -> None:
+        """RoPE cos/sin tables (P, D) for every position, in float32 whatever the weights' dtype."""
+        cfg, dev = self.cfg, self.lm_head.weight.device
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=dev) / cfg.head_dim))
+        freqs = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=dev)[:, None] * inv_freq  # (P, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
+        self.register_buffer("rope_cos", emb.cos(), persistent=False)
+        self.register_buffer("rope_sin", emb.sin(), persistent=False)
 
     @classmethod
     def from_hf(cls, hf_model: nn.Module) -> "LeanLM":
         """Build from a transformers ``LlamaForCausalLM`` (same device/dtype), copying its weights."""
         p = next(hf_model.parameters())
         lm = cls(LMConfig.from_hf(hf_model.config)).to(device=p.device, dtype=p.dtype)
+        lm._init_rope()  # .to(dtype) also cast the tables; rebuild them in float32
         lm.load_weights(hf_model)
         return lm.eval()
 
@@ -230,10 +239,9 @@ class LeanLM(nn.Module):
         rows = torch.arange(B, device=dev)[:, None].expand(B, T)
         mask = torch.arange(tk, device=dev)[None, None, :] <= pos[:, :, None]  # (B, T, Tk)
         mask = mask[:, None]  # (B, 1, T, Tk) broadcast over heads
-        freqs = pos[..., None].float() * self.inv_freq  # (B, T, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # (B, T, 1, D)
         x = self.model.embed_tokens(input_ids)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        cos = self.rope_cos[pos][:, :, None, :].to(x.dtype)  # (B, T, 1, D)
+        sin = self.rope_sin[pos][:, :, None, :].to(x.dtype)
         hidden: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.model.layers):
             if i in hidden_layers:
