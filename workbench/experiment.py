@@ -33,13 +33,28 @@ class RunResult:
         return sum(vals) / len(vals) if vals else None
 
 
-def run_experiment(spec: ExperimentSpec, console: Console | None = None, progress: bool = True) -> RunResult:
-    """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history."""
+def run_experiment(
+    spec: ExperimentSpec,
+    console: Console | None = None,
+    progress: bool = True,
+    parent_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
+    summary: bool = True,
+) -> RunResult:
+    """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history.
+
+    ``parent_run_id`` makes the MLflow run a child (one point of a sweep or one trial of a study);
+    ``tags`` are added to the run. Raises whatever the trainer raises (ValueError for bad input
+    found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
+    """
     console = console or Console()
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
     t = spec.tracking
-    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name}
-    tracker = Tracker(t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled, tags=tags)
+    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
+    tracker = Tracker(
+        t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled,
+        tags=tags, parent_run_id=parent_run_id,
+    )
     result = RunResult(None, tracker.tracking_uri)
     with tracker:
         result.run_id = tracker.run_id
@@ -64,7 +79,7 @@ def run_experiment(spec: ExperimentSpec, console: Console | None = None, progres
                     tracker.log_samples(samples, step=step)
                 result.history.append(metrics)
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
-    if progress:
+    if progress and summary:
         console.print(summary_table(spec, result))
         if result.run_id:
             console.print(f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})")
