@@ -1,0 +1,82 @@
+"""Task registry: a verifiable task = a data generator + a reward verifier.
+
+    task = get_task("arith_chain")
+    items = task.generate(n, seed)                # [{"prompt", "answer", ...}, ...]
+    task.reward(completion_text, answer)          # 1.0 if correct else 0.0
+
+Datasets for training/eval come from `load_task_data` (generated or a user's jsonl/parquet file),
+general "chat" prompts from `load_general_prompts`; both return `datasets.Dataset`s.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from data import arith_chain
+
+
+@dataclass
+class Task:
+    name: str
+    generate: Callable[[int, int], list[dict]]  # (n, seed) -> items with at least "prompt", "answer"
+    reward: Callable[[str, str], float]  # (completion text, gold answer) -> reward in [0, 1]
+    description: str
+    version: int = 1  # data version: part of cache keys, bump when `generate` changes
+
+
+_ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)")
+
+
+def parse_answer(completion: str) -> int | None:
+    """The integer after the LAST "Answer:" in completion, or None if there is none."""
+    matches = _ANSWER_RE.findall(completion)
+    return int(matches[-1]) if matches else None
+
+
+def answer_reward(completion: str, answer: str) -> float:
+    """1.0 if the last "Answer: <int>" in completion equals the integer answer, else 0.0.
+
+    A missing answer, or a gold answer that is not an integer, gives 0.0 (never raises), so a
+    malformed rollout can't crash an RL step.
+    """
+    got = parse_answer(completion)
+    if got is None:
+        return 0.0
+    try:
+        return 1.0 if got == int(str(answer).strip()) else 0.0
+    except ValueError:
+        return 0.0
+
+
+TASKS: dict[str, Task] = {
+    "arith_chain": Task(
+        name="arith_chain",
+        generate=arith_chain.generate,
+        reward=answer_reward,
+        description="evaluate a 3-6 step + - * chain left to right, writing each step; reward = exact final answer",
+        version=arith_chain.VERSION,
+    ),
+}
+
+
+def get_task(name: str) -> Task:
+    """The registered task called name. Raises ValueError naming task.name and the allowed values."""
+    if name not in TASKS:
+        raise ValueError(f"task.name: unknown task {name!r}; allowed values: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+from workbench.tasks.loading import is_eval_prompt, load_general_prompts, load_task_data  # noqa: E402
+
+__all__ = [
+    "Task",
+    "TASKS",
+    "get_task",
+    "answer_reward",
+    "parse_answer",
+    "load_task_data",
+    "load_general_prompts",
+    "is_eval_prompt",
+]

@@ -1,0 +1,157 @@
+"""Task data as `datasets.Dataset`s: generated (cached as jsonl) or from a user's file.
+
+Held-out eval: generated prompts are split by a hash of the prompt string (`is_eval_prompt`), so
+no eval prompt can ever appear in any train split or in model pretraining data, whatever the
+seeds and sizes. Train and eval also use different generator seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+import datasets
+
+from data import general
+from workbench.tasks import get_task
+
+datasets.disable_progress_bars()  # keep the CLI quiet; datasets logs its own cache handling otherwise
+datasets.logging.set_verbosity_error()
+
+EVAL_BUCKETS = 16  # 1 prompt in 16 (by hash) is reserved for eval
+EVAL_SEED_OFFSET = 7919  # eval generator seed = seed + this, so eval draws differ from train draws
+SPLITS = ("train", "eval")
+FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def is_eval_prompt(prompt: str) -> bool:
+    """True if prompt belongs to the held-out eval partition (deterministic hash of the text)."""
+    return zlib.crc32(prompt.encode("utf-8")) % EVAL_BUCKETS == 0
+
+
+def _default_cache_dir() -> Path:
+    from workbench.models.build import cache_dir  # lazy: build imports tasks
+
+    return cache_dir() / "data"
+
+
+def _write_jsonl(rows: list[dict], path: Path) -> None:
+    """Write rows atomically (temp file + rename), so a crash never leaves a truncated cache file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+def _load_json(path: Path, cache: Path) -> datasets.Dataset:
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(cache / "hf_datasets"))
+
+
+def generate_split(name: str, split: str, num: int, seed: int) -> list[dict]:
+    """num generated items of task `name` in `split`, deterministic for (name, split, num, seed).
+
+    Items are drawn from the task generator (train: seed, eval: seed + EVAL_SEED_OFFSET) and
+    kept only if their prompt hash puts them in this split. Raises ValueError on a bad split.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    task = get_task(name)
+    want_eval = split == "eval"
+    gen_seed = seed + EVAL_SEED_OFFSET if want_eval else seed
+    n = max(num, 1) * (EVAL_BUCKETS + 4 if want_eval else 2)
+    while True:  # over-generate, filter; generators are prefix-stable so retries only extend
+        items = [it for it in task.generate(n, gen_seed) if is_eval_prompt(it["prompt"]) == want_eval]
+        if len(items) >= num:
+            return items[:num]
+        n *= 2
+
+
+def load_task_data(
+    name: str,
+    split: str,
+    num: int,
+    seed: int,
+    path: str | None = None,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    cache_dir: Path | None = None,
+) -> datasets.Dataset:
+    """A Dataset with string columns `prompt` and `answer` (num rows at most).
+
+    path None: the task's generated data (held out between splits, see module doc), cached as
+    jsonl under cache_dir (default `cache_dir()/data`) and loaded with `datasets`.
+    path given: a .jsonl/.json/.parquet file; prompt_field/answer_field are renamed to
+    prompt/answer; split "train" takes the first num rows, "eval" the last num rows (disjoint
+    when the file has at least num_train + num_eval rows).
+    Raises ValueError naming task.name / task.path / task.prompt_field / task.answer_field with
+    the fix: unknown task or split, missing file, unknown extension, unreadable file, missing field.
+    """
+    task = get_task(name)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if num < 0:
+        raise ValueError(f"num must be >= 0, got {num}")
+    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    if path is None:
+        if num == 0:  # the json builder can't infer columns from an empty file
+            return datasets.Dataset.from_dict({"prompt": [], "answer": []})
+        file = cache / f"{task.name}-v{task.version}-{split}-n{num}-s{seed}.jsonl"
+        if not file.exists():
+            rows = [{"prompt": it["prompt"], "answer": str(it["answer"])} for it in generate_split(name, split, num, seed)]
+            _write_jsonl(rows, file)
+        return _load_json(file, cache)
+
+    ds = _load_user_file(path, cache)
+    for field, key in ((prompt_field, "task.prompt_field"), (answer_field, "task.answer_field")):
+        if field not in ds.column_names:
+            raise ValueError(
+                f"{key}: column {field!r} not in {path}; columns there: {', '.join(ds.column_names)}. "
+                f"Fix: set {key} to one of them."
+            )
+    ds = ds.map(
+        lambda r: {"prompt": str(r[prompt_field]), "answer": str(r[answer_field])},
+        remove_columns=ds.column_names,
+    )
+    n = min(num, len(ds))
+    rows = range(n) if split == "train" else range(len(ds) - n, len(ds))
+    return ds.select(rows)
+
+
+def _load_user_file(path: str, cache: Path) -> datasets.Dataset:
+    """Load a user's .jsonl/.json/.parquet file; every failure is a ValueError naming task.path."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(
+            f"task.path: file not found: {path}. Fix: give an existing .jsonl/.json/.parquet file, "
+            f"or leave task.path unset to use the task's generated data."
+        )
+    fmt = FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        raise ValueError(
+            f"task.path: unknown file extension {p.suffix!r} for {path}; allowed: {', '.join(FORMATS)}. "
+            f"Fix: convert the file or rename it with the right extension."
+        )
+    try:
+        return datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=str(cache / "hf_datasets"))
+    except Exception as e:  # datasets/pyarrow raise many types (DatasetGenerationError, ArrowInvalid, ...)
+        raise ValueError(
+            f"task.path: could not read {path} as {p.suffix} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}). "
+            f"Fix: check the file is valid {'JSON lines (one object per line)' if fmt == 'json' else 'parquet'}."
+        ) from None
+
+
+def load_general_prompts(num: int, seed: int, cache_dir: Path | None = None) -> datasets.Dataset:
+    """num general-text items (columns prompt, text), generated, cached as jsonl, loaded with datasets."""
+    if num < 0:
+        raise ValueError(f"num must be >= 0, got {num}")
+    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    if num == 0:
+        return datasets.Dataset.from_dict({"prompt": [], "text": []})
+    file = cache / f"general-v{general.VERSION}-n{num}-s{seed}.jsonl"
+    if not file.exists():
+        _write_jsonl(general.generate(num, seed), file)
+    return _load_json(file, cache)
