@@ -41,3 +41,23 @@ def test_top_k_then_top_p():
     p = probs_from_logits(probs.log(), SamplingParams(top_k=3, top_p=0.7))
     # top-k renormalises to (4, 3, 2)/9; top-p 0.7: 4/9 < 0.7 <= 7/9 keeps two tokens.
     assert torch.allclose(p, torch.tensor([[4 / 7, 3 / 7, 0.0, 0.0]]))
+
+
+def test_sample_follows_probs_and_never_picks_zero_mass():
+    from scipy import stats
+
+    from workbench.rollout.sampling import sample
+
+    p = torch.tensor([0.0, 0.5, 0.2, 0.0, 0.3])
+    n = 100_000
+    draws = sample(p.expand(n, -1).contiguous(), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=5)
+    assert counts[0] == 0 and counts[3] == 0
+    assert stats.chisquare(counts[[1, 2, 4]].double().numpy(), (p[[1, 2, 4]].double() * n).numpy()).pvalue > 1e-4
+
+
+def test_sample_accepts_unnormalised_rows():
+    from workbench.rollout.sampling import sample
+
+    p = torch.tensor([[0.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    assert sample(p).tolist() == [1, 0]

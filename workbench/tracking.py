@@ -141,8 +141,9 @@ class Tracker:
             return self
         if self._run_id is not None:
             raise RuntimeError(f"Tracker already started (run {self._run_id})")
-        _quiet_mlflow()
         from mlflow import MlflowClient
+
+        _quiet_mlflow()  # after the import: importing mlflow configures its loggers
 
         self._client = MlflowClient(tracking_uri=self._tracking_uri)
         self.experiment_id = self._get_or_create_experiment()

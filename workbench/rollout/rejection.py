@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from workbench.rollout.sampling import sample
+
 
 def rejection_sample(
     target_probs: torch.Tensor,
@@ -65,7 +67,7 @@ def rejection_sample(
         # mass == 0 only when p == q, where rejection has probability 0; fall back to p for safety.
         residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_n)
         p_n = torch.where(rejected[:, None], residual, p_n)
-    last = torch.multinomial(p_n, 1, generator=generator).squeeze(-1)  # (B,)
+    last = sample(p_n, generator)  # (B,)
 
     tokens = torch.cat([draft_tokens, draft_tokens[:, :1]], dim=1).clone()  # (B, k+1)
     tokens[rows, num_accepted] = last
