@@ -99,6 +99,75 @@ def sweep(
         raise typer.Exit(1)
 
 
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        if ".." in text:
+            lo, hi = text.split("..")
+            vals = tuple(range(int(lo), int(hi) + 1))
+        else:
+            vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        _fail(f"{what}: {text!r} is not a list of integers; use e.g. 1,8,64 or 1..7")
+    if not vals or min(vals) < 1:
+        _fail(f"{what}: {text!r} must name integers >= 1")
+    return vals
+
+
+@app.command()
+def bench(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or name (default: quickstart): target, draft model, task, sampling."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0"),
+    batch_sizes: str = typer.Option("1,8,64", help="Batch sizes for ours vs transformers generate()."),
+    ks: str = typer.Option("1..7", "--k", help="Speculation lengths k (num_speculative_tokens)."),
+    drafters: str = typer.Option("draft_model,ngram", help="Drafter kinds for the performance-model table."),
+    max_new_tokens: int = typer.Option(64, min=1, help="Tokens generated per sequence (EOS ignored)."),
+    repeats: int = typer.Option(3, min=1, help="Timed repeats per measurement (median reported)."),
+    model_batch: int = typer.Option(64, min=1, help="Batch of the performance-model table (the GRPO batch)."),
+    no_hf: bool = typer.Option(False, "--no-hf", help="Skip the transformers contenders."),
+    out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
+    name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
+) -> None:
+    """Benchmark rollout generation: ours vs transformers generate() and assisted generation, and
+    the performance model (measured α, c, verification cost; predicted vs measured speedup)."""
+    import shlex
+    import time as _time
+    from pathlib import Path
+
+    from workbench.bench import Bench, BenchConfig, machine_info, save, to_markdown
+
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:
+        items.insert(0, spec)
+        spec = None
+    try:
+        resolved = load_spec(spec, items)
+    except SpecError as e:
+        _fail(str(e))
+    from drafters import DRAFTERS
+
+    kinds = tuple(x.strip() for x in drafters.split(",") if x.strip())
+    bad = [x for x in kinds if x not in DRAFTERS]
+    if bad:
+        _fail(f"--drafters: unknown drafter {bad[0]!r}; allowed values: {', '.join(DRAFTERS)}")
+    cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch, not no_hf)
+    try:
+        b = Bench(resolved, cfg)
+    except ValueError as e:
+        _fail(str(e))
+    with console.status("benchmarking") as status:
+        results = b.run(progress=lambda s: status.update(f"benchmarking: {s}"))
+    dev = machine_info()["device"].split(":")[0]
+    fname = name or f"bench-{dev}-{_time.strftime('%Y%m%d-%H%M%S')}"
+    args = [spec or "quickstart", *items, "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
+            "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
+    command = "wb bench " + " ".join(shlex.quote(a) for a in args + (["--no-hf"] if no_hf else []))
+    jpath, mpath = save(results, Path(out), command, fname)
+    from rich.markdown import Markdown
+
+    console.print(Markdown(to_markdown(results | {"command": command})))
+    console.print(f"results: {jpath} and {mpath}")
+
+
 @models_app.command("list")
 def models_list() -> None:
     """List model presets and whether each is built in the cache."""

@@ -1,0 +1,285 @@
+"""`wb bench`: rollout-generation benchmark, measured side by side in one process.
+
+Three tables, medians of ``repeats`` timed runs after one warm-up, fixed-length generation (EOS
+ignored) so every contender produces the same number of tokens:
+
+1. ``ar``: our autoregressive engine vs transformers ``generate()`` at several batch sizes.
+2. ``assisted``: our speculative engine (draft_model, k) vs transformers assisted generation
+   (``assistant_model``, batch 1 — its only supported batch size) vs our autoregressive engine.
+3. ``model``: per drafter and k at the GRPO batch size: measured α (fit to per-position
+   acceptance, rate_i ≈ α^(i+1)), measured c (drafter step / target step), the target's forward
+   cost as a function of tokens in flight, the speedup the Leviathan et al. (arXiv 2211.17192)
+   model predicts with that cost curve, E[N] / (k·c + cost(k+1)/cost(1)), the measured speedup
+   and their ratio (engine efficiency).
+
+Speed is measured, never asserted: tests check the structure of the results, not their values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+
+from drafters import build_drafter
+from workbench.models.build import load_model, resolve_model
+from workbench.models.tokenizer import encode_prompt
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.spec import ExperimentSpec
+from workbench.tasks.loading import load_task_data
+
+
+@dataclass
+class BenchConfig:
+    batch_sizes: tuple[int, ...] = (1, 8, 64)
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
+    drafters: tuple[str, ...] = ("draft_model", "ngram")
+    max_new_tokens: int = 64
+    repeats: int = 3
+    model_batch: int = 64  # the GRPO batch (prompts_per_step * group_size) for the model table
+    hf: bool = True  # include transformers contenders
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E[N] tokens per verification step (Leviathan et al. eq. 1), bonus token included."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def fit_alpha(rates_per_pos: list[float]) -> float | None:
+    """Least-squares α from per-position acceptance rates r_i ≈ α^(i+1) (in log space)."""
+    pts = [(i + 1, math.log(r)) for i, r in enumerate(rates_per_pos) if r > 0]
+    if not pts:
+        return None
+    return math.exp(sum(x * y for x, y in pts) / sum(x * x for x, _ in pts))
+
+
+def predicted_speedup(alpha: float, k: int, c: float, verify_cost: float) -> float:
+    """Leviathan speedup with a measured verification cost: E[N] / (k·c + cost(k+1)/cost(1))."""
+    return expected_tokens(alpha, k) / (k * c + verify_cost)
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
+    fn()  # warm-up (allocator, caches)
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    L = max(map(len, prompts))
+    ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), L, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, L - len(p):] = torch.tensor(p)
+        mask[i, L - len(p):] = 1
+    return ids, mask
+
+
+@dataclass
+class Bench:
+    spec: ExperimentSpec
+    cfg: BenchConfig
+    results: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        torch.manual_seed(self.spec.seed)
+        self.hf_target, self.tok = load_model(resolve_model(self.spec.model.target, what="model.target"))
+        self.target = LeanLM.from_hf(self.hf_target)
+        self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"))
+        r = self.spec.rollout
+        self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
+        n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
+        rows = list(load_task_data(self.spec.task.name, "eval", n, self.spec.seed)["prompt"])
+        self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
+
+    def _engine(self, kind: str, k: int) -> RolloutEngine:
+        ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
+        drafter = build_drafter(kind, ds, target=SimpleNamespace(lm=self.target, tokenizer=self.tok), device=torch.device("cpu"))
+        return RolloutEngine(self.target, drafter, k=k)
+
+    def _ours(self, engine: RolloutEngine, prompts):
+        return lambda: engine.generate(prompts, self.sp, torch.Generator().manual_seed(0))
+
+    def _hf(self, prompts, assistant=None, k: int = 0):
+        ids, mask = _left_pad(prompts, self.tok.pad_token_id)
+        kw = dict(max_new_tokens=self.cfg.max_new_tokens, min_new_tokens=self.cfg.max_new_tokens, pad_token_id=self.tok.pad_token_id)
+        if self.sp.greedy:
+            kw["do_sample"] = False
+        else:
+            kw.update(do_sample=True, temperature=self.sp.temperature, top_p=self.sp.top_p, top_k=self.sp.top_k or None)
+        if assistant is not None:
+            assistant.generation_config.num_assistant_tokens = k
+            assistant.generation_config.num_assistant_tokens_schedule = "constant"
+            assistant.generation_config.assistant_confidence_threshold = 0.0
+            kw["assistant_model"] = assistant
+        return lambda: self.hf_target.generate(input_ids=ids, attention_mask=mask, **kw)
+
+    # ------------------------------------------------------------------ tables
+
+    @torch.no_grad()
+    def run_ar(self) -> list[dict]:
+        rows = []
+        for B in self.cfg.batch_sizes:
+            prompts = self.prompts[:B]
+            n_tok = B * self.cfg.max_new_tokens
+            t_ours, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
+            row = {"batch": B, "ours_tok_s": n_tok / t_ours}
+            if self.cfg.hf:
+                t_hf, _ = _median_time(self._hf(prompts), self.cfg.repeats)
+                row.update(hf_generate_tok_s=n_tok / t_hf, ratio=t_hf / t_ours)
+            rows.append(row)
+        return rows
+
+    @torch.no_grad()
+    def run_assisted(self) -> list[dict]:
+        prompts = self.prompts[:1]
+        n_tok = self.cfg.max_new_tokens
+        t_ar, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
+        rows = []
+        for k in self.cfg.ks:
+            t_spec, out = _median_time(self._ours(self._engine("draft_model", k), prompts), self.cfg.repeats)
+            row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t_ar,
+                   "acceptance_length": out.counters.metrics().get("spec/acceptance_length")}
+            if self.cfg.hf:
+                t_as, _ = _median_time(self._hf(prompts, assistant=self.hf_draft, k=k), self.cfg.repeats)
+                row.update(hf_assisted_tok_s=n_tok / t_as, ratio=t_as / t_spec)
+            rows.append(row)
+        return rows
+
+    @torch.no_grad()
+    def step_costs(self, B: int, max_t: int) -> dict:
+        """Median seconds of one target forward with T = 1..max_t tokens per row (+ sampling), and
+        of one draft-model step (T = 1), at batch B over a ~prompt-length cache."""
+        ctx = 48
+        def target_fwd(T):
+            cache = self.target.new_cache(B, ctx + max_t + 1)
+            x = torch.randint(3, self.target.cfg.vocab_size, (B, T))
+            start = torch.full((B,), ctx)
+            return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
+        curve = {T: _median_time(target_fwd(T), max(self.cfg.repeats, 5))[0] for T in range(1, max_t + 1)}
+        draft = LeanLM.from_hf(self.hf_draft)
+        dcache = draft.new_cache(B, ctx + 2)
+        x1 = torch.randint(3, draft.cfg.vocab_size, (B, 1))
+        start = torch.full((B,), ctx)
+        draft_step = lambda: sample(probs_from_logits(draft(x1, start, dcache)[0][:, 0], self.sp))  # noqa: E731
+        return {"target_curve_s": curve, "draft_step_s": _median_time(draft_step, max(self.cfg.repeats, 5))[0]}
+
+    @torch.no_grad()
+    def run_model(self) -> dict:
+        B = self.cfg.model_batch
+        prompts = self.prompts[:B]
+        costs = self.step_costs(B, max(self.cfg.ks) + 1)
+        t1 = costs["target_curve_s"][1]
+        t_ar, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
+        rows = []
+        for kind in self.cfg.drafters:
+            for k in self.cfg.ks:
+                eng = self._engine(kind, k)
+                t_spec, out = _median_time(self._ours(eng, prompts), self.cfg.repeats)
+                m = out.counters.metrics()
+                rates = [m[f"spec/acceptance_rate_pos_{i}"] for i in range(k) if f"spec/acceptance_rate_pos_{i}" in m]
+                alpha = fit_alpha(rates)
+                if kind == "draft_model":
+                    c = costs["draft_step_s"] / t1
+                else:  # drafter cost per step = its proposal time per verification step, over k
+                    c = self._ngram_cost(eng, prompts) / t1 / k
+                verify = costs["target_curve_s"][k + 1] / t1
+                pred = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
+                meas = t_ar / t_spec
+                rows.append({
+                    "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
+                    "acceptance_length": m.get("spec/acceptance_length"), "predicted_speedup": pred,
+                    "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
+                })
+        return {"batch": B, "ar_gen_s": t_ar, "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
+
+    def _ngram_cost(self, eng: RolloutEngine, prompts) -> float:
+        """Median seconds of one batched n-gram proposal over realistic contexts."""
+        from drafters.base import DraftContext
+
+        out = eng.generate(prompts, self.sp, torch.Generator().manual_seed(0))
+        seqs = [p + t for p, t in zip(prompts, out.tokens)]
+        L = max(map(len, seqs))
+        toks = torch.zeros(len(seqs), L, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            toks[i, : len(s)] = torch.tensor(s)
+        lens = torch.tensor([len(s) for s in seqs])
+        ctx = DraftContext(toks, lens, torch.tensor(list(map(len, prompts))), torch.arange(len(seqs)), self.sp)
+        return _median_time(lambda: eng.drafter.propose(ctx, eng.k), max(self.cfg.repeats, 5))[0]
+
+    def run(self, progress: Callable[[str], None] = lambda s: None) -> dict:
+        progress("autoregressive vs transformers generate()")
+        self.results["ar"] = self.run_ar()
+        progress("speculative vs transformers assisted generation")
+        self.results["assisted"] = self.run_assisted()
+        progress("performance model per drafter and k")
+        self.results["model"] = self.run_model()
+        self.results["meta"] = machine_info() | {
+            "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
+            "repeats": self.cfg.repeats, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
+        }
+        return self.results
+
+
+def machine_info() -> dict:
+    dev = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return {
+        "device": dev, "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+        "cpu_count": __import__("os").cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def save(results: dict, out_dir: Path, command: str, name: str) -> tuple[Path, Path]:
+    """Write ``<name>.json`` (all numbers + the command) and ``<name>.md`` (tables) under out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = results | {"command": command}
+    jpath = out_dir / f"{name}.json"
+    jpath.write_text(json.dumps(results, indent=2, default=str))
+    mpath = out_dir / f"{name}.md"
+    mpath.write_text(to_markdown(results))
+    return jpath, mpath
+
+
+def _f(x, nd=2) -> str:
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def to_markdown(r: dict) -> str:
+    meta = r.get("meta", {})
+    lines = [f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})", "", f"Command: `{r.get('command', '')}`", "",
+             f"target `{meta.get('target')}`, draft `{meta.get('draft')}`, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
+             f"median of {meta.get('repeats')} runs, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores.", ""]
+    lines += ["## Autoregressive: ours vs transformers generate()", "", "| batch | ours tok/s | transformers tok/s | ours / transformers |", "|---|---|---|---|"]
+    for x in r.get("ar", []):
+        lines.append(f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(x.get('hf_generate_tok_s'), 0)} | {_f(x.get('ratio'))} |")
+    lines += ["", "## Speculative (draft_model), batch 1: ours vs transformers assisted generation", "",
+              "| k | ours spec tok/s | ours AR tok/s | transformers assisted tok/s | ours / assisted | acceptance length |", "|---|---|---|---|---|---|"]
+    for x in r.get("assisted", []):
+        lines.append(f"| {x['k']} | {_f(x['ours_spec_tok_s'], 0)} | {_f(x['ours_ar_tok_s'], 0)} | {_f(x.get('hf_assisted_tok_s'), 0)} | {_f(x.get('ratio'))} | {_f(x['acceptance_length'])} |")
+    m = r.get("model", {})
+    if m:
+        curve = m["costs"]["target_curve_s"]
+        t1 = curve[1] if 1 in curve else curve["1"]
+        lines += ["", f"## Performance model at batch {m['batch']} (Leviathan et al. with the measured verification cost)", "",
+                  "Target forward cost vs tokens per row (relative to 1): " + ", ".join(f"{T}: {v / t1:.2f}" for T, v in curve.items()), "",
+                  "| drafter | k | α | c | verify cost | acc. length | predicted | measured | efficiency |", "|---|---|---|---|---|---|---|---|---|"]
+        for x in m["rows"]:
+            lines.append(f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | {_f(x['acceptance_length'])} | "
+                         f"{_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_f(x['efficiency'])} |")
+    return "\n".join(lines) + "\n"
