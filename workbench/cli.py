@@ -168,6 +168,125 @@ def bench(
     console.print(f"results: {jpath} and {mpath}")
 
 
+@app.command(context_settings={"allow_extra_args": False})
+def tune(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ with a tune: section (default: tune). May be omitted."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides of the spec, e.g. grpo.steps=6 tune.objective=speedup_step"),
+    trials: int = typer.Option(10, "--trials", "-t", min=1, help="Total COMPLETE+PRUNED trials the study should have; a re-run tops up (runs only the missing ones)."),
+    study: Optional[str] = typer.Option(None, "--study", "-s", help="Optuna study name (default: tune.study_name or <spec name>-tune). Re-use it to resume."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: tune.storage, sqlite:///optuna.db); any SQLAlchemy URL lets several machines share a study."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Where to write the best trial's spec YAML (default: ./best-<study>.yaml)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (trial lines and the results table still print)."),
+) -> None:
+    """Tune spec keys with an Optuna study: pruned on per-step values, resumable, best spec written as YAML.
+
+    Search space: the spec's tune.params (dotted key -> {type: categorical|int|float, ...}). Objective (tune.objective, maximized): gen_tokens_per_s, speedup_gen or speedup_step, vs a drafter=none baseline run once per study. Each trial is an MLflow child run; pruned trials end FINISHED with tag workbench.pruned=true.
+
+    Examples: wb tune --trials 20 | wb tune micro.yaml --trials 5 --study s1 --storage postgresql://host/optuna
+    """
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:  # `wb tune grpo.steps=6`: no spec given
+        items.insert(0, spec)
+        spec = None
+    from workbench.tune import plan_tune, run_study, trials_table, write_best, best_trial
+
+    try:
+        plan = plan_tune(spec, items, study_name=study, storage=storage)
+        res = run_study(plan, trials, console=console, progress=not quiet)
+    except SpecError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study {study or '<the study above>'})[/]")
+        raise typer.Exit(130)
+    console.print(trials_table(plan, res.study))
+    best = best_trial(res.study)
+    if res.parent_run_id:
+        console.print(f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}")
+    if best is None:
+        err.print("[red]no trial completed[/]: nothing to write")
+        raise typer.Exit(1)
+    path = write_best(plan, best, out)
+    params = " ".join(f"{k}={v}" for k, v in best.params.items())
+    console.print(f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{best.value:.4g}[/] with {params}")
+    console.print(f"best spec written to [bold]{path}[/]; run it with: wb run {path}")
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def report(
+    name: str = typer.Argument(..., help="A sweep name, an Optuna study name, a run name or a run id."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default: reports/NAME)."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+) -> None:
+    """Write report.md (+ PNG plots, --html) for a sweep, study or run, read from MLflow.
+
+    Examples: wb report my-sweep | wb report my-sweep --html --out /tmp/r | wb report <run id>
+    """
+    from workbench.report import ReportError, make_report
+
+    try:
+        target, rep = make_report(name, out, with_html=html, tracking_uri=tracking_uri)
+    except ReportError as e:
+        _fail(str(e))
+    console.print(f"{target.kind} [bold]{name}[/]: {len(target.runs)} run(s) -> [bold]{rep.markdown}[/]" + (f", {rep.html}" if rep.html else ""))
+    console.print(f"plots: {', '.join(rep.plots) or '(none)'}" + (f"; skipped (no data): {', '.join(rep.skipped)}" if rep.skipped else ""), highlight=False)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def ui(
+    backend_store_uri: Optional[str] = typer.Option(None, "--backend-store-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    port: int = typer.Option(5000, "--port", "-p", help="Port."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="Sweep/study (or parent run) whose child runs to compare (default: the newest)."),
+    print_url: bool = typer.Option(False, "--print-url", "--no-server", help="Print the URLs and exit; start no server."),
+    open_browser: bool = typer.Option(False, "--open", help="Open the comparison view in a web browser once the server is up."),
+) -> None:
+    """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep."""
+    import subprocess
+
+    from workbench.ui import base_url, compare_url, default_store, experiment_url, find_group, server_command, wait_ready
+
+    store = default_store(backend_store_uri)
+    base = base_url(host, port)
+    url = None
+    try:
+        group = find_group(store, sweep)
+    except Exception as e:  # noqa: BLE001 - unreadable store
+        if print_url:
+            _fail(f"cannot read the MLflow store {store}: {e}")
+        group = None
+    if group is None:
+        if sweep:
+            _fail(f"no sweep, study or parent run {sweep!r} in {store}")
+        console.print(f"no sweep in {store} yet; runs at {base}", highlight=False)
+    else:
+        parent, kids = group
+        label = parent.data.tags.get("workbench.sweep") or parent.data.tags.get("workbench.study") or parent.info.run_name
+        if kids:
+            url = compare_url(base, [k.info.run_id for k in kids], [k.info.experiment_id for k in kids])
+            console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
+            console.print(url, highlight=False, soft_wrap=True)
+        console.print(f"experiment: {experiment_url(base, parent.info.experiment_id)}", highlight=False, soft_wrap=True)
+    if print_url:
+        return
+    cmd = server_command(store, host, port)
+    console.print(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)", highlight=False)
+    proc = subprocess.Popen(cmd)
+    try:
+        if open_browser and wait_ready(base, 60, proc):
+            import webbrowser
+
+            webbrowser.open(url or base)
+        raise typer.Exit(proc.wait())
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise typer.Exit(130)
+
+
 @models_app.command("list")
 def models_list() -> None:
     """List model presets and whether each is built in the cache."""

@@ -8,6 +8,7 @@ model build; a crash or Ctrl-C inside the run ends it FAILED/KILLED with what it
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -19,6 +20,20 @@ from workbench.spec import ExperimentSpec
 from workbench.tracking import Tracker
 
 STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step")
+
+
+class EarlyStop(Exception):
+    """Raised by an ``on_step`` hook to end a run early on purpose (e.g. an Optuna trial pruned).
+
+    The MLflow run ends FINISHED (not FAILED) with tag ``workbench.stopped_early=true`` plus
+    ``tags``, and ``stopped_at_step``; ``run_id`` and ``history`` are filled in before it is re-raised.
+    """
+
+    def __init__(self, message: str = "stopped early", tags: dict[str, str] | None = None):
+        super().__init__(message)
+        self.tags = dict(tags or {})
+        self.run_id: str | None = None
+        self.history: list[dict[str, float]] = []
 
 
 @dataclass
@@ -40,11 +55,14 @@ def run_experiment(
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
     summary: bool = True,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> RunResult:
     """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history.
 
     ``parent_run_id`` makes the MLflow run a child (one point of a sweep or one trial of a study);
-    ``tags`` are added to the run. Raises whatever the trainer raises (ValueError for bad input
+    ``tags`` are added to the run. ``on_step(step, metrics)`` is called after each step's metrics
+    are logged; if it raises, the run ends: :class:`EarlyStop` -> FINISHED with tag
+    ``workbench.stopped_early=true`` (then re-raised), anything else -> FAILED/KILLED. Raises whatever the trainer raises (ValueError for bad input
     found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
     """
     console = console or Console()
@@ -79,6 +97,14 @@ def run_experiment(
                     tracker.log_samples(samples, step=step)
                 result.history.append(metrics)
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
+                if on_step is not None:
+                    try:
+                        on_step(step, metrics)
+                    except EarlyStop as e:
+                        e.run_id, e.history = tracker.run_id, result.history
+                        tracker.set_tags({"workbench.stopped_early": "true", "workbench.stopped_at_step": step, **e.tags})
+                        tracker.end("FINISHED")  # idempotent: the `with` exit below is then a no-op
+                        raise
     if progress and summary:
         console.print(summary_table(spec, result))
         if result.run_id:
