@@ -271,20 +271,269 @@ def ui(
         return
     cmd = server_command(store, host, port)
     console.print(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)", highlight=False)
+    import signal
+
+    def _term(*_):  # `kill` of wb stops the server too
+        raise KeyboardInterrupt
+
     proc = subprocess.Popen(cmd)
+    old = signal.signal(signal.SIGTERM, _term)
+    code = 130
     try:
         if open_browser and wait_ready(base, 60, proc):
             import webbrowser
 
             webbrowser.open(url or base)
-        raise typer.Exit(proc.wait())
+        code = proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    raise typer.Exit(code)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def audit(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0.7 drafter.k=2"),
+    alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate (Bonferroni over all chi-square tests)."),
+    samples: int = typer.Option(0, "--samples", "-n", help="Rows per arm and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples."),
+    max_samples: int = typer.Option(6000, "--max-samples", help="Cap on the auto sample size (keeps the tiny models under ~3 min on 2 CPU cores); 0 = no cap."),
+    prompts: int = typer.Option(1, "--prompts", help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."),
+    max_new_tokens: int = typer.Option(8, "--max-new-tokens", help="Completion tokens per row (positions tested)."),
+    k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
+    drafters_opt: Optional[str] = typer.Option(None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."),
+    biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
+) -> None:
+    """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
+
+    Compares speculative vs autoregressive samples of the same prompts: per-position token
+    histograms and the joint law of the first tokens (two-sample chi-square, Bonferroni to --alpha),
+    and greedy token-for-token identity. Example: wb audit micro --samples 2000
+    """
+    from types import SimpleNamespace
+
+    from drafters import DRAFTERS, build_drafter
+    from workbench.audit import accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
+    from workbench.grpo.trainer import resolve_device
+    from workbench.models.build import PRESETS, is_built, load_model, resolve_model
+    from workbench.models.tokenizer import encode_prompt
+    from workbench.rollout.model import LeanLM
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.tasks.loading import load_task_data
+
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:
+        items.insert(0, spec)
+        spec = None
+    try:
+        s = load_spec(spec, items)
+    except SpecError as e:
+        _fail(str(e))
+    kinds = [x.strip() for x in drafters_opt.split(",")] if drafters_opt else list(DRAFTERS)
+    unknown = [x for x in kinds if x not in DRAFTERS]
+    if unknown:
+        _fail(f"--drafters: unknown kind(s) {', '.join(unknown)}; registered: {', '.join(DRAFTERS)}")
+    try:
+        device = resolve_device(s.model.device)
+        hf, tok = load_model(resolve_model(s.model.target, what="model.target"), device=device, dtype=s.model.dtype)
+        t = s.task
+        split, num = ("eval", t.num_eval) if t.num_eval else ("train", t.num_train)
+        rows = load_task_data(t.name, split, max(prompts, 8), s.seed, t.path, t.prompt_field, t.answer_field)
+    except ValueError as e:
+        _fail(str(e))
+    lm = LeanLM.from_hf(hf)
+    all_ids = [encode_prompt(tok, r["prompt"]) for r in rows]
+    prompt_ids = all_ids[:prompts]
+    target_ref = SimpleNamespace(lm=lm, tokenizer=tok)
+    drafters, skipped = {}, {}
+    for kind in kinds:
+        if kind == "draft_model" and s.drafter.model in PRESETS and not is_built(s.drafter.model):
+            skipped[kind] = f"preset {s.drafter.model} not built (wb models build {s.drafter.model})"
+            continue
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise typer.Exit(130)
+            drafters[kind] = build_drafter(kind, s.drafter, target=target_ref, device=device)
+        except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
+            skipped[kind] = str(e).splitlines()[0][:120]
+    r = s.rollout
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
+    kk = k or s.drafter.k
+    m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
+    n = samples or (min(n_req, max_samples) if max_samples else n_req)
+    console.print(
+        f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
+        f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}{' [red](biased sampler)[/]' if biased else ''}\n"
+        f"{m} chi-square tests, Bonferroni: each at {a:.1e} (family-wise false-alarm rate {alpha:g}); "
+        f"n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per arm and prompt; using n={n}",
+        highlight=False,
+    )
+    with console.status("sampling") as status:
+        status.update("pilot: finding uncertain positions")
+        contexts = informative_prompts(lm, prompt_ids, sp, seed=s.seed)
+        res = run_audit(lm, drafters, contexts, sp, k=kk, n=n, alpha=alpha, skipped=skipped, greedy_prompts=all_ids,
+                        rejection_fn=accept_all_rejection_sample if biased else None,
+                        on_progress=lambda msg: status.update(msg))
+    table = Table(title=f"audit ({res.wall_s:.0f} s): detectable shift at n={n}: {100 * res.shift:.1f} % (1 df, p=0.5, power 0.9)")
+    for col in ("drafter", "test", "min p (over prompts)", "result", "detail (worst)"):
+        table.add_column(col)
+    for d, name, p, ok, detail in summary_rows(res):
+        table.add_row(d, name, p, f"[green]{ok}[/]" if ok == "pass" else f"[bold red]{ok}[/]", detail)
+    for kind, why in res.skipped.items():
+        table.add_row(kind, "-", "-", "[yellow]skipped[/]", why)
+    console.print(table)
+    console.print("contexts (prompt + target's own prefix up to its first uncertain position): "
+                  + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts), highlight=False)
+    if res.acceptance:
+        console.print("acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False)
+    if not res.passed:
+        err.print("[bold red]audit FAILED:[/] speculative rollouts differ from autoregressive ones")
+        raise typer.Exit(1)
+    console.print("[green]audit passed[/]")
+
+
+def _named_floats(values: Optional[list[str]], what: str) -> dict[str, float]:
+    """["0.7", "ngram=0.6"] -> {"": 0.7, "ngram": 0.6}."""
+    out: dict[str, float] = {}
+    for v in values or []:
+        name, _, num = v.rpartition("=")
+        try:
+            out[name] = float(num)
+        except ValueError:
+            _fail(f"{what}: {v!r} is not a number or NAME=number")
+    return out
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def project(
+    gen: Optional[float] = typer.Option(None, "--gen", help="Seconds of the gen stage per step (autoregressive)."),
+    logprob: float = typer.Option(0.0, "--logprob", help="Seconds of the logprob stage."),
+    train: float = typer.Option(0.0, "--train", help="Seconds of the train stage."),
+    prepare: float = typer.Option(0.0, "--prepare", help="Seconds of the prepare stage (weight sync)."),
+    data: float = typer.Option(0.0, "--data", help="Seconds of the data stage."),
+    other: float = typer.Option(0.0, "--other", help="Other seconds per step (draft_train, reward, untimed)."),
+    run_ref: Optional[str] = typer.Option(None, "--run", help="MLflow run id or name: stage times = mean timing_s/<stage>, α from spec/acceptance_rate_pos_<i>."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    alpha: Optional[list[str]] = typer.Option(None, "--alpha", help="Per-token acceptance α, or DRAFTER=α (repeatable)."),
+    per_pos: Optional[str] = typer.Option(None, "--per-pos", help="Per-position acceptance rates 'r0,r1,..' (α fitted from r_i ≈ α^(i+1))."),
+    c: Optional[list[str]] = typer.Option(None, "--c", help="Drafter/target step cost ratio, or DRAFTER=c (repeatable; default 0.05)."),
+    ks: str = typer.Option("1..8", "--k", help="Speculation lengths: LOW..HIGH or a,b,c."),
+    cost_curve: Optional[str] = typer.Option(None, "--cost-curve", help="JSON/CSV of target forward seconds vs tokens in flight."),
+    params: Optional[float] = typer.Option(None, "--params", help="Roofline: target parameter count (e.g. 8e9)."),
+    flops: float = typer.Option(989e12, "--flops", help="Roofline: GPU FLOP/s (default H100 dense bf16)."),
+    bandwidth: float = typer.Option(3.35e12, "--bandwidth", help="Roofline: GPU memory bandwidth, bytes/s (default H100)."),
+    bytes_per_param: float = typer.Option(2.0, "--bytes-per-param", help="Roofline: bytes per weight."),
+    batch: int = typer.Option(256, "--batch", help="Rows decoded together (tokens in flight per decode step)."),
+    staleness: int = typer.Option(3, "--staleness", help="Async model: show staleness 1..N."),
+    cv: float = typer.Option(0.2, "--cv", help="Async model: coefficient of variation of the per-step gen time."),
+    seeds: bool = typer.Option(False, "--seeds", help="Print the check against DESIGN.md §6's published numbers and exit."),
+) -> None:
+    """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
+
+    Examples: wb project --gen 100 --logprob 20 --train 15 --alpha 0.8 --c 0.05 |
+    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds
+    """
+    from workbench import project as pm
+
+    if seeds:
+        rows = pm.seeds_check()
+        t = Table(title="DESIGN.md §6 seeds: projected vs published step speedup (tolerance 0.02)")
+        t.add_column("quantity")
+        for r in rows:
+            t.add_column(r["seed"], justify="right")
+        fields = [("gen s (autoregressive → speculative)", lambda r: f"{r['gen_s']:.1f} → {r['gen_spec_s']:.1f}"),
+                  ("gen speedup S (published)", lambda r: f"{r['gen_speedup']:.3f} ({r['published_gen_speedup']})"),
+                  ("non-gen s (backed out)", lambda r: f"{r['non_gen_s']:.2f}"),
+                  ("gen fraction of the step", lambda r: f"{r['gen_fraction']:.3f}"),
+                  ("projected step speedup", lambda r: f"{r['step_speedup']:.3f}"),
+                  ("gen fraction clamped to §6's 65–72 %", lambda r: f"{r['gen_fraction_in_range']:.2f}"),
+                  ("projected step speedup (that fraction)", lambda r: f"{r['step_speedup_in_range']:.3f}"),
+                  ("published step speedup", lambda r: f"{r['published']:.2f}"),
+                  ("within 0.02", lambda r: "[green]yes[/]" if r["ok"] else "[red]NO[/]")]
+        for label, fn in fields:
+            t.add_row(label, *(fn(r) for r in rows))
+        console.print(t)
+        console.print("non-gen s: backed out of gen times and the published step speedup; frac §6: gen fraction clamped to "
+                      "§6's 65–72 % range; step × = step / (step − gen + gen/S) with S = gen/spec gen", highlight=False)
+        if not all(r["ok"] for r in rows):
+            raise typer.Exit(1)
+        return
+    stages: dict[str, float] = {}
+    info: dict = {}
+    if run_ref:
+        try:
+            stages, info = pm.stages_from_mlflow(run_ref, tracking_uri)
+        except ValueError as e:
+            _fail(str(e))
+    cli_stages = dict(gen=gen, logprob=logprob, train=train, prepare=prepare, data=data, other=other)
+    for key, v in cli_stages.items():
+        if v is not None and (v or key not in stages):
+            stages[key] = v
+    if stages.get("gen") is None or stages["gen"] <= 0:
+        _fail("give the gen stage time (--gen SECONDS) or an MLflow run (--run ID_OR_NAME)")
+    alphas = _named_floats(alpha, "--alpha")
+    if per_pos:
+        try:
+            alphas.setdefault(info.get("drafter", ""), pm.alpha_from_per_position([float(x) for x in per_pos.split(",")]))
+        except ValueError:
+            _fail(f"--per-pos: {per_pos!r} is not comma-separated numbers")
+    if not alphas and info.get("per_pos"):
+        alphas[info["drafter"]] = pm.alpha_from_per_position(info["per_pos"])
+    if not alphas:
+        _fail("give --alpha, --per-pos, or an MLflow run with spec/acceptance_rate_pos_<i> metrics")
+    if "" in alphas and len(alphas) > 1:
+        alphas["drafter"] = alphas.pop("")
+    alphas = {(d or "drafter"): a for d, a in alphas.items()}
+    cvals = _named_floats(c, "--c")
+    cs = {d: cvals.get(d, cvals.get("", 0.05)) for d in alphas}
+    try:
+        k_list = list(_int_list(ks, "--k")) if ".." not in ks else list(range(int(ks.split("..")[0]), int(ks.split("..")[1]) + 1))
+    except (ValueError, typer.Exit):
+        _fail(f"--k: {ks!r} is not LOW..HIGH or a,b,c")
+    if cost_curve:
+        try:
+            cost = pm.load_cost_curve(cost_curve)
+        except (OSError, ValueError, KeyError) as e:
+            _fail(f"--cost-curve: {e}")
+        cost_desc = f"measured curve {cost_curve}"
+    elif params:
+        cost = pm.CostModel("roofline", params=params, flops=flops, bandwidth=bandwidth, bytes_per_param=bytes_per_param)
+        cost_desc = f"roofline {params:.3g} params, {flops:.3g} FLOP/s, {bandwidth:.3g} B/s"
+    else:
+        cost = pm.CostModel()
+        cost_desc = "memory-bound (verification = 1 target step)"
+    rows = pm.project(stages, alphas, cs, k_list, cost, batch)
+    step = sum(stages.values())
+    console.print(f"step {step:.2f} s = " + " + ".join(f"{k} {v:.2f}" for k, v in stages.items() if v) + f"; cost model: {cost_desc}; batch {batch}", highlight=False)
+    best = pm.best_k(rows)
+    t = Table(title="synchronous step: projected speedups (Leviathan, S = E[N] / (k·c + verify))")
+    for col in ("drafter", "k", "α", "c", "E[N]", "verify/step", "gen ×", "gen s", "step s", "step ×"):
+        t.add_column(col)
+    for r in rows:
+        mark = " *" if best[r.drafter] is r else ""
+        t.add_row(r.drafter, f"{r.k}{mark}", f"{r.alpha:.3f}", f"{r.c:.3g}", f"{r.expected_tokens:.2f}", f"{r.verify_ratio:.2f}",
+                  f"{r.gen_speedup:.2f}", f"{r.gen_s:.2f}", f"{r.step_s:.2f}", f"{r.step_speedup:.2f}")
+    console.print(t)
+    train_side = step - stages["gen"]
+    a = Table(title=f"asynchronous overlap (gen ‖ train side {train_side:.2f} s, gen cv {cv}): mean step s (× vs sync autoregressive {step:.2f} s)")
+    a.add_column("staleness")
+    a.add_column("autoregressive")
+    for d, r in best.items():
+        a.add_column(f"{d} k={r.k}")
+    for s in range(0, staleness + 1):
+        ar = pm.async_step_time(stages["gen"], train_side, s, cv)
+        cells = [f"{ar:.2f} ({step / ar:.2f}×)"]
+        for d, r in best.items():
+            v = pm.async_step_time(r.gen_s, train_side, s, cv)
+            cells.append(f"{v:.2f} ({step / v:.2f}×)")
+        a.add_row("0 (sync)" if s == 0 else str(s), *cells)
+    console.print(a)
+    console.print("best k: " + ", ".join(f"{d} k={r.k} (gen {r.gen_speedup:.2f}×, step {r.step_speedup:.2f}×)" for d, r in best.items()), highlight=False)
 
 
 @models_app.command("list")
