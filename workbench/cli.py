@@ -304,7 +304,7 @@ def audit(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0.7 drafter.k=2"),
     alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate (Bonferroni over all chi-square tests)."),
     samples: int = typer.Option(0, "--samples", "-n", help="Rows per arm and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples."),
-    max_samples: int = typer.Option(6000, "--max-samples", help="Cap on the auto sample size (keeps the tiny models under ~3 min on 2 CPU cores); 0 = no cap."),
+    max_samples: int = typer.Option(12000, "--max-samples", help="Cap on the auto sample size (keeps the tiny models under ~3 min on 2 CPU cores); 0 = no cap."),
     prompts: int = typer.Option(1, "--prompts", help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."),
     max_new_tokens: int = typer.Option(8, "--max-new-tokens", help="Completion tokens per row (positions tested)."),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
@@ -344,7 +344,7 @@ def audit(
         device = resolve_device(s.model.device)
         hf, tok = load_model(resolve_model(s.model.target, what="model.target"), device=device, dtype=s.model.dtype)
         t = s.task
-        split, num = ("eval", t.num_eval) if t.num_eval else ("train", t.num_train)
+        split = "eval" if t.num_eval else "train"
         rows = load_task_data(t.name, split, max(prompts, 8), s.seed, t.path, t.prompt_field, t.answer_field)
     except ValueError as e:
         _fail(str(e))

@@ -1,0 +1,90 @@
+"""`wb audit`: exact engines pass, a biased verifier fails, the CLI exits accordingly."""
+
+from collections import Counter
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from drafters.draft_model import DraftModelDrafter
+from drafters.ngram import NgramDrafter
+from workbench.audit import (
+    accept_all_rejection_sample,
+    detectable_shift,
+    plan,
+    required_samples,
+    run_audit,
+    two_sample_chi2,
+)
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+
+from conftest import random_llama
+
+V = 12
+
+
+@pytest.fixture(scope="module")
+def models():
+    hf = random_llama(vocab=V, hidden=32, layers=1, seed=20, lm_head_std=0.6)
+    target = LeanLM.from_hf(hf)
+    draft = LeanLM.from_hf(hf)  # a close but different draft: often, not always, accepted
+    draft.lm_head.weight.add_(0.5 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    return target, draft
+
+
+PROMPTS = [[1, 3, 4, 3, 4], [1, 5, 6]]
+SP = SamplingParams(temperature=1.0, max_new_tokens=3, eos_token_id=2)
+
+
+def test_power_calculation():
+    # z_{1-a/2} + z_{0.9} for a = 1e-4: 3.891 + 1.2816; n = z^2 * 0.5 / 0.01^2
+    assert required_samples(1e-4) == pytest.approx(26.75 * 5000, rel=0.01)
+    assert detectable_shift(required_samples(1e-4), 1e-4) == pytest.approx(0.01, rel=1e-3)
+    m, a, n = plan(2, 1, 4, 1e-3)
+    assert m == 10 and a == pytest.approx(1e-4)
+
+
+def test_chi2_pools_and_detects():
+    same = two_sample_chi2(Counter({0: 500, 1: 500, 7: 3}), Counter({0: 510, 1: 490, 8: 2}))
+    assert same[2] > 0.1 and same[1] == 1  # a small "other" (5 rows) merges into the smallest kept cell
+    pooled = two_sample_chi2(Counter({0: 500, 1: 500, 7: 6, 9: 3}), Counter({0: 510, 1: 490, 8: 6}))
+    assert pooled[1] == 2  # two big cells + pooled "other" (15 rows)
+    diff = two_sample_chi2(Counter({0: 5000, 1: 5000}), Counter({0: 5600, 1: 4400}))
+    assert diff[2] < 1e-6
+    assert two_sample_chi2(Counter({3: 10}), Counter({3: 10}))[2] == 1.0
+
+
+def test_exact_engine_passes(models):
+    target, draft = models
+    drafters = {"ngram": NgramDrafter(1, 2), "draft_model": DraftModelDrafter(draft)}
+    res = run_audit(target, drafters, PROMPTS, SP, k=2, n=6000, alpha=1e-3)
+    assert res.passed, [t for t in res.tests if not t.passed]
+    assert res.num_tests == 2 * 2 * 4 and res.acceptance["draft_model"] > 0.1
+    assert {t.test for t in res.tests} >= {"pos 0", "pos 2", "joint 0..1", "greedy"}
+
+
+def test_biased_sampler_fails(models):
+    target, draft = models
+    res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, PROMPTS[:1], SP, k=2, n=6000,
+                    rejection_fn=accept_all_rejection_sample)
+    assert not res.passed
+    failed = {t.test for t in res.tests if not t.passed}
+    assert "pos 1" in failed and "greedy" in failed
+
+
+def test_cli_micro(monkeypatch):
+    from workbench import cli
+    from workbench.models.build import cache_dir
+
+    monkeypatch.delenv("WB_CACHE_DIR")  # use the user cache with the built micro presets
+    from workbench.models.build import is_built
+
+    if not (is_built("micro") and is_built("micro-draft")):
+        pytest.skip(f"micro presets not built in {cache_dir()}")
+    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "300", "--max-new-tokens", "3", "--prompts", "1"])
+    assert r.exit_code == 0, r.output
+    assert "draft_model" in r.output and "ngram" in r.output and "pass" in r.output
+    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"])
+    assert r.exit_code == 1, r.output
+    assert "FAIL" in r.output
