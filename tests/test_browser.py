@@ -4,14 +4,13 @@ Needs the `chromium` binary (Debian package `chromium`; .ci/run installs it); sk
 """
 
 import shutil
-import socket
 import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.ui import server_command, wait_ready
+from conftest import mlflow_server_with_sweep
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -21,38 +20,9 @@ SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=1", "grpo.eval_ev
          "grpo.group_size=2", "--name", "ui-sweep", "--quiet"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mlflow-ui")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(server_command(f"sqlite:///{tmp}/mlflow.db", "127.0.0.1", port), cwd=tmp, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        if not wait_ready(base, timeout=60, proc=proc):
-            pytest.skip(f"mlflow server did not start within 60 s: {(tmp / 'server.log').read_text()[-800:]}")
-        with pytest.MonkeyPatch.context() as mp:
-            mp.chdir(tmp)
-            mp.setenv("MLFLOW_TRACKING_URI", base)
-            mp.setenv("WB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wb-cache"))  # as conftest's
-            res = runner.invoke(app, SWEEP)
-            assert res.exit_code == 0, res.output
-            yield base, port, tmp
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+    yield from mlflow_server_with_sweep(tmp_path_factory, "mlflow-ui", SWEEP)
 
 
 def chromium(url: str, tmp, *extra: str) -> subprocess.CompletedProcess:

@@ -1,15 +1,13 @@
 """A real `mlflow server` on loopback: a micro sweep logged over HTTP lands as parent/child runs with metrics."""
 
 import json
-import socket
-import subprocess
 import urllib.request
 
 import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.ui import server_command, wait_ready
+from conftest import mlflow_server_with_sweep
 
 runner = CliRunner()
 
@@ -17,39 +15,11 @@ SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=2", "grpo.eval_ev
          "grpo.group_size=2", "--name", "http-sweep", "--quiet"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(base URL, tmp dir): mlflow server on sqlite in a tmp dir, a micro sweep logged to it over HTTP."""
-    tmp = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(server_command(f"sqlite:///{tmp}/mlflow.db", "127.0.0.1", port), cwd=tmp, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        if not wait_ready(base, timeout=60, proc=proc):
-            pytest.skip(f"mlflow server did not start within 60 s: {(tmp / 'server.log').read_text()[-800:]}")
-        with pytest.MonkeyPatch.context() as mp:
-            mp.chdir(tmp)
-            mp.setenv("MLFLOW_TRACKING_URI", base)
-            mp.setenv("WB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wb-cache"))  # as conftest's
-            res = runner.invoke(app, SWEEP)
-            assert res.exit_code == 0, res.output
-            yield base, tmp
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+    for base, _port, tmp in mlflow_server_with_sweep(tmp_path_factory, "mlflow-server", SWEEP):
+        yield base, tmp
 
 
 def api(base: str, path: str, body: dict | None = None, **query) -> dict:

@@ -28,6 +28,22 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _split_args(spec: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
+    """`wb run drafter.k=5`: a first argument with '=' is an override, not a spec name."""
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:
+        return None, [spec, *items]
+    return spec, items
+
+
+def _load(spec: str | None, overrides: list[str] | None):
+    """The resolved spec, or a clear error (exit 2) naming the bad field."""
+    try:
+        return load_spec(*_split_args(spec, overrides))
+    except SpecError as e:
+        _fail(str(e))
+
+
 @app.command(context_settings={"allow_extra_args": False})
 def run(
     spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted when giving overrides."),
@@ -36,14 +52,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
 ) -> None:
     """Run one experiment: GRPO training whose rollouts come from the speculative rollout engine."""
-    items = list(overrides or [])
-    if spec is not None and "=" in spec:  # `wb run drafter.k=5`: no spec given, only overrides
-        items.insert(0, spec)
-        spec = None
-    try:
-        resolved = load_spec(spec, items)
-    except SpecError as e:
-        _fail(str(e))
+    resolved = _load(spec, overrides)
     if dry_run:
         console.print(Syntax(resolved.to_yaml(), "yaml", theme="ansi_dark", background_color="default"))
         return
@@ -76,10 +85,7 @@ def sweep(
     """
     from workbench.sweep import plan_sweep, plan_table, results_table, run_sweep
 
-    items = list(axes or [])
-    if spec is not None and "=" in spec:  # `wb sweep k=1..7`: no spec given
-        items.insert(0, spec)
-        spec = None
+    spec, items = _split_args(spec, axes)
     try:
         plan = plan_sweep(spec, items)
     except SpecError as e:
@@ -127,22 +133,19 @@ def bench(
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
 ) -> None:
-    """Benchmark rollout generation: ours vs transformers generate() and assisted generation, and
-    the performance model (measured α, c, verification cost; predicted vs measured speedup)."""
+    """Benchmark rollout generation: ours vs transformers generate() and assisted generation, plus the performance model.
+
+    The model table measures α, c and the verification cost per drafter and k, and compares the
+    predicted speedup with the measured one. Results go to benchmarks/<name>.json and .md.
+    """
     import shlex
     import time as _time
     from pathlib import Path
 
     from workbench.bench import Bench, BenchConfig, machine_info, save, to_markdown
 
-    items = list(overrides or [])
-    if spec is not None and "=" in spec:
-        items.insert(0, spec)
-        spec = None
-    try:
-        resolved = load_spec(spec, items)
-    except SpecError as e:
-        _fail(str(e))
+    spec, items = _split_args(spec, overrides)
+    resolved = _load(spec, items)
     from drafters import DRAFTERS
 
     kinds = tuple(x.strip() for x in drafters.split(",") if x.strip())
@@ -184,10 +187,7 @@ def tune(
 
     Examples: wb tune --trials 20 | wb tune micro.yaml --trials 5 --study s1 --storage postgresql://host/optuna
     """
-    items = list(overrides or [])
-    if spec is not None and "=" in spec:  # `wb tune grpo.steps=6`: no spec given
-        items.insert(0, spec)
-        spec = None
+    spec, items = _split_args(spec, overrides)
     from workbench.tune import plan_tune, run_study, trials_table, write_best, best_trial
 
     try:
@@ -328,14 +328,7 @@ def audit(
     from workbench.rollout.sampling import SamplingParams
     from workbench.tasks.loading import load_task_data
 
-    items = list(overrides or [])
-    if spec is not None and "=" in spec:
-        items.insert(0, spec)
-        spec = None
-    try:
-        s = load_spec(spec, items)
-    except SpecError as e:
-        _fail(str(e))
+    s = _load(spec, overrides)
     kinds = [x.strip() for x in drafters_opt.split(",")] if drafters_opt else list(DRAFTERS)
     unknown = [x for x in kinds if x not in DRAFTERS]
     if unknown:
