@@ -327,15 +327,25 @@ def load_spec(spec: str | Path | None = None, overrides: list[str] | None = None
         SpecError: the file is missing or not YAML, an override is malformed, or validation fails;
             the message names each bad field with the allowed keys/values.
     """
+    path, raw = read_raw_spec(spec)
+    raw = apply_overrides(raw, overrides or [])
+    return validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
+
+
+def read_raw_spec(spec: str | Path | None) -> tuple[Path, dict[str, Any]]:
+    """(path, unvalidated mapping) of a spec file or name under experiments/.
+
+    Raises:
+        SpecError: missing file, invalid YAML, or a document that is not a mapping of sections.
+    """
     path = resolve_spec_path(spec)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise SpecError(f"spec {path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):
-        raise SpecError(f"spec {path} must be a mapping of sections (model, task, rollout, drafter, grpo, tracking)")
-    raw = apply_overrides(raw, overrides or [])
-    return validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
+        raise SpecError(f"spec {path} must be a mapping of sections ({', '.join(ExperimentSpec.model_fields)})")
+    return path, raw
 
 
 def validate_spec(raw: dict[str, Any], source: str = "spec") -> ExperimentSpec:

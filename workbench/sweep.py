@@ -32,12 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from workbench.spec import ExperimentSpec, SpecError, apply_overrides, resolve_spec_path, validate_spec
+from workbench.spec import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
 
 DEFAULT_SWEEP_SPEC = "sweep"
 ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data"}
@@ -286,13 +285,7 @@ def plan_sweep(spec: str | None, items: list[str]) -> SweepPlan:
     Raises:
         SweepError / SpecError: anything wrong, before anything runs.
     """
-    path = resolve_spec_path(spec or DEFAULT_SWEEP_SPEC)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SpecError(f"spec {path} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"spec {path} must be a mapping of sections (model, task, rollout, drafter, grpo, tracking)")
+    path, raw = read_raw_spec(spec or DEFAULT_SWEEP_SPEC)
     axes, fixed = parse_sweep_args(items)
     base, points = build_points(raw, axes, fixed)
     return SweepPlan(str(path), base, axes, fixed, points)

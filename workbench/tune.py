@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import optuna
-import yaml
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -57,7 +56,7 @@ from workbench.spec import (
     TuneSpec,
     apply_overrides,
     flatten,
-    resolve_spec_path,
+    read_raw_spec,
     validate_spec,
 )
 from workbench.sweep import _SweepStore, _tag_filter, point_key, speedup
@@ -228,13 +227,7 @@ def plan_tune(spec: str | None, overrides: list[str] | None = None, study_name: 
     Raises:
         SpecError: anything wrong (also an empty ``tune.params``), before anything runs.
     """
-    path = resolve_spec_path(spec or DEFAULT_TUNE_SPEC)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SpecError(f"spec {path} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"spec {path} must be a mapping of sections (model, task, rollout, drafter, grpo, tracking, tune)")
+    path, raw = read_raw_spec(spec or DEFAULT_TUNE_SPEC)
     raw = apply_overrides(raw, overrides or [])
     base = validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
     if not base.tune.params:
