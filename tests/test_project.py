@@ -108,3 +108,17 @@ def test_stages_and_alpha_from_mlflow(tmp_path):
     r = CliRunner().invoke(app, ["project", "--run", "r1", "--tracking-uri", uri, "--k", "2,3"])
     assert r.exit_code == 0, r.output
     assert "draft_model" in r.output
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--gen", "10", "--batch", "0"], "--batch"),
+    (["--gen", "10", "--train", "-1"], "--train"),
+    (["--gen", "10", "--bandwidth", "0"], "--bandwidth"),
+])
+def test_project_rejects_out_of_range_options(args, option):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["project", *args])
+    assert res.exit_code == 2 and option in res.output
