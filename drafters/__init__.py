@@ -10,5 +10,7 @@ from drafters.base import DRAFTERS, DraftContext, Drafter, DraftProposal, build_
 # Import for registration side effects (one module per drafter kind).
 from drafters import ngram as _ngram  # noqa: F401,E402
 from drafters import draft_model as _draft_model  # noqa: F401,E402
+from drafters import mtp as _mtp  # noqa: F401,E402
+from drafters import eagle3 as _eagle3  # noqa: F401,E402
 
 __all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "build_drafter", "register"]

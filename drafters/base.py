@@ -65,10 +65,11 @@ class Drafter:
     """
 
     kind: ClassVar[str] = ""
+    trainable: ClassVar[bool] = False  # has draft_loss/train_parameters (init and online adaptation)
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
 
-    def start(self, ctx: DraftContext) -> None:
-        pass
+    def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
+        """After the target's prefill; ``hidden`` = {layer: (B, P, H)} of the prompts (right-padded)."""
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         raise NotImplementedError
@@ -81,6 +82,22 @@ class Drafter:
 
     def sync(self, target: torch.nn.Module) -> None:
         """Weight sync in the `prepare` stage (drafters sharing target weights refresh them)."""
+
+    # -- trainable drafters (``trainable = True``): drafter init and online adaptation
+    def train_parameters(self) -> list[torch.nn.Parameter]:
+        raise NotImplementedError(f"drafter {self.kind!r} has no trainable parameters")
+
+    def draft_loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """Differentiable loss on a :class:`drafters.chain.DraftBatch` and its stats
+        (``draft/loss``, ``draft/top1_agreement``)."""
+        raise NotImplementedError(f"drafter {self.kind!r} cannot be trained")
+
+    def after_update(self) -> None:
+        """After an optimiser step: refresh whatever copy the proposals run on."""
+
+    def save(self, folder: Any) -> None:
+        """Write a checkpoint folder that ``from_spec`` can load (``target.init_path``)."""
+        raise NotImplementedError(f"drafter {self.kind!r} has no checkpoint")
 
 
 def build_drafter(kind: str, spec: Any, target: Any, device: torch.device) -> Drafter | None:

@@ -24,8 +24,12 @@ from workbench.rollout.sampling import probs_from_logits, sample
 class DraftModelDrafter(Drafter):
     kind = "draft_model"
 
-    def __init__(self, model: LeanLM):
+    trainable = True
+
+    def __init__(self, model: LeanLM, hf=None, tokenizer=None):
         self.model = model
+        self.hf = hf  # trainable transformers copy (init and online distillation); proposals use ``model``
+        self.tokenizer = tokenizer
         self.cache: KVCache | None = None
 
     @classmethod
@@ -37,13 +41,14 @@ class DraftModelDrafter(Drafter):
         """
         from workbench.models.build import check_same_tokenizer, load_model, resolve_model
 
-        path = resolve_model(spec.model, what="drafter.model")
+        init_path = getattr(target, "init_path", None)
+        path = init_path or resolve_model(spec.model, what="drafter.model")
         hf, tok = load_model(path, device=device)
         if target is not None and getattr(target, "tokenizer", None) is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
-        return cls(LeanLM.from_hf(hf))
+        return cls(LeanLM.from_hf(hf), hf, tok)
 
-    def start(self, ctx: DraftContext) -> None:
+    def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         B, t_max = ctx.tokens.shape
         self.cache = self.model.new_cache(B, t_max)
         # Prefill the prompts (right-padded; padding positions get overwritten before any read).
@@ -72,3 +77,28 @@ class DraftModelDrafter(Drafter):
     def select(self, rows: torch.Tensor) -> None:
         if self.cache is not None:
             self.cache.select(rows)
+
+    # -- training: forward KL(target || draft) at temperature 1 on the target's logits
+    def train_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.hf.parameters())
+
+    def draft_loss(self, batch) -> tuple[torch.Tensor, dict]:
+        """batch: :class:`drafters.chain.DraftBatch`; loss = mean masked KL(target || draft) (nats/token)."""
+        from workbench.models.build import forward_kl
+
+        self.hf.train()
+        logits = self.hf(input_ids=batch.input_ids).logits  # (N, L, V)
+        loss = forward_kl(logits, batch.target_logits, batch.loss_mask)
+        m = batch.loss_mask
+        agree = (logits.argmax(-1) == batch.target_logits.argmax(-1)).float()
+        top1 = float((agree * m).sum() / m.sum().clamp_min(1))
+        return loss, {"draft/loss": float(loss.detach()), "draft/top1_agreement": top1}
+
+    def after_update(self) -> None:
+        self.hf.eval()
+        self.model.load_weights(self.hf)
+
+    def save(self, folder) -> None:
+        self.hf.save_pretrained(str(folder))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(folder))

@@ -52,14 +52,62 @@ class RolloutSpec(_Section):
     max_batch_size: int = Field(256, ge=1, description="sequences decoded together; larger batches are split")
 
 
+class DrafterInitSpec(_Section):
+    """Drafter initialisation (issue #3): what the drafter is trained on before the first GRPO step."""
+
+    data: str = Field(
+        "auto",
+        description="auto (draft_model: none, mtp/eagle3: in_domain) | none | in_domain (the target's sampled completions "
+        "of RL-task prompts) | chat (the target's completions of general-corpus prompts) | path to a jsonl/parquet of prompts",
+    )
+    num_prompts: int = Field(512, ge=1, description="prompts the target completes to make the init data")
+    prompt_field: str = Field("prompt", description="prompt column of a user dataset")
+    steps: int = Field(400, ge=0, description="optimiser steps")
+    lr: float = Field(2e-3, gt=0.0, description="peak AdamW lr (warmup then cosine)")
+    batch_size: int = Field(16, ge=1, description="sequences per optimiser step")
+
+
+class DrafterOnlineSpec(_Section):
+    """Online drafter adaptation during GRPO (the `draft_train` stage, after `train`)."""
+
+    enabled: bool = False
+    every: int = Field(1, ge=1, description="update the drafter every N GRPO steps")
+    lr: float = Field(1e-3, gt=0.0)
+    steps: int = Field(4, ge=1, description="optimiser steps per update")
+    batch_size: int = Field(16, ge=1, description="sequences per optimiser step, drawn from the buffer")
+    buffer_size: int = Field(256, ge=1, description="rollouts kept (FIFO) with their captured target states")
+
+
 class DrafterSpec(_Section):
     """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
 
-    kind: str = Field("draft_model", description="none | ngram | draft_model (see `drafters.DRAFTERS`)")
+    kind: str = Field("draft_model", description="none | ngram | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
     model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer")
+    num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
+    eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
+        None, description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models"
+    )
+    draft_vocab_size: int | None = Field(None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)")
+    ttt_steps: int = Field(7, ge=1, le=16, description="mtp/eagle3: training-time-test unroll steps")
+    ttt_decay: float = Field(0.8, gt=0.0, le=1.0, description="mtp/eagle3: weight of unroll step j is ttt_decay**j")
+    init: DrafterInitSpec = Field(default_factory=DrafterInitSpec)
+    online: DrafterOnlineSpec = Field(default_factory=DrafterOnlineSpec)
+
+    @field_validator("eagle_aux_hidden_state_layer_ids")
+    @classmethod
+    def _three_layers(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (len(v) != 3 or min(v) < 0):
+            raise ValueError("eagle_aux_hidden_state_layer_ids needs three layer indices >= 0 (low, mid, high), e.g. [1, 2, 3]")
+        return v
+
+    def init_data(self) -> str:
+        """``init.data`` with ``auto`` resolved for this kind."""
+        if self.init.data != "auto":
+            return self.init.data
+        return "in_domain" if self.kind in ("mtp", "eagle3") else "none"
 
     @field_validator("kind")
     @classmethod

@@ -134,7 +134,8 @@ class RolloutEngine:
 
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1.
         zeros = torch.zeros(B, dtype=torch.long, device=dev)
-        logits, _ = self.target(tokens[:, :P], zeros, cache, logits_col=prompt_lens - 1)
+        layers = self.drafter.hidden_layers if self.drafter is not None else ()
+        logits, hidden = self.target(tokens[:, :P], zeros, cache, hidden_layers=layers, logits_col=prompt_lens - 1)
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
         lens = prompt_lens.clone()
@@ -148,7 +149,7 @@ class RolloutEngine:
         state = _BatchState(tokens, logps, lens, prompt_lens, n_gen, torch.tensor(group_ids, device=dev), torch.arange(B, device=dev))
         results: dict[int, tuple[list[int], list[float], str]] = {}
         if self.drafter is not None:
-            self.drafter.start(state.context(sp, gen))
+            self.drafter.start(state.context(sp, gen), hidden)  # hidden: {layer: (B, P, H)}, empty unless it reads the target
         state = self._retire(state, done, first == eos, cache, results)
 
         while state.lens.numel() > 0:

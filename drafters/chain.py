@@ -1,0 +1,331 @@
+"""Shared machinery of the drafters that read the target (``mtp``, ``eagle3``): a chain of draft
+steps over one single-layer KV cache, and its training-time-test (TTT) loss.
+
+Notation: the target's hidden state at position s predicts token s+1. A chain *entry* at position s
+consumes a feature f_s and the embedding of token s+1 and outputs o_s (pre-norm), whose head
+predicts token s+2. Real entries use the target's features (f_s from hidden states of verified
+positions); draft step j >= 1 uses its own previous output as the feature (EAGLE, Li et al. 2024;
+DeepSeek-V3 MTP recursion) and the token it just drafted.
+
+Inference (per row b, after a verification step with new length L): entries at positions <= L-2 are
+real; the entry at L-2 gives q for draft 1 (token L); draft step j writes a *draft entry* at
+position L-2+j. Like the target's cache, entries beyond a row's verified length are overwritten by
+the next ``accept`` before any query can read them (queries attend to positions <= their own).
+
+Training (TTT, EAGLE-3 arXiv 2503.01840; SpecForge): for every start position s, step j's query
+sits at position s+j, reads token s+j+1, attends to the real keys at positions <= s and to the
+draft keys of steps 1..j of the same start (what it would see at inference), and is trained with a
+soft cross-entropy against the target's distribution at position s+j+1, weighted ``decay**j``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from drafters.base import DraftContext, Drafter, DraftProposal
+from workbench.rollout.model import MLP, LMConfig, RMSNorm, rotate_half
+from workbench.rollout.sampling import probs_from_logits, sample
+
+
+@dataclass
+class DraftBatch:
+    """Training data for a drafter, one row per sequence (right-padded to L).
+
+    input_ids: (N, L) long prompt + completion.
+    loss_mask: (N, L) float; 1 at positions whose next-token distribution is learned.
+    target_logits: (N, L, V) float32 target logits (temperature 1) at every position.
+    hidden: {layer: (N, L, H)} target hidden states (inputs of ``layer``; ``num_layers`` = last output).
+    """
+
+    input_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    target_logits: torch.Tensor
+    hidden: dict[int, torch.Tensor]
+
+    def index(self, rows: torch.Tensor) -> "DraftBatch":
+        return DraftBatch(
+            self.input_ids[rows], self.loss_mask[rows], self.target_logits[rows], {i: h[rows] for i, h in self.hidden.items()}
+        )
+
+
+def rope_tables(cfg: LMConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, D) float32 cos/sin tables, the target's RoPE (the chain uses the target's positions)."""
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim))
+    f = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv
+    emb = torch.cat((f, f), -1)
+    return emb.cos(), emb.sin()
+
+
+class DraftAttention(nn.Module):
+    """Attention whose q/k/v read an ``in_dim`` input (2H for EAGLE-3's concatenated input)."""
+
+    def __init__(self, cfg: LMConfig, in_dim: int):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.head_dim
+        self.q_proj = nn.Linear(in_dim, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x (B, T, in_dim); cos/sin (B, T, 1, D) -> q (B, T, Hq, D), k, v (B, T, Hkv, D), RoPE applied."""
+        B, T, _ = x.shape
+        c = self.cfg
+        q = self.q_proj(x).view(B, T, c.num_heads, c.head_dim)
+        k = self.k_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
+        v = self.v_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+    def attend(self, q, keys, vals, mask) -> torch.Tensor:
+        """q (B, T, Hq, D), keys/vals (B, Tk, Hkv, D), mask (B or 1, 1, T, Tk) bool -> (B, T, H)."""
+        B, T = q.shape[:2]
+        c = self.cfg
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask,
+            enable_gqa=c.num_heads != c.num_kv_heads,
+        )  # (B, Hq, T, D)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
+
+
+class ChainNet(nn.Module):
+    """A stack of ``num_modules`` single-layer draft modules run as one chain.
+
+    Subclasses implement ``fuse`` (target hidden states -> feature), ``layer_input`` (feature and
+    token embedding -> attention input and residual for module j) and ``logits`` (module j's output
+    -> draft-vocabulary logits); ``embed`` is the target's embedding, shared by reference.
+    """
+
+    def __init__(self, cfg: LMConfig, in_dim: int, num_modules: int):
+        super().__init__()
+        self.cfg = cfg
+        self.attn = nn.ModuleList(DraftAttention(cfg, in_dim) for _ in range(num_modules))
+        self.post_attention_layernorm = nn.ModuleList(RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules))
+        self.mlp = nn.ModuleList(MLP(cfg) for _ in range(num_modules))
+        self._shared: dict[str, nn.Module] = {}  # target modules by reference: not parameters of the drafter
+        cos, sin = rope_tables(cfg, "cpu")
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @property
+    def num_modules(self) -> int:
+        return len(self.attn)
+
+    def share(self, embed: nn.Module, lm_head: nn.Module) -> None:
+        """Point at the target's embedding and LM head (kept current by the `prepare` weight sync)."""
+        self._shared = {"embed": embed, "lm_head": lm_head}
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._shared["embed"](tokens)
+
+    # -- per kind
+    def fuse(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def layer_input(self, j: int, feat: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def logits(self, j: int, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- shared
+    def head(self, j: int, out: torch.Tensor) -> torch.Tensor:
+        """Logits of draft step j (module min(j, D-1)) from its output (B, T, H) -> (B, T, Vd)."""
+        return self.logits(min(j, self.num_modules - 1), out)
+
+    def _rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rope_cos[pos][:, :, None, :].to(dtype), self.rope_sin[pos][:, :, None, :].to(dtype)  # (B, T, 1, D)
+
+    def block(self, j: int, feat, emb, pos, kv_fn) -> torch.Tensor:
+        """One module-j pass: returns the pre-norm output (B, T, H). ``kv_fn(k, v) -> (keys, vals, mask)``."""
+        m = min(j, self.num_modules - 1)
+        attn_in, resid = self.layer_input(m, feat, emb)
+        cos, sin = self._rope(pos, attn_in.dtype)
+        q, k, v = self.attn[m].qkv(attn_in, cos, sin)
+        keys, vals, mask = kv_fn(k, v)
+        h = resid + self.attn[m].attend(q, keys, vals, mask)
+        return h + self.mlp[m](self.post_attention_layernorm[m](h))
+
+
+class ChainCache:
+    """Inference K/V of the chain: (B, T_max, Hkv, D), one pair for every module (see module doc)."""
+
+    def __init__(self, cfg: LMConfig, batch: int, max_len: int, device, dtype):
+        shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
+
+    def kv_fn(self, pos: torch.Tensor):
+        """Write at ``pos`` (B, T) and attend to cache positions <= each query's position."""
+
+        def fn(k, v):
+            B, T = pos.shape
+            rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
+            self.k[rows, pos] = k
+            self.v[rows, pos] = v
+            tk = int(pos.max()) + 1
+            mask = torch.arange(tk, device=pos.device)[None, None, :] <= pos[:, :, None]  # (B, T, Tk)
+            return self.k[:, :tk], self.v[:, :tk], mask[:, None]
+
+        return fn
+
+
+def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device):
+    """kv_fn of TTT step j = len(step_keys): keys of step 0 (causal) and of steps 1..j (diagonal).
+
+    step_keys[i] = (k_i, v_i) (N, L, Hkv, D); the new step's k/v are appended by the call.
+    Mask (1, 1, L, L*(j+1)): block 0 [s, t] = t <= s; block i >= 1 [s, s'] = s' == s.
+    """
+
+    def fn(k, v):
+        step_keys.append((k, v))
+        causal = torch.ones(L, L, dtype=torch.bool, device=device).tril()
+        eye = torch.eye(L, dtype=torch.bool, device=device)
+        mask = torch.cat([causal] + [eye] * (len(step_keys) - 1), dim=1)  # (L, L*(j+1))
+        keys = torch.cat([kk for kk, _ in step_keys], dim=1)  # (N, L*(j+1), Hkv, D)
+        vals = torch.cat([vv for _, vv in step_keys], dim=1)
+        return keys, vals, mask[None, None]
+
+    return fn
+
+
+def soft_ce(draft_logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """-sum_v p(v) log q(v) per position: draft_logits and target_probs (..., V') -> (...)."""
+    return -(target_probs * F.log_softmax(draft_logits.float(), -1)).sum(-1)
+
+
+def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restrict=None) -> tuple[torch.Tensor, dict]:
+    """Training-time-test loss of a chain drafter on ``batch`` (see module doc).
+
+    Args:
+        steps: unroll depth S (EAGLE-3 uses 7); ``decay``: weight of step j is decay**j.
+        restrict: optional (V,) -> (Vd,) index map (eagle3's draft->target ids): the target
+            distribution is restricted to those ids and renormalised (softmax of the gathered logits).
+    Returns:
+        (scalar loss = sum_j decay**j * mean masked soft-CE of step j, stats with ``draft/loss_step_j``
+        and ``draft/top1_agreement`` of step 0: argmax draft (mapped to target ids) == argmax target).
+    """
+    ids, mask, tl = batch.input_ids, batch.loss_mask, batch.target_logits
+    N, L = ids.shape
+    dev = ids.device
+    feat = net.fuse(batch.hidden)  # (N, L, H)
+    step_keys: list = []
+    pos0 = torch.arange(L, device=dev)[None, :].expand(N, L)
+    total = torch.zeros((), device=dev)
+    stats: dict[str, float] = {}
+    pad = torch.zeros(N, steps + 1, dtype=ids.dtype, device=dev)
+    ids_p = torch.cat([ids, pad], 1)  # (N, L+S+1)
+    tl_p = torch.cat([tl, tl[:, :1].expand(N, steps + 1, tl.shape[-1])], 1)  # (N, L+S+1, V)
+    mask_p = torch.cat([mask, torch.zeros(N, steps + 1, device=dev, dtype=mask.dtype)], 1)
+    for j in range(steps):
+        tok = ids_p[:, j + 1 : j + 1 + L]  # (N, L) token s+j+1
+        out = net.block(j, feat, net.embed(tok), (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1), ttt_kv_fn(step_keys, L, dev))
+        logits = net.head(j, out)  # (N, L, Vd)
+        t_logits = tl_p[:, j + 1 : j + 1 + L]  # (N, L, V) target at s+j+1
+        w = mask_p[:, j + 1 : j + 1 + L]  # (N, L)
+        t_sel = t_logits if restrict is None else t_logits[..., restrict]
+        ce = soft_ce(logits, F.softmax(t_sel.float(), -1))
+        lj = (ce * w).sum() / w.sum().clamp_min(1)
+        total = total + decay**j * lj
+        stats[f"draft/loss_step_{j}"] = float(lj.detach())
+        if j == 0:
+            pred = logits.argmax(-1)
+            pred = pred if restrict is None else restrict[pred]
+            agree = (pred == t_logits.argmax(-1)).float()
+            stats["draft/top1_agreement"] = float((agree * w).sum() / w.sum().clamp_min(1))
+        feat = out
+    stats["draft/loss"] = float(total.detach())
+    return total, stats
+
+
+class ChainDrafter(Drafter):
+    """Drafter over a :class:`ChainNet` (``mtp``, ``eagle3``): reads the target's hidden states.
+
+    ``d2t`` (Vd,) maps draft-vocabulary ids to target ids (None = same vocabulary); proposals
+    return q over the *target* vocabulary (zero outside the draft vocabulary) so the rejection
+    sampler stays exact (DESIGN.md §4).
+    """
+
+    trainable = True
+
+    def __init__(self, net: ChainNet, hidden_layers: tuple[int, ...], vocab_size: int, ttt_steps: int = 7, ttt_decay: float = 0.8):
+        self.net = net
+        self.hidden_layers = tuple(sorted(set(hidden_layers)))
+        self.vocab_size = vocab_size
+        self.ttt_steps, self.ttt_decay = ttt_steps, ttt_decay
+        self.cache: ChainCache | None = None
+        self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
+        self.net.requires_grad_(False)
+
+    @property
+    def d2t(self) -> torch.Tensor | None:
+        return getattr(self.net, "d2t", None)
+
+    def _to_target(self, q_d: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft-vocab q (B, Vd) and ids (B,) -> q over the target vocab (B, V) and target ids."""
+        if self.d2t is None:
+            return q_d, d
+        q = q_d.new_zeros(q_d.shape[0], self.vocab_size)
+        q.scatter_(1, self.d2t[None, :].expand(q_d.shape[0], -1), q_d)
+        return q, self.d2t[d]
+
+    @torch.no_grad()
+    def _feed_real(self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor) -> None:
+        """Write real entries (B, T) at ``pos`` and keep the output at column ``col`` (B,)."""
+        out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(pos))  # (B, T, H)
+        self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
+
+    def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
+        B, t_max = ctx.tokens.shape
+        w = next(self.net.parameters())
+        self.cache = ChainCache(self.net.cfg, B, t_max, w.device, w.dtype)
+        P = int(ctx.prompt_lens.max())
+        pos = torch.arange(P, device=ctx.tokens.device)[None, :].expand(B, P)
+        feat = self.net.fuse({i: h[:, :P] for i, h in hidden.items()})  # (B, P, H)
+        # Entry s reads token s+1; the entry at prompt_len-1 reads the first sampled token.
+        self._feed_real(feat, ctx.tokens[:, 1 : P + 1], pos, ctx.prompt_lens - 1)
+
+    def accept(self, ctx: DraftContext, num_accepted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
+        # ctx.lens is already the new length L; the verification ran at positions start..start+k.
+        T = next(iter(hidden.values())).shape[1]  # k + 1
+        start = ctx.lens - num_accepted - 2  # (B,)
+        pos = start[:, None] + torch.arange(T, device=start.device)  # (B, k+1)
+        toks = ctx.tokens.gather(1, pos + 1)  # token s+1 (beyond the accepted ones: overwritten later)
+        self._feed_real(self.net.fuse(hidden), toks, pos, num_accepted)
+
+    @torch.no_grad()
+    def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        assert self.cache is not None and self.last_out is not None, "start() must run before propose()"
+        o = self.last_out
+        logits = self.net.head(0, o)  # (B, Vd)
+        tokens, probs = [], []
+        for j in range(k):
+            q_d = probs_from_logits(logits, ctx.sampling)  # (B, Vd)
+            q, d = self._to_target(q_d, sample(q_d, ctx.generator))
+            tokens.append(d)
+            probs.append(q)
+            if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j
+                pos = (ctx.lens - 1 + j)[:, None]  # (B, 1)
+                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(pos))[:, 0]
+                logits = self.net.head(j + 1, o)
+        num = torch.full((o.shape[0],), k, dtype=torch.long, device=o.device)
+        return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.select(rows)
+            self.last_out = self.last_out.index_select(0, rows)
+
+    # -- training (drafter init and online adaptation)
+    def train_parameters(self) -> list[nn.Parameter]:
+        return list(self.net.parameters())
+
+    def draft_loss(self, batch: DraftBatch) -> tuple[torch.Tensor, dict]:
+        return ttt_loss(self.net, batch, self.ttt_steps, self.ttt_decay, restrict=self.d2t)

@@ -1,0 +1,119 @@
+"""``eagle3`` drafter (EAGLE-3, Li et al. 2025, arXiv 2503.01840; vLLM/SpecForge layout).
+
+Fused feature = fc(low ‖ mid ‖ high) (3H -> H) of the target's hidden states at
+``eagle_aux_hidden_state_layer_ids`` (inputs of those layers; default 2, L//2, L-3, mapped for
+shallow models); one decoder layer whose attention reads [RMSNorm(emb(token)) ‖ RMSNorm(feature)]
+(2H) with the feature as residual; after the first draft step its own pre-norm output replaces
+the fused feature. Its LM head covers a reduced draft vocabulary of ``draft_vocab_size`` ids, the
+most frequent in the init data (``d2t``: draft id -> target id; ``t2d``: target id -> draft id or
+-1). Proposals scatter q back to the target vocabulary (zero outside the draft vocabulary), so
+rejection sampling stays exact. Trained with the training-time test (:func:`drafters.chain.ttt_loss`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from drafters.base import register
+from drafters.chain import ChainDrafter, ChainNet
+from drafters.mtp import _load, _save
+from workbench.rollout.model import LMConfig, RMSNorm
+
+
+def default_layer_ids(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's (2, L//2, L-3) for L >= 6; shallow targets use (1, L//2, L-1) clamped to [0, L-1]."""
+    L = num_layers
+    if L >= 6:
+        return (2, L // 2, L - 3)
+    return tuple(max(0, min(L - 1, x)) for x in (1, L // 2, L - 1))  # type: ignore[return-value]
+
+
+def vocab_map(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draft vocabulary from token counts (V,): the ``draft_vocab_size`` most frequent ids (ties: lower id).
+
+    Returns d2t (Vd,) long ascending target ids, and t2d (V,) long (draft id, or -1 outside).
+    Raises ValueError if draft_vocab_size > V.
+    """
+    V = counts.shape[0]
+    if draft_vocab_size > V:
+        raise ValueError(f"drafter.draft_vocab_size: {draft_vocab_size} exceeds the target vocabulary ({V}); use at most {V}")
+    order = sorted(range(V), key=lambda i: (-float(counts[i]), i))
+    d2t = torch.tensor(sorted(order[:draft_vocab_size]), dtype=torch.long)
+    t2d = torch.full((V,), -1, dtype=torch.long)
+    t2d[d2t] = torch.arange(draft_vocab_size)
+    return d2t, t2d
+
+
+class Eagle3Net(ChainNet):
+    def __init__(self, cfg: LMConfig, layer_ids: tuple[int, ...], d2t: torch.Tensor, t2d: torch.Tensor):
+        super().__init__(cfg, 2 * cfg.hidden_size, 1)
+        H, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.layer_ids = tuple(layer_ids)
+        self.fc = nn.Linear(len(layer_ids) * H, H, bias=False)
+        self.input_layernorm = RMSNorm(H, eps)  # token embedding
+        self.hidden_norm = RMSNorm(H, eps)  # feature
+        self.norm = RMSNorm(H, eps)
+        self.lm_head = nn.Linear(H, d2t.shape[0], bias=False)
+        self.register_buffer("d2t", d2t.clone())
+        self.register_buffer("t2d", t2d.clone())
+
+    def fuse(self, hidden):
+        return self.fc(torch.cat([hidden[i] for i in self.layer_ids], -1))  # (B, T, 3H) -> (B, T, H)
+
+    def layer_input(self, m, feat, emb):
+        return torch.cat([self.input_layernorm(emb), self.hidden_norm(feat)], -1), feat  # (B, T, 2H), residual (B, T, H)
+
+    def logits(self, m, out):
+        return self.lm_head(self.norm(out)).float()  # (B, T, Vd) draft vocabulary
+
+
+@register
+class Eagle3Drafter(ChainDrafter):
+    kind = "eagle3"
+
+    @classmethod
+    def from_spec(cls, spec, target=None, device=None) -> "Eagle3Drafter":
+        """Fresh (random layer, LM head rows copied from the target's) or ``target.init_path``'s checkpoint.
+
+        ``target.token_counts`` (V,) (from the init data) picks the draft vocabulary of a fresh drafter;
+        without it the default vocabulary is the whole target vocabulary.
+
+        Raises:
+            ValueError: layer ids beyond the target's depth, a bad draft_vocab_size, or a checkpoint
+                made for another target.
+        """
+        lm = target.lm
+        cfg, V = lm.cfg, lm.cfg.vocab_size
+        ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(cfg.num_layers))
+        if max(ids) > cfg.num_layers:
+            raise ValueError(f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
+                             f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}")
+        path = getattr(target, "init_path", None)
+        counts = getattr(target, "token_counts", None)
+        if path is not None:
+            import json
+
+            vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
+            counts = torch.zeros(V)
+        else:
+            vd = spec.draft_vocab_size or (max(1, V // 4) if counts is not None else V)
+            counts = counts if counts is not None else torch.zeros(V)
+        d2t, t2d = vocab_map(counts, vd)
+        net = Eagle3Net(cfg, ids, d2t, t2d)
+        if path is not None:
+            _load(net, Path(path), "eagle3", {"hidden_size": cfg.hidden_size, "vocab_size": V, "layer_ids": list(ids)})
+        else:
+            with torch.no_grad():
+                net.lm_head.weight.copy_(lm.lm_head.weight[d2t].float())
+        w = lm.lm_head.weight
+        net.to(device=w.device, dtype=w.dtype)
+        net.share(lm.model.embed_tokens, lm.lm_head)
+        return cls(net, ids, V, spec.ttt_steps, spec.ttt_decay)
+
+    def save(self, folder) -> None:
+        n = self.net
+        _save(n, Path(folder), {"kind": "eagle3", "hidden_size": n.cfg.hidden_size, "vocab_size": self.vocab_size,
+                                "layer_ids": list(n.layer_ids), "draft_vocab_size": int(n.d2t.shape[0])})

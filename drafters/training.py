@@ -1,0 +1,171 @@
+"""Drafter training shared by initialisation (``wb drafter init``) and online adaptation (the
+``draft_train`` stage): target states for sequences, a bounded buffer, and the optimiser step.
+
+Everything the drafter learns from is *detached* target output (logits and hidden states computed
+under ``no_grad``), so a drafter update can never reach the policy's gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Callable
+
+import torch
+
+from drafters.base import Drafter
+from drafters.chain import DraftBatch
+
+
+@torch.no_grad()
+def lean_target_states(lm, input_ids: torch.Tensor, loss_mask: torch.Tensor, layers: tuple[int, ...]) -> DraftBatch:
+    """Teacher-forced target forward (a :class:`~workbench.rollout.model.LeanLM`) over right-padded
+    ``input_ids`` (N, L): logits (N, L, V) and hidden states {layer: (N, L, H)} as a DraftBatch."""
+    N, L = input_ids.shape
+    cache = lm.new_cache(N, L)
+    logits, hidden = lm(input_ids, torch.zeros(N, dtype=torch.long, device=input_ids.device), cache, hidden_layers=layers)
+    return DraftBatch(input_ids, loss_mask, logits.float(), hidden)
+
+
+class capture_hidden:
+    """Context manager: record the inputs of the given layers of a transformers Llama model
+    (layer ``num_layers`` = the final norm's input, i.e. the last layer's output), the same
+    convention as :meth:`LeanLM.forward`. ``.hidden`` maps layer -> list of (n, L, H), one per forward.
+    """
+
+    def __init__(self, hf_model, layers: tuple[int, ...]):
+        self.model, self.layers = hf_model, tuple(layers)
+        self.hidden: dict[int, list[torch.Tensor]] = {i: [] for i in self.layers}
+        self._handles: list = []
+
+    def __enter__(self) -> "capture_hidden":
+        body = self.model.model
+        n = len(body.layers)
+        for i in self.layers:
+            mod = body.norm if i == n else body.layers[i]
+            self._handles.append(mod.register_forward_pre_hook(self._hook(i), with_kwargs=True))
+        return self
+
+    def _hook(self, i: int):
+        def fn(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            self.hidden[i].append(x.detach())
+
+        return fn
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def completion_loss_mask(prompt_lens: list[int], lens: list[int], L: int) -> torch.Tensor:
+    """(N, L) float: 1 at positions p in [prompt_len-1, len-1) (the next token is a completion token)."""
+    m = torch.zeros(len(lens), L)
+    for i, (p, n) in enumerate(zip(prompt_lens, lens)):
+        m[i, p - 1 : n - 1] = 1.0
+    return m
+
+
+class DraftBuffer:
+    """FIFO of per-sequence target states (on CPU memory of the device), at most ``size`` sequences."""
+
+    def __init__(self, size: int):
+        self.rows: deque = deque(maxlen=size)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, batch: DraftBatch) -> None:
+        L = batch.input_ids.shape[1]
+        for i in range(batch.input_ids.shape[0]):
+            # keep up to one position past the last masked one (its token is the last label)
+            n = min(L, int(batch.loss_mask[i].nonzero().max()) + 2) if batch.loss_mask[i].any() else L
+            self.rows.append(DraftBatch(
+                batch.input_ids[i, :n], batch.loss_mask[i, :n], batch.target_logits[i, :n],
+                {k: h[i, :n] for k, h in batch.hidden.items()},
+            ))
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> DraftBatch:
+        idx = torch.randperm(len(self.rows), generator=generator)[:n].tolist()
+        return collate([self.rows[i] for i in idx])
+
+
+def collate(rows: list[DraftBatch]) -> DraftBatch:
+    """Right-pad per-sequence DraftBatches (each (L_i,), (L_i, V), ...) into one (N, L_max) batch."""
+    L = max(r.input_ids.shape[0] for r in rows)
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(t, [0, 0] * (t.dim() - 1) + [0, L - t.shape[0]])
+
+    return DraftBatch(
+        torch.stack([pad(r.input_ids) for r in rows]),
+        torch.stack([pad(r.loss_mask) for r in rows]),
+        torch.stack([pad(r.target_logits) for r in rows]),
+        {k: torch.stack([pad(r.hidden[k]) for r in rows]) for k in rows[0].hidden},
+    )
+
+
+class DraftOptimizer:
+    """AdamW over ``drafter.train_parameters()`` with linear warmup and cosine decay to 10 % of lr
+    (constant lr when ``total_steps`` is None, as online adaptation uses)."""
+
+    def __init__(self, drafter: Drafter, lr: float, total_steps: int | None = None, warmup: int = 10, max_grad_norm: float = 1.0):
+        if not drafter.trainable:
+            raise ValueError(f"drafter.kind: {drafter.kind!r} has nothing to train; init/online need draft_model, mtp or eagle3")
+        self.drafter = drafter
+        self.params = drafter.train_parameters()
+        for p in self.params:
+            p.requires_grad_(True)
+        self.opt = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
+        self.lr, self.total, self.warmup, self.max_grad_norm = lr, total_steps, warmup, max_grad_norm
+        self.t = 0
+
+    def _lr(self) -> float:
+        if self.total is None:
+            return self.lr
+        if self.t < self.warmup:
+            return self.lr * (self.t + 1) / self.warmup
+        frac = (self.t - self.warmup) / max(1, self.total - self.warmup)
+        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+    def step(self, batch: DraftBatch) -> dict[str, float]:
+        for g in self.opt.param_groups:
+            g["lr"] = self._lr()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            loss, stats = self.drafter.draft_loss(batch)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        self.opt.step()
+        self.drafter.after_update()
+        self.t += 1
+        return stats
+
+
+@torch.no_grad()
+def evaluate(drafter: Drafter, batch: DraftBatch) -> dict[str, float]:
+    """``draft/loss`` and ``draft/top1_agreement`` on ``batch`` without updating anything."""
+    _, stats = drafter.draft_loss(batch)
+    return stats
+
+
+def fit(drafter: Drafter, data: list[DraftBatch], steps: int, lr: float, batch_size: int, seed: int = 0,
+        on_step: Callable[[int, dict], None] | None = None) -> list[dict[str, float]]:
+    """Train ``drafter`` for ``steps`` optimiser steps on random minibatches of per-sequence ``data``."""
+    opt = DraftOptimizer(drafter, lr, total_steps=steps)
+    g = torch.Generator().manual_seed(seed)
+    history = []
+    for t in range(steps):
+        idx = torch.randperm(len(data), generator=g)[:batch_size].tolist()
+        st = opt.step(collate([data[i] for i in idx]))
+        history.append(st)
+        if on_step is not None:
+            on_step(t, st)
+    return history
+
+
+def split_rows(batch: DraftBatch) -> list[DraftBatch]:
+    """Per-sequence rows of a padded batch (trailing padding past the last masked position removed)."""
+    buf = DraftBuffer(batch.input_ids.shape[0])
+    buf.add(batch)
+    return list(buf.rows)
