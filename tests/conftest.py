@@ -21,6 +21,54 @@ def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1
     return hf
 
 
+SMALL_V = 8  # vocabulary of the models whose rollout law is enumerated exactly
+ALPHA = 1e-4  # false-alarm rate per test; 30k rollouts over <= 512 cells detect a 2-point shift in a likely cell
+
+
+def exact_joint(lm, prompt, sp, n_tokens):
+    """Exact law of the first n_tokens completion tokens by enumeration: (V**n_tokens,) tensor."""
+    from workbench.rollout.sampling import probs_from_logits
+
+    V = lm.cfg.vocab_size
+    seqs = torch.tensor([prompt])
+    logp = torch.zeros(1)
+    for _ in range(n_tokens):
+        cache = lm.new_cache(seqs.shape[0], seqs.shape[1] + 1)
+        logits, _ = lm(seqs, torch.zeros(seqs.shape[0], dtype=torch.long), cache)
+        p = probs_from_logits(logits[:, -1], sp)  # (S, V)
+        logp = (logp[:, None] + p.log()).reshape(-1)
+        seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(seqs.shape[0])[:, None]], 1)
+    return logp.exp()
+
+
+def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2):
+    """Sample n speculative rollouts of 3 tokens and chi-square their joint law against the exact one.
+
+    Cells with small expected counts are pooled so the chi-square approximation holds; fails if a
+    rollout has probability 0 under the target, or p < ALPHA.
+    """
+    from scipy import stats
+
+    from workbench.rollout.engine import RolloutEngine
+
+    assert sp.max_new_tokens == 3 and target.cfg.vocab_size == SMALL_V
+    out = RolloutEngine(target, drafter, k=k, max_batch_size=n).generate([prompt] * n, sp, torch.Generator().manual_seed(1))
+    assert out.counters.num_accepted_tokens > 0  # speculation actually happened
+    seqs = torch.tensor(out.tokens)  # (n, 3): token 0 from prefill, tokens 1-2 from verification
+    cells = seqs[:, 0] * SMALL_V**2 + seqs[:, 1] * SMALL_V + seqs[:, 2]
+    expected = exact_joint(target, prompt, sp, 3).double() * n
+    counts = torch.bincount(cells, minlength=SMALL_V**3).double()
+    assert counts[expected == 0].sum() == 0
+    big = expected >= 5
+    small = (~big) & (expected > 0)
+    obs = torch.cat([counts[big], counts[small].sum()[None]]).numpy()
+    exp = torch.cat([expected[big], expected[small].sum()[None]]).numpy()
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > ALPHA
+    return out
+
+
 @pytest.fixture(scope="session")
 def target_hf():
     return random_llama(seed=0)

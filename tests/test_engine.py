@@ -3,7 +3,6 @@ token, batched == one-at-a-time, and sampled speculative rollouts follow the tar
 
 import pytest
 import torch
-from scipy import stats
 
 from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
@@ -11,7 +10,7 @@ from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits
 
-from conftest import random_llama
+from conftest import SMALL_V, assert_rollouts_follow_target, random_llama
 
 PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
 
@@ -104,23 +103,6 @@ def test_counters_are_consistent(target_lm, draft_lm):
 
 # ---------------------------------------------------------------- distribution of sampled rollouts
 
-SMALL_V = 8
-ALPHA = 1e-4  # false-alarm rate per test; 30k rollouts over <= 512 cells detect a 2-point shift in a likely cell
-
-
-def _exact_joint(lm, prompt, sp, n_tokens):
-    """Exact law of the first n_tokens completion tokens by enumeration: (V,)*n_tokens tensor."""
-    V = lm.cfg.vocab_size
-    seqs = torch.tensor([prompt])
-    logp = torch.zeros(1)
-    for _ in range(n_tokens):
-        cache = lm.new_cache(seqs.shape[0], seqs.shape[1] + 1)
-        logits, _ = lm(seqs, torch.zeros(seqs.shape[0], dtype=torch.long), cache)
-        p = probs_from_logits(logits[:, -1], sp)  # (S, V)
-        logp = (logp[:, None] + p.log()).reshape(-1)
-        seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(seqs.shape[0])[:, None]], 1)
-    return logp.exp()
-
 
 @pytest.mark.parametrize("kind,sp", [
     ("draft_model", SamplingParams(temperature=1.0, max_new_tokens=3)),
@@ -133,22 +115,5 @@ def test_sampled_speculative_rollouts_follow_target(kind, sp):
     # A draft close to the target (as a distilled one is) so drafts are often, not always, accepted.
     draft = LeanLM.from_hf(target_hf)
     draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
-    prompt = [1, 3, 4, 3, 4]
     drafter = DraftModelDrafter(draft) if kind == "draft_model" else NgramDrafter(1, 2)
-    n = 30_000
-    out = RolloutEngine(target, drafter, k=2, max_batch_size=n).generate([prompt] * n, sp, torch.Generator().manual_seed(1))
-    assert out.counters.num_accepted_tokens > 0  # speculation actually happened
-    seqs = torch.tensor(out.tokens)  # (n, 3): token 0 from prefill, tokens 1-2 from verification
-    cells = seqs[:, 0] * SMALL_V**2 + seqs[:, 1] * SMALL_V + seqs[:, 2]
-    expected = _exact_joint(target, prompt, sp, 3) * n
-    counts = torch.bincount(cells, minlength=SMALL_V**3).double()
-    assert counts[expected == 0].sum() == 0
-    # Pool cells with small expected counts so the chi-square approximation holds.
-    expected = expected.double()
-    big = expected >= 5
-    small = (~big) & (expected > 0)
-    obs = torch.cat([counts[big], counts[small].sum()[None]]).numpy()
-    exp = torch.cat([expected[big], expected[small].sum()[None]]).numpy()
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > ALPHA
+    assert_rollouts_follow_target(target, drafter, [1, 3, 4, 3, 4], sp)

@@ -122,3 +122,128 @@ def test_project_rejects_out_of_range_options(args, option):
 
     res = CliRunner().invoke(app, ["project", *args])
     assert res.exit_code == 2 and option in res.output
+
+
+# ----------------------------------------------------------------------------- wb project --sweep
+
+
+def test_tokens_per_step_and_emit_distribution():
+    rates = [0.8, 0.6, 0.3]  # P(draft position i accepted); accepts are a prefix
+    assert pm.tokens_per_step(rates) == pytest.approx(2.7)
+    p = pm.emit_pmf(rates)  # P(emit 1..4 tokens) = 1-0.8, 0.8-0.6, 0.6-0.3, 0.3
+    assert p == pytest.approx([0.2, 0.2, 0.3, 0.3])
+    assert sum((j + 1) * q for j, q in enumerate(p)) == pytest.approx(pm.tokens_per_step(rates))
+    # 20 % of row-steps without a draft emit one token: 0.2·1 + 0.8·1.5 = 1.4 tokens per row-step
+    q = pm.emit_pmf([0.5], no_draft=0.2)
+    assert q == pytest.approx([0.6, 0.4]) and q @ [1, 2] == pytest.approx(1.4)
+    assert pm.emit_pmf([0.5, 0.7]) == pytest.approx([0.5, 0.0, 0.5])  # noisy non-monotone rates are clipped
+    # E[N] from the rates directly differs from the geometric-α fit when acceptance is not geometric
+    assert pm.tokens_per_step([0.8, 0.66, 0.5]) != pytest.approx(pm.expected_tokens(pm.alpha_from_per_position([0.8, 0.66, 0.5]), 3), abs=0.01)
+
+
+def test_simulated_steps_with_shrinking_batch():
+    # autoregressive: the prefill emits the first token, then one per step; finished rows leave
+    assert pm.simulate_steps([5, 3, 1], [1.0]) == (4.0, 6.0)
+    assert pm.simulate_steps([5, 3], [0.0, 1.0]) == (2.0, 3.0)  # always 2 tokens: 4 -> 2 steps, 2 -> 1 step
+    assert pm.simulate_steps([5], [0.0, 0.0, 1.0]) == (2.0, 2.0)  # 3 tokens per step, 4 needed
+    assert pm.batch_steps([[5, 3, 5, 3]], 2, [1.0]) == (8.0, 12.0)  # two chunks of 2 rows run one after the other
+    # random acceptance: row-steps ≈ tokens / E[N]; the batch waits for its slowest row (S > max / E[N])
+    lengths = [41] * 32
+    S, R = pm.simulate_steps(lengths, pm.emit_pmf([0.8, 0.6, 0.3]), reps=64, seed=0)
+    assert R / 32 == pytest.approx(40 / 2.7, rel=0.06)
+    assert S > 40 / 2.7 + 2 and S == pm.simulate_steps(lengths, pm.emit_pmf([0.8, 0.6, 0.3]), reps=64, seed=0)[0]
+
+
+def test_fit_affine():
+    assert pm.fit_affine([1, 2, 4], [0.003, 0.005, 0.009]) == pytest.approx((0.001, 0.002))
+    a, b = pm.fit_affine([1, 2, 3], [0.0, 0.3, 0.5])  # negative intercept -> through the origin
+    assert a == 0.0 and b == pytest.approx(2.1 / 14)
+    c = pm.StepCost(prefill=0.01, a=0.001, b=0.0001)
+    assert c.step(10) == pytest.approx(0.002) and c.gen_time(2, 32, 2048) == pytest.approx(0.02 + 0.032 + 0.2048)
+
+
+def _run(kind, k, means, run_id="r", **params):
+    p = {"drafter.kind": kind, "grpo.prompts_per_step": "8", "grpo.group_size": "8", "rollout.max_batch_size": "256",
+         "model.target": "tiny"} | ({"drafter.k": str(k)} if kind != "none" else {}) | params
+    return pm.SweepRun(run_id, f"{kind} k={k}", "FINISHED", p, means)
+
+
+# Hand-computed case: 64 rows, each generating 33 tokens (1 from the prefill + 32 in steps).
+# Baseline: R0 = 2112 − 64 = 2048 row-steps in S0 = 32 steps; model 0.01 + 0.001·32 + 0.0001·2048 = 0.2468 s.
+# Point (k=2, rates [1, 0]: always 2 tokens per step): R = 1024 drafts, no undrafted row-steps
+# (2048 − 1024·2 = 0), S = 16; model 0.02 + 0.002·16 + 0.00015·1024 = 0.2056 s.
+# gen' = 0.2 · 0.2056 / 0.2468 = 0.166613; step' = (0.7 − 0.25) + gen' = 0.616613;
+# predicted step speedup 0.6 / 0.616613 = 0.973058; measured 0.6 / 0.7 = 0.857143: error +13.52 %.
+BASE_MEANS = {"timing_s/gen": 0.2, "timing_s/step": 0.6, "gen/num_tokens": 2112.0}
+POINT_MEANS = {"timing_s/gen": 0.25, "timing_s/step": 0.7, "gen/num_tokens": 2112.0, "spec/num_drafts": 1024.0,
+               "spec/acceptance_rate_pos_0": 1.0, "spec/acceptance_rate_pos_1": 0.0}
+BASE_COST, POINT_COST = pm.StepCost(0.01, 0.001, 0.0001), pm.StepCost(0.02, 0.002, 0.00015)
+LENGTHS = [[33] * 64, [33] * 64]
+
+
+def test_prediction_on_hand_computed_numbers():
+    base, point = _run("none", 0, BASE_MEANS), _run("draft_model", 2, POINT_MEANS)
+    assert pm.row_steps_of(base) == (2048.0, 1.0) and pm.row_steps_of(point) == (1024.0, 0.0)
+    p = pm.predict_point(point, base, POINT_COST, BASE_COST, LENGTHS)
+    assert (p.base_steps, p.base_row_steps, p.steps, p.row_steps) == (32.0, 2048.0, 16.0, 1024.0)
+    assert p.model_gen_base == pytest.approx(0.2468) and p.model_gen == pytest.approx(0.2056)
+    assert p.gen_pred == pytest.approx(0.166613, abs=1e-6) and p.step_pred == pytest.approx(0.616613, abs=1e-6)
+    assert p.speedup_pred == pytest.approx(0.973058, abs=1e-6) and p.speedup_meas == pytest.approx(0.857143, abs=1e-6)
+    assert p.error == pytest.approx(0.13524, abs=1e-4) and not p.within(0.10) and p.within(0.14)
+    # cost of one step at the mean rows in flight (64) relative to one autoregressive step there
+    assert p.step_cost_ratio == pytest.approx((0.002 + 0.00015 * 64) / (0.001 + 0.0001 * 64))
+    # an n-gram point: rows without a match emit one token; their row-steps come from the token count
+    ng = _run("ngram", 1, {**POINT_MEANS, "spec/num_drafts": 600.0, "spec/acceptance_rate_pos_0": 0.5})
+    R, f0 = pm.row_steps_of(ng)
+    assert R == pytest.approx(600 + (2048 - 600 * 1.5)) and f0 == pytest.approx(1148 / 1748)
+
+
+def _fake_sweep(uri, name="fake"):
+    """A sweep as `wb sweep` logs it: parent + baseline + draft_model k=2 (+13.5 % off) + ngram k=2 (+0.55 % off: 0.973058 / (0.6 / 0.62))
+    + a draft_model k=4 point without a finished baseline setting (not checked)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    c = MlflowClient(uri)
+    exp = c.create_experiment("workbench")
+    parent = c.create_run(exp, run_name=name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"}).info.run_id
+    points = [("none", 0, BASE_MEANS, {}), ("draft_model", 2, POINT_MEANS, {}),
+              ("ngram", 2, {**POINT_MEANS, "timing_s/gen": 0.17, "timing_s/step": 0.62}, {}),
+              ("draft_model", 4, POINT_MEANS, {"grpo.group_size": "4"})]
+    for kind, k, means, extra in points:
+        r = _run(kind, k, means, **extra)
+        rid = c.create_run(exp, run_name=f"{name}: {kind} k={k}", tags={
+            "workbench.sweep": name, "workbench.sweep.role": "point", "mlflow.parentRunId": parent,
+            "workbench.sweep.point": f"{kind}{k}", "workbench.axis.drafter.kind": kind}).info.run_id
+        metrics = [Metric(key, 99.0, 0, 1) for key in means]  # step 1: warm-up, excluded
+        metrics += [Metric(key, v * f, 0, s) for key, v in means.items() for s, f in ((2, 0.9), (3, 1.1))]
+        c.log_batch(rid, metrics=metrics, params=[Param(key, v) for key, v in r.params.items()])
+        c.set_terminated(rid)
+    c.set_terminated(parent)
+    return _run("none", 0, BASE_MEANS), [_run("draft_model", 2, POINT_MEANS), _run("ngram", 2, POINT_MEANS)]
+
+
+def test_cli_project_sweep_on_a_fake_store(tmp_path, monkeypatch):
+    from workbench import cli
+    from workbench.cli import app
+
+    monkeypatch.setattr(cli.console, "width", 250)  # the whole table on one line per row
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    base, points = _fake_sweep(uri)
+    runs, _ = pm.load_sweep("fake", uri)
+    assert [(r.kind, r.k) for r in runs][0] == ("none", 0) and len(runs) == 4
+    assert runs[0].means["timing_s/gen"] == pytest.approx(0.2)  # mean of steps 2.. (step 1 is warm-up)
+    costs = tmp_path / "costs.json"
+    pm.save_costs(costs, {pm.config_key(base.params): BASE_COST, **{pm.config_key(p.params): POINT_COST for p in points}},
+                  {pm.workload_key(base.params): LENGTHS}, {"threads": 1})
+    res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", uri, "--costs", str(costs)])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "1/2 points within 10%" in out
+    assert "+13.5%" in out and "+0.5%" in out and "FAIL" in out and "pass" in out
+    assert "1 + Σ per-position acceptance rates" in out
+    assert "0.857" in out and "0.973" in out  # measured and predicted step speedup of the draft_model point
+    assert "not checked" in out and "k=4" in out  # no baseline with the same group_size
+    res = CliRunner().invoke(app, ["project", "--sweep", "nope", "--tracking-uri", uri, "--costs", str(costs)])
+    assert res.exit_code == 2 and "fake" in res.output  # the message lists the sweeps in the store

@@ -19,6 +19,8 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Embedded model presets: list and build (cached).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+drafter_app = typer.Typer(help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True)
+app.add_typer(drafter_app, name="drafter")
 console = Console()
 err = Console(stderr=True)
 
@@ -425,13 +427,116 @@ def project(
     staleness: int = typer.Option(3, "--staleness", min=0, help="Async model: show staleness 1..N."),
     cv: float = typer.Option(0.2, "--cv", min=0.0, help="Async model: coefficient of variation of the per-step gen time."),
     seeds: bool = typer.Option(False, "--seeds", help="Print the check against DESIGN.md §6's published numbers and exit."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="Check the model on a measured sweep (MLflow sweep name): predicted vs measured step speedup per point."),
+    costs: Optional[str] = typer.Option(None, "--costs", help="--sweep: step costs and lengths from a --save-costs JSON instead of the engine microbenchmark."),
+    save_costs: Optional[str] = typer.Option(None, "--save-costs", help="--sweep: write the microbenchmark's step costs and lengths to this JSON."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="--sweep: torch threads for the microbenchmark (match the sweep's; default: torch's)."),
+    reps: int = typer.Option(3, "--reps", min=1, help="--sweep: repeats per microbenchmark timing (the fastest counts)."),
+    tolerance: float = typer.Option(0.10, "--tolerance", min=0.0, help="--sweep: relative error of the step speedup that passes."),
 ) -> None:
     """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
 
     Examples: wb project --gen 100 --logprob 20 --train 15 --alpha 0.8 --c 0.05 |
-    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds
+    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds | wb project --sweep note-1
     """
     from workbench import project as pm
+
+    if sweep:
+        try:
+            runs, uri = pm.load_sweep(sweep, tracking_uri)
+        except ValueError as e:
+            _fail(str(e))
+        finished = [r for r in runs if r.status == "FINISHED"]
+        skipped = [f"{r.label()}: {r.status.lower()}" for r in runs if r.status != "FINISHED"]
+        pairs = []
+        for r in finished:
+            if r.is_baseline:
+                continue
+            b = pm.baseline_for(r, finished)
+            miss = pm.missing_metrics(r) + (pm.missing_metrics(b) if b else [])
+            if b is None or miss:
+                skipped.append(f"{r.label()}: " + ("no finished drafter=none baseline with the same settings" if b is None else "no " + ", ".join(miss)))
+            else:
+                pairs.append((r, b))
+        if not pairs:
+            _fail(f"sweep {sweep!r}: no point with a baseline to check" + (" (" + "; ".join(skipped) + ")" if skipped else ""))
+        if costs:
+            try:
+                step_costs, lengths, meta = pm.load_costs(costs)
+            except (OSError, ValueError, KeyError) as e:
+                _fail(f"--costs: {e}")
+            source = f"--costs {costs}" + (f" (measured {meta.get('date', '?')}, {meta.get('threads', '?')} threads)" if meta else "")
+        else:
+            import time
+
+            import torch
+
+            if threads:
+                torch.set_num_threads(threads)
+            bench = pm.EngineBench(reps=reps)
+            lengths = {}
+            with console.status("engine microbenchmark") as st:
+                for r, b in pairs:
+                    wk = pm.workload_key(b.params)
+                    if wk not in lengths:
+                        st.update(f"sampling completion lengths ({b.params.get('model.target')}, {b.rows} rows × {bench.length_batches})")
+                        lengths[wk] = bench.lengths(b)
+                step_costs = bench.step_costs(list({r.run_id: r for pair in pairs for r in pair}.values()), progress=st.update)
+            meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": torch.get_num_threads(), "reps": reps,
+                    "device": "cuda" if torch.cuda.is_available() else "cpu"}
+            source = f"engine microbenchmark, torch {torch.get_num_threads()} thread(s), fastest of {reps}"
+            if save_costs:
+                pm.save_costs(save_costs, step_costs, lengths, meta)
+        preds = []
+        for r, b in pairs:
+            ck, bk, wk = pm.config_key(r.params), pm.config_key(b.params), pm.workload_key(b.params)
+            if ck not in step_costs or bk not in step_costs or wk not in lengths:
+                skipped.append(f"{r.label()}: no step cost / lengths for {ck if ck not in step_costs else bk if bk not in step_costs else wk!r}")
+                continue
+            preds.append(pm.predict_point(r, b, step_costs[ck], step_costs[bk], lengths[wk]))
+        c = Table(title=f"step costs ({source})")
+        for col in ("config", "per batch ms", "per step ms (a)", "per row·step µs (b)", "measured ms/step at n rows"):
+            c.add_column(col, justify="left" if col in ("config", "measured ms/step at n rows") else "right")
+        for key in dict.fromkeys(k for r, b in pairs for k in (pm.config_key(b.params), pm.config_key(r.params))):
+            if key in step_costs:
+                sc = step_costs[key]
+                c.add_row(key, f"{sc.prefill * 1e3:.1f}", f"{sc.a * 1e3:.2f}", f"{sc.b * 1e6:.1f}",
+                          " ".join(f"{n}:{v * 1e3:.2f}" for n, v in sc.grid.items()))
+        console.print(c)
+        for wk, bl in lengths.items():
+            flat = [x for bb in bl for x in bb]
+            if flat:
+                console.print(f"completion lengths sampled by the target ({len(bl)} batches): mean {sum(flat) / len(flat):.1f}, "
+                              f"max per batch {', '.join(str(max(bb)) for bb in bl)}", highlight=False)
+        from rich import box
+
+        t = Table(title=f"sweep {sweep}: measured vs predicted step speedup (tolerance {tolerance:.0%})", box=box.SIMPLE_HEAD,
+                  caption="E[N] = 1 + Σ per-position acceptance rates (used directly, no geometric α); undrafted: row-steps without a "
+                  "draft; S: verification steps per GRPO step (simulated), n̄ = R / S rows in flight; cost/step: one step at n̄ over one "
+                  "autoregressive step at the baseline's n̄; gen pred = baseline gen × model(point) / model(baseline); step pred = "
+                  "point's non-gen s + gen pred; non-gen ×: point's non-gen s / baseline's (speculation does not change them: "
+                  "far from 1 = the machine's speed changed between the runs)")
+        for col in ("drafter", "k", "E[N]", "undrafted", "S", "n̄", "cost/step", "gen s", "gen s pred", "non-gen ×", "step ×", "step × pred", "error", "within"):
+            t.add_column(col, justify="left" if col in ("drafter", "within") else "right", no_wrap=True)
+        base_done = set()
+        for p in preds:
+            if p.base.run_id not in base_done:
+                base_done.add(p.base.run_id)
+                t.add_row("none", "-", "1.00", "-", f"{p.base_steps:.1f}", f"{p.base_row_steps / max(p.base_steps, 1e-9):.1f}", "1.00",
+                          f"{p.base.gen:.3f}", "(ref)", "1.00", "1.00", "(ref)", "-", "-")
+            t.add_row(p.run.kind, str(p.run.k), f"{p.tokens_per_step:.2f}", f"{p.no_draft:.0%}", f"{p.steps:.1f}",
+                      f"{p.row_steps / max(p.steps, 1e-9):.1f}", f"{p.step_cost_ratio:.2f}", f"{p.gen_meas:.3f}", f"{p.gen_pred:.3f}",
+                      f"{p.non_gen_ratio:.2f}", f"{p.speedup_meas:.3f}", f"{p.speedup_pred:.3f}", f"{p.error:+.1%}",
+                      "[green]✓ pass[/]" if p.within(tolerance) else "[red]✗ FAIL[/]")
+        console.print(t)
+        for p in {p.base.run_id: p for p in preds}.values():
+            console.print(f"calibration: the microbenchmark's gen of the baseline {p.model_gen_base:.3f} s vs measured {p.base.gen:.3f} s "
+                          f"(×{p.base.gen / p.model_gen_base:.2f} applied to its points)", highlight=False)
+        for s_ in skipped:
+            console.print(f"[yellow]not checked[/] {s_}", highlight=False)
+        n_ok = sum(p.within(tolerance) for p in preds)
+        console.print(f"{n_ok}/{len(preds)} points within {tolerance:.0%} (step speedup, store {uri})", highlight=False)
+        return
 
     if seeds:
         rows = pm.seeds_check()
@@ -562,6 +667,43 @@ def models_build(
         info = build_info(path) or {}
         shown = {k: v for k, v in info.items() if isinstance(v, (int, float, str))}
         console.print(f"[green]{name}[/] -> {path}  {shown}")
+
+
+@drafter_app.command("init", context_settings={"allow_extra_args": False})
+def drafter_init(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or name (default: quickstart). May be omitted when giving overrides."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.kind=eagle3 drafter.init.data=chat"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Train the spec's drafter on its init data (in_domain | chat | a dataset) and cache the checkpoint."""
+    resolved = _load(spec, overrides)
+    d = resolved.drafter
+    if d.init_data() == "none" or d.kind in ("none", "ngram"):
+        _fail(f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
+              "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>")
+    from workbench.drafter_init import build_init, init_info
+    from workbench.grpo.trainer import resolve_device
+    from workbench.models.build import load_model, resolve_model
+    from workbench.rollout.model import LeanLM
+
+    try:
+        device = resolve_device(resolved.model.device)
+        path = resolve_model(resolved.model.target, progress=not quiet, what="model.target")
+        hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
+        folder = build_init(resolved, LeanLM.from_hf(hf), tok, path, device, progress=not quiet, console=None if quiet else console)
+    except ValueError as e:
+        _fail(str(e))
+    info = init_info(folder) or {}
+    table = Table(title=f"drafter init: {d.kind} on {d.init_data()}")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for key in ("num_sequences", "num_completion_tokens", "steps", "seconds"):
+        table.add_row(key, str(info.get(key, "")))
+    for when in ("held_out_before", "held_out_after"):
+        for key, v in info.get(when, {}).items():
+            table.add_row(f"{key} ({when.split('_')[-1]})", f"{v:.4f}")
+    console.print(table)
+    console.print(f"checkpoint: {folder}", soft_wrap=True, highlight=False)
 
 
 def main() -> None:  # pragma: no cover

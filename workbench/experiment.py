@@ -7,7 +7,9 @@ model build; a crash or Ctrl-C inside the run ends it FAILED/KILLED with what it
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,6 +80,7 @@ def run_experiment(
         result.run_id = tracker.run_id
         tracker.log_params(spec.flat_params())
         tracker.log_text(spec.to_yaml(), "spec.yaml")
+        _log_drafter_init(tracker, spec, trainer)
         cols = (
             TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stage]:>9}"),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
@@ -105,11 +108,37 @@ def run_experiment(
                         tracker.set_tags({"workbench.stopped_early": "true", "workbench.stopped_at_step": step, **e.tags})
                         tracker.end("FINISHED")  # idempotent: the `with` exit below is then a no-op
                         raise
+        _log_drafter_checkpoint(tracker, trainer)
     if progress and summary:
         console.print(summary_table(spec, result))
         if result.run_id:
             console.print(f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})")
     return result
+
+
+def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrainer) -> None:
+    """Params ``drafter.init.resolved_data`` / ``drafter.init.checkpoint`` and the init's held-out stats."""
+    from workbench.drafter_init import init_info
+
+    if spec.drafter.kind in ("none", "ngram"):
+        return
+    path = trainer.drafter_init_path
+    tracker.log_params({"drafter.init.resolved_data": spec.drafter.init_data(), "drafter.init.checkpoint": str(path or "")})
+    info = init_info(path)
+    if info:
+        tracker.log_dict(info, "drafter/init_info.json")
+        after = info.get("held_out_after", {})
+        tracker.log_metrics({f"draft_init/{k.split('/')[-1]}": v for k, v in after.items()}, step=0)
+
+
+def _log_drafter_checkpoint(tracker: Tracker, trainer: GRPOTrainer) -> None:
+    """The drafter as it ends the run (adapted online, or as initialised) as run artifacts ``drafter/``."""
+    d = trainer.drafter
+    if d is None or not d.trainable or not tracker.enabled or (trainer.online is None and trainer.drafter_init_path is None):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        d.save(Path(tmp))
+        tracker.log_artifacts(tmp, "drafter")
 
 
 def _timed_eval(trainer: GRPOTrainer) -> dict[str, float]:

@@ -27,6 +27,40 @@ non-increasing in s. Speculation helps an async step only while gen is the longe
 
 Acceptance: α from per-position acceptance rates r_i ≈ α^(i+1) (least squares in log space), or
 from the mean acceptance length at k by inverting E[N].
+
+Checking the model on a measured sweep (``wb project --sweep NAME``, :func:`predict_point`). For
+every point the gen stage is predicted from quantities that are *not* the point's gen time, and
+compared with the point's measured step speedup over the sweep's ``drafter=none`` baseline:
+
+- Acceptance (the point's own counters): tokens per verification step of a drafted row
+  E[N] = 1 + Σ_i r_i with r_i = ``spec/acceptance_rate_pos_<i>`` (used directly, no geometric α;
+  it equals ``spec/acceptance_length``). The per-position rates also give the distribution of the
+  tokens one step emits, P(emit ≥ i+2) = r_i (accepts are a prefix). Rows an n-gram drafter has no
+  draft for emit one token; their share is ``tokens − rows − num_drafts·E[N]`` row-steps
+  (``gen/num_tokens``, ``spec/num_drafts``; the prefill emits each row's first token; EOS cutting
+  an accepted run short is ignored, so the share is a slight underestimate).
+- Work: row-steps R (one row in one verification step) = ``spec/num_drafts`` + the undrafted
+  row-steps; for the baseline R = tokens − rows (one token per row per step). Verification steps
+  S (batched target forwards) are *not* logged, and rows leave the batch as they finish (EOS), so
+  S depends on the completion-length distribution: S = E[max over rows of each row's steps],
+  simulated (fixed-seed Monte Carlo) from completion lengths sampled by the target itself on the
+  sweep's task prompts (one batch shape as in the run: prompts_per_step × group_size rows in
+  chunks of max_batch_size) and the point's emit distribution. Assumption: the lengths of the
+  initial target stand for every GRPO step's (the policy moves little in a short run).
+- Cost (a microbenchmark of the rollout engine, not of the point's run): for the baseline and for
+  every drafter × k, one engine step (target verification forward over n × (k+1) tokens, drafter
+  passes, sampling and rejection sampling, bookkeeping) is timed at n = 1 .. batch rows kept
+  constant (EOS ignored, m1 and m2 new tokens, seconds per step = Δtime / Δsteps, the fastest of
+  ``reps`` identical runs), and fitted as a + b·n (per-step overhead + per-row cost); the
+  remainder at the full batch is the per-batch cost P (prefill, first token, retiring rows). So
+  gen(model) = chunks·P + a·S + b·R. Assumptions: step cost is affine in the rows in flight and
+  does not depend on which tokens are drafted; the context length is that of a typical row.
+- Prediction: gen' = measured baseline gen × gen(model, point) / gen(model, baseline) — the
+  microbenchmark fixes the ratio, the baseline's measurement the level (machine load differs
+  between the sweep and the microbenchmark). Only gen changes with speculation, so the point's own
+  measured non-gen stages are kept: step' = (point step − point gen) + gen', predicted step
+  speedup = baseline step / step'. The microbenchmark must run under the sweep's conditions (same
+  device, same torch thread count: ``--threads``); runs do not log their thread count.
 """
 
 from __future__ import annotations
@@ -290,3 +324,481 @@ def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bo
     info = dict(drafter=r.data.params.get("drafter.kind", "drafter"), k=k,
                 per_pos=[p for p in per_pos if p is not None], acceptance_length=mean("spec/acceptance_length"))
     return stages, info
+
+
+# ------------------------------------------------------------------ a measured sweep (wb project --sweep)
+
+POS_KEY = "spec/acceptance_rate_pos_"
+
+
+def tokens_per_step(per_pos: list[float]) -> float:
+    """E[N] = 1 + Σ_i r_i: expected tokens one verification step emits for a drafted row (bonus or
+    correction token included), from per-position acceptance rates r_i = P(draft position i accepted)."""
+    return 1.0 + float(sum(per_pos))
+
+
+def emit_pmf(per_pos: list[float], no_draft: float = 0.0) -> np.ndarray:
+    """P(one verification step emits j+1 tokens), j = 0..k, from per-position rates (accepts form a
+    prefix, so P(accepted ≥ i+1) = r_i) and the share of row-steps without a draft (they emit 1)."""
+    r = np.minimum.accumulate(np.clip(np.asarray(per_pos, dtype=float), 0.0, 1.0)) if len(per_pos) else np.zeros(0)
+    ge = np.concatenate([[1.0], r, [0.0]])  # P(accepted >= j), j = 0..k+1
+    p = (ge[:-1] - ge[1:]) * (1.0 - no_draft)
+    p[0] += no_draft
+    return p / p.sum()
+
+
+def simulate_steps(lengths: list[int], pmf: np.ndarray | list[float], reps: int = 64, seed: int = 0) -> tuple[float, float]:
+    """(verification steps S, row-steps R) of one batch whose rows generate ``lengths`` tokens.
+
+    The prefill emits each row's first token; a row then takes steps, each emitting j+1 tokens with
+    probability pmf[j], until it has its length; finished rows leave the batch, so the batch runs
+    for S = max over rows of the row's steps. Means over ``reps`` fixed-seed draws (pmf = [1]: the
+    autoregressive S = max(L) − 1, R = Σ (L − 1), exactly).
+    """
+    rem = np.asarray(lengths, dtype=np.int64) - 1
+    rem = rem[rem > 0]
+    if rem.size == 0:
+        return 0.0, 0.0
+    pmf = np.asarray(pmf, dtype=float)
+    if pmf.size == 1 or pmf[0] >= 1.0:
+        return float(rem.max()), float(rem.sum())
+    T = int(rem.max())
+    reps = max(4, min(reps, 4_000_000 // (rem.size * T)))
+    rng = np.random.default_rng(seed)
+    emits = rng.choice(pmf.size, size=(reps, rem.size, T), p=pmf / pmf.sum()) + 1
+    steps = (emits.cumsum(-1) < rem[None, :, None]).sum(-1) + 1  # draws until the row has its length
+    return float(steps.max(1).mean()), float(steps.sum(1).mean())
+
+
+def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0) -> tuple[float, float]:
+    """Mean (S, R) per GRPO step over sampled batches; a batch larger than ``chunk`` rows
+    (rollout.max_batch_size) runs as consecutive chunks, whose S and R add up."""
+    out = []
+    for b in batches:
+        parts = [simulate_steps(b[i : i + chunk], pmf, reps, seed + i) for i in range(0, len(b), max(chunk, 1))]
+        out.append((sum(p[0] for p in parts), sum(p[1] for p in parts)))
+    return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
+
+
+def fit_affine(ns: list[float], seconds: list[float]) -> tuple[float, float]:
+    """Least-squares a + b·n through (n, seconds), with a, b ≥ 0 (a noisy fit is clipped, the other refitted)."""
+    x, y = np.asarray(ns, dtype=float), np.asarray(seconds, dtype=float)
+    if x.size == 1 or np.ptp(x) == 0:
+        return float(max(y.mean(), 0.0)), 0.0
+    b, a = np.polyfit(x, y, 1)
+    if a < 0:
+        return 0.0, float(max((x * y).sum() / (x * x).sum(), 0.0))
+    if b < 0:
+        return float(max(y.mean(), 0.0)), 0.0
+    return float(a), float(b)
+
+
+@dataclass
+class StepCost:
+    """Measured cost of the rollout engine at one configuration (target, drafter, k).
+
+    One step with n rows in flight: ``a + b·n`` seconds; ``prefill``: per-batch seconds (prefill,
+    first token, retiring rows). ``grid``: the measured seconds per step at each n.
+    """
+
+    prefill: float
+    a: float
+    b: float
+    grid: dict[int, float] = field(default_factory=dict)
+
+    def step(self, n: float) -> float:
+        return self.a + self.b * n
+
+    def gen_time(self, chunks: int, steps: float, row_steps: float) -> float:
+        """chunks·P + a·S + b·R: a GRPO step's gen seconds with S verification steps and R row-steps."""
+        return chunks * self.prefill + self.a * steps + self.b * row_steps
+
+    def to_json(self) -> dict:
+        return {"prefill_s": self.prefill, "a_s": self.a, "b_s": self.b, "grid_s": {str(n): v for n, v in self.grid.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "StepCost":
+        return cls(float(d["prefill_s"]), float(d["a_s"]), float(d["b_s"]), {int(n): float(v) for n, v in d.get("grid_s", {}).items()})
+
+
+@dataclass
+class SweepRun:
+    """One child run of a sweep: params, means over steps 2.. (step 1 is warm-up) of its metrics."""
+
+    run_id: str
+    name: str
+    status: str
+    params: dict[str, str]
+    means: dict[str, float]
+
+    @property
+    def kind(self) -> str:
+        return self.params.get("drafter.kind", "none")
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.kind == "none"
+
+    @property
+    def k(self) -> int:
+        return 0 if self.is_baseline else int(self.params.get("drafter.k", 0) or 0)
+
+    def _int(self, key: str, default: int) -> int:
+        try:
+            return int(self.params.get(key, default))
+        except (TypeError, ValueError):
+            return default
+
+    @property
+    def rows(self) -> int:
+        """Rollouts per GRPO step: prompts_per_step × group_size."""
+        return self._int("grpo.prompts_per_step", 8) * self._int("grpo.group_size", 8)
+
+    @property
+    def chunk(self) -> int:
+        return min(self.rows, self._int("rollout.max_batch_size", 256))
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.rows // self.chunk)
+
+    @property
+    def per_pos(self) -> list[float]:
+        return [self.means[f"{POS_KEY}{i}"] for i in range(self.k) if f"{POS_KEY}{i}" in self.means]
+
+    @property
+    def gen(self) -> float | None:
+        return self.means.get("timing_s/gen")
+
+    @property
+    def step(self) -> float | None:
+        return self.means.get("timing_s/step")
+
+    def label(self) -> str:
+        return "baseline (none)" if self.is_baseline else f"{self.kind} k={self.k}"
+
+
+def config_key(params: dict[str, str]) -> str:
+    """What the engine microbenchmark measures for a run: target (+ dtype, device), drafter kind,
+    its model or n-gram window, k. ``tiny none`` / ``tiny draft_model(tiny-draft) k=3`` / ``tiny ngram(1..4) k=3``."""
+    tgt = params.get("model.target", "?")
+    extra = [v for key, v in (("model.dtype", "float32"), ("model.device", "auto")) if params.get(key, v) != v]
+    head = " ".join([tgt, *extra])
+    kind = params.get("drafter.kind", "none")
+    if kind == "none":
+        return f"{head} none"
+    detail = {"draft_model": f"({params.get('drafter.model', '?')})",
+              "ngram": f"({params.get('drafter.prompt_lookup_min', '?')}..{params.get('drafter.prompt_lookup_max', '?')})"}.get(kind, "")
+    return f"{head} {kind}{detail} k={params.get('drafter.k', '?')}"
+
+
+WORKLOAD_KEYS = ("model.target", "task.name", "task.path", "rollout.temperature", "rollout.top_p", "rollout.top_k",
+                 "rollout.max_new_tokens", "grpo.prompts_per_step", "grpo.group_size", "seed")
+
+
+def workload_key(params: dict[str, str]) -> str:
+    """What the completion lengths depend on: target, task, sampling, batch shape."""
+    return " ".join(f"{key.split('.')[-1]}={params.get(key, '-')}" for key in WORKLOAD_KEYS)
+
+
+def _same_setting(a: SweepRun, b: SweepRun) -> bool:
+    keys = {k for k in (*a.params, *b.params) if not k.startswith(("drafter.", "tracking.", "workbench."))}
+    return all(a.params.get(k) == b.params.get(k) for k in keys)
+
+
+def baseline_for(run: SweepRun, runs: list[SweepRun]) -> SweepRun | None:
+    """The finished ``drafter.kind=none`` run with the same non-drafter params (else None)."""
+    return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and _same_setting(run, b)), None)
+
+
+def load_sweep(name: str, tracking_uri: str | None = None) -> tuple[list[SweepRun], str]:
+    """The child runs of sweep ``name`` (newest parent tagged ``workbench.sweep`` = name) with the
+    means over steps 2.. of their ``timing_s/*``, ``gen/num_tokens`` and ``spec/*`` metrics; a
+    resumed point's FINISHED run wins. Returns (runs, tracking URI).
+
+    Raises:
+        ValueError: no such sweep (the message lists the sweeps in the store).
+    """
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    from workbench.tracking import _quiet_mlflow, resolve_tracking_uri
+
+    _quiet_mlflow()
+    uri = resolve_tracking_uri(tracking_uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)]
+    parents = client.search_runs(exp_ids, "tags.`workbench.sweep.role` = 'parent'", order_by=["attributes.start_time DESC"],
+                                 max_results=1000) if exp_ids else []
+    hits = [p for p in parents if p.data.tags.get("workbench.sweep") == name]
+    if not hits:
+        names = list(dict.fromkeys(p.data.tags.get("workbench.sweep", "") for p in parents))
+        raise ValueError(f"--sweep: no sweep named {name!r} in {uri}; sweeps there: {', '.join(n for n in names if n) or '(none)'}"
+                         " (set the store with --tracking-uri or $MLFLOW_TRACKING_URI)")
+    parent = hits[0]
+    kids = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+                              order_by=["attributes.start_time ASC"], max_results=10_000)
+    by_point: dict[str, object] = {}
+    for r in kids:  # oldest first: a FINISHED run replaces an earlier one of the same point
+        key = r.data.tags.get("workbench.sweep.point", r.info.run_id)
+        old = by_point.get(key)
+        if old is None or r.info.status == "FINISHED" or old.info.status != "FINISHED":
+            by_point[key] = r
+    runs = []
+    for r in by_point.values():
+        means = {}
+        for key in r.data.metrics:
+            if key.startswith(("timing_s/", "spec/", "gen/num_tokens")):
+                vals = [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step) if m.step >= 1]
+                vals = vals[1:] if len(vals) > 1 else vals
+                if vals:
+                    means[key] = sum(vals) / len(vals)
+        runs.append(SweepRun(r.info.run_id, r.info.run_name or r.info.run_id, r.info.status, dict(r.data.params), means))
+    runs.sort(key=lambda x: (not x.is_baseline, x.kind, x.k))
+    return runs, uri
+
+
+@dataclass
+class PointPrediction:
+    """Measured vs predicted for one sweep point (seconds are means per GRPO step)."""
+
+    run: SweepRun
+    base: SweepRun
+    tokens_per_step: float  # E[N] = 1 + Σ r_i (drafted rows)
+    no_draft: float  # share of row-steps without a draft
+    steps: float  # S, verification steps per GRPO step (simulated)
+    row_steps: float  # R, from the counters
+    base_steps: float
+    base_row_steps: float
+    step_cost_ratio: float  # one step at the mean rows in flight / one autoregressive step at the baseline's
+    model_gen: float  # the microbenchmark's gen seconds, point
+    model_gen_base: float  # ... and baseline
+    gen_pred: float
+    step_pred: float
+    speedup_meas: float
+    speedup_pred: float
+
+    @property
+    def gen_meas(self) -> float:
+        return self.run.gen
+
+    @property
+    def non_gen_ratio(self) -> float:
+        """Point's non-gen seconds / baseline's: speculation leaves them unchanged, so a ratio far
+        from 1 says the machine ran at another speed during one of the runs (load, thermal)."""
+        return (self.run.step - self.run.gen) / (self.base.step - self.base.gen)
+
+    @property
+    def error(self) -> float:
+        """Relative error of the predicted step speedup: predicted / measured − 1."""
+        return self.speedup_pred / self.speedup_meas - 1.0
+
+    def within(self, tol: float) -> bool:
+        return abs(self.error) <= tol
+
+
+def row_steps_of(run: SweepRun) -> tuple[float, float]:
+    """(row-steps R, share of them without a draft) from the run's counters (see the module doc)."""
+    emitted = run.means["gen/num_tokens"] - run.rows  # the prefill emits each row's first token
+    if run.is_baseline:
+        return emitted, 1.0
+    drafts = run.means.get("spec/num_drafts", 0.0)
+    undrafted = max(0.0, emitted - drafts * tokens_per_step(run.per_pos))
+    total = drafts + undrafted
+    return total, (undrafted / total if total else 0.0)
+
+
+def predict_point(run: SweepRun, base: SweepRun, cost: StepCost, base_cost: StepCost, lengths: list[list[int]],
+                  reps: int = 64, seed: int = 0) -> PointPrediction:
+    """The point's gen and step speedup from the baseline's measured stage times, the point's
+    acceptance counters and non-gen stage times, measured step costs and sampled lengths."""
+    R0, _ = row_steps_of(base)
+    S0, _ = batch_steps(lengths, base.chunk, [1.0], reps, seed)
+    R, f0 = row_steps_of(run)
+    S, _ = batch_steps(lengths, run.chunk, emit_pmf(run.per_pos, f0), reps, seed)
+    g0 = base_cost.gen_time(base.chunks, S0, R0)
+    g1 = cost.gen_time(run.chunks, S, R)
+    gen_pred = base.gen * g1 / g0
+    step_pred = (run.step - run.gen) + gen_pred
+    ratio = cost.step(R / S if S else 0.0) / base_cost.step(R0 / S0 if S0 else 0.0)
+    return PointPrediction(run, base, tokens_per_step(run.per_pos), f0, S, R, S0, R0, ratio, g1, g0, gen_pred, step_pred,
+                           base.step / run.step, base.step / step_pred)
+
+
+REQUIRED = ("timing_s/gen", "timing_s/step", "gen/num_tokens")
+
+
+def missing_metrics(run: SweepRun) -> list[str]:
+    need = list(REQUIRED) + ([] if run.is_baseline else ["spec/num_drafts"] + [f"{POS_KEY}{i}" for i in range(run.k)])
+    return [k for k in need if k not in run.means]
+
+
+def save_costs(path: str | Path, costs: dict[str, StepCost], lengths: dict[str, list[list[int]]], meta: dict) -> None:
+    Path(path).write_text(json.dumps({"meta": meta, "configs": {k: c.to_json() for k, c in costs.items()}, "lengths": lengths}, indent=1))
+
+
+def load_costs(path: str | Path) -> tuple[dict[str, StepCost], dict[str, list[list[int]]], dict]:
+    """A ``--save-costs`` file: (step costs per :func:`config_key`, sampled lengths per :func:`workload_key`, meta)."""
+    d = json.loads(Path(path).read_text())
+    return {k: StepCost.from_json(v) for k, v in d["configs"].items()}, {k: [list(map(int, b)) for b in v] for k, v in d["lengths"].items()}, d.get("meta", {})
+
+
+# ------------------------------------------------------------------ the engine microbenchmark (torch)
+
+
+def spec_from_params(params: dict[str, str]):
+    """An ExperimentSpec from a run's flat dotted params (keys the current spec lacks are ignored)."""
+    import yaml
+
+    from workbench.spec import ExperimentSpec
+
+    d = ExperimentSpec().model_dump(mode="json")
+    for key, raw in params.items():
+        node, parts = d, key.split(".")
+        for p in parts[:-1]:
+            node = node.get(p) if isinstance(node, dict) else None
+            if node is None:
+                break
+        if parts[0] == "tracking" or not isinstance(node, dict) or parts[-1] not in node:
+            continue
+        if raw == "None" or isinstance(node[parts[-1]], str):
+            v = None if raw == "None" else raw
+        else:
+            try:
+                v = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                v = raw
+        node[parts[-1]] = v
+    return ExperimentSpec.model_validate(d)
+
+
+class EngineBench:
+    """Times the rollout engine (see the module doc, "Cost") and samples completion lengths.
+
+    Models are loaded once per (target, dtype, device) and drafters once per configuration without
+    k; every measurement uses the sweep runs' own spec params (target, drafter, k, sampling, batch
+    shape). Timings are interleaved: ``reps`` rounds over every configuration and batch size, the
+    fastest of the rounds counts per cell (a load spike on a shared machine then hits one round of
+    a cell, not all of them).
+    """
+
+    def __init__(self, reps: int = 3, length_batches: int = 4):
+        self.reps, self.length_batches = reps, length_batches
+        self._targets: dict = {}
+        self._drafters: dict = {}
+        self._prompts: dict[str, list[list[int]]] = {}
+        self._mean_len: dict[str, float] = {}
+
+    def _target(self, spec):
+        import torch
+
+        from workbench.models.build import load_model, resolve_model
+        from workbench.rollout.model import LeanLM
+
+        key = (spec.model.target, spec.model.dtype, spec.model.device)
+        if key not in self._targets:
+            auto = "cuda" if torch.cuda.is_available() else "cpu"
+            dev = torch.device(auto if spec.model.device == "auto" else spec.model.device)
+            hf, tok = load_model(resolve_model(spec.model.target, what="model.target"), device=dev, dtype=getattr(torch, spec.model.dtype))
+            self._targets[key] = (LeanLM.from_hf(hf), tok, dev)
+        return self._targets[key]
+
+    def _engine(self, spec):
+        from types import SimpleNamespace
+
+        from drafters import build_drafter
+        from workbench.rollout.engine import RolloutEngine
+
+        lm, tok, dev = self._target(spec)
+        dkey = (spec.model.target, spec.model.dtype, spec.model.device,
+                json.dumps(spec.drafter.model_dump(mode="json", exclude={"k"}), sort_keys=True))
+        if dkey not in self._drafters:
+            self._drafters[dkey] = build_drafter(spec.drafter.kind, spec.drafter, target=SimpleNamespace(lm=lm, tokenizer=tok), device=dev)
+        return RolloutEngine(lm, self._drafters[dkey], k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+
+    def _sampling(self, spec, max_new: int, eos: bool):
+        from workbench.rollout.sampling import SamplingParams
+
+        r = spec.rollout
+        return SamplingParams(r.temperature, r.top_p, r.top_k, max_new, self._target(spec)[1].eos_token_id if eos else None)
+
+    def lengths(self, run: SweepRun) -> list[list[int]]:
+        """Completion lengths of ``length_batches`` GRPO-shaped batches (prompts_per_step prompts ×
+        group_size) sampled by the target (autoregressive, EOS on) from random task prompts; fixed seeds."""
+        import random
+
+        import torch
+
+        from workbench.models.tokenizer import encode_prompt
+        from workbench.tasks.loading import load_task_data
+
+        spec = spec_from_params(run.params)
+        lm, tok, dev = self._target(spec)
+        t, g = spec.task, spec.grpo
+        data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
+        rng = random.Random(spec.seed)
+        engine = self._engine(spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": "none"})}))
+        sp = self._sampling(spec, spec.rollout.max_new_tokens, eos=True)
+        gen = torch.Generator(dev).manual_seed(spec.seed)
+        out = []
+        with torch.no_grad():
+            for _ in range(self.length_batches):
+                prompts = [encode_prompt(tok, data[rng.randrange(len(data))]["prompt"]) for _ in range(g.prompts_per_step)]
+                prompts = [p for p in prompts for _ in range(g.group_size)]
+                out.append([len(x) for x in engine.generate(prompts, sp, gen).tokens])
+        wk = workload_key(run.params)
+        self._prompts[wk] = prompts[: run.chunk]
+        self._mean_len[wk] = float(np.mean([x for b in out for x in b]))
+        return out
+
+    def step_costs(self, runs: list[SweepRun], progress=lambda s: None) -> dict[str, StepCost]:
+        """:class:`StepCost` per :func:`config_key` of ``runs``: seconds per engine step at
+        n = 1, N/8, N/4, N/2, 3N/4, N rows (N = the run's chunk; EOS ignored so n stays constant),
+        from the difference of an m1- and an m2-token generation, fitted a + b·n."""
+        import time
+
+        import torch
+
+        cells = {}  # config key -> (engine, prompts, m1, m2, device)
+        for run in runs:
+            ck = config_key(run.params)
+            if ck in cells:
+                continue
+            spec = spec_from_params(run.params)
+            wk = workload_key(run.params)
+            if wk not in self._prompts:
+                progress(f"sampling completion lengths for {wk}")
+                self.lengths(run)
+            m1 = max(2, min(8, spec.rollout.max_new_tokens // 2))
+            m2 = int(min(spec.rollout.max_new_tokens, max(m1 + 8, round(self._mean_len[wk]))))
+            cells[ck] = (spec, self._engine(spec), self._prompts[wk], m1, m2, self._target(spec)[2])
+
+        best: dict[tuple, tuple[float, int]] = {}  # (config, n, m) -> (fastest seconds, verification steps)
+        with torch.no_grad():
+            for rnd in range(self.reps + 1):  # round 0 warms up and is not kept
+                for ck, (spec, engine, prompts, m1, m2, dev) in cells.items():
+                    progress(f"timing engine steps, round {rnd}/{self.reps}: {ck}")
+                    N = len(prompts)
+                    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+                    for n in sorted({1, max(1, N // 8), max(1, N // 4), max(1, N // 2), max(1, 3 * N // 4), N}):
+                        rows = [prompts[i * N // n] for i in range(n)]
+                        for m in (m1, m2):
+                            sync()
+                            t0 = time.perf_counter()
+                            res = engine.generate(rows, self._sampling(spec, m, eos=False), torch.Generator(dev).manual_seed(0))
+                            sync()
+                            dt = time.perf_counter() - t0
+                            if rnd and ((ck, n, m) not in best or dt < best[(ck, n, m)][0]):
+                                best[(ck, n, m)] = (dt, res.counters.num_verify_steps)
+        out = {}
+        for ck, (spec, engine, prompts, m1, m2, dev) in cells.items():
+            grid = {}
+            for n in sorted({n for (c, n, m) in best if c == ck}):
+                (t1, s1), (t2, s2) = best[(ck, n, m1)], best[(ck, n, m2)]
+                grid[n] = (t2 - t1) / max(s2 - s1, 1)
+            a, b = fit_affine(list(grid), list(grid.values()))
+            N = max(grid)
+            t1, s1 = best[(ck, N, m1)]
+            # per-batch cost: what the fitted steps leave of the short run at the full batch
+            out[ck] = StepCost(max(t1 - s1 * (a + b * N), 0.0), a, b, grid)
+        return out

@@ -66,6 +66,11 @@ class DrafterInitSpec(_Section):
     lr: float = Field(2e-3, gt=0.0, description="peak AdamW lr (warmup then cosine)")
     batch_size: int = Field(16, ge=1, description="sequences per optimiser step")
 
+    @field_validator("data", mode="before")
+    @classmethod
+    def _none_word(cls, v: Any) -> Any:
+        return "none" if v is None else v  # `drafter.init.data=none` parses as null
+
 
 class DrafterOnlineSpec(_Section):
     """Online drafter adaptation during GRPO (the `draft_train` stage, after `train`)."""

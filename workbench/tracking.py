@@ -252,6 +252,12 @@ class Tracker:
             return
         self._client.log_artifact(self._run_id, os.fspath(local_path), artifact_path)
 
+    def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Copy a local folder's files into the run's artifacts (e.g. a drafter checkpoint)."""
+        if not self._require():
+            return
+        self._client.log_artifacts(self._run_id, os.fspath(local_dir), artifact_path)
+
     def log_samples(self, rows: list[dict], step: int) -> None:
         """Rollout samples (prompt, completion, reward, ...) as a JSON list in ``samples/step_{step:05d}.json``."""
         if not self._require():

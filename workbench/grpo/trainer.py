@@ -19,7 +19,10 @@ from typing import Callable
 import torch
 
 from drafters import build_drafter
+from drafters.chain import DraftBatch
+from drafters.training import DraftBuffer, DraftOptimizer, capture_hidden, evaluate
 from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
@@ -72,14 +75,55 @@ def pack_rollouts(prompts: list[list[int]], out: RolloutOutput, pad_id: int, dev
     return ids.to(device), mask.to(device), logp.to(device)
 
 
-def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_batch: int) -> torch.Tensor:
-    """log pi(token_t | <t) for input_ids[:, 1:] (N, L-1), in micro-batches. Grad follows caller's mode."""
+def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_batch: int, keep_logits: list | None = None) -> torch.Tensor:
+    """log pi(token_t | <t) for input_ids[:, 1:] (N, L-1), in micro-batches. Grad follows caller's mode.
+
+    ``keep_logits``: if a list, each micro-batch's full logits (n, L, V) are appended to it, detached
+    (what online drafter adaptation learns from).
+    """
     parts = []
     for i in range(0, input_ids.shape[0], micro_batch):
         ids = input_ids[i : i + micro_batch]
-        logits = model(ids).logits[:, :-1]  # (n, L-1, V)
-        parts.append(token_logprobs(logits, ids[:, 1:], temperature))
+        full = model(ids).logits  # (n, L, V)
+        if keep_logits is not None:
+            keep_logits.append(full.detach().float())
+        parts.append(token_logprobs(full[:, :-1], ids[:, 1:], temperature))
     return torch.cat(parts)
+
+
+class OnlineAdaptation:
+    """Online drafter adaptation (``drafter.online``): a FIFO buffer of captured rollouts and a
+    persistent drafter optimiser. Each update first measures the drafter on the step's fresh
+    rollouts (held out: not yet trained on), then adds them to the buffer and trains on it.
+
+    Raises:
+        ValueError: the drafter kind has no weights to adapt (names drafter.online.enabled).
+    """
+
+    def __init__(self, drafter, spec, seed: int):
+        if drafter is None or not drafter.trainable:
+            kind = "none" if drafter is None else drafter.kind
+            raise ValueError(f"drafter.online.enabled: drafter kind {kind!r} cannot be adapted; "
+                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
+        self.drafter, self.spec = drafter, spec
+        self.buffer = DraftBuffer(spec.buffer_size)
+        self.opt = DraftOptimizer(drafter, spec.lr)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def update(self, step: int, batch: DraftBatch) -> dict[str, float]:
+        """``draft/top1_agreement``/``draft/heldout_loss`` on ``batch`` before training on it, then
+        ``spec.steps`` optimiser steps on the buffer (every ``spec.every`` GRPO steps): ``draft/loss``."""
+        out: dict[str, float] = {}
+        due = step % self.spec.every == 0
+        if due:
+            ev = evaluate(self.drafter, batch)
+            out = {"draft/top1_agreement": ev["draft/top1_agreement"], "draft/heldout_loss": ev["draft/loss"]}
+        self.buffer.add(batch)
+        if due:
+            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))["draft/loss"] for _ in range(self.spec.steps)]
+            out["draft/loss"] = sum(losses) / len(losses)
+            out["draft/buffer_size"] = float(len(self.buffer))
+        return out
 
 
 class GRPOTrainer:
@@ -100,8 +144,11 @@ class GRPOTrainer:
         if spec.grpo.beta > 0:
             self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self.rollout_model = LeanLM.from_hf(self.policy)
-        target_ref = SimpleNamespace(lm=self.rollout_model, tokenizer=self.tokenizer)
+        # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
+        self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
+        target_ref = SimpleNamespace(lm=self.rollout_model, tokenizer=self.tokenizer, init_path=self.drafter_init_path)
         self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
+        self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled else None
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
         r = spec.rollout
@@ -159,12 +206,25 @@ class GRPOTrainer:
             ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
             temp = self.sampling.temperature or 1.0
             with torch.no_grad():
-                old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size)
+                if self.online is None:
+                    old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size)
+                else:  # also capture what the drafter learns from (detached; DESIGN.md §5)
+                    logits: list[torch.Tensor] = []
+                    with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
+                        old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size, keep_logits=logits)
+                    draft_batch = DraftBatch(
+                        ids, torch.nn.functional.pad(mask, (0, 1)), torch.cat(logits), {i: torch.cat(h) for i, h in cap.hidden.items()}
+                    )  # loss mask (N, L): position p's next token is a completion token
                 ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
 
         with stage("train"):
             adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
             stats = self._train(ids, mask, old_logp, ref_logp, adv)
+
+        draft_stats: dict[str, float] = {}
+        if self.online is not None:
+            with stage("draft_train"):
+                draft_stats = self.online.update(step, draft_batch)
 
         m = timer.end_step()
         n_tok = out.counters.num_generated_tokens
@@ -179,6 +239,7 @@ class GRPOTrainer:
             "completions/mean_length": n_tok / len(out.tokens),
             "completions/frac_stop": sum(r == "stop" for r in out.finish_reasons) / len(out.finish_reasons),
             **stats,
+            **draft_stats,
         })
         samples = [
             {"prompt": rows[i // G]["prompt"], "completion": texts[i], "answer": answers[i], "reward": rewards[i].item()}

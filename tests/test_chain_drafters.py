@@ -1,0 +1,179 @@
+"""mtp and eagle3 (drafters that read the target): vocabulary map, hidden-state conventions, the
+training-time-test loss, checkpoints, and exactness (greedy token for token, sampled joint law)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from drafters import build_drafter
+from drafters.eagle3 import default_layer_ids, vocab_map
+from drafters.training import capture_hidden, collate, completion_loss_mask, evaluate, fit, lean_target_states, split_rows
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+from workbench.spec import DrafterSpec
+
+from conftest import SMALL_V, assert_rollouts_follow_target, random_llama
+
+PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
+KINDS = [("mtp", 1), ("mtp", 2), ("eagle3", 1)]
+
+
+def _greedy(max_new=40, eos=2):
+    return SamplingParams(temperature=0.0, max_new_tokens=max_new, eos_token_id=eos)
+
+
+def _make(kind, lm, counts=None, **fields):
+    spec = DrafterSpec(kind=kind, **fields)
+    return build_drafter(kind, spec, SimpleNamespace(lm=lm, tokenizer=None, token_counts=counts), torch.device("cpu"))
+
+
+def _rollout_rows(lm, n=96, max_new=30, seed=0, layers=()):
+    """The target's own sampled completions of random 3-token prompts, as per-sequence DraftBatch rows."""
+    g = torch.Generator().manual_seed(seed)
+    V = lm.cfg.vocab_size
+    prompts = [[1, int(a), int(b)] for a, b in torch.randint(3, V, (n, 2), generator=g)]
+    out = RolloutEngine(lm).generate(prompts, SamplingParams(max_new_tokens=max_new, eos_token_id=2), g)
+    seqs = [p + c for p, c in zip(prompts, out.tokens)]
+    L = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), L, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    mask = completion_loss_mask([3] * n, list(map(len, seqs)), L)
+    counts = torch.bincount(ids.flatten(), minlength=V).float()
+    return split_rows(lean_target_states(lm, ids, mask, layers)), counts
+
+
+@pytest.fixture(scope="module")
+def trained(target_lm):
+    """A briefly trained drafter per (kind, modules): drafts get accepted, so exactness tests bite."""
+    out = {}
+    rows, counts = _rollout_rows(target_lm, layers=(0, 1, 2))
+    for kind, d in KINDS:
+        drafter = _make(kind, target_lm, counts, num_nextn_predict_layers=d, draft_vocab_size=24 if kind == "eagle3" else None)
+        fit(drafter, rows, steps=60, lr=3e-3, batch_size=16)
+        out[(kind, d)] = drafter
+    return out
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def test_vocab_map_round_trips_and_keeps_the_most_frequent():
+    counts = torch.tensor([0, 5, 1, 9, 9, 0, 3, 2.0])
+    d2t, t2d = vocab_map(counts, 4)
+    assert d2t.tolist() == [1, 3, 4, 6]  # ascending target ids of the 4 most frequent
+    assert (t2d[d2t] == torch.arange(4)).all()  # draft -> target -> draft
+    inside = t2d >= 0
+    assert (d2t[t2d[inside]] == torch.arange(8)[inside]).all()  # target -> draft -> target
+    assert int(inside.sum()) == 4 and (t2d[~inside] == -1).all()
+    assert vocab_map(torch.ones(5), 2)[0].tolist() == [0, 1]  # ties: lower id first
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        vocab_map(counts, 9)
+
+
+@pytest.mark.parametrize("L,ids", [(1, (0, 0, 0)), (2, (1, 1, 1)), (4, (1, 2, 3)), (6, (2, 3, 3)), (32, (2, 16, 29))])
+def test_default_eagle3_layers(L, ids):
+    assert default_layer_ids(L) == ids
+
+
+def test_capture_hidden_matches_the_engine_convention(target_hf, target_lm):
+    """Trainer-side hooks (online adaptation) see the same features as the engine (inference)."""
+    ids = torch.tensor([[1, 5, 9, 12, 7, 3], [1, 30, 31, 2, 0, 0]])
+    layers = (0, 1, 2)  # 2 = the last layer's output before the final norm
+    with capture_hidden(target_hf, layers) as cap, torch.no_grad():
+        target_hf(ids)
+    _, hidden = target_lm(ids, torch.zeros(2, dtype=torch.long), target_lm.new_cache(2, 6), hidden_layers=layers)
+    for i in layers:
+        torch.testing.assert_close(cap.hidden[i][0], hidden[i], atol=1e-4, rtol=1e-4)
+
+
+def test_eagle3_proposals_are_distributions_over_the_target_vocab(target_lm, trained):
+    d = trained[("eagle3", 1)]
+    captured = []
+    orig = d.propose
+
+    def spy(ctx, k):
+        captured.append(orig(ctx, k))
+        return captured[-1]
+
+    d.propose = spy
+    try:
+        RolloutEngine(target_lm, d, k=3).generate(PROMPTS, SamplingParams(max_new_tokens=6), torch.Generator().manual_seed(0))
+    finally:
+        del d.propose
+    outside = d.net.t2d < 0
+    assert captured and int(outside.sum()) == target_lm.cfg.vocab_size - 24
+    for prop in captured:
+        torch.testing.assert_close(prop.probs.sum(-1), torch.ones_like(prop.probs.sum(-1)))
+        assert (prop.probs[..., outside] == 0).all()
+        assert (d.net.t2d[prop.tokens] >= 0).all()  # drafted ids lie in the draft vocabulary
+
+
+# ---------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("kind", ["mtp", "eagle3"])
+def test_ttt_loss_decreases_on_a_fixed_batch(target_lm, kind):
+    rows, counts = _rollout_rows(target_lm, n=16, layers=(0, 1, 2))
+    d = _make(kind, target_lm, counts)
+    batch = collate(rows)
+    before = evaluate(d, batch)
+    fit(d, rows, steps=40, lr=3e-3, batch_size=16)
+    after = evaluate(d, batch)
+    assert after["draft/loss"] < 0.7 * before["draft/loss"]
+    assert after["draft/top1_agreement"] > before["draft/top1_agreement"]
+    assert all(f"draft/loss_step_{j}" in after for j in range(7))
+
+
+@pytest.mark.parametrize("kind", ["mtp", "eagle3"])
+def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
+    d = trained[(kind, 1)]
+    d.save(tmp_path / kind)
+    spec = DrafterSpec(kind=kind)
+    e = build_drafter(kind, spec, SimpleNamespace(lm=target_lm, tokenizer=None, init_path=tmp_path / kind), torch.device("cpu"))
+    for (n1, a), (n2, b) in zip(d.net.state_dict().items(), e.net.state_dict().items()):
+        assert n1 == n2 and torch.equal(a, b)
+    sv1 = RolloutEngine(target_lm, d, k=3).generate(PROMPTS, _greedy())
+    sv2 = RolloutEngine(target_lm, e, k=3).generate(PROMPTS, _greedy())
+    assert sv1.counters.num_accepted_tokens == sv2.counters.num_accepted_tokens
+    with pytest.raises(ValueError, match="drafter.init"):
+        other = "eagle3" if kind == "mtp" else "mtp"
+        build_drafter(other, DrafterSpec(kind=other), SimpleNamespace(lm=target_lm, tokenizer=None, init_path=tmp_path / kind),
+                      torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("kind,modules", KINDS)
+def test_greedy_speculative_equals_greedy_autoregressive(target_lm, trained, kind, modules, k):
+    d = trained[(kind, modules)]
+    ar = RolloutEngine(target_lm).generate(PROMPTS, _greedy())
+    sv = RolloutEngine(target_lm, d, k=k).generate(PROMPTS, _greedy())
+    assert sv.tokens == ar.tokens and sv.finish_reasons == ar.finish_reasons
+    for a, b in zip(ar.logprobs, sv.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert sv.counters.num_accepted_tokens > 0  # trained drafts do get accepted
+
+
+def test_batched_ragged_equals_one_at_a_time(target_lm, trained):
+    eng = RolloutEngine(target_lm, trained[("eagle3", 1)], k=3)
+    batched = eng.generate(PROMPTS, _greedy())
+    assert batched.tokens == [eng.generate([p], _greedy()).tokens[0] for p in PROMPTS]
+
+
+@pytest.mark.parametrize("kind,sp", [
+    ("mtp", SamplingParams(temperature=1.0, max_new_tokens=3)),
+    ("eagle3", SamplingParams(temperature=1.0, max_new_tokens=3)),
+    ("eagle3", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
+])
+def test_sampled_speculative_rollouts_follow_target(kind, sp):
+    target = LeanLM.from_hf(random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6))
+    rows, counts = _rollout_rows(target, n=64, max_new=8, layers=(0, 1, 2))
+    # eagle3 with 5 of 8 ids: q is zero outside its vocabulary, the rejection sampler must still be exact
+    d = _make(kind, target, counts, draft_vocab_size=5 if kind == "eagle3" else None)
+    fit(d, rows, steps=30, lr=3e-3, batch_size=16)
+    assert_rollouts_follow_target(target, d, [1, 3, 4, 3, 4], sp)

@@ -1,0 +1,108 @@
+"""Drafter initialisation (`wb drafter init`, cached checkpoints) and online adaptation through the
+CLI on the micro spec; online adaptation never touches the policy's gradients or weights."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.spec import load_spec
+
+runner = CliRunner()
+FAST = ["drafter.init.steps=8", "drafter.init.num_prompts=24", "grpo.eval_every=0"]
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return MlflowClient(uri)
+
+
+def _checkpoint_from(output: str) -> Path:
+    line = [x for x in output.splitlines() if x.startswith("checkpoint:")][0]
+    return Path(line.split("checkpoint:")[1].strip())
+
+
+@pytest.mark.parametrize("kind", ["mtp", "eagle3", "draft_model"])
+def test_drafter_init_builds_once_and_is_cached(store, kind):
+    args = ["drafter", "init", "micro", f"drafter.kind={kind}", "drafter.init.data=in_domain", *FAST]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    folder = _checkpoint_from(res.output)
+    info = json.loads((folder / "init_info.json").read_text())
+    assert info["kind"] == kind and info["data"] == "in_domain" and info["num_sequences"] == 24
+    assert "draft/top1_agreement" in info["held_out_after"]
+    mtime = (folder / "init_info.json").stat().st_mtime
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and _checkpoint_from(again.output) == folder
+    assert (folder / "init_info.json").stat().st_mtime == mtime  # reused, not rebuilt
+    other = runner.invoke(app, [*args, "drafter.init.data=chat"])
+    assert other.exit_code == 0 and _checkpoint_from(other.output) != folder
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["drafter.kind=ngram"], "drafter.init.data"),
+    (["drafter.kind=mtp", "drafter.init.data=/no/such/file.jsonl"], "drafter.init.data"),
+])
+def test_drafter_init_bad_input_is_a_clear_error(store, args, needle):
+    res = runner.invoke(app, ["drafter", "init", "micro", *args, *FAST])
+    assert res.exit_code == 2 and needle in res.output
+
+
+def test_online_on_a_drafter_without_weights_is_a_clear_error(store):
+    res = runner.invoke(app, ["run", "micro", "drafter.kind=ngram", "drafter.online.enabled=true", "--quiet"])
+    assert res.exit_code == 2 and "drafter.online.enabled" in res.output
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "draft_model"])
+def test_wb_run_with_init_and_online_logs_drafter_metrics(store, kind):
+    res = runner.invoke(app, ["run", "micro", f"drafter.kind={kind}", "drafter.init.data=in_domain",
+                              "drafter.online.enabled=true", "drafter.online.steps=2", *FAST, "--quiet"])
+    assert res.exit_code == 0, res.output
+    run = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])[0]
+    assert run.info.status == "FINISHED"
+    m = run.data.metrics
+    for key in ("draft/loss", "draft/top1_agreement", "timing_s/draft_train", "spec/acceptance_length", "draft_init/top1_agreement"):
+        assert key in m, key
+    assert [x.step for x in store.get_metric_history(run.info.run_id, "draft/loss")] == [1, 2]
+    assert run.data.params["drafter.online.enabled"] == "True" and run.data.params["drafter.init.resolved_data"] == "in_domain"
+    arts = {a.path for a in store.list_artifacts(run.info.run_id, "drafter")}
+    assert "drafter/init_info.json" in arts
+    assert arts & {"drafter/model.safetensors", "drafter/drafter_config.json", "drafter/config.json"}
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft_model"])
+def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, monkeypatch, kind):
+    from workbench.grpo import trainer as trainer_mod
+
+    spec = load_spec("micro", [f"drafter.kind={kind}", "drafter.init.data=none", "drafter.online.enabled=true",
+                               "drafter.online.steps=3", "grpo.eval_every=0", "tracking.enabled=false"])
+    tr = trainer_mod.GRPOTrainer(spec, progress=False)
+    seen = {}
+    real_update = trainer_mod.OnlineAdaptation.update
+
+    def spy(self, step, batch):
+        seen["grads"] = [None if p.grad is None else p.grad.clone() for p in tr.policy.parameters()]
+        seen["weights"] = [p.detach().clone() for p in tr.policy.parameters()]
+        seen["drafter"] = [p.detach().clone() for p in self.drafter.train_parameters()]
+        assert all(not h.requires_grad for h in batch.hidden.values()) and not batch.target_logits.requires_grad
+        out = real_update(self, step, batch)
+        seen["after"] = [None if p.grad is None else p.grad.clone() for p in tr.policy.parameters()]
+        return out
+
+    monkeypatch.setattr(trainer_mod.OnlineAdaptation, "update", spy)
+    metrics, _ = tr.step(1)
+    assert "draft/loss" in metrics and metrics["timing_s/draft_train"] > 0
+    assert any(g is not None for g in seen["grads"])  # the policy did get GRPO gradients in `train`
+    for g0, g1 in zip(seen["grads"], seen["after"]):
+        assert (g0 is None and g1 is None) or torch.equal(g0, g1)
+    for w0, p in zip(seen["weights"], tr.policy.parameters()):
+        assert torch.equal(w0, p.detach())
+    changed = [not torch.equal(a, b.detach()) for a, b in zip(seen["drafter"], tr.drafter.train_parameters())]
+    assert any(changed)  # the drafter itself did learn

@@ -1,0 +1,153 @@
+"""Drafter initialisation (``drafter.init``): train a drafter on the target's own completions before
+GRPO starts, save it as a checkpoint folder, cached like the model presets.
+
+Init data (issue #3; the in-domain vs chat question of DESIGN.md §5):
+- ``in_domain``: the target's sampled completions (the rollout sampling parameters) of RL-task
+  train prompts;
+- ``chat``: the target's completions of prompts from the generated general corpus;
+- a path: the target's completions of the prompts in a user's jsonl/parquet (``init.prompt_field``).
+The drafter learns from the target's teacher-forced logits and hidden states over those sequences
+(:mod:`drafters.training`); eagle3's draft vocabulary is the most frequent ids of the data.
+
+The checkpoint lives in ``cache_dir()/drafters/<kind>-<data>-<hash>``; the hash covers the target
+checkpoint, the drafter's architecture fields, the init spec and the sampling parameters, so a
+changed field builds a new one and an unchanged one is reused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from drafters import build_drafter
+from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
+from workbench.models.build import _atomic_dir, _Bar, _sha, cache_dir
+from workbench.models.tokenizer import encode_prompt
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.sampling import SamplingParams
+from workbench.spec import ExperimentSpec
+
+ARCH_FIELDS = {
+    "draft_model": ("model",),
+    "mtp": ("num_nextn_predict_layers", "ttt_steps", "ttt_decay"),
+    "eagle3": ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay"),
+}
+HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
+
+
+def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
+    """Checkpoint folder for the spec's drafter init, or None when there is nothing to initialise
+    (``init.data`` none, or a drafter kind without weights)."""
+    d = spec.drafter
+    data = d.init_data()
+    if data == "none" or d.kind not in ARCH_FIELDS:
+        return None
+    target_cfg = json.loads((Path(target_path) / "config.json").read_text())
+    key = {
+        "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": d.init.model_dump(),
+        "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
+        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": spec.seed,
+        "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}), "v": 1,
+    }
+    tag = data if data in ("in_domain", "chat") else "dataset"
+    return cache_dir() / "drafters" / f"{d.kind}-{tag}-{_sha(key)[:10]}"
+
+
+def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
+    """Token ids of the prompts the target completes for ``init.data``.
+
+    Raises:
+        ValueError: a user dataset that is missing, unreadable or has no ``init.prompt_field`` column.
+    """
+    from workbench.tasks.loading import _load_user_file, _default_cache_dir, load_general_prompts, load_task_data
+
+    d, t, n = spec.drafter, spec.task, spec.drafter.init.num_prompts
+    data = d.init_data()
+    if data == "in_domain":
+        # seed+1: other prompts than the GRPO run's first ones, from the same (train) split
+        prompts = load_task_data(t.name, "train", n, spec.seed + 1, t.path, t.prompt_field, t.answer_field)["prompt"]
+    elif data == "chat":
+        prompts = load_general_prompts(n, spec.seed)["prompt"]
+    else:
+        try:
+            ds = _load_user_file(data, _default_cache_dir())
+        except ValueError as e:
+            raise ValueError(str(e).replace("task.path", "drafter.init.data")) from None
+        if d.init.prompt_field not in ds.column_names:
+            raise ValueError(f"drafter.init.prompt_field: column {d.init.prompt_field!r} not in {data} "
+                             f"(columns: {', '.join(ds.column_names)}); set drafter.init.prompt_field")
+        prompts = ds[d.init.prompt_field][:n]
+    return [encode_prompt(tokenizer, p) for p in prompts]
+
+
+def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True,
+               console=None) -> Path | None:
+    """Train and save the drafter init checkpoint if it is not cached; return its folder (or None).
+
+    ``lm``: the target as a LeanLM; ``tokenizer``: the target's. Writes ``init_info.json`` beside the
+    weights (data, sequences, tokens, steps, seconds, held-out loss and top-1 agreement).
+    """
+    folder = init_folder(spec, target_path)
+    if folder is None or (folder / "init_info.json").is_file():
+        return folder
+    d = spec.drafter
+    t0 = time.perf_counter()
+    if console is not None:
+        console.print(f"[bold]drafter init[/]: {d.kind} on {d.init_data()} data -> {folder}")
+    prompts = init_prompts(spec, tokenizer)
+    r = spec.rollout
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id)
+    gen = torch.Generator(device).manual_seed(spec.seed + 1)
+    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size).generate(prompts, sp, gen)
+    seqs = [p + c for p, c in zip(prompts, out.tokens)]
+
+    # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
+    counts = torch.bincount(torch.tensor([x for c in out.tokens for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
+    ref = SimpleNamespace(lm=lm, tokenizer=tokenizer, token_counts=counts)
+    drafter = build_drafter(d.kind, d, target=ref, device=device)
+
+    rows = []
+    for i in range(0, len(seqs), 64):  # target states in chunks: (n, L, V) logits per chunk
+        chunk = seqs[i : i + 64]
+        L = max(map(len, chunk))
+        ids = torch.full((len(chunk), L), tokenizer.pad_token_id, dtype=torch.long)
+        for j, s in enumerate(chunk):
+            ids[j, : len(s)] = torch.tensor(s)
+        mask = completion_loss_mask([len(p) for p in prompts[i : i + 64]], list(map(len, chunk)), L)
+        rows += split_rows(lean_target_states(lm, ids.to(device), mask.to(device), drafter.hidden_layers))
+    n_eval = max(1, int(len(rows) * HELD_OUT))
+    train, held = rows[n_eval:], collate(rows[:n_eval])
+    before = evaluate(drafter, held)
+
+    bar = _Bar(progress, f"init {d.kind} ({d.init_data()})", d.init.steps)
+    fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=spec.seed,
+        on_step=lambda s, st: bar.update(s + 1, f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
+    bar.close()
+    after = evaluate(drafter, held)
+    info = {
+        "kind": d.kind, "data": d.init_data(), "num_sequences": len(rows), "num_train": len(train),
+        "num_completion_tokens": int(sum(map(len, out.tokens))), "steps": d.init.steps, "lr": d.init.lr,
+        "batch_size": d.init.batch_size, "seconds": round(time.perf_counter() - t0, 2),
+        "held_out_before": {k: round(v, 4) for k, v in before.items() if k in ("draft/loss", "draft/top1_agreement")},
+        "held_out_after": {k: round(v, 4) for k, v in after.items() if k in ("draft/loss", "draft/top1_agreement")},
+        "target": str(target_path),
+    }
+    with _atomic_dir(folder) as tmp:
+        drafter.save(tmp)
+        (tmp / "init_info.json").write_text(json.dumps(info, indent=2))
+    if console is not None:
+        console.print(f"drafter init done in {info['seconds']} s: held-out top-1 agreement "
+                      f"{before.get('draft/top1_agreement', 0):.3f} -> {after.get('draft/top1_agreement', 0):.3f}")
+    return folder
+
+
+def init_info(folder: Path | None) -> dict | None:
+    """The ``init_info.json`` of an init checkpoint folder (None if absent)."""
+    if folder is None or not (Path(folder) / "init_info.json").is_file():
+        return None
+    return json.loads((Path(folder) / "init_info.json").read_text())
