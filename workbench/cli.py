@@ -322,6 +322,7 @@ def audit(
     from types import SimpleNamespace
 
     from drafters import DRAFTERS, build_drafter
+    from workbench.drafter_init import build_init
     from workbench.audit import accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
     from workbench.grpo.trainer import resolve_device
     from workbench.models.build import PRESETS, is_built, load_model, resolve_model
@@ -346,14 +347,17 @@ def audit(
     lm = LeanLM.from_hf(hf)
     all_ids = [encode_prompt(tok, r["prompt"]) for r in rows]
     prompt_ids = all_ids[:prompts]
-    target_ref = SimpleNamespace(lm=lm, tokenizer=tok)
     drafters, skipped = {}, {}
     for kind in kinds:
         if kind == "draft_model" and s.drafter.model in PRESETS and not is_built(s.drafter.model):
             skipped[kind] = f"preset {s.drafter.model} not built (wb models build {s.drafter.model})"
             continue
         try:
-            drafters[kind] = build_drafter(kind, s.drafter, target=target_ref, device=device)
+            # each kind as the spec would run it: its drafter init (cached; built here if missing)
+            ks = s.model_copy(update={"drafter": s.drafter.model_copy(update={"kind": kind})})
+            init = build_init(ks, lm, tok, resolve_model(s.model.target, what="model.target"), device, progress=True)
+            target_ref = SimpleNamespace(lm=lm, tokenizer=tok, init_path=init)
+            drafters[kind] = build_drafter(kind, ks.drafter, target=target_ref, device=device)
         except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
             skipped[kind] = str(e).splitlines()[0][:120]
     r = s.rollout
@@ -441,6 +445,11 @@ def project(
     """
     from workbench import project as pm
 
+    if (costs or save_costs) and not sweep:
+        _fail("--costs and --save-costs go with --sweep NAME")
+    if sweep and cost_curve:
+        _fail("--cost-curve is the target-forward curve of a projection; with --sweep the step costs come from the engine "
+              "microbenchmark or --costs FILE (written by --save-costs)")
     if sweep:
         try:
             runs, uri = pm.load_sweep(sweep, tracking_uri)

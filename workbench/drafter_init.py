@@ -49,7 +49,7 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {
         "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": d.init.model_dump(),
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": spec.seed,
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}), "v": 1,

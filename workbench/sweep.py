@@ -9,7 +9,7 @@ Grammar (one argument each; pure functions below, no I/O):
 - ``KEY=A,B,C``: an axis over a comma list; each value parsed like a ``wb run`` override.
 - ``KEY=VALUE``: a *fixed* override applied to every point (not an axis).
 - ``KEY`` is any dotted spec key or an alias: ``k`` = ``drafter.k``, ``drafter`` = ``drafter.kind``,
-  ``init`` = ``drafter.init.data``.
+  ``init`` = ``drafter.init.data``, ``online`` = ``drafter.online.enabled``.
 
 Points are the Cartesian product of the axes. For every combination of the non-drafter axis values
 a *baseline* point with ``drafter.kind=none`` is added (and run first), so each point's speedup is
@@ -39,7 +39,7 @@ from rich.table import Table
 from workbench.spec import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
 
 DEFAULT_SWEEP_SPEC = "sweep"
-ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data"}
+ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data", "online": "drafter.online.enabled"}
 MAX_POINTS = 1000
 
 TAG_SWEEP = "workbench.sweep"  # sweep name, on the parent and every child

@@ -101,9 +101,8 @@ class OnlineAdaptation:
     """
 
     def __init__(self, drafter, spec, seed: int):
-        if drafter is None or not drafter.trainable:
-            kind = "none" if drafter is None else drafter.kind
-            raise ValueError(f"drafter.online.enabled: drafter kind {kind!r} cannot be adapted; "
+        if not drafter.trainable:
+            raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
                              "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
         self.drafter, self.spec = drafter, spec
         self.buffer = DraftBuffer(spec.buffer_size)
@@ -148,7 +147,8 @@ class GRPOTrainer:
         self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
         target_ref = SimpleNamespace(lm=self.rollout_model, tokenizer=self.tokenizer, init_path=self.drafter_init_path)
         self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
-        self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled else None
+        # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
+        self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
         r = spec.rollout
