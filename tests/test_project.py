@@ -190,6 +190,11 @@ def test_prediction_on_hand_computed_numbers():
     assert p.gen_pred == pytest.approx(0.166613, abs=1e-6) and p.step_pred == pytest.approx(0.616613, abs=1e-6)
     assert p.speedup_pred == pytest.approx(0.973058, abs=1e-6) and p.speedup_meas == pytest.approx(0.857143, abs=1e-6)
     assert p.error == pytest.approx(0.13524, abs=1e-4) and not p.within(0.10) and p.within(0.14)
+    # --load-adjust: the point's non-gen s ran 0.45 / 0.4 = 1.125× the baseline's -> gen' × 1.125 = 0.187440,
+    # step' = 0.63744, predicted 0.6 / 0.63744 = 0.941265: error +9.81 %
+    assert p.non_gen_ratio == pytest.approx(1.125)
+    q = pm.predict_point(point, base, POINT_COST, BASE_COST, LENGTHS, load_adjust=True)
+    assert q.gen_pred == pytest.approx(0.187440, abs=1e-6) and q.error == pytest.approx(0.09814, abs=1e-4) and q.within(0.10)
     # cost of one step at the mean rows in flight (64) relative to one autoregressive step there
     assert p.step_cost_ratio == pytest.approx((0.002 + 0.00015 * 64) / (0.001 + 0.0001 * 64))
     # an n-gram point: rows without a match emit one token; their row-steps come from the token count
@@ -245,5 +250,9 @@ def test_cli_project_sweep_on_a_fake_store(tmp_path, monkeypatch):
     assert "1 + Σ per-position acceptance rates" in out
     assert "0.857" in out and "0.973" in out  # measured and predicted step speedup of the draft_model point
     assert "not checked" in out and "k=4" in out  # no baseline with the same group_size
+    res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", uri, "--costs", str(costs), "--load-adjust"])
+    assert res.exit_code == 0 and "2/2 points within 10%" in res.output and "+9.8%" in res.output
     res = CliRunner().invoke(app, ["project", "--sweep", "nope", "--tracking-uri", uri, "--costs", str(costs)])
     assert res.exit_code == 2 and "fake" in res.output  # the message lists the sweeps in the store
+    res = CliRunner().invoke(app, ["project", "--gen", "1", "--alpha", "0.8", "--costs", str(costs)])
+    assert res.exit_code == 2 and "--sweep" in res.output

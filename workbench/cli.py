@@ -437,6 +437,7 @@ def project(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="--sweep: torch threads for the microbenchmark (match the sweep's; default: torch's)."),
     reps: int = typer.Option(3, "--reps", min=1, help="--sweep: repeats per microbenchmark timing (the fastest counts)."),
     tolerance: float = typer.Option(0.10, "--tolerance", min=0.0, help="--sweep: relative error of the step speedup that passes."),
+    load_adjust: bool = typer.Option(False, "--load-adjust", help="--sweep: scale each point's predicted gen by its non-gen s / the baseline's (machine speed during the point)."),
 ) -> None:
     """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
 
@@ -502,7 +503,7 @@ def project(
             if ck not in step_costs or bk not in step_costs or wk not in lengths:
                 skipped.append(f"{r.label()}: no step cost / lengths for {ck if ck not in step_costs else bk if bk not in step_costs else wk!r}")
                 continue
-            preds.append(pm.predict_point(r, b, step_costs[ck], step_costs[bk], lengths[wk]))
+            preds.append(pm.predict_point(r, b, step_costs[ck], step_costs[bk], lengths[wk], load_adjust=load_adjust))
         c = Table(title=f"step costs ({source})")
         for col in ("config", "per batch ms", "per step ms (a)", "per row·step µs (b)", "measured ms/step at n rows"):
             c.add_column(col, justify="left" if col in ("config", "measured ms/step at n rows") else "right")
@@ -519,7 +520,8 @@ def project(
                               f"max per batch {', '.join(str(max(bb)) for bb in bl)}", highlight=False)
         from rich import box
 
-        t = Table(title=f"sweep {sweep}: measured vs predicted step speedup (tolerance {tolerance:.0%})", box=box.SIMPLE_HEAD,
+        t = Table(title=f"sweep {sweep}: measured vs predicted step speedup (tolerance {tolerance:.0%}"
+                  + (", gen pred × non-gen × (--load-adjust))" if load_adjust else ")"), box=box.SIMPLE_HEAD,
                   caption="E[N] = 1 + Σ per-position acceptance rates (used directly, no geometric α); undrafted: row-steps without a "
                   "draft; S: verification steps per GRPO step (simulated), n̄ = R / S rows in flight; cost/step: one step at n̄ over one "
                   "autoregressive step at the baseline's n̄; gen pred = baseline gen × model(point) / model(baseline); step pred = "

@@ -61,6 +61,10 @@ compared with the point's measured step speedup over the sweep's ``drafter=none`
   measured non-gen stages are kept: step' = (point step − point gen) + gen', predicted step
   speedup = baseline step / step'. The microbenchmark must run under the sweep's conditions (same
   device, same torch thread count: ``--threads``); runs do not log their thread count.
+- Machine speed: speculation leaves the non-gen stages alone, so the point's non-gen seconds over
+  the baseline's (``non-gen ×``) measures how much faster or slower the machine ran during the
+  point (on shared CPUs: other jobs). It is shown, and with ``--load-adjust`` gen' is multiplied by
+  it (assumption: load slows gen and the other stages alike); off by default.
 """
 
 from __future__ import annotations
@@ -609,9 +613,14 @@ def row_steps_of(run: SweepRun) -> tuple[float, float]:
 
 
 def predict_point(run: SweepRun, base: SweepRun, cost: StepCost, base_cost: StepCost, lengths: list[list[int]],
-                  reps: int = 64, seed: int = 0) -> PointPrediction:
+                  reps: int = 64, seed: int = 0, load_adjust: bool = False) -> PointPrediction:
     """The point's gen and step speedup from the baseline's measured stage times, the point's
-    acceptance counters and non-gen stage times, measured step costs and sampled lengths."""
+    acceptance counters and non-gen stage times, measured step costs and sampled lengths.
+
+    ``load_adjust``: also scale the predicted gen by the point's non-gen seconds / the baseline's
+    (:attr:`PointPrediction.non_gen_ratio`), assuming a slower or faster machine during the point
+    (shared cores, thermal) changed its gen stage in the same proportion as the stages speculation
+    does not touch. Off by default: it is a correction for the measurement, not part of the model."""
     R0, _ = row_steps_of(base)
     S0, _ = batch_steps(lengths, base.chunk, [1.0], reps, seed)
     R, f0 = row_steps_of(run)
@@ -619,6 +628,8 @@ def predict_point(run: SweepRun, base: SweepRun, cost: StepCost, base_cost: Step
     g0 = base_cost.gen_time(base.chunks, S0, R0)
     g1 = cost.gen_time(run.chunks, S, R)
     gen_pred = base.gen * g1 / g0
+    if load_adjust:
+        gen_pred *= (run.step - run.gen) / (base.step - base.gen)
     step_pred = (run.step - run.gen) + gen_pred
     ratio = cost.step(R / S if S else 0.0) / base_cost.step(R0 / S0 if S0 else 0.0)
     return PointPrediction(run, base, tokens_per_step(run.per_pos), f0, S, R, S0, R0, ratio, g1, g0, gen_pred, step_pred,
@@ -677,9 +688,9 @@ class EngineBench:
 
     Models are loaded once per (target, dtype, device) and drafters once per configuration without
     k; every measurement uses the sweep runs' own spec params (target, drafter, k, sampling, batch
-    shape). Timings are interleaved: ``reps`` rounds over every configuration and batch size, the
-    fastest of the rounds counts per cell (a load spike on a shared machine then hits one round of
-    a cell, not all of them).
+    shape). Timings are interleaved: ``reps`` rounds over every batch size, generation length and
+    configuration (configurations innermost), the fastest of the rounds counts per cell (a load
+    spike on a shared machine then hits one round of a cell, and neighbouring configurations alike).
     """
 
     def __init__(self, reps: int = 3, length_batches: int = 4):
@@ -773,23 +784,33 @@ class EngineBench:
             m2 = int(min(spec.rollout.max_new_tokens, max(m1 + 8, round(self._mean_len[wk]))))
             cells[ck] = (spec, self._engine(spec), self._prompts[wk], m1, m2, self._target(spec)[2])
 
+        def sizes(N: int) -> list[int]:
+            return sorted({1, max(1, N // 8), max(1, N // 4), max(1, N // 2), max(1, 3 * N // 4), N})
+
+        # (n, m) -> every config measured there back to back, so a change of machine load between
+        # cells shifts the configs together and their ratios (what the prediction uses) stay put
+        order: dict[tuple[int, int], list[str]] = {}
+        for ck, (spec, engine, prompts, m1, m2, dev) in cells.items():
+            for n in sizes(len(prompts)):
+                for m in (m1, m2):
+                    order.setdefault((n, m), []).append(ck)
         best: dict[tuple, tuple[float, int]] = {}  # (config, n, m) -> (fastest seconds, verification steps)
         with torch.no_grad():
             for rnd in range(self.reps + 1):  # round 0 warms up and is not kept
-                for ck, (spec, engine, prompts, m1, m2, dev) in cells.items():
-                    progress(f"timing engine steps, round {rnd}/{self.reps}: {ck}")
-                    N = len(prompts)
-                    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-                    for n in sorted({1, max(1, N // 8), max(1, N // 4), max(1, N // 2), max(1, 3 * N // 4), N}):
+                progress(f"timing engine steps of {len(cells)} configurations, round {rnd}/{self.reps}")
+                for (n, m), cks in sorted(order.items()):
+                    for ck in cks:
+                        spec, engine, prompts, m1, m2, dev = cells[ck]
+                        N = len(prompts)
                         rows = [prompts[i * N // n] for i in range(n)]
-                        for m in (m1, m2):
-                            sync()
-                            t0 = time.perf_counter()
-                            res = engine.generate(rows, self._sampling(spec, m, eos=False), torch.Generator(dev).manual_seed(0))
-                            sync()
-                            dt = time.perf_counter() - t0
-                            if rnd and ((ck, n, m) not in best or dt < best[(ck, n, m)][0]):
-                                best[(ck, n, m)] = (dt, res.counters.num_verify_steps)
+                        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+                        sync()
+                        t0 = time.perf_counter()
+                        res = engine.generate(rows, self._sampling(spec, m, eos=False), torch.Generator(dev).manual_seed(0))
+                        sync()
+                        dt = time.perf_counter() - t0
+                        if rnd and ((ck, n, m) not in best or dt < best[(ck, n, m)][0]):
+                            best[(ck, n, m)] = (dt, res.counters.num_verify_steps)
         out = {}
         for ck, (spec, engine, prompts, m1, m2, dev) in cells.items():
             grid = {}
