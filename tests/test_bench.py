@@ -29,7 +29,7 @@ def test_predicted_speedup():
 def test_wb_bench_writes_results(tmp_path):
     res = CliRunner().invoke(app, [
         "bench", "micro", "--batch-sizes", "1,2", "--k", "1,2", "--max-new-tokens", "6", "--repeats", "1",
-        "--model-batch", "2", "--out", str(tmp_path), "--name", "b",
+        "--model-batch", "2", "--out", str(tmp_path), "--name", "b", "--drafters", "draft_model,ngram,eagle3",
     ])
     assert res.exit_code == 0, res.output
     r = json.loads((tmp_path / "b.json").read_text())
@@ -37,7 +37,8 @@ def test_wb_bench_writes_results(tmp_path):
     assert all(x["ours_tok_s"] > 0 and x["hf_generate_tok_s"] > 0 for x in r["ar"])
     assert [x["k"] for x in r["assisted"]] == [1, 2]
     rows = r["model"]["rows"]
-    assert {(x["drafter"], x["k"]) for x in rows} == {("draft_model", 1), ("draft_model", 2), ("ngram", 1), ("ngram", 2)}
+    assert {(x["drafter"], x["k"]) for x in rows} == {(d, k) for d in ("draft_model", "ngram", "eagle3") for k in (1, 2)}
+    assert all(x["c"] > 0 for x in rows)
     assert r["command"].startswith("wb bench micro") and r["meta"]["device"] == "cpu"
     assert "ours / transformers" in (tmp_path / "b.md").read_text()
 

@@ -7,7 +7,8 @@ ignored) so every contender produces the same number of tokens:
 2. ``assisted``: our speculative engine (draft_model, k) vs transformers assisted generation
    (``assistant_model``, batch 1 — its only supported batch size) vs our autoregressive engine.
 3. ``model``: per drafter and k at the GRPO batch size: measured α (fit to per-position
-   acceptance, rate_i ≈ α^(i+1)), measured c (drafter step / target step), the target's forward
+   acceptance, rate_i ≈ α^(i+1)), measured c (draft_model: draft step / target step; other kinds:
+   the drafter's seconds per verification step inside a real generation, per draft token, / target step), the target's forward
    cost as a function of tokens in flight, the speedup the Leviathan et al. (arXiv 2211.17192)
    model predicts with that cost curve, E[N] / (k·c + cost(k+1)/cost(1)), the measured speedup
    and their ratio (engine efficiency).
@@ -98,7 +99,8 @@ class Bench:
 
     def __post_init__(self) -> None:
         torch.manual_seed(self.spec.seed)
-        self.hf_target, self.tok = load_model(resolve_model(self.spec.model.target, what="model.target"))
+        self.target_path = resolve_model(self.spec.model.target, what="model.target")
+        self.hf_target, self.tok = load_model(self.target_path)
         self.target = LeanLM.from_hf(self.hf_target)
         self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"))
         r = self.spec.rollout
@@ -108,9 +110,13 @@ class Bench:
         self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
 
     def _engine(self, kind: str, k: int) -> RolloutEngine:
+        from workbench.drafter_init import build_init
+
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
-        drafter = build_drafter(kind, ds, target=SimpleNamespace(lm=self.target, tokenizer=self.tok), device=torch.device("cpu"))
-        return RolloutEngine(self.target, drafter, k=k)
+        # the drafter as `wb run` would use it: its (cached) init checkpoint, built first if missing
+        init = build_init(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, torch.device("cpu"), progress=False)
+        ref = SimpleNamespace(lm=self.target, tokenizer=self.tok, init_path=init)
+        return RolloutEngine(self.target, build_drafter(kind, ds, target=ref, device=torch.device("cpu")), k=k)
 
     def _ours(self, engine: RolloutEngine, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator().manual_seed(0))
@@ -196,8 +202,8 @@ class Bench:
                 alpha = fit_alpha(rates)
                 if kind == "draft_model":
                     c = costs["draft_step_s"] / t1
-                else:  # drafter cost per step = its proposal time per verification step, over k
-                    c = self._ngram_cost(eng, prompts) / t1 / k
+                else:  # drafter seconds per verification step (inside a real generation), per draft token
+                    c = self._drafter_cost(eng, prompts) / t1 / k
                 verify = costs["target_curve_s"][k + 1] / t1
                 pred = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
                 meas = t_ar / t_spec
@@ -208,19 +214,30 @@ class Bench:
                 })
         return {"batch": B, "ar_gen_s": t_ar, "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
 
-    def _ngram_cost(self, eng: RolloutEngine, prompts) -> float:
-        """Median seconds of one batched n-gram proposal over realistic contexts."""
-        from drafters.base import DraftContext
+    def _drafter_cost(self, eng: RolloutEngine, prompts) -> float:
+        """Seconds the drafter spends per verification step (propose + accept), timed inside a real
+        generation at this batch (EOS ignored, so the batch stays full); median over repeats."""
+        d = eng.drafter
+        spent = [0.0]
 
-        out = eng.generate(prompts, self.sp, torch.Generator().manual_seed(0))
-        seqs = [p + t for p, t in zip(prompts, out.tokens)]
-        L = max(map(len, seqs))
-        toks = torch.zeros(len(seqs), L, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            toks[i, : len(s)] = torch.tensor(s)
-        lens = torch.tensor([len(s) for s in seqs])
-        ctx = DraftContext(toks, lens, torch.tensor(list(map(len, prompts))), torch.arange(len(seqs)), self.sp)
-        return _median_time(lambda: eng.drafter.propose(ctx, eng.k), max(self.cfg.repeats, 5))[0]
+        def timed(fn):
+            def wrapper(*a, **kw):
+                t0 = time.perf_counter()
+                out = fn(*a, **kw)
+                spent[0] += time.perf_counter() - t0
+                return out
+            return wrapper
+
+        d.propose, d.accept = timed(d.propose), timed(d.accept)
+        try:
+            per_step = []
+            for _ in range(max(self.cfg.repeats, 3)):
+                spent[0] = 0.0
+                out = eng.generate(prompts, self.sp, torch.Generator().manual_seed(0))
+                per_step.append(spent[0] / max(out.counters.num_verify_steps, 1))
+        finally:
+            del d.propose, d.accept
+        return statistics.median(per_step)
 
     def run(self, progress: Callable[[str], None] = lambda s: None) -> dict:
         progress("autoregressive vs transformers generate()")
