@@ -84,6 +84,17 @@ def draft_lm():
     return LeanLM.from_hf(random_llama(layers=1, seed=1))
 
 
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    """A fresh sqlite MLflow store as the default tracking URI, with the test in its own folder."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return MlflowClient(uri)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("WB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wb-cache"))

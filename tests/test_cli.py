@@ -1,7 +1,6 @@
 """End to end through the CLI on the micro spec: a real GRPO run logged to a real MLflow store."""
 
 import pytest
-from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from workbench.cli import app
@@ -16,14 +15,6 @@ STEP_METRICS = [
     "completions/mean_length", "loss/policy", "kl", "grad_norm", "eval/accuracy",
 ]
 SPEC_METRICS = ["spec/acceptance_length", "spec/acceptance_rate", "spec/acceptance_rate_pos_0", "spec/num_drafts"]
-
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return MlflowClient(uri)
 
 
 def _only_run(client, experiment="workbench-micro"):

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from workbench.cli import app
@@ -14,14 +13,6 @@ from workbench.spec import load_spec
 
 runner = CliRunner()
 FAST = ["drafter.init.steps=8", "drafter.init.num_prompts=24", "grpo.eval_every=0"]
-
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return MlflowClient(uri)
 
 
 def _checkpoint_from(output: str) -> Path:
