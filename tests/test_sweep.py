@@ -121,8 +121,8 @@ def test_default_spec_is_the_sweep_sized_quickstart():
 
 @pytest.mark.parametrize("items,needles", [
     (["kk=1,2"], ["axis 'kk'", "unknown key", "aliases"]),
-    (["init=chat,in_domain"], ["axis 'init'", "drafter.init.data", "drafter.init: unknown key", "Allowed keys"]),
-    (["init=chat"], ["init=chat", "drafter.init", "unknown key"]),
+    (["drafter.init.steps=-1,5"], ["axis 'drafter.init.steps'", "'-1'", "greater than or equal to 0"]),
+    (["drafter.online.foo=1"], ["drafter.online.foo", "unknown key"]),
     (["k=0..2"], ["axis 'k'", "'0'", "drafter.k", "greater than or equal to 1"]),
     (["drafter=foo,ngram"], ["axis 'drafter'", "allowed values"]),
     (["drafter.prompt_lookup_min=2,5"], ["drafter.prompt_lookup_min", "'5'", "prompt_lookup_max"]),
@@ -135,7 +135,7 @@ def test_invalid_points_name_the_axis(items, needles):
 
 
 def test_cli_errors_exit_2_and_run_nothing(workdir):
-    for args in (["k=5..2"], ["micro", "k=1,2", "kk=3,4"], ["micro", "init=chat,in_domain"]):
+    for args in (["k=5..2"], ["micro", "k=1,2", "kk=3,4"], ["micro", "online=maybe,true"]):
         res = runner.invoke(app, ["sweep", *args])
         assert res.exit_code == 2, res.output
         assert "error" in res.output

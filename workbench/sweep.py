@@ -298,7 +298,8 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float | None]:
     """Means over steps (step 1 excluded as warm-up when there are >= 2) and the final reward.
 
     Keys: ``timing_s/gen``, ``timing_s/step`` (seconds), ``spec/acceptance_length`` (tokens per
-    verification step), ``spec/acceptance_rate`` (fraction), ``reward/final`` (last step's reward/mean).
+    verification step), ``spec/acceptance_rate`` (fraction), ``reward/final`` (last step's reward/mean),
+    ``spec/acceptance_length_first`` / ``_last`` (step 1 and the last step).
     """
     from workbench.experiment import RunResult
 
@@ -306,6 +307,9 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float | None]:
     out = {k: r.mean(k, skip_first=True) for k in SUMMARY_KEYS if k != "reward/mean"}
     rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
     out["reward/final"] = rewards[-1] if rewards else None
+    acc = [h["spec/acceptance_length"] for h in history if "spec/acceptance_length" in h]
+    out["spec/acceptance_length_first"] = acc[0] if acc else None  # step 1 vs the last step: does the drafter
+    out["spec/acceptance_length_last"] = acc[-1] if acc else None  # keep up with the moving policy?
     return out
 
 
@@ -370,10 +374,11 @@ def results_table(plan: SweepPlan, outcomes: list[Outcome], title: str) -> Table
     best = best_outcome(outcomes)
     table = Table(
         title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False,
-        caption="acc.len/acc.rate/gen s/step s: means over steps 2.. (step 1 = warm-up); gen×/step×: baseline s / point s; "
+        caption="acc.len/acc.rate/gen s/step s: means over steps 2.. (step 1 = warm-up); 1st→last: acc.len at step 1 and the last step; "
+        "gen×/step×: baseline s / point s; "
         "reward: last step; ★ best gen×",
     )
-    numeric = ("acc.len", "acc.rate", "gen s", "step s", "gen×", "step×", "reward")
+    numeric = ("acc.len", "1st→last", "acc.rate", "gen s", "step s", "gen×", "step×", "reward")
     for c in ["drafter", *[a.name for a in _axis_columns(plan)], *numeric, "status"]:
         table.add_column(c, justify="right" if c in numeric else "left", no_wrap=c != "status")
     for o in outcomes:
@@ -381,7 +386,10 @@ def results_table(plan: SweepPlan, outcomes: list[Outcome], title: str) -> Table
         status = {"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]"}.get(o.status, f"[red]FAILED[/] {o.error or ''}")
         table.add_row(
             p.spec.drafter.kind, *[p.display(a) for a in _axis_columns(plan)],
-            _fmt(s.get("spec/acceptance_length"), ".2f"), _fmt(s.get("spec/acceptance_rate"), ".2f"),
+            _fmt(s.get("spec/acceptance_length"), ".2f"),
+            f"{_fmt(s.get('spec/acceptance_length_first'), '.2f')}→{_fmt(s.get('spec/acceptance_length_last'), '.2f')}"
+            if s.get("spec/acceptance_length_first") is not None else "-",
+            _fmt(s.get("spec/acceptance_rate"), ".2f"),
             _fmt(s.get("timing_s/gen")), _fmt(s.get("timing_s/step")),
             _fmt(o.speedup_gen, ".2f", "×") + (" ★" if o is best else ""), _fmt(o.speedup_step, ".2f", "×"),
             _fmt(s.get("reward/final")), status,
