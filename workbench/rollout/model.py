@@ -101,30 +101,6 @@ class KVCache:
         self.v = [t.index_select(0, rows) for t in self.v]
 
 
-def fused_weight(module: nn.Module, name: str, linears: list[nn.Linear]) -> torch.Tensor:
-    """One (sum of out_features, in) weight for several Linears that read the same input.
-
-    The Linears' weights become views into it, so in-place updates (``load_state_dict``'s copy in
-    the weight sync, a test nudging a weight) reach the fused matmul too. If anything re-creates a
-    weight (``.to()``, assigning a new Parameter), the pointers stop matching and it is rebuilt.
-    One matmul instead of several: fewer per-op overheads per decode step (gpt-fast's wqkv).
-    """
-    fused = module.__dict__.get(name)
-    if fused is not None:
-        ptrs = module.__dict__[name + "_ptrs"]
-        if all(l.weight.data_ptr() == p for l, p in zip(linears, ptrs)) and fused.dtype == linears[0].weight.dtype:
-            return fused
-    fused = torch.cat([l.weight.detach() for l in linears], 0)
-    off = 0
-    for l in linears:
-        n = l.weight.shape[0]
-        l.weight.data = fused[off : off + n]
-        off += n
-    module.__dict__[name] = fused
-    module.__dict__[name + "_ptrs"] = [l.weight.data_ptr() for l in linears]
-    return fused
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: LMConfig):
         super().__init__()
@@ -138,15 +114,9 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache_k, cache_v, rows, cols, mask, tk):
         B, T, _ = x.shape
         c = self.cfg
-        nq, nkv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        if torch.is_grad_enabled() and self.q_proj.weight.requires_grad:
-            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], -1)
-        else:
-            qkv = F.linear(x, fused_weight(self, "_wqkv", [self.q_proj, self.k_proj, self.v_proj]))  # (B, T, nq + 2 nkv)
-        q, k, v = qkv.split([nq, nkv, nkv], dim=-1)
-        q = q.view(B, T, c.num_heads, c.head_dim)
-        k = k.view(B, T, c.num_kv_heads, c.head_dim)
-        v = v.view(B, T, c.num_kv_heads, c.head_dim)
+        q = self.q_proj(x).view(B, T, c.num_heads, c.head_dim)
+        k = self.k_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
+        v = self.v_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
         q = q * cos + rotate_half(q) * sin  # cos/sin: (B, T, 1, D)
         k = k * cos + rotate_half(k) * sin
         cache_k[rows, cols] = k  # rows/cols: (B, T) -> writes (B, T, H_kv, D)
@@ -167,10 +137,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
-        if torch.is_grad_enabled() and self.gate_proj.weight.requires_grad:  # training (drafters): grads need the Linears
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = F.linear(x, fused_weight(self, "_wgu", [self.gate_proj, self.up_proj])).chunk(2, dim=-1)  # (.., 2I) -> 2 x (.., I)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Block(nn.Module):
