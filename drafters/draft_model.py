@@ -99,6 +99,9 @@ class DraftModelDrafter(Drafter):
         self.model.load_weights(self.hf)
 
     def save(self, folder) -> None:
-        self.hf.save_pretrained(str(folder))
+        from workbench.models.build import _quiet_hf
+
+        with _quiet_hf():
+            self.hf.save_pretrained(str(folder))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(str(folder))
