@@ -117,3 +117,34 @@ def test_sampled_speculative_rollouts_follow_target(kind, sp):
     draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
     drafter = DraftModelDrafter(draft) if kind == "draft_model" else NgramDrafter(1, 2)
     assert_rollouts_follow_target(target, drafter, [1, 3, 4, 3, 4], sp)
+
+
+def _has_cxx() -> bool:
+    import shutil
+
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
+    hf = random_llama(seed=3)
+    target, draft = LeanLM.from_hf(hf), LeanLM.from_hf(random_llama(layers=1, seed=4))
+    ar = RolloutEngine(target).generate(PROMPTS, _greedy())
+    sv = RolloutEngine(target, DraftModelDrafter(draft), k=3).generate(PROMPTS, _greedy())
+    eng = RolloutEngine(target, DraftModelDrafter(draft), k=3)
+    eng.enable_compile()
+    sv_c = eng.generate(PROMPTS, _greedy())
+    ar_c = RolloutEngine(target).generate(PROMPTS, _greedy())
+    assert ar_c.tokens == ar.tokens and sv_c.tokens == sv.tokens == ar.tokens
+    for a, b in zip(ar.logprobs, sv_c.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+    # `prepare` copies new weights in place: the compiled forward must compute with them.
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.mul_(1.05)
+    target.load_weights(hf)
+    ids = torch.tensor([[1, 5, 9, 12, 7]])
+    cache = target.new_cache(1, 8)
+    target(ids[:, :4], torch.zeros(1, dtype=torch.long), cache, logits_col=torch.tensor([3]))  # eager prefill
+    logits, _ = target(ids[:, 4:], torch.tensor([4]), cache)  # compiled decode step
+    torch.testing.assert_close(logits[0, 0], hf(ids).logits[0, -1], atol=1e-4, rtol=1e-4)

@@ -49,6 +49,7 @@ class BenchConfig:
     repeats: int = 3
     model_batch: int = 64  # the GRPO batch (prompts_per_step * group_size) for the model table
     hf: bool = True  # include transformers contenders
+    compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -102,6 +103,8 @@ class Bench:
         self.target_path = resolve_model(self.spec.model.target, what="model.target")
         self.hf_target, self.tok = load_model(self.target_path)
         self.target = LeanLM.from_hf(self.hf_target)
+        if self.cfg.compile:
+            self.target.enable_compile()
         self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"))
         r = self.spec.rollout
         self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
@@ -116,7 +119,10 @@ class Bench:
         # the drafter as `wb run` would use it: its (cached) init checkpoint, built first if missing
         init = build_init(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, torch.device("cpu"), progress=False)
         ref = SimpleNamespace(lm=self.target, tokenizer=self.tok, init_path=init)
-        return RolloutEngine(self.target, build_drafter(kind, ds, target=ref, device=torch.device("cpu")), k=k)
+        eng = RolloutEngine(self.target, build_drafter(kind, ds, target=ref, device=torch.device("cpu")), k=k)
+        if self.cfg.compile:
+            eng.enable_compile()
+        return eng
 
     def _ours(self, engine: RolloutEngine, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator().manual_seed(0))
@@ -179,6 +185,8 @@ class Bench:
             return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
         curve = {T: _median_time(target_fwd(T), max(self.cfg.repeats, 5))[0] for T in range(1, max_t + 1)}
         draft = LeanLM.from_hf(self.hf_draft)
+        if self.cfg.compile:
+            draft.enable_compile()
         dcache = draft.new_cache(B, ctx + 2)
         x1 = torch.randint(3, draft.cfg.vocab_size, (B, 1))
         start = torch.full((B,), ctx)
@@ -248,7 +256,7 @@ class Bench:
         self.results["model"] = self.run_model()
         self.results["meta"] = machine_info() | {
             "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
-            "repeats": self.cfg.repeats, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
+            "repeats": self.cfg.repeats, "compile": self.cfg.compile, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
         }
         return self.results
 
@@ -281,7 +289,8 @@ def to_markdown(r: dict) -> str:
     meta = r.get("meta", {})
     lines = [f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})", "", f"Command: `{r.get('command', '')}`", "",
              f"target `{meta.get('target')}`, draft `{meta.get('draft')}`, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
-             f"median of {meta.get('repeats')} runs, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores.", ""]
+             f"median of {meta.get('repeats')} runs, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
+             f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}.", ""]
     lines += ["## Autoregressive: ours vs transformers generate()", "", "| batch | ours tok/s | transformers tok/s | ours / transformers |", "|---|---|---|---|"]
     for x in r.get("ar", []):
         lines.append(f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(x.get('hf_generate_tok_s'), 0)} | {_f(x.get('ratio'))} |")

@@ -132,6 +132,7 @@ def bench(
     repeats: int = typer.Option(3, min=1, help="Timed repeats per measurement (median reported)."),
     model_batch: int = typer.Option(64, min=1, help="Batch of the performance-model table (the GRPO batch)."),
     no_hf: bool = typer.Option(False, "--no-hf", help="Skip the transformers contenders."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
 ) -> None:
@@ -154,7 +155,7 @@ def bench(
     bad = [x for x in kinds if x not in DRAFTERS]
     if bad:
         _fail(f"--drafters: unknown drafter {bad[0]!r}; allowed values: {', '.join(DRAFTERS)}")
-    cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch, not no_hf)
+    cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch, not no_hf, compile_)
     try:
         b = Bench(resolved, cfg)
     except ValueError as e:
@@ -165,7 +166,7 @@ def bench(
     fname = name or f"bench-{dev}-{_time.strftime('%Y%m%d-%H%M%S')}"
     args = [spec or "quickstart", *items, "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
             "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
-    command = "wb bench " + " ".join(shlex.quote(a) for a in args + (["--no-hf"] if no_hf else []))
+    command = "wb bench " + " ".join(shlex.quote(a) for a in args + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []))
     jpath, mpath = save(results, Path(out), command, fname)
     from rich.markdown import Markdown
 

@@ -50,6 +50,10 @@ class RolloutSpec(_Section):
     top_k: int = Field(0, ge=0, description="0 = off")
     max_new_tokens: int = Field(96, ge=1, le=4096)
     max_batch_size: int = Field(256, ge=1, description="sequences decoded together; larger batches are split")
+    compile: bool = Field(
+        False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
+        "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
+    )
 
 
 class DrafterInitSpec(_Section):

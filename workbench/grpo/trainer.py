@@ -150,6 +150,8 @@ class GRPOTrainer:
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
         self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        if spec.rollout.compile:
+            self.engine.enable_compile()
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
         r = spec.rollout
         self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)

@@ -88,6 +88,13 @@ class RolloutEngine:
         self.k = k if drafter is not None else 0
         self.max_batch_size = max_batch_size
 
+    def enable_compile(self) -> None:
+        """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is one."""
+        self.target.enable_compile()
+        draft = getattr(self.drafter, "model", None)
+        if isinstance(draft, LeanLM):
+            draft.enable_compile()
+
     @property
     def device(self) -> torch.device:
         return self.target.lm_head.weight.device
