@@ -76,6 +76,15 @@ def test_batched_ragged_equals_one_at_a_time(target_lm, draft_lm):
     assert batched.tokens == single
 
 
+def test_shared_prompts_prefilled_once_give_the_same_rollouts(target_lm, draft_lm):
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[3], PROMPTS[1], PROMPTS[0]]  # a GRPO-like batch
+    eng = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3)
+    out = eng.generate(prompts, _greedy())
+    assert out.tokens == [eng.generate([p], _greedy()).tokens[0] for p in prompts]
+    sampled = eng.generate(prompts, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0))
+    assert len({tuple(t) for t in sampled.tokens}) > 1  # rows sharing a prompt still sample independently
+
+
 def test_small_max_batch_size_chunks_identically(target_lm, draft_lm):
     a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, _greedy())
     b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, _greedy())

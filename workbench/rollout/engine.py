@@ -139,10 +139,11 @@ class RolloutEngine:
         counters = SpecCounters(k=k)
         eos = -1 if sp.eos_token_id is None else sp.eos_token_id
 
-        # Prefill: right-padded prompts; each row's next-token logits sit at column len-1.
-        zeros = torch.zeros(B, dtype=torch.long, device=dev)
+        # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
+        # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
+        # sharing, as vLLM's prefix caching does for a group's common prompt).
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
-        logits, hidden = self.target(tokens[:, :P], zeros, cache, hidden_layers=layers, logits_col=prompt_lens - 1)
+        logits, hidden = self._prefill(prompts, tokens[:, :P], prompt_lens, cache, layers)
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
         lens = prompt_lens.clone()
@@ -208,6 +209,27 @@ class RolloutEngine:
         return RolloutOutput(
             [results[i][0] for i in order], [results[i][1] for i in order], [results[i][2] for i in order], counters
         )
+
+    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, cache, layers):
+        """Prefill (B, P) right-padded prompts; returns next-token logits (B, 1, V) and hidden states.
+
+        Distinct prompts only: their rows are computed once, then logits, hidden states and the KV
+        cache are gathered back to all B rows.
+        """
+        B = tokens.shape[0]
+        first: dict[tuple[int, ...], int] = {}
+        inverse = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        if len(first) == B:
+            zeros = torch.zeros(B, dtype=torch.long, device=tokens.device)
+            return self.target(tokens, zeros, cache, hidden_layers=layers, logits_col=prompt_lens - 1)
+        uniq = torch.tensor([inverse.index(i) for i in range(len(first))], device=tokens.device)  # (U,) a row per prompt
+        inv = torch.tensor(inverse, device=tokens.device)  # (B,) prompt index of each row
+        small = self.target.new_cache(len(first), cache.max_len)
+        zeros = torch.zeros(len(first), dtype=torch.long, device=tokens.device)
+        logits, hidden = self.target(tokens[uniq], zeros, small, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1)
+        small.select(inv)  # (U, ...) -> (B, ...)
+        cache.k, cache.v = small.k, small.v
+        return logits[inv], {i: h[inv] for i, h in hidden.items()}
 
     def _retire(self, state, done, hit_eos, cache, results):
         """Record finished rows and drop them from the batch, the cache and the drafter."""
