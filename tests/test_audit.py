@@ -1,7 +1,5 @@
 """`wb audit`: exact engines pass, a biased verifier fails, the CLI exits accordingly."""
 
-from collections import Counter
-
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -11,10 +9,10 @@ from drafters.ngram import NgramDrafter
 from workbench.audit import (
     accept_all_rejection_sample,
     detectable_shift,
+    goodness_of_fit,
     plan,
     required_samples,
     run_audit,
-    two_sample_chi2,
 )
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
@@ -38,21 +36,31 @@ SP = SamplingParams(temperature=1.0, max_new_tokens=3, eos_token_id=2)
 
 
 def test_power_calculation():
-    # z_{1-a/2} + z_{0.9} for a = 1e-4: 3.891 + 1.2816; n = z^2 * 0.5 / 0.01^2
-    assert required_samples(1e-4) == pytest.approx(26.75 * 5000, rel=0.01)
+    # one-sample test against the exact law: z_{1-a/2} + z_{0.9} for a = 1e-4: 3.891 + 1.2816; n = z^2 * 0.25 / 0.01^2
+    assert required_samples(1e-4) == pytest.approx(26.75 * 2500, rel=0.01)
     assert detectable_shift(required_samples(1e-4), 1e-4) == pytest.approx(0.01, rel=1e-3)
     m, a, n = plan(2, 1, 4, 1e-3)
     assert m == 10 and a == pytest.approx(1e-4)
 
 
-def test_chi2_pools_and_detects():
-    same = two_sample_chi2(Counter({0: 500, 1: 500, 7: 3}), Counter({0: 510, 1: 490, 8: 2}))
-    assert same[2] > 0.1 and same[1] == 1  # a small "other" (5 rows) merges into the smallest kept cell
-    pooled = two_sample_chi2(Counter({0: 500, 1: 500, 7: 6, 9: 3}), Counter({0: 510, 1: 490, 8: 6}))
-    assert pooled[1] == 2  # two big cells + pooled "other" (15 rows)
-    diff = two_sample_chi2(Counter({0: 5000, 1: 5000}), Counter({0: 5600, 1: 4400}))
-    assert diff[2] < 1e-6
-    assert two_sample_chi2(Counter({3: 10}), Counter({3: 10}))[2] == 1.0
+def test_goodness_of_fit_pools_and_detects():
+    ok = goodness_of_fit(torch.tensor([505.0, 495, 3, 0]), torch.tensor([500.0, 500, 2, 1]))
+    assert ok[2] > 0.1 and ok[1] == 1  # the small cells (expected 3) merge into the smallest kept cell
+    pooled = goodness_of_fit(torch.tensor([500.0, 490, 4, 2, 4]), torch.tensor([500.0, 490, 3, 3, 4]))
+    assert pooled[1] == 2  # two big cells + pooled "other" (expected 10)
+    assert goodness_of_fit(torch.tensor([5600.0, 4400]), torch.tensor([5000.0, 5000]))[2] < 1e-6
+    assert goodness_of_fit(torch.tensor([10.0, 1]), torch.tensor([11.0, 0]))[2] == 0.0  # an impossible token
+    assert goodness_of_fit(torch.tensor([10.0]), torch.tensor([10.0]))[2] == 1.0
+
+
+def test_exact_engine_p_values_are_not_anti_conservative(models):
+    """Over many seeds an exact engine's p-values are (at least) uniform: few small ones."""
+    target, draft = models
+    ps = []
+    for seed in range(12):
+        res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, PROMPTS[:1], SP, k=2, n=2000, seed=seed)
+        ps += [t.pvalue for t in res.tests if t.pvalue is not None]
+    assert sum(p < 0.05 for p in ps) <= 0.05 * len(ps) + 3  # binomial slack: P(false fail) < 1e-3
 
 
 def test_exact_engine_passes(models):

@@ -1,37 +1,43 @@
 """`wb audit`: a statistical check that speculative rollouts follow the target's distribution.
 
-For each drafter, the audit samples ``n`` completions of each audit prompt twice through the
-rollout engine, once autoregressively and once speculatively (same :class:`SamplingParams`, short
-``max_new_tokens``), and compares them (DESIGN.md §4: speculation must not change the law):
+For each drafter, the audit samples ``n`` completions of each audit prompt through the speculative
+rollout engine (short ``max_new_tokens``; by default k+2, which covers the prefill token and a
+whole verification step including its bonus token) and tests them against the target's *exact*
+law, computed by teacher-forcing the sampled rows through the target (DESIGN.md §4):
 
-(a) per position t: the histogram of the token at t (END when the row already finished),
-    speculative vs autoregressive, a two-sample chi-square test on the 2 x C contingency table;
-(b) whole short sequences: the first ``joint_tokens`` tokens as one joint category, same test;
+(a) per position t: the observed histogram of the token at t (over rows still running) against
+    the expected counts E_t(v) = sum over rows of p(v | that row's prefix), the target's processed
+    distribution (temperature/top-k/top-p) given exactly the prefix the row sampled; a Pearson
+    chi-square goodness-of-fit test. Under exactness each token is an independent draw from its
+    row's conditional, so O_t - E_t is a sum of independent centred indicators; with rows that
+    share a prefix (position 0, all rows) the test is the classical multinomial one, and with
+    heterogeneous conditionals the statistic is stochastically smaller than chi-square(C-1), so
+    the stated false-alarm rate still holds (conservative);
+(b) whole short sequences: the first two tokens as one joint category against the enumerated exact
+    joint law p(x0) p(x1 | x0) (rows that stop at x0 = EOS excluded);
 (c) greedy: temperature-0 speculative decoding must equal greedy autoregressive decoding token for
     token (deterministic, so it cannot false-alarm and is not part of the error budget).
 
-Pooling: categories with fewer than ``min_cell`` rows over both arms are merged into one "other"
-cell (expected count >= ``min_cell``/2 per arm, the chi-square approximation's usual condition);
-an "other" cell that is still small is merged into the smallest kept cell.
+Pooling: cells with expected count < ``min_expected`` (5) are merged into one "other" cell (merged
+into the smallest kept cell if still small). A sampled token the target gives probability 0 fails
+at once (p = 0).
 
-False alarms: the m = drafters x prompts x (positions + 1) chi-square tests are Bonferroni-corrected,
-each run at alpha/m, so the probability that an exact engine fails the audit is at most ``alpha``
-(default 1e-3).
+False alarms: the m = drafters x prompts x (positions + 1) tests are Bonferroni-corrected, each run
+at alpha/m, so the probability that an exact engine fails the audit is at most ``alpha`` (default
+1e-3).
 
-Power (sample size). A shift of delta in one token's probability is a 1-df contrast between the
-arms (that token vs the rest). A two-sample, two-sided z-test at level a = alpha/m with power
-1 - beta needs, per arm, n = (z_{1-a/2} + z_{1-beta})^2 * 2 p (1 - p) / delta^2 rows, largest at
-p = 0.5 (worst case). E.g. alpha = 1e-3, m = 10, power 0.9, delta = 0.01: z = 3.89 + 1.28,
-n = 26.7 * 5000 = 134k rows per arm and prompt. :func:`required_samples` computes it and the CLI
-prints it, with :func:`detectable_shift` (the delta detectable at the n actually used). The
-omnibus chi-square spends its power on C-1 df, so for a shift confined to one token its detectable
-delta is somewhat larger than the 1-df value; both arms share the engine's batching, so
-correlated errors across rows cannot hide (every row is an independent draw).
+Power (sample size). A shift of delta in one token's probability is a 1-df contrast against the
+known expectation; a two-sided one-sample z-test at level a = alpha/m with power 1 - beta needs
+n = (z_{1-a/2} + z_{1-beta})^2 p (1 - p) / delta^2 rows, largest at p = 0.5. E.g. 4 drafters, 1
+prompt, 5 positions: m = 24, a = 4.2e-5, z = 4.10 + 1.28, n = 72k rows per drafter and prompt for
+delta = 1 %. Comparing against the exact law instead of a second (autoregressive) sample halves the
+rows needed and removes the autoregressive arm. :func:`required_samples` computes n and the CLI
+prints it with :func:`detectable_shift` (the delta detectable at the n used). The omnibus
+chi-square spends its power on C-1 df, so for a shift confined to one token its detectable delta
+is somewhat larger than the 1-df value.
 
-Budget: the engine prefills every row's prompt, so on a 2-core CPU the tiny target runs a few
-hundred rows per second; ``max_samples`` caps n (the CLI default keeps `wb audit` under ~3 min)
-and the printed detectable shift says what the capped audit can see (CLI default 12000 rows: 3.4 %).
-On a GPU, lift the cap (`--max-samples 0`).
+Budget: identical prompts are prefilled once (the engine's prefix sharing), so the cost is the
+decode steps and one teacher-forced pass over the sampled tokens.
 
 Contexts: a trained target is often certain for the first completion tokens (arith_chain restates
 the expression), where every test would be vacuous (one category, p = 1). :func:`informative_prompts`
@@ -45,6 +51,7 @@ A sampler can be injected (``rejection_fn``) to check that the audit catches a b
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import Counter
@@ -58,51 +65,101 @@ from scipy import stats
 from drafters.base import Drafter
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.engine import RolloutEngine
-from workbench.rollout.sampling import SamplingParams, sample
+from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 
 END = -1  # category: the row finished (EOS) before this position
 
 
 def required_samples(alpha_test: float, power: float = 0.9, delta: float = 0.01, p: float = 0.5) -> int:
-    """Rows per arm for a two-sided two-sample test at level ``alpha_test`` to detect a shift of
-    ``delta`` in a probability near ``p`` with the given power (normal approximation)."""
+    """Rows for a two-sided one-sample test at level ``alpha_test`` (against the exact law) to detect
+    a shift of ``delta`` in a probability near ``p`` with the given power (normal approximation)."""
     z = stats.norm.isf(alpha_test / 2) + stats.norm.isf(1 - power)
-    return int(math.ceil(z * z * 2 * p * (1 - p) / delta**2))
+    return int(math.ceil(z * z * p * (1 - p) / delta**2))
 
 
 def detectable_shift(n: int, alpha_test: float, power: float = 0.9, p: float = 0.5) -> float:
-    """Smallest absolute probability shift detectable with ``n`` rows per arm (inverse of :func:`required_samples`)."""
+    """Smallest absolute probability shift detectable with ``n`` rows (inverse of :func:`required_samples`)."""
     z = stats.norm.isf(alpha_test / 2) + stats.norm.isf(1 - power)
-    return z * math.sqrt(2 * p * (1 - p) / max(n, 1))
+    return z * math.sqrt(p * (1 - p) / max(n, 1))
 
 
-def two_sample_chi2(a: Counter, b: Counter, min_cell: int = 10) -> tuple[float, int, float]:
-    """Chi-square test that two samples of categories come from one law: (statistic, df, p-value).
-
-    Rare categories (fewer than ``min_cell`` rows over both samples) are pooled. One category
-    left -> (0, 0, 1.0): nothing to compare.
-    """
-    cats = set(a) | set(b)
-    kept = sorted((c for c in cats if a[c] + b[c] >= min_cell), key=lambda c: a[c] + b[c], reverse=True)
-    rare = [c for c in cats if a[c] + b[c] < min_cell]
-    rows = [[a[c], b[c]] for c in kept]
-    other = [sum(a[c] for c in rare), sum(b[c] for c in rare)]
-    if sum(other) >= min_cell or (not rows and sum(other) > 0):
-        rows.append(other)
-    elif sum(other) > 0:
-        rows[-1] = [rows[-1][0] + other[0], rows[-1][1] + other[1]]
-    if len(rows) < 2:
+def goodness_of_fit(observed: torch.Tensor, expected: torch.Tensor, min_expected: float = 5.0) -> tuple[float, int, float]:
+    """Pearson chi-square of observed counts (C,) against expected counts (C,) with the same total:
+    (statistic, df, p-value). Small-expectation cells are pooled (see module doc); an observation
+    in a cell of expectation 0 gives p = 0. One cell left -> (0, 0, 1.0)."""
+    o, e = observed.double(), expected.double()
+    if bool((o[e <= 0] > 0).any()):
+        return float("inf"), 0, 0.0
+    big = e >= min_expected
+    oo, ee = o[big], e[big]
+    rest_o, rest_e = o[~big].sum(), e[~big].sum()
+    if rest_e >= min_expected or (oo.numel() == 0 and rest_e > 0):
+        oo, ee = torch.cat([oo, rest_o[None]]), torch.cat([ee, rest_e[None]])
+    elif rest_e > 0 or rest_o > 0:
+        i = int(ee.argmin())
+        oo[i] += rest_o
+        ee[i] += rest_e
+    if oo.numel() < 2:
         return 0.0, 0, 1.0
-    res = stats.chi2_contingency(torch.tensor(rows, dtype=torch.float64).numpy(), correction=False)
-    return float(res.statistic), int(res.dof), float(res.pvalue)
+    ee = ee * (oo.sum() / ee.sum())  # the same total (float error only)
+    stat = float(((oo - ee) ** 2 / ee).sum())
+    df = oo.numel() - 1
+    return stat, df, float(stats.chi2.sf(stat, df))
+
+
+@torch.no_grad()
+def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.Tensor, sp: SamplingParams, chunk: int = 4096) -> torch.Tensor:
+    """E_t(v) = sum over rows alive at t of p(v | prompt + the row's tokens < t): (T, V) float64.
+
+    toks (n, T) long sampled completions (anything past a row's length is ignored), lens (n,).
+    One prefill of the prompt; each chunk of rows copies its cache and runs its T-1 tokens.
+    """
+    n, T = toks.shape
+    P = len(prompt)
+    dev = target.lm_head.weight.device
+    V = target.cfg.vocab_size
+    base = target.new_cache(1, P + T + 1)
+    logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
+                        logits_col=torch.tensor([P - 1], device=dev))
+    E = torch.zeros(T, V, dtype=torch.float64, device=dev)
+    E[0] = probs_from_logits(logits0[0, 0], sp).double() * n
+    if T == 1:
+        return E
+    for i in range(0, n, chunk):
+        rows = slice(i, i + chunk)
+        c = toks[rows].shape[0]
+        cache = target.new_cache(1, P + T + 1)
+        cache.k, cache.v = [x.clone() for x in base.k], [x.clone() for x in base.v]
+        cache.select(torch.zeros(c, dtype=torch.long, device=dev))  # (1, ...) -> (c, ...)
+        inp = toks[rows, : T - 1].clamp_min(0).to(dev)  # (c, T-1)
+        logits, _ = target(inp, torch.full((c,), P, device=dev), cache)  # (c, T-1, V): p of tokens 1..T-1
+        p = probs_from_logits(logits, sp).double()
+        alive = (torch.arange(1, T, device=dev)[None, :] < lens[rows].to(dev)[:, None]).double()  # (c, T-1)
+        E[1:] += (p * alive[..., None]).sum(0)
+    return E
+
+
+@torch.no_grad()
+def exact_joint2(target, prompt: list[int], sp: SamplingParams, eos: int | None) -> torch.Tensor:
+    """Exact law of the first two completion tokens, (V, V) float64, given x0 != EOS (renormalised)."""
+    P = len(prompt)
+    dev = target.lm_head.weight.device
+    base = target.new_cache(1, P + 2)
+    logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
+                        logits_col=torch.tensor([P - 1], device=dev))
+    p0 = probs_from_logits(logits0[0, 0], sp).double()
+    if eos is not None:
+        p0[eos] = 0.0
+    support = p0.nonzero().flatten()  # (U,)
+    base.select(torch.zeros(support.numel(), dtype=torch.long, device=dev))
+    logits1, _ = target(support[:, None], torch.full((support.numel(),), P, device=dev), base)  # (U, 1, V)
+    joint = torch.zeros(p0.numel(), p0.numel(), dtype=torch.float64, device=dev)
+    joint[support] = p0[support, None] * probs_from_logits(logits1[:, 0], sp).double()
+    return joint / joint.sum()
 
 
 def position_counts(seqs: list[list[int]], t: int) -> Counter:
     return Counter(s[t] if t < len(s) else END for s in seqs)
-
-
-def joint_counts(seqs: list[list[int]], j: int) -> Counter:
-    return Counter(tuple(s[i] if i < len(s) else END for i in range(j)) for s in seqs)
 
 
 def accept_all_rejection_sample(target_probs, draft_tokens, draft_probs, num_draft, generator=None):
@@ -130,8 +187,8 @@ class AuditTest:
 class AuditResult:
     tests: list[AuditTest]
     skipped: dict[str, str]
-    n: int  # rows per arm and prompt
-    n_required: int  # rows per arm for a 1 % shift at p = 0.5
+    n: int  # rows per drafter and prompt
+    n_required: int  # rows for a 1 % shift at p = 0.5
     alpha: float
     alpha_test: float
     num_tests: int
@@ -180,7 +237,6 @@ def run_audit(
     n: int | None = None,
     alpha: float = 1e-3,
     max_samples: int | None = None,
-    joint_tokens: int = 2,
     seed: int = 0,
     batch: int = 4096,
     rejection_fn: Callable | None = None,
@@ -190,51 +246,52 @@ def run_audit(
 ) -> AuditResult:
     """Audit every drafter in ``drafters`` (name -> instance) against the target (a LeanLM).
 
-    n: rows per arm and prompt (None: :func:`required_samples` for a 1 % shift, capped by
-    ``max_samples``). rejection_fn: replaces the engine's rejection sampler for the speculative
-    arms (to check that the audit catches a biased sampler).
+    n: rows per drafter and prompt (None: :func:`required_samples` for a 1 % shift, capped by
+    ``max_samples``). rejection_fn: replaces the engine's rejection sampler (to check that the
+    audit catches a biased sampler).
     """
     t0 = time.perf_counter()
     say = on_progress or (lambda s: None)
     T = sampling.max_new_tokens
-    j = min(joint_tokens, T)
     m, a, n_req = plan(len(drafters), len(prompts), T, alpha)
     if n is None:
         n = n_req if not max_samples else min(n_req, max_samples)
     res = AuditResult([], dict(skipped or {}), n, n_req, alpha, a, m, detectable_shift(n, a))
     greedy_sp = SamplingParams(0.0, 1.0, 0, max(T, 16), sampling.eos_token_id)
-    patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else None
-
-    ar_engine = RolloutEngine(target, None, max_batch_size=batch)
-    greedy_prompts = greedy_prompts or prompts
-    ar_greedy = ar_engine.generate(greedy_prompts, greedy_sp).tokens
+    patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
+    V = target.cfg.vocab_size
     for pi, prompt in enumerate(prompts):
-        say(f"prompt {pi}: autoregressive, {n} rows")
-        ar = ar_engine.generate([prompt] * n, sampling, torch.Generator(ar_engine.device).manual_seed(seed + 1000 * pi)).tokens
+        joint = exact_joint2(target, prompt, sampling, sampling.eos_token_id) if T >= 2 else None
         for di, (name, drafter) in enumerate(drafters.items()):
             say(f"prompt {pi}: {name} k={k}, {n} rows")
             eng = RolloutEngine(target, drafter, k=k, max_batch_size=batch)
             gen = torch.Generator(eng.device).manual_seed(seed + 1000 * pi + di + 1)
-            if patch:
-                with patch:
-                    out = eng.generate([prompt] * n, sampling, gen)
-            else:
+            with patch:
                 out = eng.generate([prompt] * n, sampling, gen)
             c = out.counters
             acc = res.acceptance.setdefault(name, 0.0)
             res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / len(prompts)
+            lens = torch.tensor([len(x) for x in out.tokens])
+            toks = torch.full((n, T), -1, dtype=torch.long)  # (n, T), -1 past a row's end
+            for r, x in enumerate(out.tokens):
+                toks[r, : len(x)] = torch.tensor(x)
+            say(f"prompt {pi}: {name}: exact conditionals of the sampled rows")
+            E = expected_counts(target, prompt, toks, lens, sampling).cpu()
             for t in range(T):
-                stat, df, p = two_sample_chi2(position_counts(out.tokens, t), position_counts(ar, t))
-                res.tests.append(AuditTest(name, f"pos {t}", pi, p, p > a, f"chi2={stat:.1f} df={df}"))
-            stat, df, p = two_sample_chi2(joint_counts(out.tokens, j), joint_counts(ar, j))
-            res.tests.append(AuditTest(name, f"joint 0..{j - 1}", pi, p, p > a, f"chi2={stat:.1f} df={df}"))
+                alive = lens > t
+                O = torch.bincount(toks[alive, t], minlength=V).double()
+                stat, df, p = goodness_of_fit(O, E[t])
+                res.tests.append(AuditTest(name, f"pos {t}", pi, p, p > a, f"chi2={stat:.1f} df={df} rows={int(alive.sum())}"))
+            if joint is not None:
+                two = (lens >= 2) & (toks[:, 0] != (sampling.eos_token_id if sampling.eos_token_id is not None else -2))
+                O = torch.bincount(toks[two, 0] * V + toks[two, 1], minlength=V * V).double()
+                stat, df, p = goodness_of_fit(O, joint.flatten().cpu() * float(two.sum()))
+                res.tests.append(AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df}"))
+    ar_greedy = RolloutEngine(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
     for name, drafter in drafters.items():
         eng = RolloutEngine(target, drafter, k=k, max_batch_size=batch)
-        if patch:
-            with patch:
-                sv = eng.generate(greedy_prompts, greedy_sp).tokens
-        else:
-            sv = eng.generate(greedy_prompts, greedy_sp).tokens
+        with patch:
+            sv = eng.generate(greedy_prompts or prompts, greedy_sp).tokens
         bad = [i for i, (x, y) in enumerate(zip(sv, ar_greedy)) if x != y]
         res.tests.append(AuditTest(name, "greedy", -1, None, not bad, f"{len(sv) - len(bad)}/{len(sv)} prompts identical"))
     res.wall_s = time.perf_counter() - t0

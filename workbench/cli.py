@@ -306,19 +306,20 @@ def audit(
     spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted."),
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0.7 drafter.k=2"),
     alpha: float = typer.Option(1e-3, "--alpha", min=1e-12, max=0.5, help="Family-wise false-alarm rate (Bonferroni over all chi-square tests)."),
-    samples: int = typer.Option(0, "--samples", "-n", min=0, help="Rows per arm and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples."),
-    max_samples: int = typer.Option(12000, "--max-samples", min=0, help="Cap on the auto sample size (keeps the tiny models under ~3 min on 2 CPU cores); 0 = no cap."),
+    samples: int = typer.Option(0, "--samples", "-n", min=0, help="Rows per drafter and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples."),
+    max_samples: int = typer.Option(0, "--max-samples", min=0, help="Cap on the auto sample size (0 = no cap: a 1 % shift)."),
     prompts: int = typer.Option(1, "--prompts", min=1, help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."),
-    max_new_tokens: int = typer.Option(8, "--max-new-tokens", min=1, help="Completion tokens per row (positions tested)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole verification step."),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
     drafters_opt: Optional[str] = typer.Option(None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."),
     biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
 ) -> None:
     """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
 
-    Compares speculative vs autoregressive samples of the same prompts: per-position token
-    histograms and the joint law of the first tokens (two-sample chi-square, Bonferroni to --alpha),
-    and greedy token-for-token identity. Example: wb audit micro --samples 2000
+    Tests speculative samples against the target's exact law (teacher-forced conditionals):
+    per-position token histograms and the joint law of the first two tokens (chi-square
+    goodness of fit, Bonferroni to --alpha), and greedy token-for-token identity.
+    Example: wb audit micro --samples 2000
     """
     from types import SimpleNamespace
 
@@ -362,15 +363,16 @@ def audit(
         except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
             skipped[kind] = str(e).splitlines()[0][:120]
     r = s.rollout
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
     kk = k or s.drafter.k
+    max_new_tokens = max_new_tokens or kk + 2
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
     console.print(
         f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
         f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}{' [red](biased sampler)[/]' if biased else ''}\n"
-        f"{m} chi-square tests, Bonferroni: each at {a:.1e} (family-wise false-alarm rate {alpha:g}); "
-        f"n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per arm and prompt; using n={n}",
+        f"{m} chi-square tests against the target's exact law, Bonferroni: each at {a:.1e} (family-wise false-alarm rate {alpha:g}); "
+        f"n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per drafter and prompt; using n={n}",
         highlight=False,
     )
     with console.status("sampling") as status:
