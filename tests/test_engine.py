@@ -151,7 +151,9 @@ def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
     with torch.no_grad():
         for p in hf.parameters():
             p.mul_(1.05)
-    target.load_weights(hf)
+    q = target.model.layers[0].self_attn.q_proj
+    q.weight = torch.nn.Parameter(q.weight.detach().clone(), requires_grad=False)  # replaced, not copied into
+    target.load_weights(hf)  # must notice and rebuild the fused weights
     ids = torch.tensor([[1, 5, 9, 12, 7]])
     cache = target.new_cache(1, 8)
     target(ids[:, :4], torch.zeros(1, dtype=torch.long), cache, logits_col=torch.tensor([3]))  # eager prefill

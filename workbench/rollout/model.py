@@ -196,6 +196,10 @@ class LeanLM(nn.Module):
     def load_weights(self, hf_model: nn.Module) -> None:
         """Copy the trainer's current weights in place (the `prepare` stage's weight sync)."""
         missing, unexpected = self.load_state_dict(hf_model.state_dict(), strict=False)
+        fused = self.__dict__.get("_fused")
+        if fused is not None and any(l.self_attn.q_proj.weight.data_ptr() != f[0].data_ptr() or l.mlp.gate_proj.weight.data_ptr() != f[1].data_ptr()
+                                     for l, f in zip(self.model.layers, fused)):
+            self._fuse_weights()  # something replaced the weights instead of copying into them
         missing = [m for m in missing if not (self.cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or [u for u in unexpected if "rotary" not in u]:
             raise ValueError(f"model: weights do not match a Llama layout (missing {missing[:4]}, unexpected {unexpected[:4]})")
@@ -208,7 +212,18 @@ class LeanLM(nn.Module):
         needed there); afterwards a small model's step is one fused kernel sequence instead of ~100
         eager ops (measured in benchmarks/engine-optimisation-log.md). Same logits to float tolerance.
         """
+        self._fuse_weights()
         self._compiled = torch.compile(static_forward, dynamic=True)
+
+    def _fuse_weights(self) -> None:
+        """Per layer, one (q+k+v, H) and one (2I, H) weight: fewer, larger matmuls in the compiled
+        step (6-14 % faster at batch 1-8, benchmarks/engine-optimisation-log.md). The Linears'
+        weights become views into them, so the in-place weight sync (``load_weights``) updates both."""
+        fused = []
+        for layer in self.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            fused.append((_fuse([a.q_proj, a.k_proj, a.v_proj]), _fuse([m.gate_proj, m.up_proj])))
+        self.__dict__["_fused"] = fused  # plain attribute: not parameters, not in state_dict
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cfg.max_position_embeddings:
@@ -243,7 +258,7 @@ class LeanLM(nn.Module):
         """
         compiled = self.__dict__.get("_compiled")
         if compiled is not None and not hidden_layers and logits_col is None:
-            return compiled(self, input_ids, start_pos, cache.k, cache.v), {}
+            return compiled(self, input_ids, start_pos, cache.k, cache.v, self.__dict__["_fused"]), {}
         B, T = input_ids.shape
         dev = input_ids.device
         offs = torch.arange(T, device=dev)
@@ -270,10 +285,22 @@ class LeanLM(nn.Module):
         return logits, hidden
 
 
-def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list) -> torch.Tensor:
+def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
+    """Concatenate the Linears' weights (rows) and make each weight a view into the result."""
+    fused = torch.cat([l.weight.detach() for l in linears], 0)
+    off = 0
+    for l in linears:
+        n = l.weight.shape[0]
+        l.weight.data = fused[off : off + n]
+        off += n
+    return fused
+
+
+def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, fused: list) -> torch.Tensor:
     """``LeanLM.forward`` without data-dependent shapes, for ``torch.compile``: attends over the
     whole preallocated cache (B, T_max) with the position mask instead of slicing it to the
-    longest row, so nothing needs a host sync. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
+    longest row, so nothing needs a host sync; q/k/v and gate/up use the fused per-layer weights
+    ``fused[i] = (w_qkv, w_gate_up)``. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
     """
     B, T = input_ids.shape
     c = lm.cfg
@@ -288,9 +315,11 @@ def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor,
     for i, layer in enumerate(lm.model.layers):
         a = layer.self_attn
         h = layer.input_layernorm(x)
-        q = a.q_proj(h).view(B, T, c.num_heads, c.head_dim)
-        k = a.k_proj(h).view(B, T, c.num_kv_heads, c.head_dim)
-        v = a.v_proj(h).view(B, T, c.num_kv_heads, c.head_dim)
+        nq, nkv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        q, k, v = F.linear(h, fused[i][0]).split([nq, nkv, nkv], dim=-1)  # (B, T, nq + 2 nkv) -> 3 parts
+        q = q.reshape(B, T, c.num_heads, c.head_dim)
+        k = k.reshape(B, T, c.num_kv_heads, c.head_dim)
+        v = v.reshape(B, T, c.num_kv_heads, c.head_dim)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         ks[i].index_put_((rows, pos), k)  # (B, T, Hkv, D) into (B, T_max, Hkv, D)
@@ -300,5 +329,6 @@ def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor,
             enable_gqa=c.num_heads != c.num_kv_heads,
         )  # (B, H, T, D)
         x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        gate, up = F.linear(layer.post_attention_layernorm(x), fused[i][1]).chunk(2, dim=-1)  # (B, T, 2I) -> 2 x (B, T, I)
+        x = x + layer.mlp.down_proj(F.silu(gate) * up)
     return lm.lm_head(lm.model.norm(x)).float()
