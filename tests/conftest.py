@@ -21,6 +21,16 @@ def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1
     return hf
 
 
+PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
+
+
+def greedy(max_new=40, eos=2):
+    """Greedy sampling parameters for token-for-token comparisons."""
+    from workbench.rollout.sampling import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_new_tokens=max_new, eos_token_id=eos)
+
+
 SMALL_V = 8  # vocabulary of the models whose rollout law is enumerated exactly
 ALPHA = 1e-4  # false-alarm rate per test; 30k rollouts over <= 512 cells detect a 2-point shift in a likely cell
 

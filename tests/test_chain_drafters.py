@@ -14,14 +14,10 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.spec import DrafterSpec
 
-from conftest import SMALL_V, assert_rollouts_follow_target, random_llama
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
-PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
 KINDS = [("mtp", 1), ("mtp", 2), ("eagle3", 1)]
 
-
-def _greedy(max_new=40, eos=2):
-    return SamplingParams(temperature=0.0, max_new_tokens=max_new, eos_token_id=eos)
 
 
 def _make(kind, lm, counts=None, **fields):
@@ -78,6 +74,11 @@ def test_default_eagle3_layers(L, ids):
     assert default_layer_ids(L) == ids
 
 
+def test_eagle3_layer_ids_beyond_the_target_are_a_clear_error(target_lm):
+    with pytest.raises(ValueError, match="eagle_aux_hidden_state_layer_ids"):
+        _make("eagle3", target_lm, eagle_aux_hidden_state_layer_ids=[0, 1, 3])  # the target has 2 layers
+
+
 def test_capture_hidden_matches_the_engine_convention(target_hf, target_lm):
     """Trainer-side hooks (online adaptation) see the same features as the engine (inference)."""
     ids = torch.tensor([[1, 5, 9, 12, 7, 3], [1, 30, 31, 2, 0, 0]])
@@ -127,6 +128,22 @@ def test_ttt_loss_decreases_on_a_fixed_batch(target_lm, kind):
     assert all(f"draft/loss_step_{j}" in after for j in range(7))
 
 
+def test_online_adaptation_updates_every_n_steps_from_a_bounded_buffer(target_lm):
+    from workbench.grpo.trainer import OnlineAdaptation
+    from workbench.spec import DrafterOnlineSpec
+
+    rows, counts = _rollout_rows(target_lm, n=12, layers=(0, 1, 2))
+    d = _make("eagle3", target_lm, counts)
+    online = OnlineAdaptation(d, DrafterOnlineSpec(enabled=True, every=2, steps=2, batch_size=4, buffer_size=20), seed=0)
+    before = [p.detach().clone() for p in d.train_parameters()]
+    assert online.update(1, collate(rows)) == {}  # not due: only buffered
+    assert len(online.buffer) == 12 and all(torch.equal(a, b) for a, b in zip(before, d.train_parameters()))
+    out = online.update(2, collate(rows))
+    assert {"draft/loss", "draft/top1_agreement", "draft/heldout_loss", "draft/buffer_size"} <= set(out)
+    assert out["draft/buffer_size"] == 20.0  # FIFO bound
+    assert any(not torch.equal(a, b) for a, b in zip(before, d.train_parameters()))
+
+
 @pytest.mark.parametrize("kind", ["mtp", "eagle3"])
 def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
     d = trained[(kind, 1)]
@@ -135,8 +152,8 @@ def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
     e = build_drafter(kind, spec, SimpleNamespace(lm=target_lm, tokenizer=None, init_path=tmp_path / kind), torch.device("cpu"))
     for (n1, a), (n2, b) in zip(d.net.state_dict().items(), e.net.state_dict().items()):
         assert n1 == n2 and torch.equal(a, b)
-    sv1 = RolloutEngine(target_lm, d, k=3).generate(PROMPTS, _greedy())
-    sv2 = RolloutEngine(target_lm, e, k=3).generate(PROMPTS, _greedy())
+    sv1 = RolloutEngine(target_lm, d, k=3).generate(PROMPTS, greedy())
+    sv2 = RolloutEngine(target_lm, e, k=3).generate(PROMPTS, greedy())
     assert sv1.counters.num_accepted_tokens == sv2.counters.num_accepted_tokens
     with pytest.raises(ValueError, match="drafter.init"):
         other = "eagle3" if kind == "mtp" else "mtp"
@@ -151,8 +168,8 @@ def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
 @pytest.mark.parametrize("kind,modules", KINDS)
 def test_greedy_speculative_equals_greedy_autoregressive(target_lm, trained, kind, modules, k):
     d = trained[(kind, modules)]
-    ar = RolloutEngine(target_lm).generate(PROMPTS, _greedy())
-    sv = RolloutEngine(target_lm, d, k=k).generate(PROMPTS, _greedy())
+    ar = RolloutEngine(target_lm).generate(PROMPTS, greedy())
+    sv = RolloutEngine(target_lm, d, k=k).generate(PROMPTS, greedy())
     assert sv.tokens == ar.tokens and sv.finish_reasons == ar.finish_reasons
     for a, b in zip(ar.logprobs, sv.logprobs):
         assert a == pytest.approx(b, abs=1e-5)
@@ -161,8 +178,8 @@ def test_greedy_speculative_equals_greedy_autoregressive(target_lm, trained, kin
 
 def test_batched_ragged_equals_one_at_a_time(target_lm, trained):
     eng = RolloutEngine(target_lm, trained[("eagle3", 1)], k=3)
-    batched = eng.generate(PROMPTS, _greedy())
-    assert batched.tokens == [eng.generate([p], _greedy()).tokens[0] for p in PROMPTS]
+    batched = eng.generate(PROMPTS, greedy())
+    assert batched.tokens == [eng.generate([p], greedy()).tokens[0] for p in PROMPTS]
 
 
 @pytest.mark.parametrize("kind,sp", [

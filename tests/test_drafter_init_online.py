@@ -46,6 +46,13 @@ def test_drafter_init_bad_input_is_a_clear_error(store, args, needle):
     assert res.exit_code == 2 and needle in res.output
 
 
+def test_drafter_init_dataset_without_the_prompt_field_is_a_clear_error(store, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"question": "1 + 2"}\n{"question": "3 * 4"}\n')
+    res = runner.invoke(app, ["drafter", "init", "micro", "drafter.kind=mtp", f"drafter.init.data={data}", *FAST])
+    assert res.exit_code == 2 and "drafter.init.prompt_field" in res.output and "question" in res.output
+
+
 def test_online_on_a_drafter_without_weights_is_a_clear_error(store):
     res = runner.invoke(app, ["run", "micro", "drafter.kind=ngram", "drafter.online.enabled=true", "--quiet"])
     assert res.exit_code == 2 and "drafter.online.enabled" in res.output

@@ -8,11 +8,10 @@ from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
-from workbench.rollout.sampling import SamplingParams, probs_from_logits
+from workbench.rollout.sampling import SamplingParams
 
-from conftest import SMALL_V, assert_rollouts_follow_target, random_llama
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
-PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
 
 
 def test_logits_match_transformers(target_hf, target_lm):
@@ -46,16 +45,13 @@ def test_grouped_query_and_tied_embeddings_load():
     assert torch.allclose(got, hf(ids).logits, atol=1e-4)
 
 
-def _greedy(max_new=40, eos=2):
-    return SamplingParams(temperature=0.0, max_new_tokens=max_new, eos_token_id=eos)
-
 
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("kind", ["draft_model", "ngram"])
 def test_greedy_speculative_equals_greedy_autoregressive(target_lm, draft_lm, kind, k):
     drafter = DraftModelDrafter(draft_lm) if kind == "draft_model" else NgramDrafter(1, 3)
-    ar = RolloutEngine(target_lm).generate(PROMPTS, _greedy())
-    sv = RolloutEngine(target_lm, drafter, k=k).generate(PROMPTS, _greedy())
+    ar = RolloutEngine(target_lm).generate(PROMPTS, greedy())
+    sv = RolloutEngine(target_lm, drafter, k=k).generate(PROMPTS, greedy())
     assert sv.tokens == ar.tokens
     assert sv.finish_reasons == ar.finish_reasons
     for a, b in zip(ar.logprobs, sv.logprobs):
@@ -64,39 +60,39 @@ def test_greedy_speculative_equals_greedy_autoregressive(target_lm, draft_lm, ki
 
 
 def test_greedy_self_drafting_accepts_everything(target_lm):
-    out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=4).generate(PROMPTS, _greedy(eos=None))
+    out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=4).generate(PROMPTS, greedy(eos=None))
     m = out.counters.metrics()
     assert m["spec/acceptance_rate"] == 1.0 and m["spec/acceptance_length"] == 5.0
 
 
 def test_batched_ragged_equals_one_at_a_time(target_lm, draft_lm):
     eng = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3)
-    batched = eng.generate(PROMPTS, _greedy())
-    single = [eng.generate([p], _greedy()).tokens[0] for p in PROMPTS]
+    batched = eng.generate(PROMPTS, greedy())
+    single = [eng.generate([p], greedy()).tokens[0] for p in PROMPTS]
     assert batched.tokens == single
 
 
 def test_shared_prompts_prefilled_once_give_the_same_rollouts(target_lm, draft_lm):
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[3], PROMPTS[1], PROMPTS[0]]  # a GRPO-like batch
     eng = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3)
-    out = eng.generate(prompts, _greedy())
-    assert out.tokens == [eng.generate([p], _greedy()).tokens[0] for p in prompts]
+    out = eng.generate(prompts, greedy())
+    assert out.tokens == [eng.generate([p], greedy()).tokens[0] for p in prompts]
     sampled = eng.generate(prompts, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0))
     assert len({tuple(t) for t in sampled.tokens}) > 1  # rows sharing a prompt still sample independently
 
 
 def test_small_max_batch_size_chunks_identically(target_lm, draft_lm):
-    a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, _greedy())
-    b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, _greedy())
+    a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, greedy())
+    b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, greedy())
     assert a.tokens == b.tokens
 
 
 def test_budget_and_eos_respected(target_lm, draft_lm):
-    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS, _greedy(max_new=7, eos=None))
+    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS, greedy(max_new=7, eos=None))
     assert all(len(t) == 7 for t in out.tokens) and set(out.finish_reasons) == {"length"}
     # pick the token greedy emits at step 3 of prompt 0 as "EOS": generation must stop right there.
     eos = out.tokens[0][3]
-    out2 = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS[:1], _greedy(max_new=7, eos=eos))
+    out2 = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=5).generate(PROMPTS[:1], greedy(max_new=7, eos=eos))
     first = out.tokens[0].index(eos)
     assert out2.tokens[0] == out.tokens[0][: first + 1] and out2.finish_reasons == ["stop"]
 
@@ -138,12 +134,12 @@ def _has_cxx() -> bool:
 def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
     hf = random_llama(seed=3)
     target, draft = LeanLM.from_hf(hf), LeanLM.from_hf(random_llama(layers=1, seed=4))
-    ar = RolloutEngine(target).generate(PROMPTS, _greedy())
-    sv = RolloutEngine(target, DraftModelDrafter(draft), k=3).generate(PROMPTS, _greedy())
+    ar = RolloutEngine(target).generate(PROMPTS, greedy())
+    sv = RolloutEngine(target, DraftModelDrafter(draft), k=3).generate(PROMPTS, greedy())
     eng = RolloutEngine(target, DraftModelDrafter(draft), k=3)
     eng.enable_compile()
-    sv_c = eng.generate(PROMPTS, _greedy())
-    ar_c = RolloutEngine(target).generate(PROMPTS, _greedy())
+    sv_c = eng.generate(PROMPTS, greedy())
+    ar_c = RolloutEngine(target).generate(PROMPTS, greedy())
     assert ar_c.tokens == ar.tokens and sv_c.tokens == sv.tokens == ar.tokens
     for a, b in zip(ar.logprobs, sv_c.logprobs):
         assert a == pytest.approx(b, abs=1e-5)

@@ -162,6 +162,13 @@ def test_summary_skips_warmup_and_speedup_is_a_ratio():
     assert speedup(2.0, 0.5) == 4.0 and speedup(None, 1.0) is None and speedup(1.0, 0.0) is None
 
 
+def test_summary_keeps_first_and_last_acceptance_length():
+    hist = [{"spec/acceptance_length": 1.5}, {"spec/acceptance_length": 2.0}, {"spec/acceptance_length": 2.5}]
+    s = summarize(hist)
+    assert (s["spec/acceptance_length_first"], s["spec/acceptance_length_last"], s["spec/acceptance_length"]) == (1.5, 2.5, 2.25)
+    assert summarize([{"timing_s/gen": 1.0}])["spec/acceptance_length_first"] is None  # drafter none
+
+
 # ----------------------------------------------------------------------------- running
 
 
