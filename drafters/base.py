@@ -36,6 +36,9 @@ class DraftContext:
     group_ids: (B,) long; rollouts of the same prompt share a group id.
     sampling: the rollout sampling parameters (apply the same transform to draft logits).
     generator: torch RNG of the run.
+    prompt_rows, prompt_index: set for ``start`` only (prefix sharing): (U,) long, a row holding
+        each distinct prompt, and (B,) long, each row's distinct prompt (``tokens[prompt_rows]
+        [prompt_index]`` repeats the prompts). A GRPO group's G rollouts share one prompt.
     """
 
     tokens: torch.Tensor
@@ -45,6 +48,15 @@ class DraftContext:
     sampling: SamplingParams
     generator: torch.Generator | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    prompt_rows: torch.Tensor | None = None
+    prompt_index: torch.Tensor | None = None
+
+    def distinct_prompts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prompt_rows (U,), prompt_index (B,)); every row its own prompt when not set."""
+        if self.prompt_rows is None or self.prompt_index is None:
+            rows = torch.arange(self.lens.shape[0], device=self.lens.device)
+            return rows, rows
+        return self.prompt_rows, self.prompt_index
 
 
 @dataclass
@@ -69,7 +81,9 @@ class Drafter:
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
-        """After the target's prefill; ``hidden`` = {layer: (B, P, H)} of the prompts (right-padded)."""
+        """After the target's prefill; ``hidden`` = {layer: (U, P, H)} of the U distinct prompts
+        (right-padded, in the order of ``ctx.prompt_rows``). Build the state once per distinct
+        prompt, then expand it to the B rows with ``ctx.prompt_index`` (prefix sharing)."""
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         raise NotImplementedError

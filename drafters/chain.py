@@ -283,14 +283,24 @@ class ChainDrafter(Drafter):
         self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
-        B, t_max = ctx.tokens.shape
+        t_max = ctx.tokens.shape[1]
+        rows, index = ctx.distinct_prompts()  # (U,), (B,)
+        U, B = rows.shape[0], index.shape[0]
         w = next(self.net.parameters())
-        self.cache = ChainCache(self.net.cfg, B, t_max, w.device, w.dtype)
+        self.cache = ChainCache(self.net.cfg, U, t_max, w.device, w.dtype)
         P = int(ctx.prompt_lens.max())
-        pos = torch.arange(P, device=ctx.tokens.device)[None, :].expand(B, P)
-        feat = self.net.fuse({i: h[:, :P] for i, h in hidden.items()})  # (B, P, H)
+        pos = torch.arange(P, device=ctx.tokens.device)[None, :].expand(U, P)
+        feat = self.net.fuse({i: h[:, :P] for i, h in hidden.items()})  # (U, P, H)
         # Entry s reads token s+1; the entry at prompt_len-1 reads the first sampled token.
-        self._feed_real(feat, ctx.tokens[:, 1 : P + 1], pos, ctx.prompt_lens - 1)
+        self._feed_real(feat, ctx.tokens[rows, 1 : P + 1], pos, ctx.prompt_lens[rows] - 1)
+        if U < B:
+            # Prefix sharing: entries < prompt_len-1 depend on the prompt alone; copy them, then
+            # rewrite each row's entry at prompt_len-1 with its own first sampled token.
+            self.cache.select(index)
+            col = ctx.prompt_lens - 1  # (B,)
+            last_feat = feat[index, col][:, None]  # (B, 1, H)
+            first_tok = ctx.tokens.gather(1, ctx.prompt_lens[:, None])  # (B, 1)
+            self._feed_real(last_feat, first_tok, col[:, None], torch.zeros_like(col))
 
     def accept(self, ctx: DraftContext, num_accepted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
         # ctx.lens is already the new length L; the verification ran at positions start..start+k.

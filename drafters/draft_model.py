@@ -49,12 +49,16 @@ class DraftModelDrafter(Drafter):
         return cls(LeanLM.from_hf(hf), hf, tok)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
-        B, t_max = ctx.tokens.shape
-        self.cache = self.model.new_cache(B, t_max)
-        # Prefill the prompts (right-padded; padding positions get overwritten before any read).
+        t_max = ctx.tokens.shape[1]
+        rows, index = ctx.distinct_prompts()  # (U,), (B,)
+        self.cache = self.model.new_cache(rows.shape[0], t_max)
+        # Prefill each distinct prompt once (right-padded; padding positions get overwritten
+        # before any read), then copy its cache rows to the rows that share it.
         P = int(ctx.prompt_lens.max())
-        zeros = torch.zeros(B, dtype=torch.long, device=ctx.tokens.device)
-        self.model(ctx.tokens[:, :P], zeros, self.cache, logits_col=zeros)
+        zeros = torch.zeros(rows.shape[0], dtype=torch.long, device=ctx.tokens.device)
+        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros)
+        if rows.shape[0] < index.shape[0]:
+            self.cache.select(index)
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         assert self.cache is not None, "start() must run before propose()"

@@ -32,6 +32,36 @@ def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndar
     return tokens[:0]
 
 
+def ngram_propose_batch(tokens: torch.Tensor, lens: torch.Tensor, min_n: int, max_n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ngram_propose` for every row at once: tokens (B, T_max) long valid up to lens (B,).
+
+    Returns drafts (B, k) long (zero-padded) and their counts (B,) long. Same semantics, row by
+    row (a test checks it against the one-row reference), as tensor ops: one (B, W, n) window
+    comparison per n instead of a Python loop over rows.
+    """
+    B, T_max = tokens.shape
+    dev = tokens.device
+    drafts = torch.zeros(B, k, dtype=torch.long, device=dev)
+    num = torch.zeros(B, dtype=torch.long, device=dev)
+    found = torch.zeros(B, dtype=torch.bool, device=dev)
+    for n in range(min(max_n, T_max - 1), min_n - 1, -1):
+        suffix = tokens.gather(1, (lens - n).clamp_min(0)[:, None] + torch.arange(n, device=dev))  # (B, n)
+        windows = tokens.unfold(1, n, 1)  # (B, W, n): windows[b, i] = tokens[b, i:i+n], W = T_max-n+1
+        i = torch.arange(windows.shape[1], device=dev)
+        # earlier occurrences only: the window lies inside tokens[:len-1] (i + n <= len - 1)
+        hit = (windows == suffix[:, None, :]).all(-1) & (i[None, :] <= (lens - 1 - n)[:, None])  # (B, W)
+        last = torch.where(hit, i[None, :], -1).amax(1)  # (B,) most recent occurrence, -1 if none
+        new = (last >= 0) & ~found & (lens - 1 >= n)
+        start = last + n  # (B,) first token after the occurrence
+        cnt = (lens - start).clamp(0, k)
+        cols = (start[:, None] + torch.arange(k, device=dev)).clamp_max(T_max - 1)  # (B, k)
+        take = new[:, None] & (torch.arange(k, device=dev)[None, :] < cnt[:, None])
+        drafts = torch.where(take, tokens.gather(1, cols), drafts)
+        num = torch.where(new, cnt, num)
+        found |= new
+    return drafts, num
+
+
 @register
 class NgramDrafter(Drafter):
     kind = "ngram"
@@ -44,14 +74,5 @@ class NgramDrafter(Drafter):
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
-        B = ctx.lens.shape[0]
-        toks = ctx.tokens.cpu().numpy()
-        lens = ctx.lens.tolist()
-        drafts = np.zeros((B, k), dtype=np.int64)
-        num = np.zeros(B, dtype=np.int64)
-        for b in range(B):
-            d = ngram_propose(toks[b, : lens[b]], self.min_n, self.max_n, k)
-            drafts[b, : len(d)] = d
-            num[b] = len(d)
-        dev = ctx.tokens.device
-        return DraftProposal(torch.from_numpy(drafts).to(dev), torch.from_numpy(num).to(dev), None)
+        drafts, num = ngram_propose_batch(ctx.tokens, ctx.lens, self.min_n, self.max_n, k)
+        return DraftProposal(drafts, num, None)

@@ -9,6 +9,7 @@ from drafters.ngram import NgramDrafter
 from workbench.audit import (
     accept_all_rejection_sample,
     detectable_shift,
+    expected_counts,
     goodness_of_fit,
     plan,
     required_samples,
@@ -51,6 +52,24 @@ def test_goodness_of_fit_pools_and_detects():
     assert goodness_of_fit(torch.tensor([5600.0, 4400]), torch.tensor([5000.0, 5000]))[2] < 1e-6
     assert goodness_of_fit(torch.tensor([10.0, 1]), torch.tensor([11.0, 0]))[2] == 0.0  # an impossible token
     assert goodness_of_fit(torch.tensor([10.0]), torch.tensor([10.0]))[2] == 1.0
+
+
+def test_expected_counts_equal_the_row_by_row_sum(models):
+    """Distinct rows weighted by their counts give the same E_t(v) as summing p over every row."""
+    target, _ = models
+    prompt, T = PROMPTS[0], 4
+    g = torch.Generator().manual_seed(3)
+    toks = torch.randint(3, 6, (300, T), generator=g)  # few values: many repeated rows
+    lens = torch.randint(1, T + 1, (300,), generator=g)
+    toks[torch.arange(T)[None, :] >= lens[:, None]] = -1  # -1 past each row's end
+    E = expected_counts(target, prompt, toks, lens, SP)
+    ref = torch.zeros(T, V, dtype=torch.float64)
+    for r in range(300):
+        for t in range(int(lens[r])):
+            ctx = torch.tensor([prompt + toks[r, :t].tolist()])
+            logits, _ = target(ctx, torch.zeros(1, dtype=torch.long), target.new_cache(1, ctx.shape[1]))
+            ref[t] += torch.softmax(logits[0, -1].double() / SP.temperature, -1)
+    assert torch.allclose(E, ref, atol=1e-6)
 
 
 def test_exact_engine_p_values_are_not_anti_conservative(models):

@@ -81,6 +81,46 @@ def test_shared_prompts_prefilled_once_give_the_same_rollouts(target_lm, draft_l
     assert len({tuple(t) for t in sampled.tokens}) > 1  # rows sharing a prompt still sample independently
 
 
+@pytest.mark.parametrize("kind", ["draft_model", "mtp", "eagle3"])
+def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draft_lm, kind):
+    """start() on the distinct prompts expanded by prompt_index proposes what a per-row start does,
+    including the entry that reads each row's own first sampled token (the chain drafters)."""
+    from types import SimpleNamespace
+
+    from drafters import build_drafter
+    from drafters.base import DraftContext
+    from workbench.spec import DrafterSpec
+
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[0]]  # 2 distinct, lengths differ
+    B, P, t_max = len(prompts), max(map(len, prompts)), 24
+    tokens = torch.zeros(B, t_max, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        tokens[b, : len(p)] = torch.tensor(p)
+        tokens[b, len(p)] = 5 + b  # each row's own first sampled token
+    plens = torch.tensor([len(p) for p in prompts])
+
+    def fresh():
+        if kind == "draft_model":
+            return DraftModelDrafter(draft_lm)
+        torch.manual_seed(0)  # the same random head both times
+        return build_drafter(kind, DrafterSpec(kind=kind), SimpleNamespace(lm=target_lm, tokenizer=None, token_counts=None), torch.device("cpu"))
+
+    def proposals(rows, index):
+        d = fresh()
+        u = torch.arange(B) if rows is None else rows
+        _, hidden = target_lm(tokens[u, :P], torch.zeros(len(u), dtype=torch.long), target_lm.new_cache(len(u), t_max),
+                              hidden_layers=d.hidden_layers, logits_col=plens[u] - 1)
+        ctx = DraftContext(tokens, plens + 1, plens, torch.arange(B), greedy(), None, prompt_rows=rows, prompt_index=index)
+        d.start(ctx, hidden)
+        ctx = DraftContext(tokens, plens + 1, plens, torch.arange(B), greedy())
+        return d.propose(ctx, 3)
+
+    per_row = proposals(None, None)
+    shared = proposals(torch.tensor([0, 1]), torch.tensor([0, 1, 0, 1, 0]))
+    assert torch.equal(shared.tokens, per_row.tokens)
+    assert torch.allclose(shared.probs, per_row.probs, atol=1e-5)
+
+
 def test_small_max_batch_size_chunks_identically(target_lm, draft_lm):
     a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, greedy())
     b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, greedy())

@@ -44,3 +44,18 @@ def test_batched_proposal_pads_and_counts():
     assert prop.num_draft.tolist() == [2, 0]
     assert prop.tokens[0, :2].tolist() == [2, 1]
     assert prop.probs is None
+
+
+def test_batched_proposals_equal_the_one_row_reference():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        B, T_max, V = 64, 24, 2 + trial % 5  # small vocabularies: many matches of every length
+        tokens = torch.randint(0, V, (B, T_max), generator=g)
+        lens = torch.randint(1, T_max + 1, (B,), generator=g)
+        min_n, max_n, k = 1 + trial % 2, 2 + trial % 4, 1 + trial % 6
+        prop = NgramDrafter(min_n, max_n).propose(DraftContext(tokens, lens, lens, torch.arange(B), SamplingParams()), k)
+        for b in range(B):
+            ref = ngram_propose(tokens[b, : lens[b]].numpy(), min_n, max_n, k)
+            assert int(prop.num_draft[b]) == len(ref)
+            assert prop.tokens[b, : len(ref)].tolist() == ref.tolist()
+            assert (prop.tokens[b, len(ref):] == 0).all()

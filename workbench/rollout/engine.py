@@ -131,11 +131,10 @@ class RolloutEngine:
         prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
         P = int(prompt_lens.max())
         t_max = P + sp.max_new_tokens + k + 2  # a verification may write k+1 past the budget
-        tokens = torch.zeros(B, t_max, dtype=torch.long, device=dev)  # (B, T_max) prompt + completion
-        for b, p in enumerate(prompts):
-            tokens[b, : len(p)] = torch.tensor(p, device=dev)
+        tokens = torch.zeros(B, t_max, dtype=torch.long)  # (B, T_max) prompt + completion
+        tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in prompts])  # one host->tensor copy
+        tokens = tokens.to(dev)
         logps = torch.zeros(B, t_max, device=dev)  # (B, T_max) log p of generated tokens
-        cache = self.target.new_cache(B, t_max)
         counters = SpecCounters(k=k)
         eos = -1 if sp.eos_token_id is None else sp.eos_token_id
 
@@ -143,7 +142,7 @@ class RolloutEngine:
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
         # sharing, as vLLM's prefix caching does for a group's common prompt).
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
-        logits, hidden = self._prefill(prompts, tokens[:, :P], prompt_lens, cache, layers)
+        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(prompts, tokens[:, :P], prompt_lens, t_max, layers)
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
         lens = prompt_lens.clone()
@@ -157,7 +156,9 @@ class RolloutEngine:
         state = _BatchState(tokens, logps, lens, prompt_lens, n_gen, torch.tensor(group_ids, device=dev), torch.arange(B, device=dev))
         results: dict[int, tuple[list[int], list[float], str]] = {}
         if self.drafter is not None:
-            self.drafter.start(state.context(sp, gen), hidden)  # hidden: {layer: (B, P, H)}, empty unless it reads the target
+            ctx = state.context(sp, gen)
+            ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
+            self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
         state = self._retire(state, done, first == eos, cache, results)
 
         while state.lens.numel() > 0:
@@ -210,38 +211,40 @@ class RolloutEngine:
             [results[i][0] for i in order], [results[i][1] for i in order], [results[i][2] for i in order], counters
         )
 
-    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, cache, layers):
-        """Prefill (B, P) right-padded prompts; returns next-token logits (B, 1, V) and hidden states.
+    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers):
+        """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache.
 
-        Distinct prompts only: their rows are computed once, then logits, hidden states and the KV
-        cache are gathered back to all B rows.
+        Distinct prompts only (prefix sharing): U rows are computed once and their cache rows
+        copied to all B rows. Returns next-token logits (B, 1, V), hidden states {layer: (U, P, H)}
+        of the distinct prompts, the cache, ``prompt_rows`` (U,) (a row holding each distinct
+        prompt) and ``prompt_index`` (B,) (each row's distinct prompt).
         """
-        B = tokens.shape[0]
-        first: dict[tuple[int, ...], int] = {}
-        inverse = [first.setdefault(tuple(p), len(first)) for p in prompts]
-        if len(first) == B:
-            zeros = torch.zeros(B, dtype=torch.long, device=tokens.device)
-            return self.target(tokens, zeros, cache, hidden_layers=layers, logits_col=prompt_lens - 1)
-        uniq = torch.tensor([inverse.index(i) for i in range(len(first))], device=tokens.device)  # (U,) a row per prompt
-        inv = torch.tensor(inverse, device=tokens.device)  # (B,) prompt index of each row
-        small = self.target.new_cache(len(first), cache.max_len)
-        zeros = torch.zeros(len(first), dtype=torch.long, device=tokens.device)
-        logits, hidden = self.target(tokens[uniq], zeros, small, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1)
-        small.select(inv)  # (U, ...) -> (B, ...)
-        cache.k, cache.v = small.k, small.v
-        return logits[inv], {i: h[inv] for i, h in hidden.items()}
+        B, dev = tokens.shape[0], tokens.device
+        first: dict[tuple[int, ...], int] = {}  # prompt -> its first row
+        for b, p in enumerate(prompts):
+            first.setdefault(tuple(p), b)
+        U = len(first)
+        order = {row: u for u, row in enumerate(first.values())}
+        uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
+        inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
+        cache = self.target.new_cache(U, t_max)
+        zeros = torch.zeros(U, dtype=torch.long, device=dev)
+        logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1)
+        if U < B:
+            cache.select(inv)  # (U, ...) -> (B, ...)
+            logits = logits[inv]
+        return logits, hidden, cache, uniq, inv
 
     def _retire(self, state, done, hit_eos, cache, results):
         """Record finished rows and drop them from the batch, the cache and the drafter."""
         if not bool(done.any()):
             return state
-        for b in done.nonzero().flatten().tolist():
-            p0, l = int(state.prompt_lens[b]), int(state.lens[b])
-            results[int(state.orig[b])] = (
-                state.tokens[b, p0:l].tolist(),
-                state.logps[b, p0:l].tolist(),
-                "stop" if bool(hit_eos[b]) else "length",
-            )
+        idx = done.nonzero().flatten()
+        # One host transfer per field for all finished rows (not per row: the audit retires 10^5).
+        toks, lps = state.tokens[idx].tolist(), state.logps[idx].tolist()
+        p0s, ls, origs, eos = (t[idx].tolist() for t in (state.prompt_lens, state.lens, state.orig, hit_eos))
+        for i in range(len(origs)):
+            results[origs[i]] = (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length")
         keep = (~done).nonzero().flatten()
         state = state.select(keep)
         cache.select(keep)
