@@ -1,7 +1,9 @@
 """`wb bench`: rollout-generation benchmark, measured side by side in one process.
 
 Three tables, medians of ``repeats`` timed runs after one warm-up, fixed-length generation (EOS
-ignored) so every contender produces the same number of tokens:
+ignored) so every contender produces the same number of tokens. The contenders of each row run
+interleaved (ours, theirs, ours, theirs, ...), so load drifting on a shared machine hits both
+alike; the speedups of table 3 pair each speculative run with an autoregressive one the same way:
 
 1. ``ar``: our autoregressive engine vs transformers ``generate()`` at several batch sizes.
 2. ``assisted``: our speculative engine (draft_model, k) vs transformers assisted generation
@@ -82,6 +84,21 @@ def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]
     return statistics.median(times), out
 
 
+def _paired_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, object]]:
+    """Median seconds of each contender, run interleaved (A, B, A, B, ...) after one warm-up each,
+    so that load drifting on a shared machine hits every contender alike (side by side)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    outs: dict[str, object] = {}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            outs[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name]), outs[name]) for name in fns}
+
+
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     L = max(map(len, prompts))
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
@@ -149,11 +166,13 @@ class Bench:
         for B in self.cfg.batch_sizes:
             prompts = self.prompts[:B]
             n_tok = B * self.cfg.max_new_tokens
-            t_ours, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
-            row = {"batch": B, "ours_tok_s": n_tok / t_ours}
+            fns = {"ours": self._ours(RolloutEngine(self.target), prompts)}
             if self.cfg.hf:
-                t_hf, _ = _median_time(self._hf(prompts), self.cfg.repeats)
-                row.update(hf_generate_tok_s=n_tok / t_hf, ratio=t_hf / t_ours)
+                fns["hf"] = self._hf(prompts)
+            t = _paired_median(fns, self.cfg.repeats)
+            row = {"batch": B, "ours_tok_s": n_tok / t["ours"][0]}
+            if self.cfg.hf:
+                row.update(hf_generate_tok_s=n_tok / t["hf"][0], ratio=t["hf"][0] / t["ours"][0])
             rows.append(row)
         return rows
 
@@ -161,15 +180,18 @@ class Bench:
     def run_assisted(self) -> list[dict]:
         prompts = self.prompts[:1]
         n_tok = self.cfg.max_new_tokens
-        t_ar, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
+        ar = self._ours(RolloutEngine(self.target), prompts)
         rows = []
         for k in self.cfg.ks:
-            t_spec, out = _median_time(self._ours(self._engine("draft_model", k), prompts), self.cfg.repeats)
-            row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t_ar,
+            fns = {"spec": self._ours(self._engine("draft_model", k), prompts), "ar": ar}
+            if self.cfg.hf:
+                fns["assisted"] = self._hf(prompts, assistant=self.hf_draft, k=k)
+            t = _paired_median(fns, self.cfg.repeats)
+            t_spec, out = t["spec"]
+            row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"][0],
                    "acceptance_length": out.counters.metrics().get("spec/acceptance_length")}
             if self.cfg.hf:
-                t_as, _ = _median_time(self._hf(prompts, assistant=self.hf_draft, k=k), self.cfg.repeats)
-                row.update(hf_assisted_tok_s=n_tok / t_as, ratio=t_as / t_spec)
+                row.update(hf_assisted_tok_s=n_tok / t["assisted"][0], ratio=t["assisted"][0] / t_spec)
             rows.append(row)
         return rows
 
@@ -199,12 +221,15 @@ class Bench:
         prompts = self.prompts[:B]
         costs = self.step_costs(B, max(self.cfg.ks) + 1)
         t1 = costs["target_curve_s"][1]
-        t_ar, _ = _median_time(self._ours(RolloutEngine(self.target), prompts), self.cfg.repeats)
+        ar = self._ours(RolloutEngine(self.target), prompts)
+        ar_times = []
         rows = []
         for kind in self.cfg.drafters:
             for k in self.cfg.ks:
                 eng = self._engine(kind, k)
-                t_spec, out = _median_time(self._ours(eng, prompts), self.cfg.repeats)
+                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats)  # speedup side by side
+                (t_spec, out), t_ar = t["spec"], t["ar"][0]
+                ar_times.append(t_ar)
                 m = out.counters.metrics()
                 rates = [m[f"spec/acceptance_rate_pos_{i}"] for i in range(k) if f"spec/acceptance_rate_pos_{i}" in m]
                 alpha = fit_alpha(rates)
@@ -220,7 +245,7 @@ class Bench:
                     "acceptance_length": m.get("spec/acceptance_length"), "predicted_speedup": pred,
                     "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
                 })
-        return {"batch": B, "ar_gen_s": t_ar, "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
+        return {"batch": B, "ar_gen_s": statistics.median(ar_times) if ar_times else None, "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
 
     def _drafter_cost(self, eng: RolloutEngine, prompts) -> float:
         """Seconds the drafter spends per verification step (propose + accept), timed inside a real
@@ -289,7 +314,7 @@ def to_markdown(r: dict) -> str:
     meta = r.get("meta", {})
     lines = [f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})", "", f"Command: `{r.get('command', '')}`", "",
              f"target `{meta.get('target')}`, draft `{meta.get('draft')}`, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
-             f"median of {meta.get('repeats')} runs, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
+             f"median of {meta.get('repeats')} runs interleaved with the row's contender, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
              f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}.", ""]
     lines += ["## Autoregressive: ours vs transformers generate()", "", "| batch | ours tok/s | transformers tok/s | ours / transformers |", "|---|---|---|---|"]
     for x in r.get("ar", []):
