@@ -66,7 +66,8 @@ class DraftModelDrafter(Drafter):
         start = ctx.lens - 2  # (B,)
         cols = start[:, None] + torch.arange(2, device=start.device)  # (B, 2)
         inp = ctx.tokens.gather(1, cols)  # (B, 2)
-        logits, _ = self.model(inp, start, self.cache, logits_col=torch.ones_like(start))  # (B, 1, V)
+        # full logits (B, 2, V) rather than ``logits_col``: a plain forward takes the compiled path
+        logits = self.model(inp, start, self.cache)[0][:, 1:]  # (B, 1, V)
         tokens, probs = [], []
         for j in range(k):
             q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
