@@ -258,7 +258,11 @@ class LeanLM(nn.Module):
         """
         compiled = self.__dict__.get("_compiled")
         if compiled is not None and not hidden_layers and logits_col is None:
-            return compiled(self, input_ids, start_pos, cache.k, cache.v, self.__dict__["_fused"]), {}
+            # attend over the cache up to the longest row, rounded up to a multiple of 32 so the
+            # compiled graph sees few distinct lengths (one host read of the positions, as eager does)
+            need = int(start_pos.max()) + input_ids.shape[1]
+            tk = min(cache.max_len, -(-need // 32) * 32)
+            return compiled(self, input_ids, start_pos, cache.k, cache.v, self.__dict__["_fused"], tk), {}
         B, T = input_ids.shape
         dev = input_ids.device
         offs = torch.arange(T, device=dev)
@@ -296,18 +300,17 @@ def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
     return fused
 
 
-def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, fused: list) -> torch.Tensor:
-    """``LeanLM.forward`` without data-dependent shapes, for ``torch.compile``: attends over the
-    whole preallocated cache (B, T_max) with the position mask instead of slicing it to the
-    longest row, so nothing needs a host sync; q/k/v and gate/up use the fused per-layer weights
-    ``fused[i] = (w_qkv, w_gate_up)``. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
+def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, fused: list, tk: int) -> torch.Tensor:
+    """``LeanLM.forward`` for ``torch.compile``: attends over the first ``tk`` cache positions (a
+    bucketed length >= every row's last position + 1, given by the caller, so the graph has no
+    data-dependent shape) with the position mask; q/k/v and gate/up use the fused per-layer
+    weights ``fused[i] = (w_qkv, w_gate_up)``. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
     """
     B, T = input_ids.shape
     c = lm.cfg
     dev = input_ids.device
     pos = start_pos[:, None] + torch.arange(T, device=dev)[None, :]  # (B, T)
-    t_max = ks[0].shape[1]
-    mask = (torch.arange(t_max, device=dev)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, T_max)
+    mask = (torch.arange(tk, device=dev)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, tk)
     rows = torch.arange(B, device=dev)[:, None].expand(B, T)
     x = lm.model.embed_tokens(input_ids)
     cos = lm.rope_cos[pos][:, :, None, :].to(x.dtype)  # (B, T, 1, D)
@@ -325,7 +328,7 @@ def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor,
         ks[i].index_put_((rows, pos), k)  # (B, T, Hkv, D) into (B, T_max, Hkv, D)
         vs[i].index_put_((rows, pos), v)
         o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2), attn_mask=mask,
+            q.transpose(1, 2), ks[i][:, :tk].transpose(1, 2), vs[i][:, :tk].transpose(1, 2), attn_mask=mask,
             enable_gqa=c.num_heads != c.num_kv_heads,
         )  # (B, H, T, D)
         x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
