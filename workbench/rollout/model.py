@@ -200,6 +200,8 @@ class LeanLM(nn.Module):
         if fused is not None and any(l.self_attn.q_proj.weight.data_ptr() != f[0].data_ptr() or l.mlp.gate_proj.weight.data_ptr() != f[1].data_ptr()
                                      for l, f in zip(self.model.layers, fused)):
             self._fuse_weights()  # something replaced the weights instead of copying into them
+        if fused is not None:
+            self.__dict__["_flat"] = self._flat_weights()  # the compiled step's references, current again
         missing = [m for m in missing if not (self.cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or [u for u in unexpected if "rotary" not in u]:
             raise ValueError(f"model: weights do not match a Llama layout (missing {missing[:4]}, unexpected {unexpected[:4]})")
@@ -213,7 +215,23 @@ class LeanLM(nn.Module):
         eager ops (measured in benchmarks/engine-optimisation-log.md). Same logits to float tolerance.
         """
         self._fuse_weights()
+        self.__dict__["_flat"] = self._flat_weights()
         self._compiled = torch.compile(static_forward, dynamic=True)
+
+    def _flat_weights(self) -> list[torch.Tensor]:
+        """The compiled step's weights as one flat list (see :func:`static_forward`): passing plain
+        tensors instead of the module saves TorchDynamo walking and guarding ~30 module attributes
+        on every call. The entries are the parameters themselves (or the fused tensors they view),
+        so the in-place weight sync reaches them."""
+        m = self.model
+        flat = [m.embed_tokens.weight, self.rope_cos, self.rope_sin]
+        for layer, (w_qkv, w_gu) in zip(m.layers, self.__dict__["_fused"]):
+            flat += [layer.input_layernorm.weight, w_qkv, layer.self_attn.o_proj.weight,
+                     layer.post_attention_layernorm.weight, w_gu, layer.mlp.down_proj.weight]
+        flat += [m.norm.weight, self.lm_head.weight]
+        for t in flat:
+            torch._dynamo.mark_static(t)  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
+        return flat
 
     def _fuse_weights(self) -> None:
         """Per layer, one (q+k+v, H) and one (2I, H) weight: fewer, larger matmuls in the compiled
@@ -262,7 +280,7 @@ class LeanLM(nn.Module):
             # compiled graph sees few distinct lengths (one host read of the positions, as eager does)
             need = int(start_pos.max()) + input_ids.shape[1]
             tk = min(cache.max_len, -(-need // 32) * 32)
-            return compiled(self, input_ids, start_pos, cache.k, cache.v, self.__dict__["_fused"], tk), {}
+            return compiled(self.cfg.rms_norm_eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk), {}
         B, T = input_ids.shape
         dev = input_ids.device
         offs = torch.arange(T, device=dev)
@@ -300,38 +318,46 @@ def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
     return fused
 
 
-def static_forward(lm: LeanLM, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, fused: list, tk: int) -> torch.Tensor:
-    """``LeanLM.forward`` for ``torch.compile``: attends over the first ``tk`` cache positions (a
-    bucketed length >= every row's last position + 1, given by the caller, so the graph has no
-    data-dependent shape) with the position mask; q/k/v and gate/up use the fused per-layer
-    weights ``fused[i] = (w_qkv, w_gate_up)``. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """:class:`RMSNorm` as a function (float32 statistics)."""
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def static_forward(eps: float, W: list, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, tk: int) -> torch.Tensor:
+    """``LeanLM.forward`` for ``torch.compile``, on plain tensors: ``eps`` the RMSNorm epsilon;
+    ``W`` = :meth:`LeanLM._flat_weights` (static shapes: embedding, RoPE
+    tables, per layer [input norm, fused q/k/v, o, post-attention norm, fused gate/up, down], final
+    norm, LM head). Attends over the first ``tk`` cache positions (a bucketed length >= every
+    row's last position + 1, given by the caller, so the graph has no data-dependent shape) under
+    the position mask. input_ids (B, T), start_pos (B,) -> logits (B, T, V).
     """
+    D = W[1].shape[-1]
+    H = W[5].shape[1] // D  # o_proj (hidden, H * D)
+    Hkv = (W[4].shape[0] - H * D) // (2 * D)  # fused q/k/v ((H + 2 Hkv) D, hidden)
     B, T = input_ids.shape
-    c = lm.cfg
     dev = input_ids.device
     pos = start_pos[:, None] + torch.arange(T, device=dev)[None, :]  # (B, T)
     mask = (torch.arange(tk, device=dev)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, tk)
     rows = torch.arange(B, device=dev)[:, None].expand(B, T)
-    x = lm.model.embed_tokens(input_ids)
-    cos = lm.rope_cos[pos][:, :, None, :].to(x.dtype)  # (B, T, 1, D)
-    sin = lm.rope_sin[pos][:, :, None, :].to(x.dtype)
-    for i, layer in enumerate(lm.model.layers):
-        a = layer.self_attn
-        h = layer.input_layernorm(x)
-        nq, nkv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        q, k, v = F.linear(h, fused[i][0]).split([nq, nkv, nkv], dim=-1)  # (B, T, nq + 2 nkv) -> 3 parts
-        q = q.reshape(B, T, c.num_heads, c.head_dim)
-        k = k.reshape(B, T, c.num_kv_heads, c.head_dim)
-        v = v.reshape(B, T, c.num_kv_heads, c.head_dim)
+    x = F.embedding(input_ids, W[0])
+    cos = W[1][pos][:, :, None, :].to(x.dtype)  # (B, T, 1, D)
+    sin = W[2][pos][:, :, None, :].to(x.dtype)
+    for i in range(len(ks)):
+        w_in, w_qkv, w_o, w_post, w_gu, w_down = W[3 + 6 * i : 9 + 6 * i]
+        q, k, v = F.linear(_rms(x, w_in, eps), w_qkv).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, (H + 2 Hkv) D) -> 3 parts
+        q = q.reshape(B, T, H, D)
+        k = k.reshape(B, T, Hkv, D)
+        v = v.reshape(B, T, Hkv, D)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         ks[i].index_put_((rows, pos), k)  # (B, T, Hkv, D) into (B, T_max, Hkv, D)
         vs[i].index_put_((rows, pos), v)
         o = F.scaled_dot_product_attention(
             q.transpose(1, 2), ks[i][:, :tk].transpose(1, 2), vs[i][:, :tk].transpose(1, 2), attn_mask=mask,
-            enable_gqa=c.num_heads != c.num_kv_heads,
+            enable_gqa=H != Hkv,
         )  # (B, H, T, D)
-        x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
-        gate, up = F.linear(layer.post_attention_layernorm(x), fused[i][1]).chunk(2, dim=-1)  # (B, T, 2I) -> 2 x (B, T, I)
-        x = x + layer.mlp.down_proj(F.silu(gate) * up)
-    return lm.lm_head(lm.model.norm(x)).float()
+        x = x + F.linear(o.transpose(1, 2).reshape(B, T, H * D), w_o)
+        gate, up = F.linear(_rms(x, w_post, eps), w_gu).chunk(2, dim=-1)  # (B, T, 2I) -> 2 x (B, T, I)
+        x = x + F.linear(F.silu(gate) * up, w_down)
+    return F.linear(_rms(x, W[-2], eps), W[-1]).float()
