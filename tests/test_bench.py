@@ -2,11 +2,12 @@
 (values are measured, never asserted)."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
-from workbench.bench import expected_tokens, fit_alpha, predicted_speedup
+from workbench.bench import batch_predicted_speedup, expected_tokens, fit_alpha, predicted_speedup
 from workbench.cli import app
 
 
@@ -24,6 +25,24 @@ def test_fit_alpha_recovers_geometric_rates():
 def test_predicted_speedup():
     # alpha 0.8, k 3, c 0.1, verification as costly as one step: E[N] = 2.952, cost 1.3.
     assert predicted_speedup(0.8, 3, 0.1, 1.0) == pytest.approx(2.952 / 1.3)
+
+
+def test_batch_prediction_counts_the_slowest_row():
+    B, M, k, c, v = 16, 64, 3, 0.2, 1.5
+    # every draft accepted: each step emits k+1 tokens, so ceil(63 / 4) = 16 steps for every row
+    full = SimpleNamespace(num_drafts=B * 16, num_generated_tokens=B * M)
+    assert batch_predicted_speedup(full, [1.0, 1.0, 1.0], B, M, k, c, v) == pytest.approx(63 / (16 * (k * c + v)))
+    # partial acceptance: the batch waits for its slowest row, below the per-row E[N] / step cost
+    rates = [0.7, 0.5, 0.35]
+    en = 1 + sum(rates)
+    part = SimpleNamespace(num_drafts=round(B * 63 / en), num_generated_tokens=B * M)
+    batch = batch_predicted_speedup(part, rates, B, M, k, c, v)
+    assert batch < en / (k * c + v)
+    one = SimpleNamespace(num_drafts=round(63 / en), num_generated_tokens=M)
+    assert batch_predicted_speedup(one, rates, 1, M, k, c, v) > batch  # one row: no straggler to wait for
+    # rows without a draft (n-gram misses) emit one token and lower the prediction further
+    misses = SimpleNamespace(num_drafts=part.num_drafts // 2, num_generated_tokens=B * M)
+    assert batch_predicted_speedup(misses, rates, B, M, k, c, v) < batch
 
 
 def test_wb_bench_writes_results(tmp_path):

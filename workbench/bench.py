@@ -9,11 +9,13 @@ alike; the speedups of table 3 pair each speculative run with an autoregressive 
 2. ``assisted``: our speculative engine (draft_model, k) vs transformers assisted generation
    (``assistant_model``, batch 1 — its only supported batch size) vs our autoregressive engine.
 3. ``model``: per drafter and k at the GRPO batch size: measured α (fit to per-position
-   acceptance, rate_i ≈ α^(i+1)), measured c (draft_model: draft step / target step; other kinds:
-   the drafter's seconds per verification step inside a real generation, per draft token, / target step), the target's forward
-   cost as a function of tokens in flight, the speedup the Leviathan et al. (arXiv 2211.17192)
-   model predicts with that cost curve, E[N] / (k·c + cost(k+1)/cost(1)), the measured speedup
-   and their ratio (engine efficiency).
+   acceptance, rate_i ≈ α^(i+1)), measured c (the drafter's seconds per verification step inside a
+   real generation, per draft token, / target step), the target's forward cost as a function of
+   tokens in flight, the speedup the Leviathan et al. (arXiv 2211.17192) model predicts per row
+   with that cost curve, E[N] / (k·c + cost(k+1)/cost(1)), the same model over the batch's
+   simulated step count (the slowest row sets it: :func:`batch_predicted_speedup`), the measured
+   speedup and its ratio to the batch prediction (engine efficiency: what the engine's own
+   overheads — sampling, rejection, bookkeeping — leave of the modelled speedup).
 
 Speed is measured, never asserted: tests check the structure of the results, not their values.
 """
@@ -72,6 +74,26 @@ def fit_alpha(rates_per_pos: list[float]) -> float | None:
 def predicted_speedup(alpha: float, k: int, c: float, verify_cost: float) -> float:
     """Leviathan speedup with a measured verification cost: E[N] / (k·c + cost(k+1)/cost(1))."""
     return expected_tokens(alpha, k) / (k * c + verify_cost)
+
+
+def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
+    """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
+    target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
+
+    A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
+    rows of their steps, simulated from the measured per-position acceptance rates (and the share
+    of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.project.simulate_steps`;
+    per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
+    """
+    from workbench.project import emit_pmf, simulate_steps, tokens_per_step
+
+    if counters.num_drafts == 0 or max_new_tokens < 2:
+        return None
+    emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
+    undrafted = max(0.0, emitted - counters.num_drafts * tokens_per_step(rates))
+    no_draft = undrafted / (counters.num_drafts + undrafted)
+    S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
+    return (max_new_tokens - 1) / (S * (k * c + verify_cost))
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
@@ -235,17 +257,17 @@ class Bench:
                 m = out.counters.metrics()
                 rates = [m[f"spec/acceptance_rate_pos_{i}"] for i in range(k) if f"spec/acceptance_rate_pos_{i}" in m]
                 alpha = fit_alpha(rates)
-                if kind == "draft_model":
-                    c = costs["draft_step_s"] / t1
-                else:  # drafter seconds per verification step (inside a real generation), per draft token
-                    c = self._drafter_cost(eng, prompts) / t1 / k
+                # c: the drafter's seconds per verification step inside a real generation (propose +
+                # accept, every kind alike), per draft token, in target steps
+                c = self._drafter_cost(eng, prompts) / t1 / k
                 verify = costs["target_curve_s"][k + 1] / t1
-                pred = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
+                per_row = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
+                pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
                 meas = t_ar / t_spec
                 rows.append({
                     "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
-                    "acceptance_length": m.get("spec/acceptance_length"), "predicted_speedup": pred,
-                    "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
+                    "acceptance_length": m.get("spec/acceptance_length"), "predicted_per_row": per_row,
+                    "predicted_speedup": pred, "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
                 })
         return {"batch": B, "ar_gen_s": statistics.median(ar_times) if ar_times else None, "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
 
@@ -331,8 +353,11 @@ def to_markdown(r: dict) -> str:
         t1 = curve[1] if 1 in curve else curve["1"]
         lines += ["", f"## Performance model at batch {m['batch']} (Leviathan et al. with the measured verification cost)", "",
                   "Target forward cost vs tokens per row (relative to 1): " + ", ".join(f"{T}: {v / t1:.2f}" for T, v in curve.items()), "",
-                  "| drafter | k | α | c | verify cost | acc. length | predicted | measured | efficiency |", "|---|---|---|---|---|---|---|---|---|"]
+                  "c: drafter seconds per draft token inside a real generation / one target step; predicted per row: "
+                  "E[N] / (k·c + verify cost); predicted: the same step cost over the batch's simulated steps (the "
+                  "slowest of the rows sets them); efficiency = measured / predicted.", "",
+                  "| drafter | k | α | c | verify cost | acc. length | predicted per row | predicted | measured | efficiency |", "|---|---|---|---|---|---|---|---|---|---|"]
         for x in m["rows"]:
             lines.append(f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | {_f(x['acceptance_length'])} | "
-                         f"{_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_f(x['efficiency'])} |")
+                         f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_f(x['efficiency'])} |")
     return "\n".join(lines) + "\n"

@@ -216,6 +216,12 @@ class LeanLM(nn.Module):
         """
         self._fuse_weights()
         self.__dict__["_flat"] = self._flat_weights()
+        # Target and draft share static_forward's compile cache, and batch 1 / one token per row
+        # are specialised graphs, so a benchmark meets > 8 variants; past TorchDynamo's default
+        # limit of 8 it silently runs eager. Raised as vLLM does (its compilation config).
+        cfg = torch._dynamo.config
+        name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        setattr(cfg, name, max(getattr(cfg, name), 64))
         self._compiled = torch.compile(static_forward, dynamic=True)
 
     def _flat_weights(self) -> list[torch.Tensor]:
