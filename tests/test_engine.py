@@ -195,3 +195,18 @@ def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
     target(ids[:, :4], torch.zeros(1, dtype=torch.long), cache, logits_col=torch.tensor([3]))  # eager prefill
     logits, _ = target(ids[:, 4:], torch.tensor([4]), cache)  # compiled decode step
     torch.testing.assert_close(logits[0, 0], hf(ids).logits[0, -1], atol=1e-4, rtol=1e-4)
+
+
+def test_enable_compile_raises_the_recompile_limit():
+    """Target and draft share static_forward's compile cache; past TorchDynamo's default of 8
+    variants it would silently run eager, so enable_compile raises the limit (no compile runs here)."""
+    import torch._dynamo.config as dcfg
+
+    name = "recompile_limit" if hasattr(dcfg, "recompile_limit") else "cache_size_limit"
+    old = getattr(dcfg, name)
+    try:
+        setattr(dcfg, name, 8)
+        LeanLM.from_hf(random_llama(layers=1, seed=5)).enable_compile()
+        assert getattr(dcfg, name) >= 64
+    finally:
+        setattr(dcfg, name, old)

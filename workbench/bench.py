@@ -23,7 +23,6 @@ Speed is measured, never asserted: tests check the structure of the results, not
 from __future__ import annotations
 
 import json
-import math
 import platform
 import statistics
 import time
@@ -37,6 +36,8 @@ import torch
 from drafters import build_drafter
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
+from workbench.project import alpha_from_per_position, emit_pmf, expected_tokens, simulate_steps, tokens_per_step  # noqa: F401 (expected_tokens: part of the bench maths API)
+from workbench.project import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
@@ -56,24 +57,10 @@ class BenchConfig:
     compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
 
 
-def expected_tokens(alpha: float, k: int) -> float:
-    """E[N] tokens per verification step (Leviathan et al. eq. 1), bonus token included."""
-    if alpha >= 1.0:
-        return k + 1.0
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
 def fit_alpha(rates_per_pos: list[float]) -> float | None:
-    """Least-squares α from per-position acceptance rates r_i ≈ α^(i+1) (in log space)."""
-    pts = [(i + 1, math.log(r)) for i, r in enumerate(rates_per_pos) if r > 0]
-    if not pts:
-        return None
-    return math.exp(sum(x * y for x, y in pts) / sum(x * x for x, _ in pts))
-
-
-def predicted_speedup(alpha: float, k: int, c: float, verify_cost: float) -> float:
-    """Leviathan speedup with a measured verification cost: E[N] / (k·c + cost(k+1)/cost(1))."""
-    return expected_tokens(alpha, k) / (k * c + verify_cost)
+    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`workbench.project.alpha_from_per_position`);
+    None when no position was ever accepted."""
+    return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
 
 
 def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
@@ -85,8 +72,6 @@ def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens
     of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.project.simulate_steps`;
     per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
     """
-    from workbench.project import emit_pmf, simulate_steps, tokens_per_step
-
     if counters.num_drafts == 0 or max_new_tokens < 2:
         return None
     emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
@@ -94,16 +79,6 @@ def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens
     no_draft = undrafted / (counters.num_drafts + undrafted)
     S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
     return (max_new_tokens - 1) / (S * (k * c + verify_cost))
-
-
-def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    fn()  # warm-up (allocator, caches)
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def _paired_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, object]]:
