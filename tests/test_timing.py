@@ -117,3 +117,31 @@ def test_real_clock_relationships():
     assert all(v >= 0 for v in m.values())
     assert m["timing_s/data"] + m["timing_s/gen"] + m["timing_s/other"] == pytest.approx(m["timing_s/step"], abs=1e-9)
     assert m["timing_s/step"] >= m["timing_s/data"] + m["timing_s/gen"] - 1e-9
+
+
+def test_measurement_stage_is_reported_but_not_counted_in_the_step(clock):
+    timer = StageTimer(torch.device("cpu"))
+    timer.start_step()
+    with timer.stage("gen"):
+        clock.sleep(2.0)
+    with timer.stage("gen_autoregressive", measurement=True):
+        clock.sleep(3.0)
+    clock.sleep(0.5)
+    with timer.stage("train"):
+        clock.sleep(1.5)
+    m = timer.end_step()
+    assert m["timing_s/gen_autoregressive"] == pytest.approx(3.0)
+    assert m["timing_s/step"] == pytest.approx(4.0)  # 7 s of wall time less the 3 s measurement
+    assert m["timing_s/other"] == pytest.approx(0.5)
+    assert m["timing_frac/gen"] == pytest.approx(0.5)
+    assert "timing_frac/gen_autoregressive" not in m
+
+
+def test_a_name_cannot_be_both_stage_and_measurement(clock):
+    timer = StageTimer(torch.device("cpu"))
+    timer.start_step()
+    with timer.stage("gen"):
+        pass
+    with pytest.raises(ValueError, match="both"):
+        with timer.stage("gen", measurement=True):
+            pass

@@ -78,10 +78,12 @@ def sweep(
         "KEY: any dotted spec key, or k (drafter.k), drafter (drafter.kind), init (drafter.init.data).",
     ),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Sweep name (MLflow parent run). Re-use a name to resume: finished points are skipped."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="Run every point with N seeds (seed, seed+1, ...); the table pools them."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit; nothing runs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (point lines and the results table still print)."),
 ) -> None:
-    """Sweep a grid of experiments, each with its speedup over an autoregressive baseline.
+    """Sweep a grid of experiments; each speculative point measures its speedup paired with autoregressive
+    generation of the same prompts in the same steps (95 % CI), and a best point is named only when its CI clears the rest.
 
     Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
     """
@@ -89,7 +91,7 @@ def sweep(
 
     spec, items = _split_args(spec, axes)
     try:
-        plan = plan_sweep(spec, items)
+        plan = plan_sweep(spec, items, repeats=repeats)
     except SpecError as e:
         _fail(str(e))
     if dry_run:

@@ -19,9 +19,10 @@ from rich.table import Table
 
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.spec import ExperimentSpec
+from workbench.stats import paired_summary
 from workbench.tracking import Tracker
 
-STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step")
+STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
 
 
 class EarlyStop(Exception):
@@ -43,6 +44,7 @@ class RunResult:
     run_id: str | None
     tracking_uri: str
     history: list[dict[str, float]] = field(default_factory=list)
+    paired: dict[str, float | None] = field(default_factory=dict)  # stats.paired_summary of the history
 
     def mean(self, key: str, skip_first: bool = False) -> float | None:
         rows = self.history[1:] if skip_first and len(self.history) > 1 else self.history
@@ -108,6 +110,9 @@ def run_experiment(
                         tracker.set_tags({"workbench.stopped_early": "true", "workbench.stopped_at_step": step, **e.tags})
                         tracker.end("FINISHED")  # idempotent: the `with` exit below is then a no-op
                         raise
+        # Run-level paired speedups (means and 95 % CIs after warm-up), at the last step.
+        result.paired = paired_summary(result.history, spec.measure.warmup_steps)
+        tracker.log_metrics(result.paired, step=spec.grpo.steps)
         _log_drafter_checkpoint(tracker, trainer)
     if progress and summary:
         console.print(summary_table(spec, result))
@@ -161,6 +166,14 @@ def _progress_info(m: dict[str, float]) -> str:
     return "  ".join(parts)
 
 
+def fmt_ci(values: dict, key: str) -> str:
+    """``1.23× [1.18, 1.29]`` from ``{key}_mean`` / ``_ci95_low`` / ``_ci95_high`` ('-' if missing)."""
+    m, lo, hi = (values.get(f"{key}_{s}") for s in ("mean", "ci95_low", "ci95_high"))
+    if m is None:
+        return "-"
+    return f"{m:.2f}×" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+
+
 def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
     """Mean per-stage times (step 1 excluded as warm-up when there are more), acceptance, reward."""
     table = Table(title=f"{spec.name}: drafter={spec.drafter.kind}" + (f" k={spec.drafter.k}" if spec.drafter.kind != "none" else ""))
@@ -174,6 +187,9 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")
+    for key in ("speedup/gen", "speedup/step"):
+        if result.paired.get(f"{key}_mean") is not None:
+            table.add_row(f"{key} (paired, 95 % CI)", fmt_ci(result.paired, key))
     h = result.history
     if h:
         table.add_row("reward/mean first -> last", f"{h[0]['reward/mean']:.3f} -> {h[-1]['reward/mean']:.3f}")

@@ -154,6 +154,17 @@ class GRPOSpec(_Section):
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
 
 
+class MeasureSpec(_Section):
+    """How speedups are measured (DESIGN.md §8, issue #6)."""
+
+    paired: bool | None = Field(
+        None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "
+        "speculative one (outputs discarded), and log the paired speedup/gen with its CI; null = on in wb sweep and "
+        "wb tune, off in wb run",
+    )
+    warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")
+
+
 class TrackingSpec(_Section):
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
     experiment: str = "workbench"
@@ -244,8 +255,15 @@ class ExperimentSpec(_Section):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     drafter: DrafterSpec = Field(default_factory=DrafterSpec)
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    measure: MeasureSpec = Field(default_factory=MeasureSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     tune: TuneSpec = Field(default_factory=TuneSpec, exclude_if=_is_default_tune, description="`wb tune` search space (unused by `wb run`)")
+
+    @property
+    def paired(self) -> bool:
+        """Whether each step also times autoregressive generation: never without a drafter (there is
+        nothing to pair), else ``measure.paired`` (null counts as off: `wb run`'s default)."""
+        return self.drafter.kind != "none" and bool(self.measure.paired)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -36,10 +36,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from workbench.runs import RunReader, RunRecord
 from workbench.spec import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
+from workbench.sweep_results import REPEAT_KEY, Outcome, Row, fill_speedups, group_repeats, speedup, summarize  # noqa: F401
+from workbench.sweep_results import results_json as _results_json
+from workbench.sweep_results import results_table as _results_table
 
 DEFAULT_SWEEP_SPEC = "sweep"
 ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data", "online": "drafter.online.enabled"}
+ALIAS_OF = {v: k for k, v in ALIASES.items()}
 MAX_POINTS = 1000
 
 TAG_SWEEP = "workbench.sweep"  # sweep name, on the parent and every child
@@ -48,8 +53,6 @@ TAG_POINT = "workbench.sweep.point"  # hash of the point's resolved spec (childr
 TAG_AXIS = "workbench.axis."  # + dotted key: the point's value (children) / all values (parent)
 PARENT_RUN_TAG = "mlflow.parentRunId"
 
-# Per-step metrics the results table summarises (also read back from MLflow on resume).
-SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "spec/acceptance_length", "spec/acceptance_rate", "reward/mean")
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
@@ -219,7 +222,15 @@ def _overrides(assignment: dict[str, str]) -> list[str]:
 
 
 def _check(raw: dict[str, Any], assignment: dict[str, str], source: str) -> ExperimentSpec:
-    return validate_spec(apply_overrides(raw, _overrides(assignment)), source=source)
+    return paired_by_default(validate_spec(apply_overrides(raw, _overrides(assignment)), source=source))
+
+
+def paired_by_default(spec: ExperimentSpec) -> ExperimentSpec:
+    """``measure.paired: null`` means on in sweeps and studies (issue #6): every speculative point
+    times autoregressive generation of the same prompts in the same steps."""
+    if spec.measure.paired is None:
+        spec.measure.paired = True
+    return spec
 
 
 def _explain(msg: str) -> str:
@@ -279,145 +290,50 @@ class SweepPlan:
     points: list[Point]
 
 
-def plan_sweep(spec: str | None, items: list[str]) -> SweepPlan:
+def plan_sweep(spec: str | None, items: list[str], repeats: int = 1) -> SweepPlan:
     """Load the spec (default ``experiments/sweep.yaml``), parse the arguments, validate every point.
+
+    ``repeats`` > 1 adds the axis ``seed`` = spec seed .. seed + repeats - 1 (the table pools repeats).
 
     Raises:
         SweepError / SpecError: anything wrong, before anything runs.
     """
     path, raw = read_raw_spec(spec or DEFAULT_SWEEP_SPEC)
     axes, fixed = parse_sweep_args(items)
+    if repeats < 1:
+        raise SweepError(f"--repeats {repeats}: give 1 or more")
+    if repeats > 1:
+        if any(a.key == REPEAT_KEY for a in (*axes, *fixed)):
+            raise SweepError("--repeats and a seed= argument both set the seeds; give one of them")
+        seed = int(raw.get("seed", 0) or 0)
+        axes.append(Axis(REPEAT_KEY, REPEAT_KEY, tuple(str(seed + i) for i in range(repeats))))
     base, points = build_points(raw, axes, fixed)
     return SweepPlan(str(path), base, axes, fixed, points)
 
 
-# ----------------------------------------------------------------------------- results (pure)
+# ----------------------------------------------------------------------------- results
 
 
-def summarize(history: list[dict[str, float]]) -> dict[str, float | None]:
-    """Means over steps (step 1 excluded as warm-up when there are >= 2) and the final reward.
-
-    Keys: ``timing_s/gen``, ``timing_s/step`` (seconds), ``spec/acceptance_length`` (tokens per
-    verification step), ``spec/acceptance_rate`` (fraction), ``reward/final`` (last step's reward/mean),
-    ``spec/acceptance_length_first`` / ``_last`` (step 1 and the last step).
-    """
-    from workbench.experiment import RunResult
-
-    r = RunResult(None, "", history)
-    out = {k: r.mean(k, skip_first=True) for k in SUMMARY_KEYS if k != "reward/mean"}
-    rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
-    out["reward/final"] = rewards[-1] if rewards else None
-    acc = [h["spec/acceptance_length"] for h in history if "spec/acceptance_length" in h]
-    out["spec/acceptance_length_first"] = acc[0] if acc else None  # step 1 vs the last step: does the drafter
-    out["spec/acceptance_length_last"] = acc[-1] if acc else None  # keep up with the moving policy?
-    return out
+def point_label(row: Row) -> str:
+    """A results row's name in tables and ties: ``draft_model k=3`` (axis values, seed left out)."""
+    p = row.point
+    parts = [p.spec.drafter.kind] + [f"{ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in ("drafter.kind", REPEAT_KEY)]
+    return "autoregressive" if p.is_baseline else " ".join(parts)
 
 
-def speedup(baseline_s: float | None, point_s: float | None) -> float | None:
-    """baseline seconds / point seconds (> 1: the point is faster); None if either is missing or 0."""
-    if not baseline_s or not point_s:
-        return None
-    return baseline_s / point_s
-
-
-@dataclass
-class Outcome:
-    """What happened to one point: status ``ok`` | ``skipped`` (finished earlier) | ``failed``."""
-
-    point: Point
-    status: str
-    run_id: str | None = None
-    summary: dict[str, float | None] = field(default_factory=dict)
-    speedup_gen: float | None = None
-    speedup_step: float | None = None
-    error: str | None = None
-
-
-def add_speedups(outcomes: list[Outcome]) -> None:
-    """Fill ``speedup_gen`` / ``speedup_step`` of each outcome from its baseline's outcome."""
-    base = {o.point.key: o for o in outcomes if o.point.is_baseline and o.status != "failed"}
-    for o in outcomes:
-        b = base.get(o.point.baseline_key)
-        if b is None or o.status == "failed":
-            continue
-        o.speedup_gen = speedup(b.summary.get("timing_s/gen"), o.summary.get("timing_s/gen"))
-        o.speedup_step = speedup(b.summary.get("timing_s/step"), o.summary.get("timing_s/step"))
-
-
-def best_outcome(outcomes: list[Outcome]) -> Outcome | None:
-    """The non-baseline point with the highest ``speedup/gen`` (None if no point has one)."""
-    cands = [o for o in outcomes if o.speedup_gen is not None and not o.point.is_baseline]
-    return max(cands, key=lambda o: o.speedup_gen) if cands else None
-
-
-def _axis_columns(plan: SweepPlan) -> list[Axis]:
-    return [a for a in plan.axes if a.key != "drafter.kind"]
-
-
-def plan_table(plan: SweepPlan, title: str) -> Table:
-    """The points that would run, baselines first (``--dry-run``)."""
-    fixed = " ".join(a.text for a in plan.fixed)
-    table = Table(title=title, caption=f"spec {plan.spec_path}" + (f"; fixed: {fixed}" if fixed else ""))
-    for col in ("#", "drafter", *[a.name for a in _axis_columns(plan)], "point"):
-        table.add_column(col, justify="right" if col == "#" else "left")
-    for i, p in enumerate(plan.points, 1):
-        table.add_row(str(i), p.spec.drafter.kind, *[p.display(a) for a in _axis_columns(plan)], p.key)
-    return table
-
-
-def _fmt(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
+def sweep_rows(outcomes: list[Outcome]) -> list[Row]:
+    rows = group_repeats(outcomes)
+    fill_speedups(rows)
+    return rows
 
 
 def results_table(plan: SweepPlan, outcomes: list[Outcome], title: str) -> Table:
-    """Per point: axis values, acceptance, mean gen/step seconds, speedups vs its baseline, final reward."""
-    best = best_outcome(outcomes)
-    table = Table(
-        title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False,
-        caption="acc.len/acc.rate/gen s/step s: means over steps 2.. (step 1 = warm-up); 1st→last: acc.len at step 1 and the last step; "
-        "gen×/step×: baseline s / point s; "
-        "reward: last step; ★ best gen×",
-    )
-    numeric = ("acc.len", "1st→last", "acc.rate", "gen s", "step s", "gen×", "step×", "reward")
-    for c in ["drafter", *[a.name for a in _axis_columns(plan)], *numeric, "status"]:
-        table.add_column(c, justify="right" if c in numeric else "left", no_wrap=c != "status")
-    for o in outcomes:
-        s, p = o.summary, o.point
-        status = {"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]"}.get(o.status, f"[red]FAILED[/] {o.error or ''}")
-        table.add_row(
-            p.spec.drafter.kind, *[p.display(a) for a in _axis_columns(plan)],
-            _fmt(s.get("spec/acceptance_length"), ".2f"),
-            f"{_fmt(s.get('spec/acceptance_length_first'), '.2f')}→{_fmt(s.get('spec/acceptance_length_last'), '.2f')}"
-            if s.get("spec/acceptance_length_first") is not None else "-",
-            _fmt(s.get("spec/acceptance_rate"), ".2f"),
-            _fmt(s.get("timing_s/gen")), _fmt(s.get("timing_s/step")),
-            _fmt(o.speedup_gen, ".2f", "×") + (" ★" if o is best else ""), _fmt(o.speedup_step, ".2f", "×"),
-            _fmt(s.get("reward/final")), status,
-            style="bold" if o is best else None,
-        )
-    return table
+    """The results table (workbench.sweep_results.results_table) of a sweep's outcomes."""
+    return _results_table(plan.axes, sweep_rows(outcomes), title, point_label)
 
 
 def results_json(name: str, plan: SweepPlan, outcomes: list[Outcome]) -> dict[str, Any]:
-    """The results table as JSON (the parent run's ``results.json``)."""
-    best = best_outcome(outcomes)
-    return {
-        "sweep": name,
-        "spec": plan.spec_path,
-        "axes": {a.key: list(a.values) for a in plan.axes},
-        "fixed": {a.key: a.values[0] for a in plan.fixed},
-        "best": best.point.key if best else None,
-        "points": [
-            {
-                "point": o.point.key, "baseline": o.point.is_baseline, "baseline_point": o.point.baseline_key,
-                "drafter.kind": o.point.spec.drafter.kind,
-                "axes": {a.key: o.point.display(a) for a in plan.axes},
-                "status": o.status, "run_id": o.run_id, "error": o.error,
-                **o.summary, "speedup/gen": o.speedup_gen, "speedup/step": o.speedup_step,
-            }
-            for o in outcomes
-        ],
-    }
+    return _results_json(name, plan.spec_path, plan.axes, plan.fixed, sweep_rows(outcomes), point_label)
 
 
 # ----------------------------------------------------------------------------- orchestration (MLflow)
@@ -448,45 +364,35 @@ class _SweepStore:
             self.experiment_id = exp.experiment_id
         self.parent_id: str | None = None
         self.resumed = False
+        self.reader = RunReader(self.tracking_uri, self.client)
 
     def open_parent(self, tags: dict[str, str]) -> None:
         """Reuse the newest parent run tagged with this sweep name (set RUNNING again), else create it."""
-        runs = self.client.search_runs(
-            [self.experiment_id], f"{_tag_filter(TAG_SWEEP, self.name)} and {_tag_filter(TAG_ROLE, 'parent')}",
-            order_by=["attributes.start_time DESC"], max_results=1,
-        )
-        if runs:
-            self.parent_id, self.resumed = runs[0].info.run_id, True
+        run = self.reader.find_parent(TAG_SWEEP, self.name, TAG_ROLE, [self.experiment_id])
+        if run is not None:
+            self.parent_id, self.resumed = run.info.run_id, True
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             self.parent_id = self.client.create_run(self.experiment_id, run_name=self.name, tags={TAG_SWEEP: self.name, TAG_ROLE: "parent"}).info.run_id
         for k, v in tags.items():
             self.client.set_tag(self.parent_id, k, v)
 
-    def finished_children(self) -> dict[str, Any]:
-        """point hash -> this parent's FINISHED child run (an mlflow Run; newest wins)."""
-        runs = self.client.search_runs(
-            [self.experiment_id], f"{_tag_filter(PARENT_RUN_TAG, self.parent_id)} and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time ASC"], max_results=10_000,
-        )
-        return {r.data.tags[TAG_POINT]: r for r in runs if TAG_POINT in r.data.tags}
+    def finished_children(self) -> dict[str, RunRecord]:
+        """point hash -> this parent's FINISHED child run, its history loaded (newest wins)."""
+        runs = self.reader.children(self.parent_id, [self.experiment_id], status="FINISHED")
+        return {r.tags[TAG_POINT]: r for r in runs if TAG_POINT in r.tags}
 
-    def history(self, run_id: str) -> list[dict[str, float]]:
-        """Per-step values (steps >= 1) of SUMMARY_KEYS, read back from a finished child."""
-        by_step: dict[int, dict[str, float]] = {}
-        for key in SUMMARY_KEYS:
-            for m in self.client.get_metric_history(run_id, key):
-                if m.step >= 1:
-                    by_step.setdefault(m.step, {})[key] = m.value
-        return [by_step[s] for s in sorted(by_step)]
-
-    def log_speedups(self, o: Outcome) -> None:
-        """``speedup/gen`` and ``speedup/step`` on the child run, at its last step."""
+    def log_unpaired(self, row: Row, o: Outcome) -> None:
+        """``speedup/gen_unpaired`` and ``speedup/step_unpaired`` (baseline run's mean s / the point's)
+        on a point run with ``measure.paired=false``, at its last step."""
         from mlflow.entities import Metric
 
+        if row.paired or not o.run_id:
+            return
         ts, step = int(time.time() * 1000), o.point.spec.grpo.steps
-        metrics = [Metric(k, v, ts, step) for k, v in (("speedup/gen", o.speedup_gen), ("speedup/step", o.speedup_step)) if v is not None]
-        if o.run_id and metrics:
+        vals = (("speedup/gen_unpaired", row.gen), ("speedup/step_unpaired", row.step))
+        metrics = [Metric(k, ci.mean, ts, step) for k, ci in vals if ci is not None]
+        if metrics:
             self.client.log_batch(o.run_id, metrics=metrics)
 
     def close(self, status: str, results: dict[str, Any]) -> None:
@@ -536,8 +442,7 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
         for i, p in enumerate(plan.points, 1):
             label = p.label(plan.axes)
             if p.key in done:
-                run_id = done[p.key].info.run_id
-                o = Outcome(p, "skipped", run_id, summarize(store.history(run_id)))
+                o = Outcome(p, "skipped", done[p.key].run_id, done[p.key].steps(), p.spec.measure.warmup_steps)
                 console.print(f"[{i}/{len(plan.points)}] {label}: [cyan]skipped[/] (finished in run {o.run_id})")
             else:
                 console.print(f"[{i}/{len(plan.points)}] [bold]{label}[/]")
@@ -548,15 +453,14 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
                 try:
                     r = run_experiment(spec, console=console, progress=progress, parent_run_id=store and store.parent_id,
                                        tags=tags, summary=False)
-                    o = Outcome(p, "ok", r.run_id, summarize(r.history))
+                    o = Outcome(p, "ok", r.run_id, r.history, p.spec.measure.warmup_steps)
                 except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
                     o = Outcome(p, "failed", error=f"{type(e).__name__}: {e}")
                     console.print(f"[red]point failed[/] ({label}): {o.error}")
             outcomes.append(o)
-            add_speedups(outcomes)  # baselines run first, so a point's baseline is known when it ends
-            logged = o.status == "skipped" and "speedup/gen" in done[p.key].data.metrics
-            if store and o.status != "failed" and not logged:
-                store.log_speedups(o)
+            if store and o.status == "ok" and not p.is_baseline:  # baselines run first: known by now
+                row = next(r for r in sweep_rows([x for x in outcomes if x.point.key in (p.key, p.baseline_key)]) if not r.point.is_baseline)
+                store.log_unpaired(row, o)
         status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

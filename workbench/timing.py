@@ -4,7 +4,14 @@
     timer.start_step()
     with timer.stage("gen"):
         ...
+    with timer.stage("gen_autoregressive", measurement=True):
+        ...                       # a measurement's own work (issue #6's paired baseline), not the step's
     metrics = timer.end_step()   # {"timing_s/gen": ..., "timing_s/step": ..., "timing_s/other": ..., "timing_frac/gen": ...}
+
+A *measurement* stage is work the workbench adds to measure the step (the paired autoregressive
+generation), not work of the RL step: it is logged as ``timing_s/<name>`` but left out of
+``timing_s/step``, ``timing_s/other`` and the ``timing_frac/*`` shares, so a step's time and stage
+shares read the same with and without the measurement.
 
 CUDA kernels run asynchronously, so without a barrier the time of a stage's kernels would be
 billed to whichever later stage happens to block. On CUDA every boundary calls
@@ -38,6 +45,7 @@ class StageTimer:
         self._step_t0: float | None = None
         self._current: str | None = None
         self._stages: dict[str, float] = {}
+        self._measured: dict[str, float] = {}
 
     def _now(self) -> float:
         if self._sync_cuda:
@@ -48,42 +56,48 @@ class StageTimer:
         """Open a step (discarding any unfinished one) and start its wall clock."""
         if self._current is not None:
             raise ValueError(f"start_step() called inside stage {self._current!r}")
-        self._stages = {}
+        self._stages, self._measured = {}, {}
         self._step_t0 = self._now()
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Time the body as stage ``name``; the time is kept even if the body raises."""
+    def stage(self, name: str, measurement: bool = False) -> Iterator[None]:
+        """Time the body as stage ``name``; the time is kept even if the body raises.
+
+        ``measurement=True``: the body is the workbench's own measuring work (see the module
+        docstring); its time is reported but not counted in the step."""
         if self._step_t0 is None:
             raise ValueError(f"stage {name!r} started outside a step; call start_step() first")
         if self._current is not None:
             raise ValueError(f"stage {name!r} started inside stage {self._current!r}; stages do not nest")
         if not name or "/" in name or name in ("step", "other"):
             raise ValueError(f"invalid stage name {name!r}: non-empty, no '/', not 'step' or 'other'")
+        into = self._measured if measurement else self._stages
+        if name in (self._stages if measurement else self._measured):
+            raise ValueError(f"stage {name!r} is used both as a step stage and as a measurement")
         self._current = name
         t0 = self._now()
         try:
             yield
         finally:
-            self._stages[name] = self._stages.get(name, 0.0) + (self._now() - t0)
+            into[name] = into.get(name, 0.0) + (self._now() - t0)
             self._current = None
 
     def end_step(self) -> dict[str, float]:
         """Close the step and return its metrics.
 
-        Keys: ``timing_s/<stage>`` for each stage run this step, ``timing_s/step`` (start_step to
-        end_step), ``timing_s/other`` (step minus the sum of stages: time no stage covered),
+        Keys: ``timing_s/<stage>`` for each stage and measurement run this step, ``timing_s/step``
+        (start_step to end_step, less the measurements), ``timing_s/other`` (step minus the sum of stages: time no stage covered),
         ``timing_frac/<stage>`` and ``timing_frac/other`` (share of the step, 0 if the step took 0 s).
         """
         if self._step_t0 is None:
             raise ValueError("end_step() without start_step()")
         if self._current is not None:
             raise ValueError(f"end_step() called inside stage {self._current!r}")
-        step = self._now() - self._step_t0
+        step = max(self._now() - self._step_t0 - sum(self._measured.values()), 0.0)
         self._step_t0 = None
         # Stages lie inside the step, so this is >= 0 except for float rounding; clamp that away.
         other = max(step - sum(self._stages.values()), 0.0)
-        out: dict[str, float] = {f"timing_s/{k}": v for k, v in self._stages.items()}
+        out: dict[str, float] = {f"timing_s/{k}": v for k, v in {**self._stages, **self._measured}.items()}
         out["timing_s/step"] = step
         out["timing_s/other"] = other
         for k, v in [*self._stages.items(), ("other", other)]:

@@ -59,7 +59,7 @@ from workbench.spec import (
     read_raw_spec,
     validate_spec,
 )
-from workbench.sweep import _SweepStore, _tag_filter, point_key, speedup
+from workbench.sweep import _SweepStore, _tag_filter, paired_by_default, point_key, speedup
 
 DEFAULT_TUNE_SPEC = "tune"
 TAG_STUDY = "workbench.study"
@@ -218,7 +218,7 @@ class TunePlan:
         raw = self.raw
         for k, v in params.items():
             raw = set_dotted(raw, k, v)
-        return validate_spec(raw, source="trial spec")
+        return paired_by_default(validate_spec(raw, source="trial spec"))
 
 
 def plan_tune(spec: str | None, overrides: list[str] | None = None, study_name: str | None = None, storage: str | None = None) -> TunePlan:

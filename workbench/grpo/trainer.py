@@ -26,13 +26,16 @@ from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
-from workbench.rollout.engine import RolloutEngine, RolloutOutput
+from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.spec import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import load_task_data
 from workbench.timing import StageTimer
+
+
+PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,6 +92,25 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_
             keep_logits.append(full.detach().float())
         parts.append(token_logprobs(full[:, :-1], ids[:, 1:], temperature))
     return torch.cat(parts)
+
+
+def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dict[str, float]:
+    """Per-step paired speedups from the step's timings ``m`` (which hold ``timing_s/gen``,
+    ``timing_s/gen_autoregressive`` and ``timing_s/step``, seconds) and the autoregressive arm's counters.
+
+    ``speedup/gen`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not of
+    time per token, because the stage time is what the step pays (a batch decodes until its longest
+    row ends, so time is not proportional to tokens) and both arms sample the same law, so their
+    expected work is equal. ``speedup/step`` = (step - gen + gen_ar) / step (workbench.stats.step_ratios).
+    """
+    gen, ar_s, step = m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]
+    return {
+        "speedup/gen": ar_s / max(gen, 1e-9),
+        "speedup/step": (step - gen + ar_s) / max(step, 1e-9),
+        "gen_autoregressive/num_tokens": float(ar.num_generated_tokens),
+        "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
+        "gen_autoregressive/first": float(ar_first),
+    }
 
 
 class OnlineAdaptation:
@@ -152,6 +174,10 @@ class GRPOTrainer:
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
         if spec.rollout.compile:
             self.engine.enable_compile()
+        # Paired measurement (DESIGN.md §8): plain decoding of the same prompts with the same target
+        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws.
+        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size) if spec.paired else None
+        self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
         r = spec.rollout
         self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)
@@ -196,8 +222,15 @@ class GRPOTrainer:
             if self.drafter is not None:
                 self.drafter.sync(self.rollout_model)
 
+        # Paired arm first on even steps, second on odd ones, so neither arm always inherits the
+        # other's warm caches; its rollouts are timed and counted, never rewarded or trained on.
+        paired_first = self.paired_engine is not None and step % 2 == 0
+        if paired_first:
+            paired = self._paired_gen(prompts, group_ids)
         with stage("gen"):
             out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
+        if self.paired_engine is not None and not paired_first:
+            paired = self._paired_gen(prompts, group_ids)
 
         with stage("reward"):
             texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
@@ -231,6 +264,8 @@ class GRPOTrainer:
         m = timer.end_step()
         n_tok = out.counters.num_generated_tokens
         m.update(out.counters.metrics())
+        if self.paired_engine is not None:
+            m.update(paired_metrics(m, paired.counters, paired_first))
         m.update({
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),
@@ -248,6 +283,12 @@ class GRPOTrainer:
             for i in range(min(g.num_samples_logged, len(texts)))
         ]
         return m, samples
+
+    def _paired_gen(self, prompts: list[list[int]], group_ids: list[int]) -> RolloutOutput:
+        """The paired autoregressive generation of this step's prompts, timed as the measurement
+        ``gen_autoregressive`` (left out of the step time; see workbench.timing)."""
+        with self.timer.stage("gen_autoregressive", measurement=True):
+            return self.paired_engine.generate(prompts, self.sampling, self.paired_generator, group_ids)
 
     def _train(self, ids, mask, old_logp, ref_logp, adv) -> dict[str, float]:
         """One optimiser step over the whole batch, micro-batched with exact loss weighting."""

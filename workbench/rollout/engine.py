@@ -30,6 +30,9 @@ class SpecCounters:
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
     num_verify_steps: int = 0  # batched target forwards after prefill
     num_generated_tokens: int = 0
+    # rows in each batched target forward after prefill (tokens in flight = rows * (k+1)): what a
+    # cost curve turns into a noise-free time estimate (workbench.project, speedup/gen_modeled)
+    rows_per_forward: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.num_accepted_tokens_per_pos:
@@ -41,6 +44,7 @@ class SpecCounters:
         self.num_accepted_tokens += other.num_accepted_tokens
         self.num_verify_steps += other.num_verify_steps
         self.num_generated_tokens += other.num_generated_tokens
+        self.rows_per_forward += other.rows_per_forward
         for i, n in enumerate(other.num_accepted_tokens_per_pos):
             self.num_accepted_tokens_per_pos[i] += n
 
@@ -186,6 +190,7 @@ class RolloutEngine:
                 for i, c in enumerate(per_pos):
                     counters.num_accepted_tokens_per_pos[i] += c
             counters.num_verify_steps += 1
+            counters.rows_per_forward.append(n)
             lp = p.gather(-1, out[..., None]).squeeze(-1).log()  # (n, k+1) log p of emitted tokens
 
             # Stop at the token budget and at the first EOS among the emitted tokens.

@@ -1,0 +1,178 @@
+"""Paired speedups with confidence intervals, and the decisions drawn from them (DESIGN.md §8).
+
+A speedup is a ratio of two timings. On a shared machine each timing drifts by 10-25 % from
+minute to minute, so the workbench never divides timings taken at different times: each GRPO step
+times the speculative generation and a plain autoregressive generation of the *same prompts*, in
+the same process, back to back (the order alternating per step). One step gives one paired ratio
+r_i = t_autoregressive / t_speculative; a run gives n of them after warm-up.
+
+The run's speedup is the geometric mean exp(mean(log r_i)) with a Student-t 95 % interval on the
+log-ratios (ratios are multiplicative and skewed; their logs are close to symmetric, and the
+interval maps back to a ratio interval that never goes below 0). A best point is called only when
+its interval's lower end lies above every other point's upper end; otherwise the points whose
+intervals reach the top one's are a tie.
+
+Pure functions (lists of floats in, floats out); scipy supplies the t and normal quantiles and the
+two-sample test. No torch, no MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RatioCI:
+    """A ratio's geometric mean over n paired samples and its two-sided confidence interval.
+
+    ``low``/``high`` are None when n < 2 (no spread to estimate). ``half_width`` is the relative
+    half-width of the interval in log space, exp(t * s / sqrt(n)) - 1 (0.05 = ±5 %).
+    """
+
+    mean: float
+    low: float | None
+    high: float | None
+    n: int
+    half_width: float | None
+
+    def overlaps(self, other: "RatioCI") -> bool:
+        """True unless one interval lies wholly above the other (unknown intervals overlap)."""
+        if None in (self.low, self.high, other.low, other.high):
+            return True
+        return not (self.low > other.high or other.low > self.high)
+
+    def as_metrics(self, name: str) -> dict[str, float | None]:
+        """``{name}_mean``, ``{name}_ci95_low``, ``{name}_ci95_high``, ``{name}_ci95_halfwidth``, ``{name}_n``."""
+        return {f"{name}_mean": self.mean, f"{name}_ci95_low": self.low, f"{name}_ci95_high": self.high,
+                f"{name}_ci95_halfwidth": self.half_width, f"{name}_n": float(self.n)}
+
+
+def paired_ratios(numerator_s: Sequence[float], denominator_s: Sequence[float]) -> list[float]:
+    """Per-pair ratios numerator / denominator (e.g. autoregressive s / speculative s).
+
+    Raises:
+        ValueError: different lengths, or a non-positive time (a ratio of it has no meaning).
+    """
+    if len(numerator_s) != len(denominator_s):
+        raise ValueError(f"paired timings need equal lengths, got {len(numerator_s)} and {len(denominator_s)}")
+    if any(not (x > 0) for x in (*numerator_s, *denominator_s)):
+        raise ValueError("paired timings must be > 0 seconds")
+    return [a / b for a, b in zip(numerator_s, denominator_s)]
+
+
+def ratio_ci(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioCI:
+    """Geometric mean of ``ratios`` with a Student-t interval on their logs.
+
+    Raises:
+        ValueError: no ratios, or a ratio <= 0.
+    """
+    from scipy import stats
+
+    if not ratios:
+        raise ValueError("ratio_ci needs at least one ratio")
+    if any(not (r > 0) for r in ratios):
+        raise ValueError(f"ratios must be > 0, got {min(ratios)}")
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    m = sum(logs) / n
+    if n < 2:
+        return RatioCI(math.exp(m), None, None, n, None)
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
+    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return RatioCI(math.exp(m), math.exp(m - h), math.exp(m + h), n, math.exp(h) - 1.0)
+
+
+def step_ratios(step_s: Sequence[float], gen_s: Sequence[float], gen_autoregressive_s: Sequence[float]) -> list[float]:
+    """Per-step step speedups from the paired generation times and the run's own other stages.
+
+    The autoregressive step is estimated as the speculative step with its gen stage replaced by
+    the paired autoregressive generation: (step - gen + gen_ar) / step. Every other stage is the
+    run's own measurement, taken in the same step (speculation does not touch them, and their
+    expected cost is the same because both arms sample from the same law).
+    """
+    if not (len(step_s) == len(gen_s) == len(gen_autoregressive_s)):
+        raise ValueError("step_ratios needs equal-length step, gen and gen_autoregressive series")
+    return paired_ratios([s - g + a for s, g, a in zip(step_s, gen_s, gen_autoregressive_s)], step_s)
+
+
+def after_warmup(values: Sequence[float], warmup: int = 1) -> list[float]:
+    """Drop the first ``warmup`` values (compilation, allocator and cache warm-up), unless that
+    would leave none: a run shorter than its warm-up keeps all its values."""
+    vals = list(values)
+    return vals[warmup:] if len(vals) > warmup else vals
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Which point is best, or which points tie for best (DESIGN.md §8: call a difference only when
+    the intervals separate). ``best`` is None when there is a tie; ``tied`` then lists the points
+    whose intervals reach the top point's (top point first)."""
+
+    best: str | None
+    tied: tuple[str, ...]
+    top: str | None  # the point with the highest mean, decided or not
+
+
+def decide(cis: Mapping[str, RatioCI]) -> Decision:
+    """Best point by the rule above; ``cis`` maps a point label to its interval."""
+    if not cis:
+        return Decision(None, (), None)
+    top = max(cis, key=lambda p: cis[p].mean)
+    others = [p for p in cis if p != top]
+    rivals = [p for p in others if cis[top].overlaps(cis[p])]
+    if not rivals:
+        return Decision(top, (), top)
+    return Decision(None, (top, *sorted(rivals, key=lambda p: -cis[p].mean)), top)
+
+
+@dataclass(frozen=True)
+class TwoSample:
+    """Welch's two-sample t-test of mean(a) - mean(b), and the smallest difference it could detect."""
+
+    diff: float  # mean(a) - mean(b)
+    p_value: float | None
+    min_detectable: float | None  # at the given alpha and power (normal approximation)
+    n_a: int
+    n_b: int
+
+
+def two_sample(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, power: float = 0.8) -> TwoSample:
+    """Welch's t-test (scipy) on two independent samples, e.g. final rewards of repeated runs with
+    and without speculation; ``min_detectable`` = (z_{1-alpha/2} + z_power) * sqrt(s_a²/n_a + s_b²/n_b).
+
+    Raises:
+        ValueError: a sample with fewer than 2 values (no variance to test against).
+    """
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"two_sample needs >= 2 values per side, got {len(a)} and {len(b)}; run more seeds (seed=0..4)")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
+    se = math.sqrt(va / len(a) + vb / len(b))
+    if se == 0:  # identical constant samples: no evidence of a difference, none detectable either
+        return TwoSample(ma - mb, 1.0 if ma == mb else 0.0, 0.0, len(a), len(b))
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    return TwoSample(ma - mb, p, z * se, len(a), len(b))
+
+
+PAIRED_KEYS = ("speedup/gen", "speedup/step")  # per-step paired ratios logged by the GRPO loop
+
+
+def paired_summary(history: Sequence[Mapping[str, float]], warmup: int = 1) -> dict[str, float | None]:
+    """A run's paired speedups: for each of PAIRED_KEYS present in the per-step ``history``, the
+    geometric mean and 95 % interval of its values after ``warmup`` steps, as
+    ``speedup/gen_mean``, ``speedup/gen_ci95_low``, ``..._ci95_high``, ``..._ci95_halfwidth``, ``..._n``.
+    Empty when the run was not paired."""
+    out: dict[str, float | None] = {}
+    for key in PAIRED_KEYS:
+        vals = after_warmup([h[key] for h in history if key in h], warmup)
+        if vals:
+            out.update(ratio_ci(vals).as_metrics(key))
+    return out

@@ -1,0 +1,208 @@
+"""A sweep's results: per-point summaries, paired speedups with CIs, repeats pooled, best or tie.
+
+Pure functions over what `wb sweep` ran (or read back on resume); the Rich table and the
+``results.json`` the parent run keeps. Rules (DESIGN.md §8, issue #6):
+
+- A point's speedup is its *paired* measurement: per step, autoregressive gen s / speculative gen
+  s of the same prompts in the same process (``speedup/gen``, ``speedup/step``), summarised by the
+  geometric mean and a 95 % interval on the log-ratios (workbench.stats). A point run with
+  ``measure.paired=false`` falls back to its baseline's mean seconds / its own (marked ``~``, no
+  interval: a ratio of timings taken minutes apart).
+- Repeats: points that differ only in ``seed`` (``seed=0..4`` or ``--repeats N``) are one row; their
+  per-step ratios are pooled into one interval, the other columns are means over the repeats.
+- Best: the row with the highest speedup is marked best only when its interval's lower end is above
+  every other row's upper end; otherwise the rows whose intervals reach it are named as a tie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from workbench.stats import Decision, RatioCI, after_warmup, decide, ratio_ci
+
+SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "timing_s/gen_autoregressive", "spec/acceptance_length", "spec/acceptance_rate")
+REPEAT_KEY = "seed"
+
+
+def summarize(history: list[dict[str, float]], warmup: int = 1) -> dict[str, float | None]:
+    """Means over steps after ``warmup`` (workbench.stats.after_warmup) and the final reward.
+
+    Keys: SUMMARY_KEYS (seconds; tokens per verification step; fraction), ``reward/final`` (last
+    step's reward/mean), ``spec/acceptance_length_first`` / ``_last`` (step 1 and the last step).
+    """
+    out: dict[str, float | None] = {}
+    for k in SUMMARY_KEYS:
+        vals = after_warmup([h[k] for h in history if k in h], warmup)
+        out[k] = sum(vals) / len(vals) if vals else None
+    rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
+    out["reward/final"] = rewards[-1] if rewards else None
+    acc = [h["spec/acceptance_length"] for h in history if "spec/acceptance_length" in h]
+    out["spec/acceptance_length_first"] = acc[0] if acc else None  # step 1 vs the last step: does the drafter
+    out["spec/acceptance_length_last"] = acc[-1] if acc else None  # keep up with the moving policy?
+    return out
+
+
+def speedup(baseline_s: float | None, point_s: float | None) -> float | None:
+    """baseline seconds / point seconds (> 1: the point is faster); None if either is missing or 0."""
+    if not baseline_s or not point_s:
+        return None
+    return baseline_s / point_s
+
+
+@dataclass
+class Outcome:
+    """What happened to one point: status ``ok`` | ``skipped`` (finished earlier) | ``failed``.
+    ``history``: its per-step metrics (as logged); ``warmup``: its measure.warmup_steps."""
+
+    point: Any  # workbench.sweep.Point
+    status: str
+    run_id: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    warmup: int = 1
+    error: str | None = None
+
+    @property
+    def summary(self) -> dict[str, float | None]:
+        return summarize(self.history, self.warmup)
+
+    def ratios(self, key: str) -> list[float]:
+        """The point's per-step paired ratios ``key`` after warm-up (empty when not paired)."""
+        return after_warmup([h[key] for h in self.history if key in h], self.warmup)
+
+
+@dataclass
+class Row:
+    """One line of the results table: a point, or its repeats pooled (``outcomes`` in seed order)."""
+
+    outcomes: list[Outcome]
+    gen: RatioCI | None = None
+    step: RatioCI | None = None
+    paired: bool = True  # False: the ~ fallback against the baseline run
+
+    @property
+    def point(self) -> Any:
+        return self.outcomes[0].point
+
+    @property
+    def ok(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != "failed"]
+
+    def mean(self, key: str) -> float | None:
+        vals = [o.summary.get(key) for o in self.ok]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+
+def group_repeats(outcomes: list[Outcome]) -> list[Row]:
+    """One Row per point, points that differ only in ``seed`` together (first-seen order)."""
+    rows: dict[str, Row] = {}
+    for o in outcomes:
+        key = repr(sorted((k, v) for k, v in o.point.assignment.items() if k != REPEAT_KEY))
+        rows.setdefault(key, Row([])).outcomes.append(o)
+    return list(rows.values())
+
+
+def fill_speedups(rows: list[Row]) -> None:
+    """Each speculative row's gen/step speedup: pooled paired ratios, else the ~ baseline fallback."""
+    base = {o.point.key: o for r in rows for o in r.ok if o.point.is_baseline}
+    for r in rows:
+        if r.point.is_baseline or not r.ok:
+            continue
+        gen = [x for o in r.ok for x in o.ratios("speedup/gen")]
+        step = [x for o in r.ok for x in o.ratios("speedup/step")]
+        if gen:
+            r.gen, r.step, r.paired = ratio_ci(gen), (ratio_ci(step) if step else None), True
+            continue
+        r.paired = False  # not paired: a ratio of means against the baseline run(s), no interval
+        pairs = [(base.get(o.point.baseline_key), o) for o in r.ok]
+        g = [speedup(b.summary["timing_s/gen"], o.summary["timing_s/gen"]) for b, o in pairs if b]
+        s = [speedup(b.summary["timing_s/step"], o.summary["timing_s/step"]) for b, o in pairs if b]
+        g, s = [x for x in g if x], [x for x in s if x]
+        r.gen = RatioCI(sum(g) / len(g), None, None, 0, None) if g else None
+        r.step = RatioCI(sum(s) / len(s), None, None, 0, None) if s else None
+
+
+def decide_rows(rows: list[Row], label) -> tuple[Decision, dict[str, Row]]:
+    """Best row or tie on gen speedup (workbench.stats.decide); ``label(row)`` names a row."""
+    cands = {label(r): r for r in rows if r.gen is not None and not r.point.is_baseline}
+    return decide({k: r.gen for k, r in cands.items()}), cands
+
+
+def fmt_ratio(ci: RatioCI | None, paired: bool = True) -> str:
+    """``1.23× ±4%`` (paired, with its interval's half-width), ``~1.23×`` (unpaired), ``-``."""
+    if ci is None:
+        return "-"
+    if not paired:
+        return f"~{ci.mean:.2f}×"
+    return f"{ci.mean:.2f}×" + (f" ±{100 * ci.half_width:.0f}%" if ci.half_width is not None else "")
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else f"{v:{spec}}"
+
+
+def results_table(axes: list, rows: list[Row], title: str, label) -> Table:
+    """Per row: axis values, acceptance, mean seconds, paired speedups with CIs, reward, repeats."""
+    dec, cands = decide_rows(rows, label)
+    tie = set(dec.tied)
+    caption = ("acc.len/acc.rate/gen s/step s: means after warm-up; 1st→last: acc.len at step 1 and the last step; "
+               "gen×/step×: paired speedup (autoregressive s / speculative s, same prompts, same steps), geometric mean "
+               "±95 % CI half-width; ~: unpaired (baseline run's s / point s, no CI); n: repeats (seeds) pooled; "
+               "reward: last step")
+    if dec.best:
+        caption += f"; ★ best gen× (its CI clears every other point's)"
+    elif dec.tied:
+        caption += f"; ≈ tie for best gen× (95 % CIs overlap): {', '.join(dec.tied)}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False, caption=caption)
+    numeric = ("acc.len", "1st→last", "acc.rate", "gen s", "step s", "gen×", "step×", "reward", "n")
+    cols = [a for a in axes if a.key not in ("drafter.kind", REPEAT_KEY)]
+    for c in ["drafter", *[a.name for a in cols], *numeric, "status"]:
+        table.add_column(c, justify="right" if c in numeric else "left", no_wrap=c != "status")
+    for r in rows:
+        p, name = r.point, label(r)
+        mark = " ★" if name == dec.best else (" ≈" if name in tie else "")
+        first, last = r.mean("spec/acceptance_length_first"), r.mean("spec/acceptance_length_last")
+        failed = [o for o in r.outcomes if o.status == "failed"]
+        statuses = sorted({o.status for o in r.outcomes})
+        status = " ".join({"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]"}.get(s, "[red]FAILED[/]") for s in statuses)
+        if failed:
+            status += " " + (failed[0].error or "")
+        table.add_row(
+            p.spec.drafter.kind, *[p.display(a) for a in cols],
+            _fmt(r.mean("spec/acceptance_length"), ".2f"),
+            f"{_fmt(first, '.2f')}→{_fmt(last, '.2f')}" if first is not None else "-",
+            _fmt(r.mean("spec/acceptance_rate"), ".2f"),
+            _fmt(r.mean("timing_s/gen")), _fmt(r.mean("timing_s/step")),
+            fmt_ratio(r.gen, r.paired) + mark, fmt_ratio(r.step, r.paired),
+            _fmt(r.mean("reward/final")), str(len(r.ok)), status,
+            style="bold" if name == dec.best else None,
+        )
+    return table
+
+
+def _ci_json(ci: RatioCI | None, paired: bool) -> dict[str, Any]:
+    if ci is None:
+        return {"mean": None}
+    return {"mean": ci.mean, "ci95_low": ci.low, "ci95_high": ci.high, "ci95_halfwidth": ci.half_width, "n": ci.n, "paired": paired}
+
+
+def results_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row], label) -> dict[str, Any]:
+    """The results table as JSON (the parent run's ``results.json``): rows with their points."""
+    dec, _ = decide_rows(rows, label)
+    return {
+        "sweep": name, "spec": spec_path,
+        "axes": {a.key: list(a.values) for a in axes}, "fixed": {a.key: a.values[0] for a in fixed},
+        "best": dec.best, "tie": list(dec.tied),
+        "rows": [
+            {"label": label(r), "baseline": r.point.is_baseline, "drafter.kind": r.point.spec.drafter.kind,
+             "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
+             "speedup/gen": _ci_json(r.gen, r.paired), "speedup/step": _ci_json(r.step, r.paired),
+             "points": [{"point": o.point.key, "seed": o.point.spec.seed, "status": o.status, "run_id": o.run_id,
+                         "error": o.error, **o.summary} for o in r.outcomes]}
+            for r in rows
+        ],
+    }
