@@ -183,15 +183,22 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
     by_k = {c.data.tags["workbench.axis.drafter.k"]: c for c in children}
     assert set(by_k) == {"-", "1", "2"} and by_k["-"].data.params["drafter.kind"] == "none"
     assert by_k["2"].data.params["drafter.k"] == "2" and by_k["2"].data.tags["workbench.sweep"] == "s1"
-    assert by_k["-"].data.metrics["speedup/gen"] == 1.0
-    for c in children:
+    assert not any(k.startswith("speedup/") for k in by_k["-"].data.metrics)  # nothing to pair plain decoding with
+    assert by_k["-"].data.params["measure.paired"] == "True"  # the sweep turns pairing on (spec: null)
+    for k in ("1", "2"):
+        c = by_k[k]
+        hist = store.get_metric_history(c.info.run_id, "speedup/gen")
+        assert sorted(x.step for x in hist) == [1, 2]  # one paired ratio per GRPO step
+        ar = {x.step: x.value for x in store.get_metric_history(c.info.run_id, "timing_s/gen_autoregressive")}
+        gen = {x.step: x.value for x in store.get_metric_history(c.info.run_id, "timing_s/gen")}
+        assert {x.step: x.value for x in hist} == pytest.approx({s: ar[s] / gen[s] for s in (1, 2)})
         m = c.data.metrics
-        assert m["speedup/gen"] > 0 and m["speedup/step"] > 0
-        assert [x.step for x in store.get_metric_history(c.info.run_id, "speedup/gen")] == [2]
-    base_gen = (store.get_metric_history(by_k["-"].info.run_id, "timing_s/gen"))[-1].value  # 2 steps: mean = step 2
-    k1_gen = store.get_metric_history(by_k["1"].info.run_id, "timing_s/gen")[-1].value
-    assert by_k["1"].data.metrics["speedup/gen"] == pytest.approx(base_gen / k1_gen)
-    assert "★" in res.output
+        assert m["speedup/gen_mean"] == pytest.approx(ar[2] / gen[2])  # micro: 2 steps, warm-up step 1 left out
+        assert m["speedup/gen_n"] == 1 and "speedup/step_mean" in m
+    path = store.download_artifacts(parent.info.run_id, "results.json")
+    rows = json.loads(open(path).read())["rows"]
+    assert [r["speedup/gen"]["paired"] for r in rows if not r["baseline"]] == [True, True]
+    assert "★" in res.output or "tie for best" in res.output
 
     again = runner.invoke(app, args)
     assert again.exit_code == 0, again.output
@@ -230,8 +237,11 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED", "FINISHED"]
     path = store.download_artifacts(parent.info.run_id, "results.json")
     results = json.loads(open(path).read())
-    assert [p["status"] for p in results["points"]] == ["ok", "ok", "failed"]
-    assert results["points"][1]["speedup/gen"] == pytest.approx(2.0)  # 1.0 s / 0.5 s, warm-up step excluded
+    assert [r["points"][0]["status"] for r in results["rows"]] == ["ok", "ok", "failed"]
+    k1 = results["rows"][1]["speedup/gen"]  # unpaired (the fake logs no paired ratios): ~ baseline s / point s
+    assert k1["mean"] == pytest.approx(2.0) and k1["paired"] is False and k1["ci95_low"] is None  # warm-up excluded
+    k1_run = [c for c in children if c.data.tags["workbench.axis.drafter.k"] == "1"][0]
+    assert k1_run.data.metrics["speedup/gen_unpaired"] == pytest.approx(2.0)
 
     crash["k"] = None
     res = runner.invoke(app, args)
@@ -241,4 +251,56 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
     assert parent.info.status == "FINISHED"
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
     k2 = [c for c in children if c.info.status == "FINISHED" and c.data.tags["workbench.axis.drafter.k"] == "2"]
-    assert k2[0].data.metrics["speedup/gen"] == pytest.approx(3.0)
+    assert k2[0].data.metrics["speedup/gen_unpaired"] == pytest.approx(3.0)
+
+
+# ----------------------------------------------------------------------------- paired results, ties, repeats
+
+
+def _outcomes(plan, ratios_of):
+    """Outcomes with synthetic 4-step histories whose paired speedup/gen per step is ratios_of(point)."""
+    from workbench.sweep_results import Outcome
+
+    out = []
+    for p in plan.points:
+        hist = [{"timing_s/gen": 1.0, "timing_s/step": 2.0, "reward/mean": 0.5} for _ in range(4)]
+        if not p.is_baseline:
+            for h, r in zip(hist, ratios_of(p)):
+                h["speedup/gen"], h["speedup/step"] = r, 1 + (r - 1) / 2
+        out.append(Outcome(p, "ok", "run", hist, 1))
+    return out
+
+
+def test_best_is_called_only_when_its_interval_clears_the_rest():
+    from workbench.sweep import results_json
+
+    plan = plan_sweep("micro", ["k=1,2,3"])
+    sep = {1: [9, 1.10, 1.12, 1.11], 2: [9, 1.50, 1.52, 1.51], 3: [9, 1.30, 1.31, 1.29]}  # step 1 is warm-up
+    res = results_json("s", plan, _outcomes(plan, lambda p: sep[p.spec.drafter.k]))
+    assert res["best"] == "draft_model k=2" and res["tie"] == []
+    wide = {1: [9, 1.10, 1.12, 1.11], 2: [9, 1.35, 1.45, 1.40], 3: [9, 1.30, 1.31, 1.29]}  # k=2 noisy: reaches k=3
+    res = results_json("s", plan, _outcomes(plan, lambda p: wide[p.spec.drafter.k]))
+    assert res["best"] is None and res["tie"] == ["draft_model k=2", "draft_model k=3"]
+    k2 = [r for r in res["rows"] if r["label"] == "draft_model k=2"][0]["speedup/gen"]
+    assert k2["ci95_low"] < 1.29 < k2["ci95_high"] and k2["n"] == 3
+
+
+def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
+    from workbench.sweep import results_json, results_table, sweep_rows
+
+    plan = plan_sweep("micro", ["k=2"], repeats=3)
+    assert sorted(p.spec.seed for p in plan.points) == [0, 0, 1, 1, 2, 2]  # a baseline per seed, then the points
+    by_seed = {0: [9, 1.2, 1.2, 1.2], 1: [9, 1.3, 1.3, 1.3], 2: [9, 1.4, 1.4, 1.4]}
+    outcomes = _outcomes(plan, lambda p: by_seed[p.spec.seed])
+    rows = sweep_rows(outcomes)
+    assert len(rows) == 2 and len(rows[1].outcomes) == 3
+    assert rows[1].gen.n == 9 and rows[1].gen.mean == pytest.approx((1.2 * 1.3 * 1.4) ** (1 / 3))
+    assert "seed" not in results_json("s", plan, outcomes)["rows"][1]["axes"]  # repeats are pooled, not an axis column
+    with pytest.raises(SweepError, match="--repeats"):
+        plan_sweep("micro", ["seed=0,1"], repeats=2)
+    from rich.console import Console
+
+    con = Console(record=True, width=250)
+    con.print(results_table(plan, outcomes, "t"))
+    text = con.export_text()
+    assert "1.30× [" in text and "tie for best" not in text  # one speculative row: nothing to tie with

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -312,6 +311,18 @@ def plan_sweep(spec: str | None, items: list[str], repeats: int = 1) -> SweepPla
 
 
 # ----------------------------------------------------------------------------- results
+
+
+def plan_table(plan: SweepPlan, title: str) -> Table:
+    """The points that would run, baselines first (``--dry-run``)."""
+    fixed = " ".join(a.text for a in plan.fixed)
+    cols = [a for a in plan.axes if a.key != "drafter.kind"]
+    table = Table(title=title, caption=f"spec {plan.spec_path}" + (f"; fixed: {fixed}" if fixed else ""))
+    for col in ("#", "drafter", *[a.name for a in cols], "point"):
+        table.add_column(col, justify="right" if col == "#" else "left")
+    for i, p in enumerate(plan.points, 1):
+        table.add_row(str(i), p.spec.drafter.kind, *[p.display(a) for a in cols], p.key)
+    return table
 
 
 def point_label(row: Row) -> str:

@@ -133,12 +133,12 @@ def decide_rows(rows: list[Row], label) -> tuple[Decision, dict[str, Row]]:
 
 
 def fmt_ratio(ci: RatioCI | None, paired: bool = True) -> str:
-    """``1.23× ±4%`` (paired, with its interval's half-width), ``~1.23×`` (unpaired), ``-``."""
+    """``1.23× [1.18, 1.29]`` (paired, with its 95 % interval), ``~1.23×`` (unpaired), ``-``."""
     if ci is None:
         return "-"
     if not paired:
         return f"~{ci.mean:.2f}×"
-    return f"{ci.mean:.2f}×" + (f" ±{100 * ci.half_width:.0f}%" if ci.half_width is not None else "")
+    return f"{ci.mean:.2f}×" + (f" [{ci.low:.2f}, {ci.high:.2f}]" if ci.low is not None else "")
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
@@ -151,7 +151,7 @@ def results_table(axes: list, rows: list[Row], title: str, label) -> Table:
     tie = set(dec.tied)
     caption = ("acc.len/acc.rate/gen s/step s: means after warm-up; 1st→last: acc.len at step 1 and the last step; "
                "gen×/step×: paired speedup (autoregressive s / speculative s, same prompts, same steps), geometric mean "
-               "±95 % CI half-width; ~: unpaired (baseline run's s / point s, no CI); n: repeats (seeds) pooled; "
+               "[95 % CI]; ~: unpaired (baseline run's s / point s, no CI); n: repeats (seeds) pooled; "
                "reward: last step")
     if dec.best:
         caption += f"; ★ best gen× (its CI clears every other point's)"
