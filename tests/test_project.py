@@ -256,3 +256,29 @@ def test_cli_project_sweep_on_a_fake_store(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "fake" in res.output  # the message lists the sweeps in the store
     res = CliRunner().invoke(app, ["project", "--gen", "1", "--alpha", "0.8", "--costs", str(costs)])
     assert res.exit_code == 2 and "--sweep" in res.output
+
+
+def test_load_sweep_and_stages_read_through_workbench_runs(store):
+    """Means after the run's measure.warmup_steps; the one baseline rule (measure.* ignored, FAILED or
+    other-setting baselines never used)."""
+    from test_runs import log_run
+
+    uri = store.tracking_uri
+    exp = store.create_experiment("workbench")
+    parent = log_run(store, exp, "w", tags={"workbench.sweep": "w", "workbench.sweep.role": "parent"})
+    common = {"model.target": "tiny", "grpo.group_size": "8", "measure.warmup_steps": "2"}
+    for name, params, status in [("base", {"drafter.kind": "none", "measure.paired": "false"}, "FINISHED"),
+                                 ("base-g4", {"drafter.kind": "none", "grpo.group_size": "4"}, "FAILED"),
+                                 ("p", {"drafter.kind": "ngram", "drafter.k": "2", "measure.paired": "true"}, "FINISHED"),
+                                 ("p-g4", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "4"}, "FINISHED")]:
+        log_run(store, exp, name, common | params, {"timing_s/gen": [50.0, 40.0, 2.0, 4.0], "spec/acceptance_length": [9, 9, 2, 2]},
+                status, tags={"workbench.sweep.point": name}, parent=parent)
+    runs, _ = pm.load_sweep("w", uri)
+    by = {r.name: r for r in runs}
+    assert by["p"].means["timing_s/gen"] == 3.0 and by["p"].means["spec/acceptance_length"] == 2.0  # 2 warm-up steps out
+    assert pm.baseline_for(by["p"], runs) is by["base"]  # measure.* differences do not matter
+    assert pm.baseline_for(by["p-g4"], runs) is None  # its baseline FAILED; base (group_size 8) is another setting
+    assert pm.stages_from_mlflow("p", uri)[0] == {"gen": 3.0}
+    assert pm.stages_from_mlflow("p", uri, skip_first=False)[0] == {"gen": 24.0}
+    with pytest.raises(ValueError, match="--run: no MLflow run with id or name 'nope'"):
+        pm.stages_from_mlflow("nope", uri)

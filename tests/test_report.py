@@ -1,51 +1,151 @@
-"""`wb report`: a micro sweep (baseline + 2 points) and a single run -> report.md, PNGs, HTML; clear errors."""
+"""`wb report`: hand-logged sweeps (paired CIs, repeats pooled, best vs tie, the `~` fallback and the
+baseline rule, the training-signal test), one micro sweep end to end (table, plots, HTML, single run,
+errors, `wb ui` URL), and the Markdown -> HTML rendering."""
+
+import random
 
 import pytest
 from typer.testing import CliRunner
 
+from test_runs import log_run
 from workbench.cli import app
-from workbench.report import markdown_to_html
+from workbench.report import make_report, markdown_to_html
+from workbench.stats import ratio_ci
 
 runner = CliRunner()
 
-SWEEP = ["sweep", "micro", "drafter=ngram", "k=1,2", "grpo.steps=2", "grpo.eval_every=0", "rollout.max_new_tokens=24",
-         "grpo.group_size=2", "--name", "rep-sweep", "--quiet"]
+
+def fake_sweep(client, name, points):
+    """A sweep as `wb sweep` logs it, 4 GRPO steps per point (step 1: warm-up). ``points``: dicts with
+    kind, k, seed, gen_s, reward, optional ratios (paired speedup/gen of steps 2-4; absent: unpaired)
+    and params (extra params, also axis tags)."""
+    exp = client.create_experiment(f"wb-{name}")
+    parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
+    for p in points:
+        kind, k, seed, extra = p["kind"], p.get("k"), p.get("seed", 0), p.get("params", {})
+        rng = random.Random(f"{name}{kind}{k}{seed}{extra}")
+        params = {"name": name, "model.target": "micro", "seed": seed, "drafter.kind": kind, "drafter.k": k or 3,
+                  "measure.paired": "ratios" in p, "tracking.experiment": f"wb-{name}", **extra}
+        gen = [p["gen_s"] * (1 + 0.02 * rng.random()) for _ in range(4)]
+        metrics = {"timing_s/gen": gen, "timing_s/step": [g + 1.0 for g in gen], "timing_s/train": [1.0] * 4,
+                   "reward/mean": [p["reward"] + 0.02 * rng.gauss(0, 1) for _ in range(4)]}
+        if kind != "none":
+            metrics |= {"spec/acceptance_length": [2.0, 2.1, 2.2, 2.3], "spec/acceptance_rate_pos_0": [0.7] * 4}
+        if "ratios" in p:
+            metrics |= {"speedup/gen": [9.0, *p["ratios"]], "speedup/step": [9.0, *[1 + (r - 1) / 3 for r in p["ratios"]]]}
+        axes = {"drafter.kind": kind, "drafter.k": str(k) if k else "-", "seed": str(seed), **extra}
+        tags = {"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.sweep.point": f"{kind}{k}{seed}{extra}",
+                **{f"workbench.axis.{a}": str(v) for a, v in axes.items()}}
+        log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", params, metrics, tags=tags, parent=parent)
+    return parent
+
+
+FAST = {0: [1.98, 2.05, 2.01], 1: [1.95, 2.03, 2.0], 2: [2.02, 1.97, 2.04]}  # eagle3 k=2, per seed
+SLOW = {0: [1.31, 1.28, 1.3], 1: [1.27, 1.33, 1.29], 2: [1.3, 1.32, 1.26]}  # eagle3 k=4
+
+
+def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeypatch):
+    import matplotlib.axes
+
+    points = [{"kind": "none", "seed": s, "gen_s": 1.0, "reward": 0.5} for s in range(3)]
+    points += [{"kind": "eagle3", "k": 2, "seed": s, "gen_s": 0.5, "reward": 0.5, "ratios": FAST[s]} for s in range(3)]
+    points += [{"kind": "eagle3", "k": 4, "seed": s, "gen_s": 0.8, "reward": 0.5, "ratios": SLOW[s]} for s in range(3)]
+    fake_sweep(store, "dec", points)
+    bars = []
+    real = matplotlib.axes.Axes.errorbar
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", lambda self, x, y, yerr=None, **kw: bars.append(yerr) or real(self, x, y, yerr=yerr, **kw))
+    t, rep = make_report("dec", "out")
+    md = rep.markdown.read_text()
+    assert [r.point.label for r in t.rows] == ["autoregressive", "eagle3 k=2", "eagle3 k=4"]  # 3 seeds -> one row each
+    fast = ratio_ci([x for s in range(3) for x in FAST[s]])  # pooled per-step ratios of the 3 repeats
+    row = next(line for line in md.splitlines() if line.startswith("| eagle3 | 2 |"))
+    assert f"{fast.mean:.2f}× [{fast.low:.2f}, {fast.high:.2f}] ★" in row and "| 3 |" in row
+    assert sum("★" in line for line in md.splitlines() if line.startswith("| ")) == 1
+    assert "best speedup: eagle3 k=2" in md and "tie:" not in md
+    assert "| drafter | k | acc.len | acc.rate | gen s | step s | gen× [95 % CI] | step× [95 % CI] | reward | n | status | runs |" in md
+    assert "| none | - |" in md and "~" not in row
+    assert "| **total** |" in md and "| gen |" in md and "| autoregressive (s) | eagle3 k=2 (s) | speedup |" in md
+    # error bars: the paired points' CIs (lower, upper distances > 0), gen and step panels
+    assert len(bars) == 2 and all(v > 0 for side in bars[0] for v in side)
+    # training signal: eagle3 (6 runs over k and seeds) vs none (3): same reward law
+    sig = md.split("## Training signal with and without speculation")[1].split("\n## ")[0]
+    assert "| none | 3 |" in sig and "| eagle3 | 6 |" in sig
+    assert "eagle3 vs none**: no difference detected (p=" in sig and "with n=6 (eagle3) and 3 (none) runs per side a difference of ≥ " in sig
+    assert "80 % of the time" in sig and rep.plots[-1] == "reward_curves.png"
+
+
+def test_tie_unpaired_fallback_baseline_rule_and_reward_difference(store):
+    g4, g8 = {"grpo.group_size": "4"}, {"grpo.group_size": "8"}
+    points = [{"kind": "none", "seed": s, "gen_s": 1.0, "reward": 0.2, "params": g4} for s in range(2)]
+    points += [{"kind": "eagle3", "k": k, "seed": s, "gen_s": 0.7, "reward": 0.7, "params": g4, "ratios": r}
+               for k, rs in ((2, ([1.2, 1.9, 1.5], [1.3, 1.8, 1.6])), (3, ([1.25, 1.8, 1.3], [1.6, 1.4, 1.5]))) for s, r in enumerate(rs)]
+    points += [{"kind": "ngram", "k": 2, "seed": 0, "gen_s": 0.8, "reward": 0.2, "params": g} for g in (g4, g8)]
+    points += [{"kind": "mtp", "k": 2, "seed": 0, "gen_s": 0.9, "reward": 0.2, "params": g4, "ratios": [1.1, 1.1, 1.12]}]
+    fake_sweep(store, "tie", points)
+    res = runner.invoke(app, ["report", "tie", "--out", "out", "--html"])
+    assert res.exit_code == 0, res.output
+    md = open("out/report.md").read()
+    assert not any("★" in line for line in md.splitlines() if line.startswith("| ")) and "best speedup" not in md
+    assert "**tie: eagle3 k=2 grpo.group_size=4, eagle3 k=3 grpo.group_size=4" in md and "** (95 % CIs overlap; `~` points have no CI)" in md
+    assert "No speedup for ngram k=2 grpo.group_size=8: not paired and no FINISHED" in md
+    ngram = [line for line in md.splitlines() if line.startswith("| ngram |")]
+    # unpaired: ~ against the seed-0 group_size=4 baseline (~1.25×, no CI); group_size=8 has no baseline: no other setting's
+    assert "| ~1.2" in ngram[0] and "[" not in ngram[0] and "| 4 |" in ngram[0]
+    assert "| 8 |" in ngram[1] and "| - | - |" in ngram[1]
+    sig = md.split("## Training signal with and without speculation")[1].split("\n## ")[0]
+    assert "**eagle3 vs none: difference detected** (p=" in sig and "eagle3 − none = +0." in sig
+    assert "ngram vs none**: no difference detected" in sig
+    assert "mtp vs none**: too few runs to test (1 mtp, 2 none" in sig and "`wb sweep tie drafter=none,mtp seed=0..4`" in sig
+    html = open("out/report.html").read()
+    assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html
+
+
+SWEEP = ["drafter=ngram", "k=1,2", "grpo.steps=3", "grpo.eval_every=0", "rollout.max_new_tokens=24", "grpo.group_size=2"]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """A tmp cwd whose sqlite store holds one micro sweep (ngram, k=1,2 + baseline)."""
+def micro(tmp_path_factory):
+    """A tmp cwd whose sqlite store holds one micro sweep (ngram, k=1,2 + baseline, paired, 3 steps)."""
     tmp = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp)
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp}/mlflow.db")
         mp.setenv("WB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wb-cache"))  # as conftest's
-        res = runner.invoke(app, SWEEP)
-        assert res.exit_code == 0, res.output
+        from rich.console import Console
+
+        from workbench.sweep import plan_sweep, run_sweep
+
+        # run_sweep, not `wb sweep`: the report needs the logged runs, not the sweep command's table
+        res = run_sweep(plan_sweep("micro", SWEEP), name="rep-sweep", console=Console(quiet=True), progress=False)
+        assert res.status == "FINISHED"
         yield tmp
 
 
-def test_sweep_report_has_table_plots_and_html(store):
+def test_sweep_report_has_table_plots_and_html(micro):
     res = runner.invoke(app, ["report", "rep-sweep", "--html"])
     assert res.exit_code == 0, res.output
-    out = store / "reports" / "rep-sweep"
+    out = micro / "reports" / "rep-sweep"
     md = (out / "report.md").read_text()
     for png in ("speedup_vs_k", "acceptance_per_position", "acceptance_length_steps", "stage_times", "reward_curves"):
         f = out / f"{png}.png"
         assert f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG", png
         assert f"]({png}.png)" in md  # relative link
     assert "Skipped" not in md
-    assert "| drafter | k | acc.len | acc.rate | gen s | step s | gen× | step× | reward | status |" in md
-    assert md.count("| ngram | ") == 2 and "| none | - |" in md and "★" in md and "best speedup" in md
-    assert "| **total** |" in md and "| gen |" in md
+    results = md.split("## Results")[1].split("\n## ")[0]
+    rows = [line for line in results.splitlines() if line.startswith("| ngram | ")]
+    assert len(rows) == 2 and all("× [" in r for r in rows) and "| none | - |" in md  # paired: 2 ratios after warm-up
+    starred = any("★" in line for line in rows)
+    assert starred != ("**tie: ngram k=" in results)  # decided or a tie, never both
+    assert "| **total** |" in md and "| gen |" in md and "## Training signal with and without speculation" in md
+    assert "`wb sweep micro drafter=none,ngram seed=0..4`" in md  # 1 run per side: which sweep to run
     html = (out / "report.html").read_text()
-    assert "<table>" in html and '<img alt="Speedup vs k" src="speedup_vs_k.png">' in html
+    assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html
 
 
-def test_single_run_report_skips_what_has_no_data(store, tmp_path):
+def test_single_run_report_skips_what_has_no_data(micro, tmp_path):
     from mlflow import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{store}/mlflow.db")
+    client = MlflowClient(f"sqlite:///{micro}/mlflow.db")
     exp = client.get_experiment_by_name("workbench-micro")
     run = client.search_runs([exp.experiment_id], "tags.`workbench.axis.drafter.k` = '2'")[0]
     for name in (run.info.run_name, run.info.run_id):
@@ -53,18 +153,18 @@ def test_single_run_report_skips_what_has_no_data(store, tmp_path):
         assert res.exit_code == 0, res.output
         md = (tmp_path / "r" / "report.md").read_text()
         assert md.startswith("# Report: run") and run.info.run_id in md
-        assert "_Skipped: needs at least 2 speculative runs" in md and not (tmp_path / "r" / "speedup_vs_k.png").exists()
+        assert "_Skipped: needs at least 2 speculative rows" in md and not (tmp_path / "r" / "speedup_vs_k.png").exists()
         assert (tmp_path / "r" / "acceptance_length_steps.png").stat().st_size > 5000
-        assert "| ngram |" in md
+        assert "| ngram |" in md and "× [" in md  # its own paired CI: no baseline needed
 
 
-def test_unknown_name_is_a_clear_error(store):
+def test_unknown_name_is_a_clear_error(micro):
     res = runner.invoke(app, ["report", "no-such-sweep"])
     assert res.exit_code == 2
     assert "no sweep, study, run name or run id 'no-such-sweep'" in res.output and "rep-sweep" in res.output
 
 
-def test_ui_print_url_compares_the_last_sweep(store):
+def test_ui_print_url_compares_the_last_sweep(micro):
     res = runner.invoke(app, ["ui", "--print-url", "--port", "5123"])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if "compare-runs" in x)
@@ -74,7 +174,9 @@ def test_ui_print_url_compares_the_last_sweep(store):
     assert res.exit_code == 2
 
 
-def test_markdown_to_html_subset():
-    h = markdown_to_html("# T\n\n- a `b`\n\n| x | y |\n|---|---:|\n| 1 | 2 |\n\n![p](p.png)\n", "t")
-    assert "<h1>T</h1>" in h and "<li>a <code>b</code></li>" in h and '<td style="text-align:right">2</td>' in h
-    assert '<img alt="p" src="p.png">' in h
+def test_markdown_to_html_renders_tables_and_images():
+    h = markdown_to_html("# T\n\n- a `b`\n\n| x | y |\n|---|---:|\n| 1 | 2 |\n\n![p](p.png)\n\n_Skipped: x_ 1.2× [1.1, 1.3]\n", "t<")
+    assert h.startswith("<!doctype html>") and "<title>t&lt;</title>" in h
+    assert "<h1>T</h1>" in h and "<li>a <code>b</code></li>" in h
+    assert '<th style="text-align:right">y</th>' in h and '<td style="text-align:right">2</td>' in h and "<td>1</td>" in h
+    assert '<img src="p.png" alt="p" />' in h and "<em>Skipped: x</em> 1.2× [1.1, 1.3]" in h

@@ -266,12 +266,12 @@ def ui(
         console.print(f"no sweep in {store} yet; runs at {base}", highlight=False)
     else:
         parent, kids = group
-        label = parent.data.tags.get("workbench.sweep") or parent.data.tags.get("workbench.study") or parent.info.run_name
+        label = parent.tags.get("workbench.sweep") or parent.tags.get("workbench.study") or parent.name
         if kids:
-            url = compare_url(base, [k.info.run_id for k in kids], [k.info.experiment_id for k in kids])
+            url = compare_url(base, [k.run_id for k in kids], [k.experiment_id for k in kids])
             console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
             console.print(url, highlight=False, soft_wrap=True)
-        console.print(f"experiment: {experiment_url(base, parent.info.experiment_id)}", highlight=False, soft_wrap=True)
+        console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
     if print_url:
         return
     cmd = server_command(store, host, port)

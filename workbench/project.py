@@ -288,33 +288,25 @@ def seeds_check() -> list[dict]:
 
 
 def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bool = True) -> tuple[dict[str, float], dict]:
-    """Mean ``timing_s/<stage>`` (steps after the first when there are several: warm-up) and the
-    acceptance information of an MLflow run given by id or run name.
+    """Mean ``timing_s/<stage>`` and the acceptance information of an MLflow run given by id or run
+    name, read by :class:`workbench.runs.RunReader`. Means are :meth:`workbench.runs.RunRecord.mean`
+    (the run's ``measure.warmup_steps`` left out); ``skip_first=False`` keeps every step.
 
     Returns (stages, info) with info keys ``drafter``, ``k``, ``per_pos`` (list of rates),
     ``acceptance_length``. ``other`` holds ``timing_s/other`` when logged.
     """
-    from mlflow.tracking import MlflowClient
+    from workbench.runs import RunNotFound, RunReader
 
-    from workbench.tracking import resolve_tracking_uri
-
-    client = MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
     try:
-        r = client.get_run(run)
-    except Exception:  # not an id: look it up by name
-        found = []
-        for exp in client.search_experiments():
-            found += client.search_runs([exp.experiment_id], f"attributes.run_name = '{run}'", max_results=1)
-        if not found:
-            raise ValueError(f"--run: no MLflow run with id or name {run!r}")
-        r = found[0]
+        r = RunReader(tracking_uri).get(run)
+    except RunNotFound as e:
+        raise ValueError(f"--run: {e}") from None
 
     def mean(key: str) -> float | None:
-        hist = sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)
-        if not hist:
-            return None
-        vals = [m.value for m in hist[1:]] if skip_first and len(hist) > 1 else [m.value for m in hist]
-        return sum(vals) / len(vals)
+        if skip_first:
+            return r.mean(key)
+        vals = r.series(key, warmup=False)
+        return sum(vals) / len(vals) if vals else None
 
     stages = {}
     for st in STAGES + ("reward", "other"):
@@ -323,9 +315,9 @@ def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bo
             stages[st] = v
     if "gen" not in stages:
         raise ValueError(f"--run {run}: no timing_s/gen metric")
-    k = int(r.data.params.get("drafter.k", 0) or 0)
+    k = int(r.params.get("drafter.k", 0) or 0)
     per_pos = [mean(f"spec/acceptance_rate_pos_{i}") for i in range(k)]
-    info = dict(drafter=r.data.params.get("drafter.kind", "drafter"), k=k,
+    info = dict(drafter=r.params.get("drafter.kind", "drafter"), k=k,
                 per_pos=[p for p in per_pos if p is not None], acceptance_length=mean("spec/acceptance_length"))
     return stages, info
 
@@ -427,7 +419,7 @@ class StepCost:
 
 @dataclass
 class SweepRun:
-    """One child run of a sweep: params, means over steps 2.. (step 1 is warm-up) of its metrics."""
+    """One child run of a sweep: params, means after warm-up of its metrics (workbench.runs.RunRecord.mean)."""
 
     run_id: str
     name: str
@@ -505,61 +497,40 @@ def workload_key(params: dict[str, str]) -> str:
     return " ".join(f"{key.split('.')[-1]}={params.get(key, '-')}" for key in WORKLOAD_KEYS)
 
 
-def _same_setting(a: SweepRun, b: SweepRun) -> bool:
-    keys = {k for k in (*a.params, *b.params) if not k.startswith(("drafter.", "tracking.", "workbench."))}
-    return all(a.params.get(k) == b.params.get(k) for k in keys)
-
-
 def baseline_for(run: SweepRun, runs: list[SweepRun]) -> SweepRun | None:
-    """The finished ``drafter.kind=none`` run with the same non-drafter params (else None)."""
-    return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and _same_setting(run, b)), None)
+    """The autoregressive baseline of ``run`` by the one rule of :func:`workbench.runs.baseline_for`:
+    FINISHED, ``drafter.kind=none``, identical params except ``drafter.*``, ``tracking.*``,
+    ``measure.*`` and ``name``; None when the sweep has none of that setting."""
+    from workbench.runs import baseline_for as _baseline_for
+
+    return _baseline_for(run, runs)
 
 
 def load_sweep(name: str, tracking_uri: str | None = None) -> tuple[list[SweepRun], str]:
-    """The child runs of sweep ``name`` (newest parent tagged ``workbench.sweep`` = name) with the
-    means over steps 2.. of their ``timing_s/*``, ``gen/num_tokens`` and ``spec/*`` metrics; a
-    resumed point's FINISHED run wins. Returns (runs, tracking URI).
+    """The child runs of sweep ``name`` (newest parent tagged ``workbench.sweep`` = name), read by
+    :class:`workbench.runs.RunReader` (one run per point: a resumed point's FINISHED run wins), with
+    the means after warm-up (:meth:`workbench.runs.RunRecord.mean`) of their ``timing_s/*``,
+    ``gen/num_tokens`` and ``spec/*`` metrics. Returns (runs, tracking URI).
 
     Raises:
         ValueError: no such sweep (the message lists the sweeps in the store).
     """
-    from mlflow import MlflowClient
-    from mlflow.entities import ViewType
+    from workbench.runs import RunReader
 
-    from workbench.tracking import _quiet_mlflow, resolve_tracking_uri
-
-    _quiet_mlflow()
-    uri = resolve_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri=uri)
-    exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)]
-    parents = client.search_runs(exp_ids, "tags.`workbench.sweep.role` = 'parent'", order_by=["attributes.start_time DESC"],
-                                 max_results=1000) if exp_ids else []
-    hits = [p for p in parents if p.data.tags.get("workbench.sweep") == name]
-    if not hits:
+    reader = RunReader(tracking_uri)
+    parent = reader.find_parent("workbench.sweep", name, "workbench.sweep.role")
+    if parent is None:
+        parents = reader.top_level("tags.`workbench.sweep.role` = 'parent'")
         names = list(dict.fromkeys(p.data.tags.get("workbench.sweep", "") for p in parents))
-        raise ValueError(f"--sweep: no sweep named {name!r} in {uri}; sweeps there: {', '.join(n for n in names if n) or '(none)'}"
+        raise ValueError(f"--sweep: no sweep named {name!r} in {reader.uri}; sweeps there: {', '.join(n for n in names if n) or '(none)'}"
                          " (set the store with --tracking-uri or $MLFLOW_TRACKING_URI)")
-    parent = hits[0]
-    kids = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
-                              order_by=["attributes.start_time ASC"], max_results=10_000)
-    by_point: dict[str, object] = {}
-    for r in kids:  # oldest first: a FINISHED run replaces an earlier one of the same point
-        key = r.data.tags.get("workbench.sweep.point", r.info.run_id)
-        old = by_point.get(key)
-        if old is None or r.info.status == "FINISHED" or old.info.status != "FINISHED":
-            by_point[key] = r
     runs = []
-    for r in by_point.values():
-        means = {}
-        for key in r.data.metrics:
-            if key.startswith(("timing_s/", "spec/", "gen/num_tokens")):
-                vals = [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step) if m.step >= 1]
-                vals = vals[1:] if len(vals) > 1 else vals
-                if vals:
-                    means[key] = sum(vals) / len(vals)
-        runs.append(SweepRun(r.info.run_id, r.info.run_name or r.info.run_id, r.info.status, dict(r.data.params), means))
+    for r in reader.children(parent.info.run_id, [parent.info.experiment_id]):
+        keys = [key for key in r.history if key.startswith(("timing_s/", "spec/", "gen/num_tokens"))]
+        means = {key: m for key in keys if (m := r.mean(key)) is not None}
+        runs.append(SweepRun(r.run_id, r.name, r.status, dict(r.params), means))
     runs.sort(key=lambda x: (not x.is_baseline, x.kind, x.k))
-    return runs, uri
+    return runs, reader.uri
 
 
 @dataclass

@@ -5,6 +5,7 @@
     runs = reader.children(parent.run_id)                  # RunRecords, one per point, histories loaded
     runs[0].mean("timing_s/gen")                           # mean after warm-up
     runs[0].paired_ci("speedup/gen")                       # paired speedup, 95 % CI (workbench.stats)
+    runs[0].last("reward/mean")                            # value at the last logged step
     baseline_for(runs[3], runs)                            # its autoregressive baseline, or None
 
 Every `wb` command that reads runs (sweep resume, tune, report, project, ui) reads them here, so
@@ -98,6 +99,16 @@ class RunRecord:
                     by.setdefault(s, {})[key] = v
         return [by[s] for s in sorted(by)]
 
+    def last(self, key: str) -> float | None:
+        """The value of ``key`` at its last logged step (e.g. the final ``reward/mean``); None if never logged."""
+        pts = self.history.get(key)
+        return pts[-1][1] if pts else self.metrics.get(key)
+
+    def tail_mean(self, key: str, n: int = 3) -> float | None:
+        """Mean of the last ``n`` logged values of ``key`` (warm-up not dropped); None if never logged."""
+        vals = self.series(key, warmup=False)[-n:]
+        return sum(vals) / len(vals) if vals else None
+
     def paired_ci(self, key: str = "speedup/gen") -> RatioCI | None:
         """The run's paired speedup ``key`` (per-step ratios after warm-up) with its 95 % interval;
         None if the run was not paired."""
@@ -124,11 +135,15 @@ def same_setting(a: RunRecord, b: RunRecord) -> bool:
 
 
 def baseline_for(run: RunRecord, runs: Iterable[RunRecord]) -> RunRecord | None:
-    """The FINISHED ``drafter.kind=none`` run of the same setting (see the module docstring), or None."""
+    """The FINISHED ``drafter.kind=none`` run of the same setting (see the module docstring), or None.
+
+    Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work
+    (``workbench.project.SweepRun`` uses it too)."""
     return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and b.run_id != run.run_id and same_setting(run, b)), None)
 
 
-def _q(v: str) -> str:
+def quote(v: str) -> str:
+    """``v`` escaped for a quoted value in an MLflow filter string."""
     return v.replace("'", "\\'")
 
 
@@ -185,17 +200,21 @@ class RunReader:
         try:
             return self.load(self.client.get_run(id_or_name), histories)
         except Exception:  # noqa: BLE001 - not an id: look it up by name
-            hits = self.search(f"attributes.run_name = '{_q(id_or_name)}'", max_results=1)
+            hits = self.search(f"attributes.run_name = '{quote(id_or_name)}'", max_results=1)
             if not hits:
                 raise RunNotFound(f"no MLflow run with id or name {id_or_name!r} in {self.uri}") from None
             return self.load(hits[0], histories)
+
+    def top_level(self, filter_string: str = "", experiment_ids: list[str] | None = None, max_results: int = 1000) -> list[Any]:
+        """MLflow ``Run`` objects matching ``filter_string`` that are not children of another run, newest first."""
+        return [r for r in self.search(filter_string, experiment_ids, max_results=max_results) if PARENT_RUN_TAG not in r.data.tags]
 
     def find_parent(self, tag: str, value: str, role_tag: str | None = None, experiment_ids: list[str] | None = None,
                     required: bool = False) -> Any | None:
         """The newest top-level run tagged ``tag = value`` (and ``role_tag = parent`` if given), as an
         MLflow Run, or None (RunNotFound if ``required``)."""
-        filt = f"tags.`{tag}` = '{_q(value)}'" + (f" and tags.`{role_tag}` = 'parent'" if role_tag else "")
-        hits = [r for r in self.search(filt, experiment_ids) if PARENT_RUN_TAG not in r.data.tags]
+        filt = f"tags.`{tag}` = '{quote(value)}'" + (f" and tags.`{role_tag}` = 'parent'" if role_tag else "")
+        hits = self.top_level(filt, experiment_ids)
         if not hits and required:
             raise RunNotFound(f"no run tagged {tag}={value!r} in {self.uri}")
         return hits[0] if hits else None

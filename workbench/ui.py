@@ -22,7 +22,6 @@ from workbench.tracking import DEFAULT_TRACKING_URI
 TAG_SWEEP = "workbench.sweep"
 TAG_ROLE = "workbench.sweep.role"
 TAG_STUDY = "workbench.study"
-PARENT_RUN_TAG = "mlflow.parentRunId"
 
 
 def default_store(uri: str | None = None) -> str:
@@ -46,40 +45,32 @@ def experiment_url(base: str, experiment_id: str) -> str:
 
 
 def find_group(store: str, name: str | None = None):
-    """(parent run, child runs) of the sweep/study ``name``, or of the newest sweep/study; None if none.
+    """(parent, child runs) of the sweep/study ``name``, or of the newest sweep/study; None if none.
 
-    ``name`` may also be any parent run's name or id. Children: runs tagged ``mlflow.parentRunId``.
+    ``name`` may also be any parent run's name or id. Read by :class:`workbench.runs.RunReader`:
+    RunRecords without histories, one child per sweep point (a resumed point's FINISHED run).
     """
-    from mlflow import MlflowClient
-    from mlflow.entities import ViewType
+    from workbench.runs import RunNotFound, RunReader, quote
 
-    from workbench.tracking import _quiet_mlflow
-
-    client = MlflowClient(tracking_uri=store)
-    _quiet_mlflow()
-    exp_ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)]
+    reader = RunReader(store)
+    exp_ids = reader.experiment_ids()
     if not exp_ids:
         return None
-    order = ["attributes.start_time DESC"]
     if name:
-        filters = [f"tags.`{TAG_SWEEP}` = '{name}' and tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` = '{name}'",
-                   f"attributes.run_name = '{name}'"]
+        filters = [f"tags.`{TAG_SWEEP}` = '{quote(name)}' and tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` = '{quote(name)}'",
+                   f"attributes.run_name = '{quote(name)}'"]
     else:
         filters = [f"tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` != ''"]
-    parents = []
-    for f in filters:
-        parents += [r for r in client.search_runs(exp_ids, f, order_by=order, max_results=50) if PARENT_RUN_TAG not in r.data.tags]
+    parents = [reader.load(r, histories=False) for f in filters for r in reader.top_level(f, exp_ids, max_results=50)]
     if name and not parents:
         try:
-            parents = [client.get_run(name)]
-        except Exception:  # noqa: BLE001 - not a run id
+            parents = [reader.get(name, histories=False)]
+        except RunNotFound:
             return None
     if not parents:
         return None
-    parent = max(parents, key=lambda r: r.info.start_time or 0)
-    kids = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}'",
-                              order_by=["attributes.start_time ASC"], max_results=1000)
-    return parent, kids
+    parent = max(parents, key=lambda r: r.start_time)
+    return parent, reader.children(parent.run_id, [parent.experiment_id], histories=False)
 
 
 def server_command(store: str, host: str, port: int, workers: int = 1) -> list[str]:
