@@ -443,13 +443,27 @@ def project(
     reps: int = typer.Option(3, "--reps", min=1, help="--sweep: repeats per microbenchmark timing (the fastest counts)."),
     tolerance: float = typer.Option(0.10, "--tolerance", min=0.0, help="--sweep: relative error of the step speedup that passes."),
     load_adjust: bool = typer.Option(False, "--load-adjust", help="--sweep: scale each point's predicted gen by its non-gen s / the baseline's (machine speed during the point)."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Fit the unknown cost (--unknown c|knee) to one measured point (--k K, its acceptance, --gen-speedup S) and predict k=1..7."),
+    gen_speedup: Optional[float] = typer.Option(None, "--gen-speedup", min=0.0, help="--calibrate: the measured gen speedup at --k (e.g. speedup/gen of a paired run)."),
+    acceptance_length: Optional[float] = typer.Option(None, "--acceptance-length", min=1.0, help="--calibrate: the measured acceptance length at --k (α from inverting E[N])."),
+    unknown: str = typer.Option("c", "--unknown", help="--calibrate: what to fit: c (drafter/target step cost) or knee (tokens in flight where verification turns compute-bound)."),
+    knee: Optional[float] = typer.Option(None, "--knee", min=1.0, help="--calibrate --unknown c: the roofline knee in tokens in flight (default: memory-bound, verification = 1 step)."),
 ) -> None:
     """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
 
     Examples: wb project --gen 100 --logprob 20 --train 15 --alpha 0.8 --c 0.05 |
-    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds | wb project --sweep note-1
+    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds | wb project --sweep note-1 |
+    wb project --calibrate --k 3 --acceptance-length 2.4 --gen-speedup 1.6
     """
     from workbench import project as pm
+
+    if calibrate:
+        from workbench.calibrate import run_cli
+
+        try:
+            return run_cli(console, ks, gen_speedup, acceptance_length, per_pos, alpha, unknown, c, knee, batch)
+        except ValueError as e:
+            _fail(str(e))
 
     if (costs or save_costs) and not sweep:
         _fail("--costs and --save-costs go with --sweep NAME")

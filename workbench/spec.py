@@ -163,6 +163,10 @@ class MeasureSpec(_Section):
         "wb tune, off in wb run",
     )
     warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")
+    modeled: bool = Field(
+        True, description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
+        "measured once per machine and model (cached; workbench.cost_curve) before the MLflow run opens",
+    )
 
 
 class TrackingSpec(_Section):

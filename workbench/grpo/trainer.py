@@ -26,6 +26,7 @@ from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
+from workbench.modeled import build_modeled
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
@@ -191,6 +192,9 @@ class GRPOTrainer:
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
         self.timer = StageTimer(self.device)
+        # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
+        self.modeled = build_modeled(spec, self.rollout_model, self.drafter,
+                                     [encode_prompt(self.tokenizer, p) for p in self.train_data["prompt"][:64]], progress)
 
     # ------------------------------------------------------------------ stages
 
@@ -266,6 +270,8 @@ class GRPOTrainer:
         m.update(out.counters.metrics())
         if self.paired_engine is not None:
             m.update(paired_metrics(m, paired.counters, paired_first))
+        if self.modeled is not None:
+            m.update(self.modeled.metrics(out))
         m.update({
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),

@@ -1,0 +1,270 @@
+"""Cost curves of the rollout engine's forwards, measured once per machine and model and cached.
+
+What ``speedup/gen_modeled`` (:mod:`workbench.modeled`) turns counted forwards into seconds with
+(DESIGN.md §4 and §8: "the measured cost of a target forward as a function of tokens in flight
+belongs in the model"):
+
+- **target curve**: seconds of one batched forward of the engine's own :class:`LeanLM` (the plain
+  decode/verify path, compiled when ``rollout.compile``) as a function of the tokens in flight
+  T = rows × tokens per row. Measured on a grid T = 1, 2, 3, 4, 6, 8, 12, ... up to
+  rows_max × t_max (rows_max = the rollout batch, t_max = max(8, k+1)), each point with the shape
+  rows = min(T, rows_max), ⌈T / rows⌉ tokens per row, over a KV cache holding ``ctx`` tokens of a
+  typical context; the fastest of ``reps`` interleaved rounds (round 0 warms up), made
+  non-decreasing in T (a forward over more tokens is never cheaper; a dip is noise). Assumption:
+  shapes with the same tokens in flight cost the same (KV-cache reads, which grow with rows, not
+  tokens, are ignored, as in the roofline of :mod:`workbench.project`).
+- **drafter cost** per verification step (all k draft steps) at n rows:
+  ``draft_model``: from the draft model's own curve, measured the same way: its propose runs one
+  forward of 2 tokens per row (catch-up) and k−1 of one token, so d(2n) + (k−1)·d(n);
+  ``mtp`` / ``eagle3`` / ``ngram``: measured, the drafter's own ``propose`` + ``accept`` seconds per
+  verification step inside short engine generations (EOS off, n = 1 and rows_max rows), fitted
+  a + b·n (:func:`workbench.project.fit_affine`). For mtp/eagle3 that is their head forwards and
+  sampling; for ngram it is the host/tensor time of the suffix match (measured, not assumed 0).
+
+Cache: ``<cache_dir>/cost_curves/<key>.json``, key = hash of the model config, dtype, device,
+torch version, CPU/GPU name, torch threads, compile flag and the measurement's shape parameters
+(see :func:`curve_key`); a second run on the same machine and model loads it without measuring.
+Sampling, rejection sampling, bookkeeping and the prefill are not in these costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import torch
+
+from workbench.project import CostModel, fit_affine
+
+CURVE_VERSION = 1
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU model (``/proc/cpuinfo`` where there is one)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def curve_key(lm, extra: dict) -> tuple[str, dict]:
+    """(12 hex chars, the fields hashed) for ``lm`` (a :class:`LeanLM`) on this machine; ``extra``
+    holds the measurement's own parameters (shape grid, context, drafter config)."""
+    w = lm.lm_head.weight
+    fields = {"version": CURVE_VERSION, "config": dataclasses.asdict(lm.cfg), "dtype": str(w.dtype), "device": w.device.type,
+              "torch": torch.__version__, "machine": device_name(w.device), "threads": torch.get_num_threads(),
+              "compiled": "_compiled" in lm.__dict__, **extra}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12], fields
+
+
+def cache_path(key: str):
+    from workbench.models.build import cache_dir
+
+    return cache_dir() / "cost_curves" / f"{key}.json"
+
+
+def _load(key: str) -> dict | None:
+    try:
+        return json.loads(cache_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _save(key: str, data: dict) -> None:
+    p = cache_path(key)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, p)  # atomic: concurrent runs write identical-purpose files
+
+
+def _when(t0: float) -> dict:
+    """Provenance of a measurement: seconds it took, date, load average (a loaded machine measures
+    slow forwards: delete the file to measure again)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"measured_s": round(time.perf_counter() - t0, 3), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_1m": load}
+
+
+def token_grid(max_tokens: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, ... (×1.5 / ×4/3 steps) up to and including ``max_tokens``."""
+    out, t = [], 1
+    while t < max_tokens:
+        out.append(t)
+        t = t + 1 if t < 2 else (t * 3 // 2 if (t & (t - 1)) == 0 else t * 4 // 3)
+    return out + [max_tokens]
+
+
+def shapes(rows_max: int, t_max: int) -> list[tuple[int, int]]:
+    """(rows, tokens per row) per grid point: rows = min(T, rows_max), ⌈T / rows⌉ tokens each."""
+    out = []
+    for T in token_grid(rows_max * t_max):
+        rows = min(T, rows_max)
+        shape = (rows, -(-T // rows))
+        if shape not in out:
+            out.append(shape)
+    return out
+
+
+def _sync(device: torch.device):
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+@torch.no_grad()
+def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, bar=None, budget_s: float = 2.0) -> CostModel:
+    """Seconds of one ``lm`` forward per tokens in flight (see the module doc); ``bar.update(i, info)``.
+
+    At most ``reps`` timed rounds, fewer once ``budget_s`` seconds are spent (at least one)."""
+    t_start = time.perf_counter()
+    w = lm.lm_head.weight
+    dev, sync = w.device, _sync(w.device)
+    g = torch.Generator(dev).manual_seed(0)  # never the run's RNG
+    cells = []
+    for rows, t in shapes(rows_max, t_max):
+        cache = lm.new_cache(rows, ctx + t + 1)
+        x = torch.randint(3, lm.cfg.vocab_size, (rows, t), generator=g, device=dev)
+        start = torch.full((rows,), ctx, device=dev)
+        cells.append(((rows, t), lambda x=x, start=start, cache=cache: lm(x, start, cache)))
+    best = [math.inf] * len(cells)
+    inner = [1] * len(cells)
+    for rnd in range(reps + 1):  # interleaved rounds: a load spike hits one round of a cell
+        for i, (_, fn) in enumerate(cells):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(inner[i]):
+                fn()
+            sync()
+            dt = (time.perf_counter() - t0) / inner[i]
+            if rnd == 0:
+                inner[i] = max(1, min(20, math.ceil(2e-3 / max(dt, 1e-6))))  # >= ~2 ms per timing
+            else:
+                best[i] = min(best[i], dt)
+        if bar is not None:
+            bar.update(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
+        if rnd and time.perf_counter() - t_start > budget_s:
+            break
+    pts = sorted((r * t, s) for ((r, t), _), s in zip(cells, best))
+    secs, run = [], 0.0
+    for _, s in pts:
+        run = max(run, s)
+        secs.append(run)
+    return CostModel("curve", [float(T) for T, _ in pts], secs)
+
+
+def forward_curve(lm, rows_max: int, t_max: int, ctx: int, label: str, progress: bool = True, reps: int = 3) -> tuple[CostModel, bool]:
+    """The cached curve of ``lm`` (measured and written on a miss). Returns (curve, loaded from cache)."""
+    from workbench.models.build import _Bar
+
+    ctx = max(1, min(ctx, lm.cfg.max_position_embeddings - t_max - 1))
+    key, fields = curve_key(lm, {"what": "forward", "rows_max": rows_max, "t_max": t_max, "ctx": ctx, "reps": reps})
+    hit = _load(key)
+    if hit is not None:
+        return CostModel("curve", hit["tokens"], hit["seconds"]), True
+    t0 = time.perf_counter()
+    bar = _Bar(progress, f"cost curve {label}", reps + 1)
+    try:
+        curve = measure_forward_curve(lm, rows_max, t_max, ctx, reps, bar)
+    finally:
+        bar.close()
+    _save(key, {"key": fields, "tokens": curve.tokens, "seconds": curve.seconds, **_when(t0)})
+    return curve, False
+
+
+@dataclass
+class DrafterCost:
+    """Seconds the drafter spends per verification step (all k draft steps) at n rows in flight."""
+
+    kind: str
+    k: int
+    how: str  # what was measured (shown in docs / tables)
+    curve: CostModel | None = None  # draft_model: the draft model's forward curve
+    a: float = 0.0  # otherwise a + b·n seconds per verification step
+    b: float = 0.0
+
+    def step(self, n: float) -> float:
+        if self.curve is not None:
+            return self.curve.time(2 * n) + (self.k - 1) * self.curve.time(n)
+        return self.a + self.b * n
+
+
+@torch.no_grad()
+def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], rows_max: int, sampling, reps: int = 3, bar=None,
+                          budget_s: float = 3.0) -> tuple[float, float]:
+    """(a, b): the drafter's propose + accept seconds per verification step ≈ a + b·n, timed inside
+    engine generations of n = 1 and ``rows_max`` rows (EOS off, so n stays constant); the fastest
+    of at most ``reps`` rounds, fewer once ``budget_s`` seconds are spent (at least one)."""
+    t_start = time.perf_counter()
+    from workbench.rollout.engine import RolloutEngine
+
+    dev = target.lm_head.weight.device
+    sync = _sync(dev)
+    engine = RolloutEngine(target, drafter, k=k, max_batch_size=rows_max)
+    spent = [0.0]
+
+    def timed(fn):
+        def wrapper(*a, **kw):
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*a, **kw)
+            sync()
+            spent[0] += time.perf_counter() - t0
+            return out
+        return wrapper
+
+    drafter.propose, drafter.accept = timed(drafter.propose), timed(drafter.accept)
+    best: dict[int, float] = {}
+    try:
+        for rnd in range(reps + 1):
+            for n in sorted({1, rows_max}):
+                rows = [prompts[i % len(prompts)] for i in range(n)]
+                spent[0] = 0.0
+                out = engine.generate(rows, sampling, torch.Generator(dev).manual_seed(rnd))
+                per = spent[0] / max(out.counters.num_verify_steps, 1)
+                if rnd:
+                    best[n] = min(best.get(n, math.inf), per)
+            if bar is not None:
+                bar.update(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
+            if rnd and time.perf_counter() - t_start > budget_s:
+                break
+    finally:
+        del drafter.propose, drafter.accept  # the instance attributes: back to the class methods
+    return fit_affine(list(best), list(best.values()))
+
+
+def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True) -> tuple[DrafterCost, bool]:
+    """The cached :class:`DrafterCost` of the spec's drafter (see the module doc). Returns (cost, from cache)."""
+    from workbench.models.build import _Bar
+    from workbench.rollout.sampling import SamplingParams
+
+    d, k = spec.drafter, spec.drafter.k
+    if d.kind == "draft_model":
+        curve, hit = forward_curve(drafter.model, rows_max, 2, ctx, f"draft model ({d.model})", progress)
+        return DrafterCost(d.kind, k, "draft model forward curve: d(2n) + (k-1)·d(n)", curve=curve), hit
+    how = {"ngram": "measured host time of propose (suffix match)"}.get(d.kind, "measured head forwards (propose + accept)")
+    conf = d.model_dump(mode="json", exclude={"init", "online", "model"})
+    key, fields = curve_key(target, {"what": "drafter", "drafter": conf, "rows_max": rows_max, "ctx": ctx})
+    hit = _load(key)
+    if hit is not None:
+        return DrafterCost(d.kind, k, how, a=hit["a_s"], b=hit["b_s"]), True
+    t0 = time.perf_counter()
+    r = spec.rollout
+    m = max(2, min(16, r.max_new_tokens, target.cfg.max_position_embeddings - max(map(len, prompts)) - k - 2))
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, m, None)
+    bar = _Bar(progress, f"drafter cost {d.kind} k={k}", 4)
+    try:
+        a, b = measure_drafter_steps(target, drafter, k, prompts, rows_max, sp, 3, bar)
+    finally:
+        bar.close()
+    _save(key, {"key": fields, "a_s": a, "b_s": b, **_when(t0)})
+    return DrafterCost(d.kind, k, how, a=a, b=b), False
