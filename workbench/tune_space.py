@@ -1,0 +1,90 @@
+"""`wb tune`'s search space: pure helpers over ``tune.params`` (no storage, no MLflow).
+
+Every key and every edge value (all choices; low and high) of the search space is checked against
+the spec before a study runs (:func:`check_params`), so a bad space fails before the first trial.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from typing import Any
+
+import optuna
+
+from workbench.spec import FloatParam, IntParam, SpecError, TuneSpec, flatten, validate_spec
+
+UNTUNABLE = ("tune", "tracking", "name")
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``raw`` with ``value`` at dotted ``key`` (sections created as needed)."""
+    data = copy.deepcopy(raw)
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+    return data
+
+
+def edge_values(p) -> list[Any]:
+    """The values checked before a study runs: every choice, or low and high."""
+    if isinstance(p, (IntParam, FloatParam)):
+        return [p.low] if p.low == p.high else [p.low, p.high]
+    return list(p.choices)
+
+
+def check_params(raw: dict[str, Any], params: dict[str, Any]) -> None:
+    """Every key of ``tune.params`` must be a tunable dotted key and every edge value valid.
+
+    ``raw`` is the spec (overrides applied) without its tune section.
+
+    Raises:
+        SpecError: ``tune.params.<key>: ...`` naming the key and the fix.
+    """
+    known = sorted(k for k in flatten(validate_spec(raw).model_dump(mode="json")) if k.split(".")[0] not in UNTUNABLE)
+    for key, p in params.items():
+        where = f"tune.params.{key}"
+        if key.split(".")[0] in UNTUNABLE:
+            raise SpecError(f"{where}: {key.split('.')[0]}.* cannot be tuned (it names or logs the experiment); remove it from tune.params")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise SpecError(f"{where}: {key!r} is not a dotted spec key.{hint} Tunable keys: {', '.join(known)}")
+        for v in edge_values(p):
+            try:
+                validate_spec(set_dotted(raw, key, v), source=f"spec with {key}={v!r}")
+            except SpecError as e:
+                raise SpecError(f"{where}: value {v!r} is not allowed; narrow the search space so every value is valid.\n{e}") from None
+
+
+def suggest(trial: optuna.Trial, key: str, p) -> Any:
+    """The trial's value of ``key`` from its search space ``p`` (Optuna's ``suggest_*``)."""
+    if isinstance(p, IntParam):
+        return trial.suggest_int(key, p.low, p.high, step=p.step, log=p.log)
+    if isinstance(p, FloatParam):
+        return trial.suggest_float(key, p.low, p.high, log=p.log)
+    return trial.suggest_categorical(key, p.choices)
+
+
+def grid_space(params: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: list(range(p.low, p.high + 1, p.step)) if isinstance(p, IntParam) else list(p.choices) for k, p in params.items()}
+
+
+def make_sampler(tune: TuneSpec, seed: int) -> optuna.samplers.BaseSampler:
+    if tune.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if tune.sampler == "grid":
+        return optuna.samplers.GridSampler(grid_space(tune.params), seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def make_pruner(tune: TuneSpec, warmup_steps: int = 1) -> optuna.pruners.BasePruner:
+    """The median pruner (or none). Steps are 1-based and nothing is reported during the
+    ``warmup_steps`` warm-up steps, so pruning starts at the first step after them."""
+    if tune.pruner == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=warmup_steps + 1)
