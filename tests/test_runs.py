@@ -13,7 +13,6 @@ from workbench.stats import ratio_ci
 ROOT = Path(__file__).resolve().parents[1]
 # Modules that still query MLflow themselves, each waiting on a change outside this branch; the test
 # below fails if one of them stops doing so (shrink the list) or any other module starts.
-PENDING = {"workbench/tune.py"}  # _StudyStore.open_parent: tune.py is another worker's file
 
 
 def log_run(client, exp, name, params=None, metrics=None, status="FINISHED", tags=None, parent=None, start=None):
@@ -35,8 +34,7 @@ def test_only_workbench_runs_queries_mlflow_runs():
             if "search_runs" in text or "get_metric_history" in text:
                 offenders.add(f.relative_to(ROOT).as_posix())
     assert "workbench/runs.py" in offenders  # the walk found the reader itself
-    assert offenders - {"workbench/runs.py"} - PENDING == set(), "read runs through workbench.runs.RunReader"
-    assert PENDING <= offenders, "a pending module no longer queries MLflow: drop it from PENDING"
+    assert offenders - {"workbench/runs.py"} == set(), "read runs through workbench.runs.RunReader"
 
 
 SETTING = {"model.target": "micro", "grpo.group_size": "4", "seed": "0", "measure.paired": "true", "name": "micro",

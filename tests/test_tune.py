@@ -473,3 +473,29 @@ def test_real_micro_study_paired_best_yaml_loads(workdir):
     for t in study.trials:  # 2 steps, 1 warm-up: one real paired ratio each
         assert t.state.name == "COMPLETE" and t.value > 0 and t.user_attrs["n_steps"] == 1
         assert t.user_attrs["host"] == socket.gethostname()
+
+
+def test_workers_started_together_draw_different_reproducible_parameters(tmp_path):
+    """Two workers (two Study objects, one storage, the same spec seed) ask at the same time: the
+    per-trial reseed gives them different parameters; the same trial number always draws the same."""
+    import optuna
+
+    from workbench.spec import TuneSpec
+    from workbench.tune_space import make_sampler, reseed_for_trial
+
+    t = TuneSpec(params={"drafter.k": {"type": "int", "low": 1, "high": 1000}})
+    url = f"sqlite:///{tmp_path}/o.db"
+
+    def worker_draws(name: str, reseed: bool) -> list[int]:
+        a, b = (optuna.create_study(study_name=name, storage=url, sampler=make_sampler(t, 0), load_if_exists=True) for _ in range(2))
+        trials = [(a, a.ask()), (b, b.ask())]
+        out = []
+        for study, tr in trials:
+            if reseed:
+                reseed_for_trial(study, t, 0, tr.number)
+            out.append(tr.suggest_int("drafter.k", 1, 1000))
+        return out
+
+    assert len(set(worker_draws("same-seed", reseed=False))) == 1  # the failure this guards against
+    first = worker_draws("s1", reseed=True)
+    assert first[0] != first[1] and worker_draws("s2", reseed=True) == first

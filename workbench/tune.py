@@ -100,6 +100,7 @@ from workbench.tune_space import (  # noqa: F401 - re-exported
     grid_space,
     make_pruner,
     make_sampler,
+    reseed_for_trial,
     set_dotted,
     suggest,
 )
@@ -360,6 +361,7 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
                     console.print(f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, surplus)")
                     tell(study, trial, None, TrialState.FAIL)
                     break
+                reseed_for_trial(study, plan.tune, plan.base.seed, trial.number)
                 trial.set_user_attr("host", host)
                 trial.set_user_attr("pid", pid)
                 ran += 1

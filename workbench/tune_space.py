@@ -75,11 +75,23 @@ def grid_space(params: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def make_sampler(tune: TuneSpec, seed: int) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded. TPE uses ``constant_liar`` (Optuna's setting for parallel
+    workers: a RUNNING trial counts as a poor result, so workers do not crowd one region)."""
     if tune.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if tune.sampler == "grid":
         return optuna.samplers.GridSampler(grid_space(tune.params), seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def reseed_for_trial(study: optuna.Study, tune: TuneSpec, seed: int, number: int) -> None:
+    """Give the study a sampler seeded by (spec seed, trial number) before the trial's parameters
+    are suggested. Trial numbers are unique across workers (the RDB storage assigns them), so
+    workers started together no longer draw the same parameters from one seed, and a study stays
+    reproducible trial by trial. Random and TPE sample at ``suggest_*`` time, after ``ask``; the
+    grid sampler picks its grid point at ``ask`` and keeps its own seed."""
+    if tune.sampler != "grid":
+        study.sampler = make_sampler(tune, seed + number)
 
 
 def make_pruner(tune: TuneSpec, warmup_steps: int = 1) -> optuna.pruners.BasePruner:
