@@ -145,3 +145,18 @@ def test_a_name_cannot_be_both_stage_and_measurement(clock):
     with pytest.raises(ValueError, match="both"):
         with timer.stage("gen", measurement=True):
             pass
+
+
+def test_move_rebills_seconds_from_a_stage_to_a_measurement(clock):
+    timer = StageTimer(torch.device("cpu"))
+    timer.start_step()
+    with timer.stage("gen"):
+        clock.sleep(5.0)  # both arms of an interleaved paired generation
+    timer.move("gen", "gen_autoregressive", 3.0)
+    m = timer.end_step()
+    assert (m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]) == pytest.approx((2.0, 3.0, 2.0))
+    timer.start_step()
+    with timer.stage("gen"):
+        clock.sleep(1.0)
+    with pytest.raises(ValueError, match="cannot move"):
+        timer.move("gen", "gen_autoregressive", 2.0)

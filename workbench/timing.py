@@ -47,10 +47,23 @@ class StageTimer:
         self._stages: dict[str, float] = {}
         self._measured: dict[str, float] = {}
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """Seconds (perf_counter), after synchronising the CUDA device if the timer is on one."""
         if self._sync_cuda:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+    _now = now
+
+    def move(self, stage: str, measurement: str, seconds: float) -> None:
+        """Re-bill ``seconds`` that ran inside ``stage`` to the measurement ``measurement`` (the
+        paired generation interleaved with ``gen``). Raises ValueError if the stage has less."""
+        if self._stages.get(stage, 0.0) + 1e-9 < seconds:
+            raise ValueError(f"cannot move {seconds:.6f} s out of stage {stage!r}, which has {self._stages.get(stage, 0.0):.6f} s")
+        if measurement in self._stages:
+            raise ValueError(f"stage {measurement!r} is used both as a step stage and as a measurement")
+        self._stages[stage] -= seconds
+        self._measured[measurement] = self._measured.get(measurement, 0.0) + seconds
 
     def start_step(self) -> None:
         """Open a step (discarding any unfinished one) and start its wall clock."""

@@ -29,6 +29,7 @@ from workbench.models.tokenizer import decode_completion, encode_prompt
 from workbench.modeled import build_modeled
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
+from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams
 from workbench.spec import ExperimentSpec
 from workbench.tasks import get_task
@@ -226,15 +227,18 @@ class GRPOTrainer:
             if self.drafter is not None:
                 self.drafter.sync(self.rollout_model)
 
-        # Paired arm first on even steps, second on odd ones, so neither arm always inherits the
-        # other's warm caches; its rollouts are timed and counted, never rewarded or trained on.
-        paired_first = self.paired_engine is not None and step % 2 == 0
-        if paired_first:
-            paired = self._paired_gen(prompts, group_ids)
         with stage("gen"):
-            out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
-        if self.paired_engine is not None and not paired_first:
-            paired = self._paired_gen(prompts, group_ids)
+            if self.paired_engine is None:
+                out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
+            else:  # paired (DESIGN.md §8): interleaved forward by forward with plain decoding of the same prompts
+                paired_first = step % 2 == 0  # which arm opens alternates per step (and per round inside)
+                (out, paired), (_, ar_s) = generate_interleaved(
+                    [self.engine.generate_steps(prompts, self.sampling, self.generator, group_ids),
+                     self.paired_engine.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
+                    timer.now, first=1 if paired_first else 0,
+                )
+        if self.paired_engine is not None:  # its rollouts are timed and counted, never rewarded or trained on
+            timer.move("gen", "gen_autoregressive", ar_s)
 
         with stage("reward"):
             texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
@@ -289,12 +293,6 @@ class GRPOTrainer:
             for i in range(min(g.num_samples_logged, len(texts)))
         ]
         return m, samples
-
-    def _paired_gen(self, prompts: list[list[int]], group_ids: list[int]) -> RolloutOutput:
-        """The paired autoregressive generation of this step's prompts, timed as the measurement
-        ``gen_autoregressive`` (left out of the step time; see workbench.timing)."""
-        with self.timer.stage("gen_autoregressive", measurement=True):
-            return self.paired_engine.generate(prompts, self.sampling, self.paired_generator, group_ids)
 
     def _train(self, ids, mask, old_logp, ref_logp, adv) -> dict[str, float]:
         """One optimiser step over the whole batch, micro-batched with exact loss weighting."""

@@ -8,6 +8,7 @@ the batch (the cache and the drafter drop them), so no row waits for or is cut b
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,12 +117,29 @@ class RolloutEngine:
             ValueError: an empty prompt, or prompt + max_new_tokens + k beyond the model's
                 max_position_embeddings.
         """
+        return drain(self.generate_steps(prompts, sampling, generator, group_ids))
+
+    def generate_steps(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> Generator[None, None, RolloutOutput]:
+        """:meth:`generate` as a Python generator that yields after the prefill and after every
+        batched target forward (with its sampling and bookkeeping) and returns the RolloutOutput.
+        A driver can so interleave two generations forward by forward
+        (workbench.rollout.paired.generate_interleaved) and time each one's own forwards.
+
+        Raises:
+            ValueError: as :meth:`generate`, at the first ``next()``.
+        """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("rollout: every prompt needs at least one token (the BOS token)")
         group_ids = group_ids if group_ids is not None else list(range(len(prompts)))
         out = RolloutOutput([], [], [], SpecCounters(k=self.k))
         for i in range(0, len(prompts), self.max_batch_size):
-            part = self._generate_batch(prompts[i : i + self.max_batch_size], sampling, generator, group_ids[i : i + self.max_batch_size])
+            part = yield from self._generate_batch(prompts[i : i + self.max_batch_size], sampling, generator, group_ids[i : i + self.max_batch_size])
             out.tokens += part.tokens
             out.logprobs += part.logprobs
             out.finish_reasons += part.finish_reasons
@@ -164,6 +182,7 @@ class RolloutEngine:
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
             self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
         state = self._retire(state, done, first == eos, cache, results)
+        yield  # prefill done
 
         while state.lens.numel() > 0:
             n = state.lens.shape[0]
@@ -209,6 +228,7 @@ class RolloutEngine:
                 self.drafter.accept(ctx, emit - 1, hidden)
             done = hit_eos | (state.n_gen >= sp.max_new_tokens)
             state = self._retire(state, done, hit_eos, cache, results)
+            yield  # one verification (or decode) step done
 
         counters.num_generated_tokens = sum(len(results[i][0]) for i in results)
         order = range(B)
@@ -256,6 +276,15 @@ class RolloutEngine:
         if self.drafter is not None:
             self.drafter.select(keep)
         return state
+
+
+def drain(steps: Generator[None, None, Any]) -> Any:
+    """Run a generator such as :meth:`RolloutEngine.generate_steps` to the end; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 @dataclass
