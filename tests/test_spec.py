@@ -73,3 +73,9 @@ def test_init_data_auto_and_none():
     assert load_spec(None, ["drafter.kind=eagle3"]).drafter.init_data() == "in_domain"
     assert load_spec(None, ["drafter.kind=draft_model"]).drafter.init_data() == "none"
     assert load_spec(None, ["drafter.kind=mtp", "drafter.init.data=none"]).drafter.init_data() == "none"  # YAML null
+
+
+def test_none_words_reach_literal_fields_from_overrides():
+    """`none` on the command line parses as null; fields whose value is the word none accept it."""
+    s = load_spec("micro", ["tune.pruner=none", "drafter.init.data=none"])
+    assert s.tune.pruner == "none" and s.drafter.init.data == "none"

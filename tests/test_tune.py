@@ -310,12 +310,12 @@ def test_median_pruner_prunes_slow_trial(workdir, fake):
     fake(slow_after=1)
     spec = write_spec(workdir / "s.yaml", params={"drafter.k": {"type": "categorical", "choices": [3]}}, startup_trials=1,
                       objective="gen_tokens_per_s")
-    res = runner.invoke(app, ["tune", spec, "grpo.steps=3", "--trials", "2", "--study", "pr", "--quiet", "--out", "sub/b.yaml"])
+    res = runner.invoke(app, ["tune", spec, "grpo.steps=6", "--trials", "2", "--study", "pr", "--quiet", "--out", "sub/b.yaml"])
     assert res.exit_code == 0, res.output
     study = optuna.load_study(study_name="pr", storage=f"sqlite:///{workdir}/optuna.db")
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"] and study.trials[1].last_step == 2
-    assert list(study.trials[1].intermediate_values) == [2]  # first report after the warm-up step
-    assert "pruned at step 2" in res.output and (workdir / "sub/b.yaml").is_file()
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"] and study.trials[1].last_step == 4
+    assert list(study.trials[1].intermediate_values) == [2, 3, 4]  # reports from after the warm-up step; pruned at the 3rd
+    assert "pruned at step 4" in res.output and (workdir / "sub/b.yaml").is_file()
     roles = _runs(MlflowClient(f"sqlite:///{workdir}/mlflow.db"), "pr")
     pruned = [r for r in roles["trial"] if r.data.tags.get("workbench.pruned") == "true"]
     assert len(pruned) == 1 and pruned[0].info.status == "FINISHED" and "tune/objective" in pruned[0].data.metrics

@@ -238,6 +238,11 @@ class TuneSpec(_Section):
     startup_trials: int = Field(3, ge=0, description="median pruner: finished trials before any pruning")
     params: dict[str, ParamSpace] = Field(default_factory=dict, description="dotted spec key -> {type: categorical|int|float, ...}")
 
+    @field_validator("pruner", mode="before")
+    @classmethod
+    def _none_word(cls, v: Any) -> Any:
+        return "none" if v is None else v  # `tune.pruner=none` parses as null
+
     @model_validator(mode="after")
     def _grid(self) -> "TuneSpec":
         if self.sampler == "grid":

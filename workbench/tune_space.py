@@ -94,9 +94,14 @@ def reseed_for_trial(study: optuna.Study, tune: TuneSpec, seed: int, number: int
         study.sampler = make_sampler(tune, seed + number)
 
 
+MIN_VALUES_BEFORE_PRUNING = 3  # one paired ratio is one noisy step: decide on a running mean of >= 3
+
+
 def make_pruner(tune: TuneSpec, warmup_steps: int = 1) -> optuna.pruners.BasePruner:
     """The median pruner (or none). Steps are 1-based and nothing is reported during the
-    ``warmup_steps`` warm-up steps, so pruning starts at the first step after them."""
+    ``warmup_steps`` warm-up steps; pruning starts once MIN_VALUES_BEFORE_PRUNING values were
+    reported (step warmup_steps + 3), so a trial is never pruned on a single noisy step."""
     if tune.pruner == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=warmup_steps + 1)
+    return optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials,
+                                       n_warmup_steps=warmup_steps + MIN_VALUES_BEFORE_PRUNING)
