@@ -183,7 +183,7 @@ def test_unpaired_speedup_objective_is_refused_at_plan_time(workdir, overrides, 
 
 # ----------------------------------------------------------------------------- studies (fake runs, real Optuna + MLflow)
 
-JITTER = {1: 0.2, 2: 1.1, 3: 1 / 1.1}  # per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
+JITTER = {1: 0.2, 2: 1.1, 3: 1 / 1.1, 4: 1.0, 5: 1.0, 6: 1.0}  # per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
 
 
 def fake_runner(calls, slow_after=None, delay=0.0, fail_first=None):
