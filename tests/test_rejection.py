@@ -88,6 +88,17 @@ def test_rows_with_fewer_drafts_sample_plain_p():
     assert chi2_pvalue(tokens[:, 0], p[0]) > ALPHA
 
 
+def test_rows_with_some_but_fewer_than_k_drafts():
+    """0 < num_draft < k: after the last real draft is accepted the next position is a plain
+    sample from p there (like a bonus token), never a residual against a non-draft's q."""
+    k = 3
+    p, q = rand_dist(k + 1, V, seed=20), rand_dist(k, V, seed=21)
+    (n_acc, tokens), _ = run(p, q, k, num_draft=torch.ones(N, dtype=torch.long), seed=20)
+    assert n_acc.max() == 1 and 0 < n_acc.float().mean() < 1
+    assert chi2_pvalue(tokens[:, 0], p[0]) > ALPHA
+    assert chi2_pvalue(tokens[n_acc == 1, 1], p[1]) > ALPHA
+
+
 def test_acceptance_rate_matches_alpha():
     # P(accept x ~ q) = sum_x min(p, q) (Leviathan et al., Definition 3.1).
     p, q = rand_dist(2, V, seed=10), rand_dist(1, V, seed=11)
