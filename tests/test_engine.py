@@ -23,18 +23,19 @@ def test_logits_match_transformers(target_hf, target_lm):
 
 
 def test_incremental_ragged_positions_match_full_forward(target_hf, target_lm):
+    """One batched forward whose rows start at different positions (row 0 continues at 6, row 1
+    recomputes position 5 then continues), over a cache prefilled with 6 tokens per row."""
     ids = torch.randint(3, 48, (2, 12))
-    ref = target_hf(ids).logits
+    ref = target_hf(ids).logits  # (2, 12, V)
     cache = target_lm.new_cache(2, 32)
     target_lm(ids[:, :6], torch.zeros(2, dtype=torch.long), cache)
-    # row 0 continues from 6, row 1 recomputes position 5 then continues: both must match.
-    got0, _ = target_lm(ids[:1, 6:9], torch.tensor([6]), _row(cache, 0))
-    assert torch.allclose(got0, ref[:1, 6:9], atol=1e-4)
-
-
-def _row(cache, b):
-    cache.select(torch.tensor([b]))
-    return cache
+    inp = torch.stack([ids[0, 6:9], ids[1, 5:8]])  # (2, 3) ragged: columns sit at different positions per row
+    got, _ = target_lm(inp, torch.tensor([6, 5]), cache)
+    assert torch.allclose(got[0], ref[0, 6:9], atol=1e-4)
+    assert torch.allclose(got[1], ref[1, 5:8], atol=1e-4)
+    # and the cache then holds both rows correctly: one more ragged step from each row's end
+    got2, _ = target_lm(torch.stack([ids[0, 9:10], ids[1, 8:9]]), torch.tensor([9, 8]), cache)
+    assert torch.allclose(got2[0, 0], ref[0, 9], atol=1e-4) and torch.allclose(got2[1, 0], ref[1, 8], atol=1e-4)
 
 
 def test_grouped_query_and_tied_embeddings_load():
