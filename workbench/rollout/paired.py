@@ -5,7 +5,8 @@
 
 Why per forward: on a shared machine the speed of the CPU (or of a contended GPU) changes within
 a fraction of a second. Two plain-decoding runs of the same prompts, back to back, measured
-0.81-1.33x of each other on the 2-core CPU (log-ratio sd 0.12 over 14 pairs). Alternating the
+0.87-1.16x of each other on the 2-core CPU (log-ratio sd 0.083 over 14 pairs; 0.017 interleaved;
+benchmarks/paired_noise.py). Alternating the
 two arms after every batched forward puts both under the same slow and fast moments, so their
 ratio keeps the difference in work and loses most of the machine's. The order alternates every
 round (A B, B A, A B, ...) and ``first`` says which arm opens, so neither always runs right after
