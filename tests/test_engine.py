@@ -211,3 +211,19 @@ def test_enable_compile_raises_the_recompile_limit():
         assert getattr(dcfg, name) >= 64
     finally:
         setattr(dcfg, name, old)
+
+
+def test_spec_counters_count_only_drafts_that_were_emitted(target_lm):
+    """The draft model is the target itself, so under greedy every draft is accepted; with a budget
+    of 4 tokens and k=6 each row's one verification step emits 3 drafts (the budget cuts the rest):
+    3 accepted per row, not the 6 the rejection sampler accepted."""
+    from workbench.rollout.sampling import SamplingParams
+
+    sp = SamplingParams(temperature=0.0, max_new_tokens=4, eos_token_id=None)
+    out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=6).generate(PROMPTS, sp)
+    B = len(PROMPTS)
+    c = out.counters
+    assert all(len(t) == 4 for t in out.tokens) and c.num_verify_steps == 1
+    assert c.num_accepted_tokens == 3 * B
+    assert c.num_accepted_tokens_per_pos == [B, B, B, 0, 0, 0]
+    assert c.metrics()["spec/acceptance_length"] == pytest.approx(4.0)  # 1 + 3 accepted per draft step

@@ -204,10 +204,6 @@ class RolloutEngine:
                 emit = n_acc + 1
                 counters.num_drafts += int((prop.num_draft > 0).sum())
                 counters.num_draft_tokens += int(prop.num_draft.sum())
-                counters.num_accepted_tokens += int(n_acc.sum())
-                per_pos = (n_acc[:, None] > torch.arange(k, device=dev)[None, :]).sum(0).tolist()
-                for i, c in enumerate(per_pos):
-                    counters.num_accepted_tokens_per_pos[i] += c
             counters.num_verify_steps += 1
             counters.rows_per_forward.append(n)
             lp = p.gather(-1, out[..., None]).squeeze(-1).log()  # (n, k+1) log p of emitted tokens
@@ -219,6 +215,14 @@ class RolloutEngine:
             hit_eos = is_eos.any(1)
             emit = torch.where(hit_eos, is_eos.long().argmax(1) + 1, emit)
             valid = cols < emit[:, None]  # (n, k+1)
+            if self.drafter is not None:
+                # Accepted drafts that were emitted: a draft accepted past the EOS or the token
+                # budget is cut and does not count (it would inflate the acceptance length).
+                acc = torch.minimum(n_acc, emit)
+                counters.num_accepted_tokens += int(acc.sum())
+                per_pos = (acc[:, None] > torch.arange(k, device=dev)[None, :]).sum(0).tolist()
+                for i, c in enumerate(per_pos):
+                    counters.num_accepted_tokens_per_pos[i] += c
             r, c = valid.nonzero(as_tuple=True)
             state.tokens[r, state.lens[r] + c] = out[r, c]
             state.logps[r, state.lens[r] + c] = lp[r, c]
