@@ -1,11 +1,13 @@
 """Drafters: anything that proposes draft tokens for speculative rollouts, registered by name.
 
-A drafter kind is a module in this package that registers a :class:`drafters.base.Drafter`
-subclass with :func:`register`. ``DRAFTERS`` maps the kind (vLLM's ``method`` vocabulary:
-``ngram``, ``draft_model``, ``mtp``, ``eagle3``) to its class.
+A drafter kind is a module in this package that implements the engine's drafter interface
+(:class:`workbench.rollout.drafter.Drafter`) and registers it with :func:`register`. ``DRAFTERS``
+maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``draft_model``, ``mtp``, ``eagle3``) to
+its class.
 """
 
-from drafters.base import DRAFTERS, DraftContext, Drafter, DraftProposal, build_drafter, register
+from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
+from drafters.registry import DRAFTERS, build_drafter, register
 
 # Import for registration side effects (one module per drafter kind).
 from drafters import ngram as _ngram  # noqa: F401,E402
@@ -13,4 +15,4 @@ from drafters import draft_model as _draft_model  # noqa: F401,E402
 from drafters import mtp as _mtp  # noqa: F401,E402
 from drafters import eagle3 as _eagle3  # noqa: F401,E402
 
-__all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "build_drafter", "register"]
+__all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "DrafterTarget", "build_drafter", "register"]

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from drafters.base import DraftContext, Drafter, DraftProposal
+from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal
 from workbench.rollout.model import MLP, LMConfig, RMSNorm, rotate_half
 from workbench.rollout.sampling import probs_from_logits, sample
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from drafters.base import DraftContext, Drafter, DraftProposal, register
+from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
+from drafters.registry import register
 from workbench.rollout.model import KVCache, LeanLM
 from workbench.rollout.sampling import probs_from_logits, sample
 
@@ -33,7 +34,7 @@ class DraftModelDrafter(Drafter):
         self.cache: KVCache | None = None
 
     @classmethod
-    def from_spec(cls, spec, target=None, device=None) -> "DraftModelDrafter":
+    def from_spec(cls, spec, target: DrafterTarget, device=None) -> "DraftModelDrafter":
         """Load ``spec.model`` (preset or checkpoint folder) and check it shares the target's tokenizer.
 
         Raises:
@@ -41,10 +42,10 @@ class DraftModelDrafter(Drafter):
         """
         from workbench.models.build import check_same_tokenizer, load_model, resolve_model
 
-        init_path = getattr(target, "init_path", None)
+        init_path = target.init_path
         path = init_path or resolve_model(spec.model, what="drafter.model")
         hf, tok = load_model(path, device=device)
-        if target is not None and getattr(target, "tokenizer", None) is not None:
+        if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
         return cls(LeanLM.from_hf(hf), hf, tok)
 

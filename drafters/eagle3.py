@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from drafters.base import register
+from drafters.registry import register
+from workbench.rollout.drafter import DrafterTarget
 from drafters.chain import ChainDrafter, ChainNet
 from drafters.mtp import _load, _save
 from workbench.rollout.model import LMConfig, RMSNorm
@@ -75,7 +76,7 @@ class Eagle3Drafter(ChainDrafter):
     kind = "eagle3"
 
     @classmethod
-    def from_spec(cls, spec, target=None, device=None) -> "Eagle3Drafter":
+    def from_spec(cls, spec, target: DrafterTarget, device=None) -> "Eagle3Drafter":
         """Fresh (random layer, LM head rows copied from the target's) or ``target.init_path``'s checkpoint.
 
         ``target.token_counts`` (V,) (from the init data) picks the draft vocabulary of a fresh drafter;
@@ -91,8 +92,8 @@ class Eagle3Drafter(ChainDrafter):
         if max(ids) > cfg.num_layers:
             raise ValueError(f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
                              f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}")
-        path = getattr(target, "init_path", None)
-        counts = getattr(target, "token_counts", None)
+        path = target.init_path
+        counts = target.token_counts
         if path is not None:
             import json
 

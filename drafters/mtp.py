@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from drafters.base import register
+from drafters.registry import register
+from workbench.rollout.drafter import DrafterTarget
 from drafters.chain import ChainDrafter, ChainNet
 from workbench.rollout.model import LMConfig, RMSNorm
 
@@ -50,7 +51,7 @@ class MTPDrafter(ChainDrafter):
     kind = "mtp"
 
     @classmethod
-    def from_spec(cls, spec, target=None, device=None) -> "MTPDrafter":
+    def from_spec(cls, spec, target: DrafterTarget, device=None) -> "MTPDrafter":
         """Fresh modules (random init) or the checkpoint at ``target.init_path`` (``wb drafter init``).
 
         Raises:
@@ -58,7 +59,7 @@ class MTPDrafter(ChainDrafter):
         """
         lm = target.lm
         net = MTPNet(lm.cfg, spec.num_nextn_predict_layers)
-        path = getattr(target, "init_path", None)
+        path = target.init_path
         if path is not None:
             _load(net, Path(path), "mtp", {"hidden_size": lm.cfg.hidden_size, "vocab_size": lm.cfg.vocab_size,
                                              "num_modules": spec.num_nextn_predict_layers})

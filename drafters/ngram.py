@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drafters.base import DraftContext, Drafter, DraftProposal, register
+from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
+from drafters.registry import register
 
 
 def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
@@ -70,7 +71,7 @@ class NgramDrafter(Drafter):
         self.min_n, self.max_n = prompt_lookup_min, prompt_lookup_max
 
     @classmethod
-    def from_spec(cls, spec, target=None, device=None) -> "NgramDrafter":
+    def from_spec(cls, spec, target: DrafterTarget | None = None, device=None) -> "NgramDrafter":
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from drafters.base import Drafter
+from workbench.rollout.drafter import Drafter
 from drafters.chain import DraftBatch
 
 

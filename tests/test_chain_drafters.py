@@ -1,12 +1,11 @@
 """mtp and eagle3 (drafters that read the target): vocabulary map, hidden-state conventions, the
 training-time-test loss, checkpoints, and exactness (greedy token for token, sampled joint law)."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from drafters import build_drafter
+from drafters import DrafterTarget, build_drafter
 from drafters.eagle3 import default_layer_ids, vocab_map
 from drafters.training import capture_hidden, collate, completion_loss_mask, evaluate, fit, lean_target_states, split_rows
 from workbench.rollout.engine import RolloutEngine
@@ -22,7 +21,7 @@ KINDS = [("mtp", 1), ("mtp", 2), ("eagle3", 1)]
 
 def _make(kind, lm, counts=None, **fields):
     spec = DrafterSpec(kind=kind, **fields)
-    return build_drafter(kind, spec, SimpleNamespace(lm=lm, tokenizer=None, token_counts=counts), torch.device("cpu"))
+    return build_drafter(kind, spec, DrafterTarget(lm, token_counts=counts), torch.device("cpu"))
 
 
 def _rollout_rows(lm, n=96, max_new=30, seed=0, layers=()):
@@ -149,7 +148,7 @@ def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
     d = trained[(kind, 1)]
     d.save(tmp_path / kind)
     spec = DrafterSpec(kind=kind)
-    e = build_drafter(kind, spec, SimpleNamespace(lm=target_lm, tokenizer=None, init_path=tmp_path / kind), torch.device("cpu"))
+    e = build_drafter(kind, spec, DrafterTarget(target_lm, init_path=tmp_path / kind), torch.device("cpu"))
     for (n1, a), (n2, b) in zip(d.net.state_dict().items(), e.net.state_dict().items()):
         assert n1 == n2 and torch.equal(a, b)
     sv1 = RolloutEngine(target_lm, d, k=3).generate(PROMPTS, greedy())
@@ -157,7 +156,7 @@ def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
     assert sv1.counters.num_accepted_tokens == sv2.counters.num_accepted_tokens
     with pytest.raises(ValueError, match="drafter.init"):
         other = "eagle3" if kind == "mtp" else "mtp"
-        build_drafter(other, DrafterSpec(kind=other), SimpleNamespace(lm=target_lm, tokenizer=None, init_path=tmp_path / kind),
+        build_drafter(other, DrafterSpec(kind=other), DrafterTarget(target_lm, init_path=tmp_path / kind),
                       torch.device("cpu"))
 
 

@@ -86,10 +86,8 @@ def test_shared_prompts_prefilled_once_give_the_same_rollouts(target_lm, draft_l
 def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draft_lm, kind):
     """start() on the distinct prompts expanded by prompt_index proposes what a per-row start does,
     including the entry that reads each row's own first sampled token (the chain drafters)."""
-    from types import SimpleNamespace
-
-    from drafters import build_drafter
-    from drafters.base import DraftContext
+    from drafters import DrafterTarget, build_drafter
+    from workbench.rollout.drafter import DraftContext
     from workbench.spec import DrafterSpec
 
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[0]]  # 2 distinct, lengths differ
@@ -104,7 +102,7 @@ def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draf
         if kind == "draft_model":
             return DraftModelDrafter(draft_lm)
         torch.manual_seed(0)  # the same random head both times
-        return build_drafter(kind, DrafterSpec(kind=kind), SimpleNamespace(lm=target_lm, tokenizer=None, token_counts=None), torch.device("cpu"))
+        return build_drafter(kind, DrafterSpec(kind=kind), DrafterTarget(target_lm), torch.device("cpu"))
 
     def proposals(rows, index):
         d = fresh()

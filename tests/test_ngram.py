@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from drafters.base import DraftContext
+from workbench.rollout.drafter import DraftContext
 from drafters.ngram import NgramDrafter, ngram_propose
 from workbench.rollout.sampling import SamplingParams
 

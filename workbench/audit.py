@@ -62,7 +62,7 @@ from unittest import mock
 import torch
 from scipy import stats
 
-from drafters.base import Drafter
+from workbench.rollout.drafter import Drafter
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample

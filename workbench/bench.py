@@ -28,7 +28,6 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -127,13 +126,11 @@ class Bench:
         self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
 
     def _engine(self, kind: str, k: int) -> RolloutEngine:
-        from workbench.drafter_init import build_init
+        from workbench.drafter_init import drafter_as_run
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
-        # the drafter as `wb run` would use it: its (cached) init checkpoint, built first if missing
-        init = build_init(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, torch.device("cpu"), progress=False)
-        ref = SimpleNamespace(lm=self.target, tokenizer=self.tok, init_path=init)
-        eng = RolloutEngine(self.target, build_drafter(kind, ds, target=ref, device=torch.device("cpu")), k=k)
+        drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, torch.device("cpu"))
+        eng = RolloutEngine(self.target, drafter, k=k)
         if self.cfg.compile:
             eng.enable_compile()
         return eng

@@ -325,10 +325,8 @@ def audit(
     goodness of fit, Bonferroni to --alpha), and greedy token-for-token identity.
     Example: wb audit micro --samples 2000
     """
-    from types import SimpleNamespace
-
-    from drafters import DRAFTERS, build_drafter
-    from workbench.drafter_init import build_init
+    from drafters import DRAFTERS
+    from workbench.drafter_init import drafter_as_run
     from workbench.audit import accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
     from workbench.grpo.trainer import resolve_device
     from workbench.models.build import PRESETS, is_built, load_model, resolve_model
@@ -361,9 +359,7 @@ def audit(
         try:
             # each kind as the spec would run it: its drafter init (cached; built here if missing)
             ks = s.model_copy(update={"drafter": s.drafter.model_copy(update={"kind": kind})})
-            init = build_init(ks, lm, tok, resolve_model(s.model.target, what="model.target"), device, progress=True)
-            target_ref = SimpleNamespace(lm=lm, tokenizer=tok, init_path=init)
-            drafters[kind] = build_drafter(kind, ks.drafter, target=target_ref, device=device)
+            drafters[kind] = drafter_as_run(ks, lm, tok, resolve_model(s.model.target, what="model.target"), device, progress=True)
         except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
             skipped[kind] = str(e).splitlines()[0][:120]
     r = s.rollout

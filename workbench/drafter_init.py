@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -27,6 +26,7 @@ from drafters import build_drafter
 from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
 from workbench.models.build import _atomic_dir, _Bar, _sha, cache_dir
 from workbench.models.tokenizer import encode_prompt
+from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams
 from workbench.spec import ExperimentSpec
@@ -108,7 +108,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
     counts = torch.bincount(torch.tensor([x for c in out.tokens for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
-    ref = SimpleNamespace(lm=lm, tokenizer=tokenizer, token_counts=counts)
+    ref = DrafterTarget(lm, tokenizer, token_counts=counts)
     drafter = build_drafter(d.kind, d, target=ref, device=device)
 
     rows = []
@@ -151,3 +151,20 @@ def init_info(folder: Path | None) -> dict | None:
     if folder is None or not (Path(folder) / "init_info.json").is_file():
         return None
     return json.loads((Path(folder) / "init_info.json").read_text())
+
+
+def drafter_as_run(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device: torch.device,
+                   progress: bool = False) -> Drafter | None:
+    """The drafter of ``spec`` exactly as ``wb run`` builds it: its init checkpoint (cached; trained
+    here first if missing, see :func:`build_init`) loaded for the target ``lm`` (a ``LeanLM``).
+
+    Every instrument that times or audits a drafter (bench, audit, the performance model) builds it
+    here, so what they measure is what a run uses (e.g. eagle3's draft vocabulary of V/4 tokens).
+    None for ``drafter.kind: none``.
+
+    Raises:
+        ValueError: an unknown drafter kind, a checkpoint made for another target, a mismatched
+            tokenizer (the message names the spec field).
+    """
+    init = build_init(spec, lm, tokenizer, target_path, device, progress=progress)
+    return build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tokenizer, init_path=init), device=device)

@@ -686,16 +686,15 @@ class EngineBench:
         return self._targets[key]
 
     def _engine(self, spec):
-        from types import SimpleNamespace
-
-        from drafters import build_drafter
+        from workbench.drafter_init import drafter_as_run
         from workbench.rollout.engine import RolloutEngine
 
         lm, tok, dev = self._target(spec)
         dkey = (spec.model.target, spec.model.dtype, spec.model.device,
                 json.dumps(spec.drafter.model_dump(mode="json", exclude={"k"}), sort_keys=True))
-        if dkey not in self._drafters:
-            self._drafters[dkey] = build_drafter(spec.drafter.kind, spec.drafter, target=SimpleNamespace(lm=lm, tokenizer=tok), device=dev)
+        if dkey not in self._drafters:  # as `wb run` builds it (init checkpoint, eagle3's V/4 draft vocabulary)
+            path = resolve_model(spec.model.target, what="model.target")
+            self._drafters[dkey] = drafter_as_run(spec, lm, tok, path, dev)
         return RolloutEngine(lm, self._drafters[dkey], k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
 
     def _sampling(self, spec, max_new: int, eos: bool):

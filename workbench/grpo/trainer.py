@@ -13,12 +13,11 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-from drafters import build_drafter
+from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
 from drafters.training import DraftBuffer, DraftOptimizer, capture_hidden, evaluate
 from workbench.grpo.advantages import frac_zero_std, group_advantages
@@ -169,7 +168,7 @@ class GRPOTrainer:
         self.rollout_model = LeanLM.from_hf(self.policy)
         # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
         self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
-        target_ref = SimpleNamespace(lm=self.rollout_model, tokenizer=self.tokenizer, init_path=self.drafter_init_path)
+        target_ref = DrafterTarget(self.rollout_model, self.tokenizer, init_path=self.drafter_init_path)
         self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
         self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from drafters.base import DraftContext, Drafter
+from workbench.rollout.drafter import DraftContext, Drafter
 from workbench.rollout.model import LeanLM
 from workbench.rollout.rejection import rejection_sample
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample

@@ -1,7 +1,8 @@
-"""The drafter interface and registry.
+"""The drafter interface: what the rollout engine asks of a drafter, and what a drafter gets of its target.
 
-The rollout engine owns the batch (token ids, lengths, the target's KV cache); a drafter sees it
-through a :class:`DraftContext` and returns a :class:`DraftProposal` per verification step.
+It lives beside the engine (the bottom layer); ``drafters/`` implements it, one module per kind, and
+registers each kind by name (``drafters.registry``). The rollout engine owns the batch (token ids,
+lengths, the target's KV cache); a drafter sees it through a :class:`DraftContext` and returns a :class:`DraftProposal` per verification step.
 Drafters that read the target (``mtp``, ``eagle3``) declare ``hidden_layers``; the engine then
 returns those hidden states from the verification forward and hands them over in ``accept``.
 """
@@ -9,19 +10,34 @@ returns those hidden states from the verification forward and hands them over in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from workbench.rollout.sampling import SamplingParams
 
-DRAFTERS: dict[str, type["Drafter"]] = {}
+if TYPE_CHECKING:
+    from workbench.rollout.model import LeanLM
 
 
-def register(cls: type["Drafter"]) -> type["Drafter"]:
-    """Class decorator: make a drafter kind available by its ``kind`` name."""
-    DRAFTERS[cls.kind] = cls
-    return cls
+@dataclass(frozen=True)
+class DrafterTarget:
+    """What a drafter gets of the target it drafts for, when it is built (``Drafter.from_spec``).
+
+    lm: the target's rollout model (``LeanLM``): its config, embedding and LM head (mtp and eagle3
+        share them), its depth (eagle3's aux layer ids).
+    tokenizer: the target's tokenizer (a ``draft_model`` must share it), or None where unknown.
+    init_path: a drafter-init checkpoint folder (``wb drafter init``; ``workbench.drafter_init``)
+        to load instead of a fresh drafter, or None.
+    token_counts: (V,) float token frequencies of the data a fresh drafter is initialised on;
+        eagle3 picks its draft vocabulary (the most frequent ``draft_vocab_size`` tokens) from them.
+    """
+
+    lm: "LeanLM"
+    tokenizer: Any = None
+    init_path: Path | None = None
+    token_counts: torch.Tensor | None = None
 
 
 @dataclass
@@ -109,19 +125,11 @@ class Drafter:
     def after_update(self) -> None:
         """After an optimiser step: refresh whatever copy the proposals run on."""
 
+    @classmethod
+    def from_spec(cls, spec: Any, target: DrafterTarget, device: torch.device) -> "Drafter":
+        """Build the drafter for ``spec`` (a ``DrafterSpec``) and ``target`` on ``device``."""
+        raise NotImplementedError(f"drafter {cls.kind!r} cannot be built from a spec")
+
     def save(self, folder: Any) -> None:
         """Write a checkpoint folder that ``from_spec`` can load (``target.init_path``)."""
         raise NotImplementedError(f"drafter {self.kind!r} has no checkpoint")
-
-
-def build_drafter(kind: str, spec: Any, target: Any, device: torch.device) -> Drafter | None:
-    """Drafter instance for ``spec`` (a ``DrafterSpec``); None for kind ``none``.
-
-    Raises:
-        ValueError: unknown kind, listing the registered ones.
-    """
-    if kind == "none":
-        return None
-    if kind not in DRAFTERS:
-        raise ValueError(f"drafter.kind: unknown drafter {kind!r}; allowed values: none, {', '.join(DRAFTERS)}")
-    return DRAFTERS[kind].from_spec(spec, target=target, device=device)

@@ -1,0 +1,33 @@
+"""The registry of drafter kinds by name (vLLM's ``speculative_config.method`` vocabulary)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.rollout.drafter import Drafter, DrafterTarget
+
+DRAFTERS: dict[str, type[Drafter]] = {}
+
+
+def register(cls: type[Drafter]) -> type[Drafter]:
+    """Class decorator: make a drafter kind available by its ``kind`` name."""
+    DRAFTERS[cls.kind] = cls
+    return cls
+
+
+def build_drafter(kind: str, spec: Any, target: DrafterTarget, device: torch.device) -> Drafter | None:
+    """Drafter instance for ``spec`` (a ``DrafterSpec``) drafting for ``target``; None for kind ``none``.
+
+    Raises:
+        ValueError: unknown kind, listing the registered ones.
+        TypeError: ``target`` is not a :class:`DrafterTarget`.
+    """
+    if kind == "none":
+        return None
+    if kind not in DRAFTERS:
+        raise ValueError(f"drafter.kind: unknown drafter {kind!r}; allowed values: none, {', '.join(DRAFTERS)}")
+    if not isinstance(target, DrafterTarget):
+        raise TypeError(f"build_drafter: target must be a DrafterTarget, got {type(target).__name__}")
+    return DRAFTERS[kind].from_spec(spec, target=target, device=device)
