@@ -1,0 +1,70 @@
+"""What every `wb` command shares: the Typer apps, the consoles, spec loading and clear errors (exit 2)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from workbench.spec import SpecError, load_spec
+
+app = typer.Typer(
+    help="The speculation workbench: how much does exact speculative decoding speed up GRPO rollouts?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Embedded model presets: list and build (cached).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+drafter_app = typer.Typer(help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True)
+app.add_typer(drafter_app, name="drafter")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(msg: str) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _split_args(spec: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
+    """`wb run drafter.k=5`: a first argument with '=' is an override, not a spec name."""
+    items = list(overrides or [])
+    if spec is not None and "=" in spec:
+        return None, [spec, *items]
+    return spec, items
+
+
+def _load(spec: str | None, overrides: list[str] | None):
+    """The resolved spec, or a clear error (exit 2) naming the bad field."""
+    try:
+        return load_spec(*_split_args(spec, overrides))
+    except SpecError as e:
+        _fail(str(e))
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        if ".." in text:
+            lo, hi = text.split("..")
+            vals = tuple(range(int(lo), int(hi) + 1))
+        else:
+            vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        _fail(f"{what}: {text!r} is not a list of integers; use e.g. 1,8,64 or 1..7")
+    if not vals or min(vals) < 1:
+        _fail(f"{what}: {text!r} must name integers >= 1")
+    return vals
+
+
+def _named_floats(values: Optional[list[str]], what: str) -> dict[str, float]:
+    """["0.7", "ngram=0.6"] -> {"": 0.7, "ngram": 0.6}."""
+    out: dict[str, float] = {}
+    for v in values or []:
+        name, _, num = v.rpartition("=")
+        try:
+            out[name] = float(num)
+        except ValueError:
+            _fail(f"{what}: {v!r} is not a number or NAME=number")
+    return out

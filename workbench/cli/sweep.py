@@ -1,0 +1,50 @@
+"""`wb sweep`: a grid of experiments with paired speedups."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from workbench.cli.common import _fail, _split_args, app, console, err
+from workbench.spec import SpecError
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def sweep(
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: sweep = quickstart, 4 steps). May be omitted."),
+    axes: Optional[list[str]] = typer.Argument(
+        None,
+        help="KEY=LOW..HIGH (integers, inclusive), KEY=A,B,C (a list) or KEY=VALUE (fixed for every point). "
+        "KEY: any dotted spec key, or k (drafter.k), drafter (drafter.kind), init (drafter.init.data).",
+    ),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Sweep name (MLflow parent run). Re-use a name to resume: finished points are skipped."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="Run every point with N seeds (seed, seed+1, ...); the table pools them."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit; nothing runs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (point lines and the results table still print)."),
+) -> None:
+    """Sweep a grid of experiments; each speculative point measures its speedup paired with autoregressive
+    generation of the same prompts in the same steps (95 % CI), and a best point is named only when its CI clears the rest.
+
+    Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
+    """
+    from workbench.sweep import plan_sweep, plan_table, results_table, run_sweep
+
+    spec, items = _split_args(spec, axes)
+    try:
+        plan = plan_sweep(spec, items, repeats=repeats)
+    except SpecError as e:
+        _fail(str(e))
+    if dry_run:
+        console.print(plan_table(plan, f"sweep plan: {len(plan.points)} points (dry run: nothing runs)"))
+        return
+    try:
+        res = run_sweep(plan, name=name, console=console, progress=not quiet)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name {name or '<the sweep name above>'}[/]")
+        raise typer.Exit(130)
+    console.print(results_table(plan, res.outcomes, f"sweep {res.name} ({res.status})"))
+    if res.parent_run_id:
+        console.print(f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name {res.name}")
+    if res.status != "FINISHED":
+        raise typer.Exit(1)

@@ -1,0 +1,83 @@
+"""`wb ui`: the MLflow UI on the workbench's store, and the last sweep's compare view."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from workbench.cli.common import _fail, app, console
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def ui(
+    backend_store_uri: Optional[str] = typer.Option(None, "--backend-store-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    port: int = typer.Option(5000, "--port", "-p", min=1, max=65535, help="Port."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="Sweep/study (or parent run) whose child runs to compare (default: the newest)."),
+    print_url: bool = typer.Option(False, "--print-url", "--no-server", help="Print the URLs and exit; start no server."),
+    open_browser: bool = typer.Option(False, "--open", help="Open the comparison view in a web browser once the server is up."),
+) -> None:
+    """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep."""
+    import subprocess
+
+    from workbench.ui import (
+        base_url,
+        compare_url,
+        default_store,
+        experiment_url,
+        find_group,
+        server_command,
+        wait_ready,
+    )
+
+    store = default_store(backend_store_uri)
+    base = base_url(host, port)
+    url = None
+    try:
+        group = find_group(store, sweep)
+    except Exception as e:  # noqa: BLE001 - unreadable store
+        if print_url:
+            _fail(f"cannot read the MLflow store {store}: {e}")
+        group = None
+    if group is None:
+        if sweep:
+            _fail(f"no sweep, study or parent run {sweep!r} in {store}")
+        console.print(f"no sweep in {store} yet; runs at {base}", highlight=False)
+    else:
+        parent, kids = group
+        label = parent.tags.get("workbench.sweep") or parent.tags.get("workbench.study") or parent.name
+        if kids:
+            url = compare_url(base, [k.run_id for k in kids], [k.experiment_id for k in kids])
+            console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
+            console.print(url, highlight=False, soft_wrap=True)
+        console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
+    if print_url:
+        return
+    cmd = server_command(store, host, port)
+    console.print(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)", highlight=False)
+    import signal
+
+    def _term(*_):  # `kill` of wb stops the server too
+        raise KeyboardInterrupt
+
+    proc = subprocess.Popen(cmd)
+    old = signal.signal(signal.SIGTERM, _term)
+    code = 130
+    try:
+        if open_browser and wait_ready(base, 60, proc):
+            import webbrowser
+
+            webbrowser.open(url or base)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    raise typer.Exit(code)
