@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from workbench.report import Target, fmt_num, axis_value, label, row_mean, row_runs, short
+from workbench.report.target import Target, axis_value, label, row_mean, row_runs, short
 from workbench.runs import RunRecord
 from workbench.stats import RatioCI, two_sample
 from workbench.sweep_results import REPEAT_KEY, Row
@@ -29,6 +29,11 @@ RESULTS_NOTE = (
     "`~`: unpaired run, its baseline run's s / its s (same setting only, no CI); reward: last step's `reward/mean`, "
     "mean over the row's runs; ★ best gen× only when its CI clears every other row's, ≈ tied for best."
 )
+
+
+def fmt_num(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{suffix}"
+
 
 
 def fmt_ci(ci: RatioCI | None, paired: bool = True) -> str:

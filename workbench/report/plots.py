@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from workbench.report import Target, label, online, row_mean, row_runs, short
-from workbench.report_tables import REWARD, reward_groups, stage_rows
+from workbench.report.target import Target, label, online, row_mean, row_runs, short
+from workbench.report.tables import REWARD, reward_groups, stage_rows
 from workbench.runs import POS_PREFIX
 from workbench.sweep_results import REPEAT_KEY
 

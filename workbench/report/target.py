@@ -1,8 +1,4 @@
-"""`wb report NAME`: a Markdown (and optional HTML) report with tables and PNG plots, read from MLflow.
-
-    wb report my-sweep                 # reports/my-sweep/report.md + *.png
-    wb report my-sweep --html          # + report.html (markdown-it-py)
-    wb report <run name or run id> --out /tmp/r
+"""What a report is about: NAME resolved to a sweep, study, run or run id, and its rows (read from MLflow).
 
 NAME is resolved, in order, as: a sweep (parent run tagged ``workbench.sweep``), an Optuna study
 (parent run tagged ``workbench.study``), a run name (a run with child runs is reported as a
@@ -10,24 +6,16 @@ parent), or a run id. Any parent run works: its children are the runs tagged
 ``mlflow.parentRunId`` = its id. Runs are read by :mod:`workbench.runs` (one run per sweep point,
 means after the run's ``measure.warmup_steps``, the one baseline rule).
 
-Rows follow the sweep results table (:mod:`workbench.sweep_results`): runs that differ only in
+Rows follow the sweep results table (:mod:`workbench.sweep.results`): runs that differ only in
 ``seed`` are one row, their per-step paired ratios pooled; a row's gen/step speedup is the paired
 geometric mean with its 95 % CI, else ``~`` baseline s / point s against
 :func:`workbench.runs.baseline_for` (no CI, no other setting's baseline); ★ marks the best row
 only when :func:`workbench.stats.decide` separates it, otherwise the tie is named.
-
-Modules: this one resolves NAME, assembles the rows and writes the files;
-:mod:`workbench.report_tables` the Markdown tables and the training-signal section (rewards with
-and without speculation, Welch test); :mod:`workbench.report_plots` the matplotlib plots.
 """
 
 from __future__ import annotations
 
-import html
-import re
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from workbench.runs import RunNotFound, RunReader, RunRecord, baseline_for
 from workbench.stats import Decision
@@ -207,109 +195,3 @@ def resolve(name: str, tracking_uri: str | None = None) -> Target:
     exp = reader.client.get_experiment((parent or runs[0]).experiment_id)
     axes = _axes(parent, runs)
     return Target(kind, name, parent, runs, reader.uri, exp.name, axes, build_rows(runs, axes))
-
-
-# ----------------------------------------------------------------------------- writing
-
-
-@dataclass
-class Report:
-    out: Path
-    markdown: Path
-    html: Path | None
-    plots: list[str]
-    skipped: list[str]
-
-
-def fmt_num(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
-
-
-def header_md(t: Target) -> list[str]:
-    """Title and the bullet list: store, parent, axes, best point or tie, date."""
-    from workbench.report_tables import fmt_ci, verdict
-
-    md = [f"# Report: {t.kind} `{t.name}`", ""]
-    meta = [f"- store: `{t.tracking_uri}`, experiment `{t.experiment}`"]
-    if t.parent:
-        meta.append(f"- parent run `{t.parent.run_id}` ({t.parent.status.lower()}), {len(t.runs)} child runs")
-        for tag, what in (("workbench.sweep.fixed", "fixed overrides"), ("workbench.spec", "spec")):
-            if t.parent.tags.get(tag):
-                meta.append(f"- {what}: `{t.parent.tags[tag]}`")
-    else:
-        r = t.runs[0]
-        meta.append(f"- run `{r.name}` (`{r.run_id}`, {r.status.lower()}), drafter `{r.kind}`" + (f", k={r.k}" if r.k else ""))
-    if t.axes:
-        meta.append("- axes: " + ", ".join(f"`{a}`" for a in t.axes))
-    dec = t.decision
-    if dec.best:
-        best = next(r for r in t.rows if label(r) == dec.best)
-        meta.append(f"- **best speedup: {dec.best}: {fmt_ci(best.gen, best.paired)} generation, "
-                    f"{fmt_ci(best.step, best.paired)} step** (its 95 % CI clears every other point's)")
-    elif dec.tied:
-        meta.append(f"- {verdict(t)}")
-    meta.append(f"- generated {time.strftime('%Y-%m-%d %H:%M:%S')} by `wb report`")
-    return md + meta + [""]
-
-
-def write_report(t: Target, out: Path, with_html: bool = False) -> Report:
-    """Write ``report.md`` (+ ``report.html``) and the PNGs into ``out``."""
-    from workbench.report_plots import NOTES, PLOTS
-    from workbench.report_tables import RESULTS_NOTE, results_table_md, stage_table_md, training_signal_md
-
-    out.mkdir(parents=True, exist_ok=True)
-    md = header_md(t)
-    md += ["## Results", "", results_table_md(t), "", RESULTS_NOTE, ""]
-    md += ["## Stage times", "", stage_table_md(t), "",
-           "Seconds per RL step, means after warm-up (`measure.warmup_steps`); speedup: paired where the run was "
-           "paired (gen, total), else `~` autoregressive s / speculative s (timings taken at different times).", ""]
-    md += ["## Training signal with and without speculation", "", *training_signal_md(t), ""]
-    plots, skipped = [], []
-    for key, title, fn, why in PLOTS:
-        md += [f"## {title}", ""]
-        try:
-            name = fn(t, out)
-        except Exception as e:  # noqa: BLE001 - one broken plot must not lose the report
-            name, why = None, f"plot failed: {type(e).__name__}: {e}"
-        if name:
-            plots.append(name)
-            md += [f"![{title}]({name})", ""] + ([NOTES[key], ""] if key in NOTES else [])
-        else:
-            skipped.append(key)
-            md += [f"_Skipped: {why}._", ""]
-    text = "\n".join(md)
-    path = out / "report.md"
-    path.write_text(text)
-    html_path = None
-    if with_html:
-        html_path = out / "report.html"
-        html_path.write_text(markdown_to_html(text, title=f"wb report {t.name}"))
-    return Report(out, path, html_path, plots, skipped)
-
-
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-         "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}")
-
-
-def markdown_to_html(text: str, title: str = "report") -> str:
-    """A standalone HTML page of ``text`` (CommonMark + GitHub tables, rendered by markdown-it-py)."""
-    from markdown_it import MarkdownIt
-
-    body = MarkdownIt("commonmark").enable("table").render(text)
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{STYLE}</style>"
-            f"</head>\n<body>\n{body}\n</body></html>\n")
-
-
-def safe_dirname(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "report"
-
-
-def make_report(name: str, out: str | Path | None = None, with_html: bool = False, tracking_uri: str | None = None) -> tuple[Target, Report]:
-    """Resolve NAME and write the report into ``out`` (default ``reports/<NAME>``)."""
-    t = resolve(name, tracking_uri)
-    return t, write_report(t, Path(out) if out else Path("reports") / safe_dirname(name), with_html)
-
-
-__all__ = ["ReportError", "Report", "Target", "RunPoint", "resolve", "write_report", "make_report", "markdown_to_html",
-           "build_rows", "label", "row_runs", "row_mean"]

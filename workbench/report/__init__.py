@@ -1,0 +1,17 @@
+"""`wb report NAME`: a Markdown (and optional HTML) report with tables and PNG plots, read from MLflow.
+
+    wb report my-sweep                 # reports/my-sweep/report.md + *.png
+    wb report my-sweep --html          # + report.html (markdown-it-py)
+    wb report <run name or run id> --out /tmp/r
+
+Modules: :mod:`~workbench.report.target` resolves NAME and assembles the rows;
+:mod:`~workbench.report.tables` the Markdown tables and the training-signal section (rewards with
+and without speculation, Welch test); :mod:`~workbench.report.plots` the matplotlib plots;
+:mod:`~workbench.report.write` writes the files.
+"""
+
+from workbench.report.target import ReportError, RunPoint, Target, build_rows, label, resolve, row_mean, row_runs
+from workbench.report.write import Report, make_report, markdown_to_html, write_report
+
+__all__ = ["ReportError", "Report", "Target", "RunPoint", "resolve", "write_report", "make_report", "markdown_to_html",
+           "build_rows", "label", "row_runs", "row_mean"]
