@@ -17,7 +17,8 @@ from workbench.cli import app
 from workbench.experiment import EarlyStop, RunResult
 from workbench.spec import CategoricalParam, FloatParam, IntParam, SpecError, load_spec, validate_spec
 import workbench.tune as tune
-import workbench.tune_workers as tw
+import workbench.tune.study as tune_study
+import workbench.tune.workers as tw
 from workbench.tracking import Tracker
 from workbench.tune import (
     TrialPrunedStop, make_storage, objective_score, open_study, plan_tune, pruning_hook, reported_trials, results_json,
@@ -363,7 +364,7 @@ def test_worker_accounting_target_not_overshot(workdir, fake, monkeypatch, race)
         threading.Timer(0.2, lambda: [worker_a.tell(t, 1.5) for t in held]).start()
         real_wait(study, console, poll_s)
 
-    monkeypatch.setattr(tune, "wait_for_others", wait_then_a_finishes)
+    monkeypatch.setattr(tune_study, "wait_for_others", wait_then_a_finishes)
     if race:  # A asks trial 1 between B's count (1 running < 2) and B's ask: B's trial 2 is surplus
         real_ask = optuna.Study.ask
 
@@ -481,7 +482,7 @@ def test_workers_started_together_draw_different_reproducible_parameters(tmp_pat
     import optuna
 
     from workbench.spec import TuneSpec
-    from workbench.tune_space import make_sampler, reseed_for_trial
+    from workbench.tune.space import make_sampler, reseed_for_trial
 
     t = TuneSpec(params={"drafter.k": {"type": "int", "low": 1, "high": 1000}})
     url = f"sqlite:///{tmp_path}/o.db"

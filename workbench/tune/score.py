@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import optuna
 from rich import box
@@ -19,11 +19,7 @@ from workbench.experiment import EarlyStop
 from workbench.spec import ExperimentSpec
 from workbench.stats import after_warmup, ratio_ci
 
-if TYPE_CHECKING:
-    from workbench.tune import TunePlan
-
-PAIRED_KEY = {"speedup_gen": "speedup/gen", "speedup_step": "speedup/step"}  # objective -> per-step paired ratio
-OBJECTIVES = ("gen_tokens_per_s", *PAIRED_KEY)
+from workbench.tune.plan import OBJECTIVES, PAIRED_KEY, TunePlan
 
 
 # ----------------------------------------------------------------------------- objective (pure)

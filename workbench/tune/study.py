@@ -1,53 +1,4 @@
-"""`wb tune`: an Optuna study over a search space declared in the spec's ``tune:`` section (DESIGN.md §7, §8).
-
-    wb tune                       # experiments/tune.yaml, 10 trials in total
-    wb tune micro.yaml --trials 20 --study s1 --storage postgresql://host/optuna
-
-Decisions (documented for users in ``wb tune --help``):
-
-- **Search space**: ``tune.params`` maps a dotted spec key to ``{type: categorical, choices}``,
-  ``{type: int, low, high, step, log}`` or ``{type: float, low, high, log}``. Every key and every
-  edge value (all choices; low and high) is checked against the spec before anything runs
-  (`workbench.tune_space`).
-- **Objective** (always maximized): ``speedup_gen`` / ``speedup_step`` are *paired* speedups: every
-  GRPO step of a trial also times plain autoregressive generation of the same prompts, interleaved
-  (``measure.paired``, on in studies), and logs the ratios ``speedup/gen`` / ``speedup/step``. The
-  trial's value is their geometric mean after ``measure.warmup_steps`` warm-up steps, with a 95 %
-  interval (`workbench.stats.ratio_ci`). There is no study-level baseline: a ratio of timings taken
-  at different times (or by another worker) is mostly load noise, while both sides of a pair share
-  the load. A trial with ``drafter.kind=none`` is plain decoding: speedup exactly 1.0, no interval.
-  ``measure.paired: false`` with a speedup objective is refused before anything runs.
-  ``gen_tokens_per_s`` is the mean ``gen/tokens_per_s`` after warm-up (no interval).
-- **Pruning**: after every step past the warm-up the running objective (same rule, steps so far) is
-  reported (``trial.report``); the median pruner (default; ``startup_trials`` finished trials
-  first) may prune from the first step after warm-up. A pruned trial's MLflow child ends
-  **FINISHED** with tags ``workbench.pruned=true`` and ``workbench.stopped_early=true``.
-- **--trials N is a total across workers**, never overshot: before asking for a trial a worker stops
-  if the study has N COMPLETE+PRUNED+RUNNING trials; after asking, a trial with N non-FAIL trials
-  before it (trial numbers are assigned atomically by the storage) is *surplus*: it is marked FAIL
-  with user attr ``surplus=true``, left out of every table and count, and the worker stops. FAIL
-  trials (a crash, Ctrl-C, a killed worker) do not count: a re-run tops the study up. A worker makes
-  at most N - (COMPLETE+PRUNED at its start) attempts, so a spec that always crashes ends.
-- **Workers**: any number of ``wb tune`` processes on one or several machines share a study through
-  one storage (``tune.storage`` / ``--storage``, default ``sqlite:///optuna.db`` in the cwd, waiting
-  up to 60 s on a locked sqlite file; any SQLAlchemy URL). Each trial records ``host`` and ``pid``.
-  A worker killed mid-trial stops sending Optuna heartbeats; its RUNNING trial is failed (Optuna's
-  ``fail_stale_trials``) after ``GRACE_PERIOD_S`` by whichever worker looks next.
-- **Final table**: when its own loop ends, a worker waits (every ``POLL_S``) until no trial of the
-  study is RUNNING, then reads the study back from storage: every worker prints the same table
-  (trial number order; value [95 % CI], steps, host, state) and writes the same ``results.json``.
-- **Resume**: the study is loaded by name (default ``<spec name>-tune``); its objective must match
-  the spec's. Ctrl-C marks the running trial FAIL and the MLflow parent KILLED; run again to continue.
-- **MLflow**: one parent run per study (tag ``workbench.study``; found with
-  `workbench.runs.RunReader.find_parent` and re-used by every worker and on resume), one child per
-  trial (tags ``workbench.tune.trial``, ``workbench.host``, ``workbench.param.<key>``; metrics
-  ``tune/objective``, ``tune/objective_ci95_low``/``_high``). Two workers starting at the same
-  moment may both create a parent: the older one is re-tagged ``workbench.tune.role=duplicate``
-  when its creator sees the newer one (the one reports read). A new sqlite MLflow store is first
-  opened under a file lock (workers would otherwise race through its schema migrations).
-- **Output**: the table, the best trial, and the best trial's complete spec (the ``tune`` section
-  dropped) written to ``--out`` (default ``./best-<study>.yaml``); ``wb run`` runs it.
-"""
+"""Running a `wb tune` study: Optuna ask/tell over trials, each an MLflow child run (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -55,125 +6,24 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from workbench.spec import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
-from workbench.sweep import _SweepStore, paired_by_default
-from workbench.tune_score import (  # noqa: F401 - re-exported: the CLI and tests import them from here
-    OBJECTIVES,
-    PAIRED_KEY,
-    Score,
-    TrialPrunedStop,
-    best_spec,
-    best_trial,
-    fmt_score,
-    is_surplus,
-    objective_score,
-    pruning_hook,
-    reported_trials,
-    results_json,
-    trial_score,
-    trials_table,
-    write_best,
-)
-from workbench.tune_workers import (  # noqa: F401 - re-exported
-    ACTIVE,
-    COUNTED,
-    active_trials,
-    counted_trials,
-    fail_stale,
-    heartbeat,
-    make_storage,
-    optuna_quiet,
-    tell,
-    trials_before,
-    wait_for_others,
-)
-from workbench.tune_space import (  # noqa: F401 - re-exported
-    UNTUNABLE,
-    check_params,
-    edge_values,
-    grid_space,
-    make_pruner,
-    make_sampler,
-    reseed_for_trial,
-    set_dotted,
-    suggest,
-)
+from workbench.sweep import _SweepStore
+from workbench.spec import SpecError
+from workbench.tune.plan import PAIRED_KEY, TunePlan
+from workbench.tune.score import Score, TrialPrunedStop, best_trial, fmt_score, objective_score, pruning_hook, results_json
+from workbench.tune.space import make_pruner, make_sampler, reseed_for_trial, suggest
+from workbench.tune.workers import (active_trials, counted_trials, fail_stale, heartbeat, make_storage,
+                                    optuna_quiet, tell, trials_before, wait_for_others)
 
-DEFAULT_TUNE_SPEC = "tune"
 TAG_STUDY = "workbench.study"
 TAG_ROLE = "workbench.tune.role"  # parent | trial | duplicate
 TAG_TRIAL = "workbench.tune.trial"
 TAG_HOST = "workbench.host"
 TAG_PARAM = "workbench.param."
-
-
-# ----------------------------------------------------------------------------- plan
-
-
-@dataclass
-class TunePlan:
-    spec_path: str
-    raw: dict[str, Any]  # spec YAML with overrides, without the tune section
-    base: ExperimentSpec  # validated, tune section included
-    name: str  # study name
-    storage: str
-
-    @property
-    def tune(self) -> TuneSpec:
-        return self.base.tune
-
-    def trial_spec(self, params: dict[str, Any]) -> ExperimentSpec:
-        raw = self.raw
-        for k, v in params.items():
-            raw = set_dotted(raw, k, v)
-        return paired_by_default(validate_spec(raw, source="trial spec"))
-
-
-def check_paired(base: ExperimentSpec) -> None:
-    """A speedup objective needs paired measurement in every trial.
-
-    Raises:
-        SpecError: ``measure.paired: false`` in the spec or among the choices of ``tune.params``.
-    """
-    obj = base.tune.objective
-    if obj not in PAIRED_KEY:
-        return
-    space = base.tune.params.get("measure.paired")
-    if base.measure.paired is False or (space is not None and False in edge_values(space)):
-        where = "tune.params.measure.paired allows false" if space is not None and base.measure.paired is not False else "the spec sets measure.paired: false"
-        raise SpecError(
-            f"tune.objective={obj} is a paired speedup, but {where}: each trial must time autoregressive generation of "
-            "the same prompts in its steps. Remove measure.paired (null = on in wb tune) or set measure.paired=true, "
-            "or optimize tune.objective=gen_tokens_per_s"
-        )
-
-
-def plan_tune(spec: str | None, overrides: list[str] | None = None, study_name: str | None = None, storage: str | None = None) -> TunePlan:
-    """Load the spec (default experiments/tune.yaml), apply overrides, validate the search space.
-
-    Raises:
-        SpecError: anything wrong (also an empty ``tune.params``, or ``measure.paired: false`` with a
-            speedup objective), before anything runs.
-    """
-    path, raw = read_raw_spec(spec or DEFAULT_TUNE_SPEC)
-    raw = apply_overrides(raw, overrides or [])
-    base = validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
-    if not base.tune.params:
-        raise SpecError(
-            f"spec {path.name} has no search space: add a tune section, e.g.\n"
-            "tune:\n  params:\n    drafter.kind: {type: categorical, choices: [ngram, draft_model]}\n    drafter.k: {type: int, low: 1, high: 6}"
-        )
-    raw = {k: v for k, v in raw.items() if k != "tune"}
-    check_params(raw, base.tune.params)
-    check_paired(base)
-    name = study_name or base.tune.study_name or f"{base.name}-tune"
-    return TunePlan(str(path), raw, base, name, storage or base.tune.storage)
 
 
 # ----------------------------------------------------------------------------- study
