@@ -260,7 +260,7 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
 
 def _outcomes(plan, ratios_of):
     """Outcomes with synthetic 4-step histories whose paired speedup/gen per step is ratios_of(point)."""
-    from workbench.sweep_results import Outcome
+    from workbench.sweep.results import Outcome
 
     out = []
     for p in plan.points:

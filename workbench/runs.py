@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.stats import RatioCI, after_warmup, ratio_ci
+from workbench.tags import PARENT_RUN_TAG, TAG_POINT
 
-PARENT_RUN_TAG = "mlflow.parentRunId"
-TAG_POINT = "workbench.sweep.point"
 POS_PREFIX = "spec/acceptance_rate_pos_"
 # Histories loaded by default: everything the tables, plots and the performance model read.
 HISTORY_PREFIXES = ("timing_s/", "timing_frac/", "spec/", "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/")

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.spec import flatten
+from workbench.tags import PARENT_RUN_TAG
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default store, relative to the cwd
-PARENT_RUN_TAG = "mlflow.parentRunId"  # the tag the MLflow UI uses to nest child runs
 
 # Limits of MLflow's log_batch / param store (mlflow.utils.validation); fixed numbers so importing
 # this module does not import mlflow (it is slow and optional when tracking is disabled).

@@ -18,10 +18,8 @@ import time
 import urllib.request
 
 from workbench.tracking import DEFAULT_TRACKING_URI
+from workbench.tags import TAG_ROLE, TAG_STUDY, TAG_SWEEP
 
-TAG_SWEEP = "workbench.sweep"
-TAG_ROLE = "workbench.sweep.role"
-TAG_STUDY = "workbench.study"
 
 
 def default_store(uri: str | None = None) -> str:

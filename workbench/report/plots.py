@@ -17,7 +17,7 @@ from pathlib import Path
 from workbench.report.target import Target, label, online, row_mean, row_runs, short
 from workbench.report.tables import REWARD, reward_groups, stage_rows
 from workbench.runs import POS_PREFIX
-from workbench.sweep_results import REPEAT_KEY
+from workbench.sweep.results import REPEAT_KEY
 
 
 def _plt():

@@ -16,7 +16,7 @@ import math
 from workbench.report.target import Target, axis_value, label, row_mean, row_runs, short
 from workbench.runs import RunRecord
 from workbench.stats import RatioCI, two_sample
-from workbench.sweep_results import REPEAT_KEY, Row
+from workbench.sweep.results import REPEAT_KEY, Row
 
 STAGES = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other")
 REWARD = "reward/mean"

@@ -19,13 +19,9 @@ from dataclasses import dataclass, field
 
 from workbench.runs import RunNotFound, RunReader, RunRecord, baseline_for
 from workbench.stats import Decision
-from workbench.sweep_results import REPEAT_KEY, Outcome, Row, decide_rows, fill_speedups, group_repeats
+from workbench.sweep.results import REPEAT_KEY, Outcome, Row, decide_rows, fill_speedups, group_repeats
+from workbench.tags import TAG_AXIS, TAG_ROLE, TAG_STUDY, TAG_SWEEP
 
-TAG_SWEEP = "workbench.sweep"
-TAG_ROLE = "workbench.sweep.role"
-TAG_STUDY = "workbench.study"
-TAG_AXIS = "workbench.axis."
-PARENT_RUN_TAG = "mlflow.parentRunId"
 SHORT = {"drafter.k": "k", "drafter.kind": "drafter", "drafter.init.data": "init", "drafter.online.enabled": "online"}
 
 
@@ -38,7 +34,7 @@ class ReportError(ValueError):
 
 @dataclass
 class RunPoint:
-    """A logged run in the shape :mod:`workbench.sweep_results` expects of a sweep ``Point``:
+    """A logged run in the shape :mod:`workbench.sweep.results` expects of a sweep ``Point``:
     ``assignment`` (its setting, for pooling repeats), ``key`` (run id), ``baseline_key`` (run id of
     :func:`workbench.runs.baseline_for`, or None) and, for the row it heads, its unique ``label``."""
 
@@ -116,7 +112,7 @@ def run_label(r: RunRecord, axes: list[str]) -> str:
 
 def build_rows(runs: list[RunRecord], axes: list[str]) -> list[Row]:
     """Runs as sweep_results rows: repeats (runs differing only in ``seed``) pooled, gen/step
-    speedups filled in by :func:`workbench.sweep_results.fill_speedups`, each row labelled uniquely."""
+    speedups filled in by :func:`workbench.sweep.results.fill_speedups`, each row labelled uniquely."""
     outcomes = []
     for r in runs:
         setting = {k: v for k, v in r.params.items() if not k.startswith(("tracking.", "name"))}

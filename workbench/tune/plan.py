@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.spec import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
-from workbench.sweep import paired_by_default
+from workbench.sweep.grid import paired_by_default
 from workbench.tune.space import check_params, edge_values, set_dotted
 
 DEFAULT_TUNE_SPEC = "tune"

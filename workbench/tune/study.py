@@ -11,19 +11,16 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from workbench.sweep import _SweepStore
+from workbench.sweep.store import SweepStore
 from workbench.spec import SpecError
+from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
+from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
 from workbench.tune.plan import PAIRED_KEY, TunePlan
 from workbench.tune.score import Score, TrialPrunedStop, best_trial, fmt_score, objective_score, pruning_hook, results_json
 from workbench.tune.space import make_pruner, make_sampler, reseed_for_trial, suggest
 from workbench.tune.workers import (active_trials, counted_trials, fail_stale, heartbeat, make_storage,
                                     optuna_quiet, tell, trials_before, wait_for_others)
 
-TAG_STUDY = "workbench.study"
-TAG_ROLE = "workbench.tune.role"  # parent | trial | duplicate
-TAG_TRIAL = "workbench.tune.trial"
-TAG_HOST = "workbench.host"
-TAG_PARAM = "workbench.param."
 
 
 # ----------------------------------------------------------------------------- study
@@ -55,7 +52,7 @@ def open_study(plan: TunePlan, storage: optuna.storages.BaseStorage | None = Non
 # ----------------------------------------------------------------------------- MLflow
 
 
-class _StudyStore(_SweepStore):
+class _StudyStore(SweepStore):
     """The sweep's MLflow helper, with the parent run found by ``workbench.study`` instead."""
 
     def open_parent(self, tags: dict[str, str]) -> None:

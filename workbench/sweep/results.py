@@ -22,10 +22,10 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
 from workbench.stats import Decision, RatioCI, after_warmup, decide, ratio_ci
 
 SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "timing_s/gen_autoregressive", "spec/acceptance_length", "spec/acceptance_rate")
-REPEAT_KEY = "seed"
 
 
 def summarize(history: list[dict[str, float]], warmup: int = 1) -> dict[str, float | None]:
@@ -145,7 +145,7 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
     return "-" if v is None else f"{v:{spec}}"
 
 
-def results_table(axes: list, rows: list[Row], title: str, label) -> Table:
+def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
     """Per row: axis values, acceptance, mean seconds, paired speedups with CIs, reward, repeats."""
     dec, cands = decide_rows(rows, label)
     tie = set(dec.tied)
@@ -154,7 +154,7 @@ def results_table(axes: list, rows: list[Row], title: str, label) -> Table:
                "[95 % CI]; ~: unpaired (baseline run's s / point s, no CI); n: repeats (seeds) pooled; "
                "reward: last step")
     if dec.best:
-        caption += f"; ★ best gen× (its CI clears every other point's)"
+        caption += "; ★ best gen× (its CI clears every other point's)"
     elif dec.tied:
         caption += f"; ≈ tie for best gen× (95 % CIs overlap): {', '.join(dec.tied)}"
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False, caption=caption)
@@ -190,7 +190,7 @@ def _ci_json(ci: RatioCI | None, paired: bool) -> dict[str, Any]:
     return {"mean": ci.mean, "ci95_low": ci.low, "ci95_high": ci.high, "ci95_halfwidth": ci.half_width, "n": ci.n, "paired": paired}
 
 
-def results_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row], label) -> dict[str, Any]:
+def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row], label) -> dict[str, Any]:
     """The results table as JSON (the parent run's ``results.json``): rows with their points."""
     dec, _ = decide_rows(rows, label)
     return {
@@ -206,3 +206,40 @@ def results_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[
             for r in rows
         ],
     }
+
+
+# ----------------------------------------------------------------------------- a sweep plan's tables
+
+
+def plan_table(plan: SweepPlan, title: str) -> Table:
+    """The points that would run, baselines first (``--dry-run``)."""
+    fixed = " ".join(a.text for a in plan.fixed)
+    cols = [a for a in plan.axes if a.key != "drafter.kind"]
+    table = Table(title=title, caption=f"spec {plan.spec_path}" + (f"; fixed: {fixed}" if fixed else ""))
+    for col in ("#", "drafter", *[a.name for a in cols], "point"):
+        table.add_column(col, justify="right" if col == "#" else "left")
+    for i, p in enumerate(plan.points, 1):
+        table.add_row(str(i), p.spec.drafter.kind, *[p.display(a) for a in cols], p.key)
+    return table
+
+
+def point_label(row: Row) -> str:
+    """A results row's name in tables and ties: ``draft_model k=3`` (axis values, seed left out)."""
+    p = row.point
+    parts = [p.spec.drafter.kind] + [f"{ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in ("drafter.kind", REPEAT_KEY)]
+    return "autoregressive" if p.is_baseline else " ".join(parts)
+
+
+def sweep_rows(outcomes: list[Outcome]) -> list[Row]:
+    rows = group_repeats(outcomes)
+    fill_speedups(rows)
+    return rows
+
+
+def results_table(plan: SweepPlan, outcomes: list[Outcome], title: str) -> Table:
+    """The results table (:func:`rows_table`) of a sweep's outcomes."""
+    return rows_table(plan.axes, sweep_rows(outcomes), title, point_label)
+
+
+def results_json(name: str, plan: SweepPlan, outcomes: list[Outcome]) -> dict[str, Any]:
+    return rows_json(name, plan.spec_path, plan.axes, plan.fixed, sweep_rows(outcomes), point_label)

@@ -1,9 +1,6 @@
-"""`wb sweep`: a grid of experiments, each compared with autoregressive generation (DESIGN.md §7).
+"""A sweep's grid (pure, no I/O): the argument grammar, the points, their baselines and the plan.
 
-    wb sweep k=1..7                              # experiments/sweep.yaml, k = 1, 2, ..., 7
-    wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name my-sweep
-
-Grammar (one argument each; pure functions below, no I/O):
+Grammar (one argument each):
 
 - ``KEY=LOW..HIGH``: an integer axis, inclusive (``k=1..7``).
 - ``KEY=A,B,C``: an axis over a comma list; each value parsed like a ``wb run`` override.
@@ -15,11 +12,6 @@ Points are the Cartesian product of the axes. For every combination of the non-d
 a *baseline* point with ``drafter.kind=none`` is added (and run first), so each point's speedup is
 measured against autoregressive generation in the same sweep. Points are deduplicated by their
 resolved spec, drafter fields ignored when ``kind=none`` (``k`` means nothing without a drafter).
-
-MLflow: one parent run per sweep (tag ``workbench.sweep`` = name), one child run per point
-(``workbench.axis.<key>`` tags, ``workbench.sweep.point`` = hash of the point's resolved spec),
-``speedup/gen`` and ``speedup/step`` logged on each child, ``results.json`` on the parent.
-Re-running with the same ``--name`` resumes: children already FINISHED are skipped.
 """
 
 from __future__ import annotations
@@ -28,29 +20,16 @@ import hashlib
 import itertools
 import json
 import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-from workbench.runs import RunReader, RunRecord
 from workbench.spec import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
-from workbench.sweep_results import REPEAT_KEY, Outcome, Row, fill_speedups, group_repeats, speedup, summarize  # noqa: F401
-from workbench.sweep_results import results_json as _results_json
-from workbench.sweep_results import results_table as _results_table
 
 DEFAULT_SWEEP_SPEC = "sweep"
 ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data", "online": "drafter.online.enabled"}
 ALIAS_OF = {v: k for k, v in ALIASES.items()}
 MAX_POINTS = 1000
-
-TAG_SWEEP = "workbench.sweep"  # sweep name, on the parent and every child
-TAG_ROLE = "workbench.sweep.role"  # "parent" | "point"
-TAG_POINT = "workbench.sweep.point"  # hash of the point's resolved spec (children)
-TAG_AXIS = "workbench.axis."  # + dotted key: the point's value (children) / all values (parent)
-PARENT_RUN_TAG = "mlflow.parentRunId"
+REPEAT_KEY = "seed"  # points that differ only in it are repeats of one setting (pooled into one row)
 
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
@@ -58,9 +37,6 @@ _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
 class SweepError(SpecError):
     """A sweep that cannot be planned: bad axis grammar or a point whose spec is invalid."""
-
-
-# ----------------------------------------------------------------------------- grammar (pure)
 
 
 @dataclass(frozen=True)
@@ -308,175 +284,3 @@ def plan_sweep(spec: str | None, items: list[str], repeats: int = 1) -> SweepPla
         axes.append(Axis(REPEAT_KEY, REPEAT_KEY, tuple(str(seed + i) for i in range(repeats))))
     base, points = build_points(raw, axes, fixed)
     return SweepPlan(str(path), base, axes, fixed, points)
-
-
-# ----------------------------------------------------------------------------- results
-
-
-def plan_table(plan: SweepPlan, title: str) -> Table:
-    """The points that would run, baselines first (``--dry-run``)."""
-    fixed = " ".join(a.text for a in plan.fixed)
-    cols = [a for a in plan.axes if a.key != "drafter.kind"]
-    table = Table(title=title, caption=f"spec {plan.spec_path}" + (f"; fixed: {fixed}" if fixed else ""))
-    for col in ("#", "drafter", *[a.name for a in cols], "point"):
-        table.add_column(col, justify="right" if col == "#" else "left")
-    for i, p in enumerate(plan.points, 1):
-        table.add_row(str(i), p.spec.drafter.kind, *[p.display(a) for a in cols], p.key)
-    return table
-
-
-def point_label(row: Row) -> str:
-    """A results row's name in tables and ties: ``draft_model k=3`` (axis values, seed left out)."""
-    p = row.point
-    parts = [p.spec.drafter.kind] + [f"{ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in ("drafter.kind", REPEAT_KEY)]
-    return "autoregressive" if p.is_baseline else " ".join(parts)
-
-
-def sweep_rows(outcomes: list[Outcome]) -> list[Row]:
-    rows = group_repeats(outcomes)
-    fill_speedups(rows)
-    return rows
-
-
-def results_table(plan: SweepPlan, outcomes: list[Outcome], title: str) -> Table:
-    """The results table (workbench.sweep_results.results_table) of a sweep's outcomes."""
-    return _results_table(plan.axes, sweep_rows(outcomes), title, point_label)
-
-
-def results_json(name: str, plan: SweepPlan, outcomes: list[Outcome]) -> dict[str, Any]:
-    return _results_json(name, plan.spec_path, plan.axes, plan.fixed, sweep_rows(outcomes), point_label)
-
-
-# ----------------------------------------------------------------------------- orchestration (MLflow)
-
-
-def _tag_filter(tag: str, value: str) -> str:
-    return f"tags.`{tag}` = '{value}'"
-
-
-class _SweepStore:
-    """The sweep's MLflow side: parent run (created or resumed), finished children, derived metrics."""
-
-    def __init__(self, spec: ExperimentSpec, name: str):
-        from mlflow import MlflowClient
-
-        from workbench.tracking import _quiet_mlflow, resolve_tracking_uri
-
-        _quiet_mlflow()
-        self.tracking_uri = resolve_tracking_uri(spec.tracking.tracking_uri)
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        self.name = name
-        exp = self.client.get_experiment_by_name(spec.tracking.experiment)
-        if exp is None:
-            self.experiment_id = self.client.create_experiment(spec.tracking.experiment)
-        else:
-            if exp.lifecycle_stage == "deleted":
-                self.client.restore_experiment(exp.experiment_id)
-            self.experiment_id = exp.experiment_id
-        self.parent_id: str | None = None
-        self.resumed = False
-        self.reader = RunReader(self.tracking_uri, self.client)
-
-    def open_parent(self, tags: dict[str, str]) -> None:
-        """Reuse the newest parent run tagged with this sweep name (set RUNNING again), else create it."""
-        run = self.reader.find_parent(TAG_SWEEP, self.name, TAG_ROLE, [self.experiment_id])
-        if run is not None:
-            self.parent_id, self.resumed = run.info.run_id, True
-            self.client.update_run(self.parent_id, status="RUNNING")
-        else:
-            self.parent_id = self.client.create_run(self.experiment_id, run_name=self.name, tags={TAG_SWEEP: self.name, TAG_ROLE: "parent"}).info.run_id
-        for k, v in tags.items():
-            self.client.set_tag(self.parent_id, k, v)
-
-    def finished_children(self) -> dict[str, RunRecord]:
-        """point hash -> this parent's FINISHED child run, its history loaded (newest wins)."""
-        runs = self.reader.children(self.parent_id, [self.experiment_id], status="FINISHED")
-        return {r.tags[TAG_POINT]: r for r in runs if TAG_POINT in r.tags}
-
-    def log_unpaired(self, row: Row, o: Outcome) -> None:
-        """``speedup/gen_unpaired`` and ``speedup/step_unpaired`` (baseline run's mean s / the point's)
-        on a point run with ``measure.paired=false``, at its last step."""
-        from mlflow.entities import Metric
-
-        if row.paired or not o.run_id:
-            return
-        ts, step = int(time.time() * 1000), o.point.spec.grpo.steps
-        vals = (("speedup/gen_unpaired", row.gen), ("speedup/step_unpaired", row.step))
-        metrics = [Metric(k, ci.mean, ts, step) for k, ci in vals if ci is not None]
-        if metrics:
-            self.client.log_batch(o.run_id, metrics=metrics)
-
-    def close(self, status: str, results: dict[str, Any]) -> None:
-        self.client.log_dict(self.parent_id, results, "results.json")
-        self.client.set_terminated(self.parent_id, status=status)
-
-
-def default_sweep_name(plan: SweepPlan) -> str:
-    return f"{plan.base.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-@dataclass
-class SweepResult:
-    name: str
-    parent_run_id: str | None
-    outcomes: list[Outcome]
-    status: str  # FINISHED | FAILED | KILLED
-    tracking_uri: str | None = None
-
-
-def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None = None, progress: bool = True) -> SweepResult:
-    """Run every point of ``plan`` (baselines first) as a child of one MLflow parent run.
-
-    A point that raises is logged, marked failed (its child run is FAILED) and the sweep goes on;
-    the parent ends FINISHED if every point is done, FAILED if any failed. KeyboardInterrupt marks
-    the parent KILLED, logs the partial ``results.json`` and is re-raised. With a ``name`` used
-    before (same experiment), the earlier parent is resumed and its FINISHED points are skipped.
-    With ``tracking.enabled: false`` nothing is logged and nothing can be resumed.
-    """
-    from workbench.experiment import run_experiment
-
-    console = console or Console()
-    name = name or default_sweep_name(plan)
-    store = _SweepStore(plan.base, name) if plan.base.tracking.enabled else None
-    done: dict[str, Any] = {}  # point hash -> finished child run (resume)
-    if store:
-        tags = {TAG_SWEEP: name, TAG_ROLE: "parent", "workbench.spec": plan.base.name, "workbench.sweep.points": str(len(plan.points)),
-                "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed)}
-        tags.update({TAG_AXIS + a.key: ",".join(a.values) for a in plan.axes})
-        store.open_parent(tags)
-        done = store.finished_children() if store.resumed else {}
-        console.print(f"sweep [bold]{name}[/]: {len(plan.points)} points" + (f", resuming ({len(done)} already finished)" if store.resumed else ""))
-
-    outcomes: list[Outcome] = []
-    status = "FAILED"
-    try:
-        for i, p in enumerate(plan.points, 1):
-            label = p.label(plan.axes)
-            if p.key in done:
-                o = Outcome(p, "skipped", done[p.key].run_id, done[p.key].steps(), p.spec.measure.warmup_steps)
-                console.print(f"[{i}/{len(plan.points)}] {label}: [cyan]skipped[/] (finished in run {o.run_id})")
-            else:
-                console.print(f"[{i}/{len(plan.points)}] [bold]{label}[/]")
-                spec = p.spec.model_copy(deep=True)
-                spec.tracking.run_name = f"{name}: {label}"
-                tags = {TAG_SWEEP: name, TAG_ROLE: "point", TAG_POINT: p.key, "workbench.sweep.baseline": str(p.is_baseline).lower()}
-                tags.update({TAG_AXIS + a.key: p.display(a) for a in plan.axes})
-                try:
-                    r = run_experiment(spec, console=console, progress=progress, parent_run_id=store and store.parent_id,
-                                       tags=tags, summary=False)
-                    o = Outcome(p, "ok", r.run_id, r.history, p.spec.measure.warmup_steps)
-                except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
-                    o = Outcome(p, "failed", error=f"{type(e).__name__}: {e}")
-                    console.print(f"[red]point failed[/] ({label}): {o.error}")
-            outcomes.append(o)
-            if store and o.status == "ok" and not p.is_baseline:  # baselines run first: known by now
-                row = next(r for r in sweep_rows([x for x in outcomes if x.point.key in (p.key, p.baseline_key)]) if not r.point.is_baseline)
-                store.log_unpaired(row, o)
-        status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        if store:
-            store.close(status, results_json(name, plan, outcomes))
-    return SweepResult(name, store and store.parent_id, outcomes, status, store and store.tracking_uri)

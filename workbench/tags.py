@@ -1,0 +1,20 @@
+"""The MLflow tags the workbench writes (tracking, sweep, tune) and reads (runs, report, ui): one schema.
+
+Sweeps: a parent run tagged ``workbench.sweep`` = name and role ``parent``; one child per point (role
+``point``) with the hash of its resolved spec and one ``workbench.axis.<key>`` tag per axis. Studies:
+a parent tagged ``workbench.study``; one child per trial. Children carry MLflow's own
+``mlflow.parentRunId``, which the MLflow UI uses to nest them.
+"""
+
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's: nests child runs in the UI
+
+TAG_SWEEP = "workbench.sweep"  # sweep name, on the parent and every child
+TAG_ROLE = "workbench.sweep.role"  # "parent" | "point"
+TAG_POINT = "workbench.sweep.point"  # hash of the point's resolved spec (children)
+TAG_AXIS = "workbench.axis."  # + dotted key: the point's value (children) / all values (parent)
+
+TAG_STUDY = "workbench.study"  # Optuna study name, on the parent and every trial
+TAG_TUNE_ROLE = "workbench.tune.role"  # "parent" | "trial" | "duplicate"
+TAG_TRIAL = "workbench.tune.trial"  # Optuna trial number
+TAG_HOST = "workbench.host"  # the machine that ran the trial
+TAG_PARAM = "workbench.param."  # + dotted key: the trial's value
