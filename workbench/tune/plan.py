@@ -7,7 +7,8 @@ from typing import Any
 
 from workbench.spec import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
 from workbench.sweep.grid import paired_by_default
-from workbench.tune.space import check_params, edge_values, set_dotted
+from workbench.spec import set_dotted
+from workbench.tune.space import check_params, edge_values
 
 DEFAULT_TUNE_SPEC = "tune"
 PAIRED_KEY = {"speedup_gen": "speedup/gen", "speedup_step": "speedup/step"}  # objective -> per-step paired ratio

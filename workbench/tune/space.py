@@ -6,28 +6,14 @@ the spec before a study runs (:func:`check_params`), so a bad space fails before
 
 from __future__ import annotations
 
-import copy
 import difflib
 from typing import Any
 
 import optuna
 
-from workbench.spec import FloatParam, IntParam, SpecError, TuneSpec, flatten, validate_spec
+from workbench.spec import FloatParam, IntParam, SpecError, TuneSpec, flatten, set_dotted, validate_spec
 
 UNTUNABLE = ("tune", "tracking", "name")
-
-
-def set_dotted(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """A deep copy of ``raw`` with ``value`` at dotted ``key`` (sections created as needed)."""
-    data = copy.deepcopy(raw)
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[parts[-1]] = value
-    return data
 
 
 def edge_values(p) -> list[Any]:

@@ -1,0 +1,162 @@
+"""Loading a spec: a YAML file or a name under experiments/, dotted-key overrides, validation with
+errors that name the field, the allowed keys and the fix."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from workbench.spec.dotted import set_dotted
+from workbench.spec.experiment import ExperimentSpec
+from workbench.spec.sections import SpecError
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+DEFAULT_SPEC = "quickstart"
+
+
+def _section_fields(path: tuple) -> list[str]:
+    """Allowed keys at a spec path (tuple of field names), for error messages."""
+    model: type[BaseModel] = ExperimentSpec
+    for part in path:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None) if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
+
+
+def _field_hint(loc: tuple) -> str:
+    """' (expected: int in [1, 16]; <description>)' for a spec field, from its pydantic metadata."""
+    model: type[BaseModel] = ExperimentSpec
+    info = None
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return ""
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+    if info is None:
+        return ""
+    bounds = {}
+    for m in info.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            if getattr(m, name, None) is not None:
+                bounds[name] = getattr(m, name)
+    ann = info.annotation
+    tname = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    rng = ""
+    if bounds:
+        lo = f"[{bounds['ge']}" if "ge" in bounds else (f"({bounds['gt']}" if "gt" in bounds else "(-inf")
+        hi = f"{bounds['le']}]" if "le" in bounds else (f"{bounds['lt']})" if "lt" in bounds else "inf)")
+        rng = f" in {lo}, {hi}"
+    desc = f"; {info.description}" if info.description else ""
+    return f" [expected: {tname}{rng}{desc}]"
+
+
+def format_validation_error(err: ValidationError, source: str = "spec") -> str:
+    lines = [f"invalid {source}:"]
+    for e in err.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        field = ".".join(loc) or "(root)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            allowed = _section_fields(loc[:-1])
+            close = difflib.get_close_matches(loc[-1], allowed, n=1)
+            hint = f" Did you mean {'.'.join(loc[:-1] + (close[0],))!r}?" if close else ""
+            msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
+        elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
+            msg = msg.removeprefix("Value error, ")
+            msg = f"{msg} (got {e['input']!r})" + (_field_hint(loc) if e["type"] not in ("value_error", "literal_error") else "")
+        lines.append(f"  {field}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``drafter.k=5`` -> (["drafter", "k"], 5). Values are parsed as YAML scalars/lists."""
+    if "=" not in item:
+        raise SpecError(f"override {item!r} must look like key=value, e.g. drafter.k=5")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise SpecError(f"override {item!r}: empty key; use a dotted key such as drafter.k")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if value is None and raw.strip().lower() not in ("null", "none", "~"):
+        value = raw
+    if isinstance(value, str) and value.lower() == "none" and key.split(".")[-1] != "kind":
+        value = None
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``raw`` with each ``key=value`` override set (:func:`parse_override`).
+
+    Raises:
+        SpecError: a malformed override, or a key through a value (``drafter.k.x=1``).
+    """
+    data = raw
+    for item in overrides:
+        path, value = parse_override(item)
+        try:
+            data = set_dotted(data, ".".join(path), value)
+        except ValueError as e:
+            raise SpecError(f"override {item!r}: {str(e).split(': ', 1)[-1]}") from None
+    return copy.deepcopy(data) if data is raw else data
+
+
+def resolve_spec_path(spec: str | Path | None) -> Path:
+    """A spec argument may be a file path or the name of a spec under experiments/."""
+    if spec is None:
+        spec = DEFAULT_SPEC
+    p = Path(spec)
+    if p.is_file():
+        return p
+    named = EXPERIMENTS_DIR / f"{spec}.yaml"
+    if named.is_file():
+        return named
+    names = sorted(x.stem for x in EXPERIMENTS_DIR.glob("*.yaml"))
+    raise SpecError(f"spec {str(spec)!r} not found: give a YAML file path or one of: {', '.join(names)}")
+
+
+def load_spec(spec: str | Path | None = None, overrides: list[str] | None = None) -> ExperimentSpec:
+    """Load a YAML spec (path or name under experiments/), apply dotted overrides, validate.
+
+    Raises:
+        SpecError: the file is missing or not YAML, an override is malformed, or validation fails;
+            the message names each bad field with the allowed keys/values.
+    """
+    path, raw = read_raw_spec(spec)
+    raw = apply_overrides(raw, overrides or [])
+    return validate_spec(raw, source=f"spec {path.name}" + (" with overrides" if overrides else ""))
+
+
+def read_raw_spec(spec: str | Path | None) -> tuple[Path, dict[str, Any]]:
+    """(path, unvalidated mapping) of a spec file or name under experiments/.
+
+    Raises:
+        SpecError: missing file, invalid YAML, or a document that is not a mapping of sections.
+    """
+    path = resolve_spec_path(spec)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec {path} must be a mapping of sections ({', '.join(ExperimentSpec.model_fields)})")
+    return path, raw
+
+
+def validate_spec(raw: dict[str, Any], source: str = "spec") -> ExperimentSpec:
+    try:
+        return ExperimentSpec.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(format_validation_error(e, source)) from None

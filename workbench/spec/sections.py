@@ -1,0 +1,168 @@
+"""The sections of an experiment spec (model, task, rollout, drafter, grpo, measure, tracking).
+
+Every section forbids unknown keys, so a typo fails loudly with the field path and the allowed keys.
+Names follow the field: vLLM's ``speculative_config`` (``num_speculative_tokens`` = ``k``), TRL/verl
+GRPO configs (``loss_agg``, ``clip_low``/``clip_high``), DESIGN.md §2.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class SpecError(ValueError):
+    """A spec that cannot be loaded or validated; the message names the field and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Section):
+    target: str = Field("tiny", description="target/policy: a preset name (`wb models list`) or a Hugging Face checkpoint folder")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+
+
+class TaskSpec(_Section):
+    name: str = Field("arith_chain", description="registered task: its data generator and reward verifier")
+    path: str | None = Field(None, description="optional jsonl/parquet file of your own prompts; else the task's generated data")
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    num_train: int = Field(2000, ge=1)
+    num_eval: int = Field(64, ge=0)
+
+
+class RolloutSpec(_Section):
+    backend: Literal["workbench"] = Field("workbench", description="rollout engine (vLLM hand-off planned)")
+    temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    max_new_tokens: int = Field(96, ge=1, le=4096)
+    max_batch_size: int = Field(256, ge=1, description="sequences decoded together; larger batches are split")
+    compile: bool = Field(
+        False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
+        "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
+    )
+
+
+class DrafterInitSpec(_Section):
+    """Drafter initialisation (issue #3): what the drafter is trained on before the first GRPO step."""
+
+    data: str = Field(
+        "auto",
+        description="auto (draft_model: none, mtp/eagle3: in_domain) | none | in_domain (the target's sampled completions "
+        "of RL-task prompts) | chat (the target's completions of general-corpus prompts) | path to a jsonl/parquet of prompts",
+    )
+    num_prompts: int = Field(512, ge=1, description="prompts the target completes to make the init data")
+    prompt_field: str = Field("prompt", description="prompt column of a user dataset")
+    steps: int = Field(400, ge=0, description="optimiser steps")
+    lr: float = Field(2e-3, gt=0.0, description="peak AdamW lr (warmup then cosine)")
+    batch_size: int = Field(16, ge=1, description="sequences per optimiser step")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _none_word(cls, v: Any) -> Any:
+        return "none" if v is None else v  # `drafter.init.data=none` parses as null
+
+
+class DrafterOnlineSpec(_Section):
+    """Online drafter adaptation during GRPO (the `draft_train` stage, after `train`)."""
+
+    enabled: bool = False
+    every: int = Field(1, ge=1, description="update the drafter every N GRPO steps")
+    lr: float = Field(1e-3, gt=0.0)
+    steps: int = Field(4, ge=1, description="optimiser steps per update")
+    batch_size: int = Field(16, ge=1, description="sequences per optimiser step, drawn from the buffer")
+    buffer_size: int = Field(256, ge=1, description="rollouts kept (FIFO) with their captured target states")
+
+
+class DrafterSpec(_Section):
+    """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
+
+    kind: str = Field("draft_model", description="none | ngram | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
+    k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
+    prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
+    prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
+    model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer")
+    num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
+    eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
+        None, description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models"
+    )
+    draft_vocab_size: int | None = Field(None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)")
+    ttt_steps: int = Field(7, ge=1, le=16, description="mtp/eagle3: training-time-test unroll steps")
+    ttt_decay: float = Field(0.8, gt=0.0, le=1.0, description="mtp/eagle3: weight of unroll step j is ttt_decay**j")
+    init: DrafterInitSpec = Field(default_factory=DrafterInitSpec)
+    online: DrafterOnlineSpec = Field(default_factory=DrafterOnlineSpec)
+
+    @field_validator("eagle_aux_hidden_state_layer_ids")
+    @classmethod
+    def _three_layers(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (len(v) != 3 or min(v) < 0):
+            raise ValueError("eagle_aux_hidden_state_layer_ids needs three layer indices >= 0 (low, mid, high), e.g. [1, 2, 3]")
+        return v
+
+    def init_data(self) -> str:
+        """``init.data`` with ``auto`` resolved for this kind."""
+        if self.init.data != "auto":
+            return self.init.data
+        return "in_domain" if self.kind in ("mtp", "eagle3") else "none"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        from drafters import DRAFTERS
+
+        allowed = ["none", *DRAFTERS]
+        if v not in allowed:
+            raise ValueError(f"unknown drafter kind {v!r}; allowed values: {', '.join(allowed)}")
+        return v
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> "DrafterSpec":
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(
+                f"prompt_lookup_min ({self.prompt_lookup_min}) must be <= prompt_lookup_max ({self.prompt_lookup_max})"
+            )
+        return self
+
+
+class GRPOSpec(_Section):
+    steps: int = Field(10, ge=1)
+    prompts_per_step: int = Field(8, ge=1)
+    group_size: int = Field(8, ge=2, description="G: samples per prompt")
+    lr: float = Field(1e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    clip_low: float = Field(0.2, ge=0.0, description="epsilon_low of the clipped ratio")
+    clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
+    beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
+    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    scale_rewards: bool = Field(True, description="divide advantages by the group std (False = Dr. GRPO)")
+    micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
+    eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
+    num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
+
+
+class MeasureSpec(_Section):
+    """How speedups are measured (DESIGN.md §8, issue #6)."""
+
+    paired: bool | None = Field(
+        None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "
+        "speculative one (outputs discarded), and log the paired speedup/gen with its CI; null = on in wb sweep and "
+        "wb tune, off in wb run",
+    )
+    warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")
+    modeled: bool = Field(
+        True, description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
+        "measured once per machine and model (cached; workbench.cost_curve) before the MLflow run opens",
+    )
+
+
+class TrackingSpec(_Section):
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
+    experiment: str = "workbench"
+    run_name: str | None = None
+    enabled: bool = True
