@@ -31,20 +31,10 @@ def audit(
     Example: wb audit micro --samples 2000
     """
     from drafters import DRAFTERS
-    from workbench.audit import (
-        accept_all_rejection_sample,
-        informative_prompts,
-        plan,
-        run_audit,
-        summary_rows,
-    )
-    from workbench.drafter_init import drafter_as_run
+    from workbench.audit import accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
+    from workbench.audit.setup import audit_setup
     from workbench.grpo.trainer import resolve_device
-    from workbench.models.build import PRESETS, is_built, load_model, resolve_model
-    from workbench.models.tokenizer import encode_prompt
-    from workbench.rollout.model import LeanLM
     from workbench.rollout.sampling import SamplingParams
-    from workbench.tasks.loading import load_task_data
 
     s = _load(spec, overrides)
     kinds = [x.strip() for x in drafters_opt.split(",")] if drafters_opt else list(DRAFTERS)
@@ -52,27 +42,10 @@ def audit(
     if unknown:
         _fail(f"--drafters: unknown kind(s) {', '.join(unknown)}; registered: {', '.join(DRAFTERS)}")
     try:
-        device = resolve_device(s.model.device)
-        hf, tok = load_model(resolve_model(s.model.target, what="model.target"), device=device, dtype=s.model.dtype)
-        t = s.task
-        split = "eval" if t.num_eval else "train"
-        rows = load_task_data(t.name, split, max(prompts, 8), s.seed, t.path, t.prompt_field, t.answer_field)
+        setup = audit_setup(s, kinds, prompts, resolve_device(s.model.device))
     except ValueError as e:
         _fail(str(e))
-    lm = LeanLM.from_hf(hf)
-    all_ids = [encode_prompt(tok, r["prompt"]) for r in rows]
-    prompt_ids = all_ids[:prompts]
-    drafters, skipped = {}, {}
-    for kind in kinds:
-        if kind == "draft_model" and s.drafter.model in PRESETS and not is_built(s.drafter.model):
-            skipped[kind] = f"preset {s.drafter.model} not built (wb models build {s.drafter.model})"
-            continue
-        try:
-            # each kind as the spec would run it: its drafter init (cached; built here if missing)
-            ks = s.model_copy(update={"drafter": s.drafter.model_copy(update={"kind": kind})})
-            drafters[kind] = drafter_as_run(ks, lm, tok, resolve_model(s.model.target, what="model.target"), device, progress=True)
-        except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
-            skipped[kind] = str(e).splitlines()[0][:120]
+    lm, tok, drafters, skipped, prompt_ids, all_ids = setup.lm, setup.tokenizer, setup.drafters, setup.skipped, setup.prompt_ids, setup.greedy_ids
     r = s.rollout
     kk = k or s.drafter.k
     max_new_tokens = max_new_tokens or kk + 2
