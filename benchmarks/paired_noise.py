@@ -19,7 +19,7 @@ from workbench.grpo.trainer import GRPOTrainer
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.paired import generate_interleaved
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 14
 tr = GRPOTrainer(load_spec("quickstart", ["drafter.kind=none", "measure.modeled=false"]), progress=False)

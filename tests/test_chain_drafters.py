@@ -11,7 +11,7 @@ from drafters.training import capture_hidden, collate, completion_loss_mask, eva
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
-from workbench.spec import DrafterSpec
+from workbench.specs import DrafterSpec
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
@@ -129,7 +129,7 @@ def test_ttt_loss_decreases_on_a_fixed_batch(target_lm, kind):
 
 def test_online_adaptation_updates_every_n_steps_from_a_bounded_buffer(target_lm):
     from workbench.grpo.trainer import OnlineAdaptation
-    from workbench.spec import DrafterOnlineSpec
+    from workbench.specs import DrafterOnlineSpec
 
     rows, counts = _rollout_rows(target_lm, n=12, layers=(0, 1, 2))
     d = _make("eagle3", target_lm, counts)

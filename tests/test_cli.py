@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.experiment import run_experiment
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 runner = CliRunner()
 

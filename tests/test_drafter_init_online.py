@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 runner = CliRunner()
 FAST = ["drafter.init.steps=8", "drafter.init.num_prompts=24", "grpo.eval_every=0"]

@@ -88,7 +88,7 @@ def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draf
     including the entry that reads each row's own first sampled token (the chain drafters)."""
     from drafters import DrafterTarget, build_drafter
     from workbench.rollout.drafter import DraftContext
-    from workbench.spec import DrafterSpec
+    from workbench.specs import DrafterSpec
 
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[0]]  # 2 distinct, lengths differ
     B, P, t_max = len(prompts), max(map(len, prompts)), 24

@@ -6,7 +6,7 @@ import torch
 
 from workbench.grpo.trainer import GRPOTrainer, paired_metrics
 from workbench.rollout.engine import SpecCounters
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 
 def _train(paired: bool, kind: str = "draft_model", steps: int = 3):

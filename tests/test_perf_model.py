@@ -140,7 +140,7 @@ def test_summary_table_shows_the_modeled_mean():
     from rich.console import Console
 
     from workbench.experiment import RunResult, summary_table
-    from workbench.spec import load_spec
+    from workbench.specs import load_spec
 
     res = RunResult(None, "", [{"reward/mean": 0.0, "speedup/gen_modeled": 9.0}, {"reward/mean": 0.0, "speedup/gen_modeled": 1.25},
                                {"reward/mean": 0.0, "speedup/gen_modeled": 1.75}])

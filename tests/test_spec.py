@@ -1,6 +1,6 @@
 import pytest
 
-from workbench.spec import SpecError, apply_overrides, load_spec, parse_override
+from workbench.specs import SpecError, apply_overrides, load_spec, parse_override
 
 
 def test_quickstart_loads_with_defaults():

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.experiment import EarlyStop, RunResult
-from workbench.spec import CategoricalParam, FloatParam, IntParam, SpecError, load_spec, validate_spec
+from workbench.specs import CategoricalParam, FloatParam, IntParam, SpecError, load_spec, validate_spec
 import workbench.tune as tune
 import workbench.tune.study as tune_study
 import workbench.tune.workers as tw
@@ -481,7 +481,7 @@ def test_workers_started_together_draw_different_reproducible_parameters(tmp_pat
     per-trial reseed gives them different parameters; the same trial number always draws the same."""
     import optuna
 
-    from workbench.spec import TuneSpec
+    from workbench.specs import TuneSpec
     from workbench.tune.space import make_sampler, reseed_for_trial
 
     t = TuneSpec(params={"drafter.k": {"type": "int", "low": 1, "high": 1000}})

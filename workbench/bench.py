@@ -40,7 +40,7 @@ from workbench.project import gen_speedup as predicted_speedup  # Leviathan E[N]
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.tasks.loading import load_task_data
 
 

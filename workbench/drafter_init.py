@@ -29,7 +29,7 @@ from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 
 ARCH_FIELDS = {
     "draft_model": ("model",),

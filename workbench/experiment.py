@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench.grpo.trainer import GRPOTrainer
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.stats import paired_summary
 from workbench.tracking import Tracker
 

@@ -632,7 +632,7 @@ def spec_from_params(params: dict[str, str]):
     """An ExperimentSpec from a run's flat dotted params (keys the current spec lacks are ignored)."""
     import yaml
 
-    from workbench.spec import ExperimentSpec
+    from workbench.specs import ExperimentSpec
 
     d = ExperimentSpec().model_dump(mode="json")
     for key, raw in params.items():

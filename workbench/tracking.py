@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from workbench.spec import flatten
+from workbench.specs import flatten
 from workbench.tags import PARENT_RUN_TAG
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default store, relative to the cwd

@@ -11,7 +11,7 @@ from workbench.models.build import PRESETS, is_built, load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.model import LeanLM
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.tasks.loading import load_task_data
 
 

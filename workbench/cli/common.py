@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from workbench.spec import SpecError, load_spec
+from workbench.specs import SpecError, load_spec
 
 app = typer.Typer(
     help="The speculation workbench: how much does exact speculative decoding speed up GRPO rollouts?",

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from workbench.cli.common import _fail, console, models_app
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 
 @models_app.command("list")

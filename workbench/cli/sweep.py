@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from workbench.cli.common import _fail, _split_args, app, console, err
-from workbench.spec import SpecError
+from workbench.specs import SpecError
 
 
 @app.command(context_settings={"allow_extra_args": False})

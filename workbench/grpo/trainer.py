@@ -30,7 +30,7 @@ from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import load_task_data
 from workbench.timing import StageTimer

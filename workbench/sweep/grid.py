@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.spec import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
+from workbench.specs import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
 
 DEFAULT_SWEEP_SPEC = "sweep"
 ALIASES = {"k": "drafter.k", "drafter": "drafter.kind", "init": "drafter.init.data", "online": "drafter.online.enabled"}

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from workbench.runs import RunReader, RunRecord
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.sweep.results import Outcome, Row
 from workbench.tags import TAG_POINT, TAG_ROLE, TAG_SWEEP
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.spec import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
+from workbench.specs import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
 from workbench.sweep.grid import paired_by_default
-from workbench.spec import set_dotted
+from workbench.specs import set_dotted
 from workbench.tune.space import check_params, edge_values
 
 DEFAULT_TUNE_SPEC = "tune"

@@ -16,7 +16,7 @@ from rich import box
 from rich.table import Table
 
 from workbench.experiment import EarlyStop
-from workbench.spec import ExperimentSpec
+from workbench.specs import ExperimentSpec
 from workbench.stats import after_warmup, ratio_ci
 
 from workbench.tune.plan import OBJECTIVES, PAIRED_KEY, TunePlan

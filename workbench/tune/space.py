@@ -11,7 +11,7 @@ from typing import Any
 
 import optuna
 
-from workbench.spec import FloatParam, IntParam, SpecError, TuneSpec, flatten, set_dotted, validate_spec
+from workbench.specs import FloatParam, IntParam, SpecError, TuneSpec, flatten, set_dotted, validate_spec
 
 UNTUNABLE = ("tune", "tracking", "name")
 

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workbench.sweep.store import SweepStore
-from workbench.spec import SpecError
+from workbench.specs import SpecError
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
 from workbench.tune.plan import PAIRED_KEY, TunePlan

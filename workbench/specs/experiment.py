@@ -7,10 +7,10 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from workbench.spec.dotted import flatten
-from workbench.spec.sections import (DrafterSpec, GRPOSpec, MeasureSpec, ModelSpec, RolloutSpec, TaskSpec, TrackingSpec,
+from workbench.specs.dotted import flatten
+from workbench.specs.sections import (DrafterSpec, GRPOSpec, MeasureSpec, ModelSpec, RolloutSpec, TaskSpec, TrackingSpec,
                                      _Section)
-from workbench.spec.tune import TuneSpec
+from workbench.specs.tune import TuneSpec
 
 
 def _is_default_tune(t: TuneSpec) -> bool:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from workbench.spec.sections import _Section
+from workbench.specs.sections import _Section
 
 
 class CategoricalParam(_Section):

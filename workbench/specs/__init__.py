@@ -5,13 +5,13 @@ task, how rollouts are sampled, how GRPO trains, where MLflow logs. Every sectio
 keys so a typo fails loudly with the field path and the keys that are allowed.
 """
 
-from workbench.spec.dotted import flatten, set_dotted
-from workbench.spec.experiment import ExperimentSpec
-from workbench.spec.load import (DEFAULT_SPEC, EXPERIMENTS_DIR, apply_overrides, format_validation_error, load_spec, parse_override,
+from workbench.specs.dotted import flatten, set_dotted
+from workbench.specs.experiment import ExperimentSpec
+from workbench.specs.load import (DEFAULT_SPEC, EXPERIMENTS_DIR, apply_overrides, format_validation_error, load_spec, parse_override,
                                  read_raw_spec, resolve_spec_path, validate_spec)
-from workbench.spec.sections import (DrafterInitSpec, DrafterOnlineSpec, DrafterSpec, GRPOSpec, MeasureSpec, ModelSpec, RolloutSpec,
+from workbench.specs.sections import (DrafterInitSpec, DrafterOnlineSpec, DrafterSpec, GRPOSpec, MeasureSpec, ModelSpec, RolloutSpec,
                                      SpecError, TaskSpec, TrackingSpec)
-from workbench.spec.tune import CategoricalParam, FloatParam, IntParam, ParamSpace, TuneSpec
+from workbench.specs.tune import CategoricalParam, FloatParam, IntParam, ParamSpace, TuneSpec
 
 __all__ = ["DEFAULT_SPEC", "EXPERIMENTS_DIR", "CategoricalParam", "DrafterInitSpec", "DrafterOnlineSpec", "DrafterSpec", "ExperimentSpec",
            "FloatParam", "GRPOSpec", "IntParam", "MeasureSpec", "ModelSpec", "ParamSpace", "RolloutSpec", "SpecError", "TaskSpec",

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from workbench.spec.dotted import set_dotted
-from workbench.spec.experiment import ExperimentSpec
-from workbench.spec.sections import SpecError
+from workbench.specs.dotted import set_dotted
+from workbench.specs.experiment import ExperimentSpec
+from workbench.specs.sections import SpecError
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_SPEC = "quickstart"
