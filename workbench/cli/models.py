@@ -50,3 +50,32 @@ def models_build(
         info = build_info(path) or {}
         shown = {k: v for k, v in info.items() if isinstance(v, (int, float, str))}
         console.print(f"[green]{name}[/] -> {path}  {shown}")
+
+
+@models_app.command("init")
+def models_init(
+    arch: str = typer.Argument(..., help="Architecture: llama, llama3, qwen2, qwen3 or mistral."),
+    out: str = typer.Argument(..., help="New folder for the checkpoint (config.json, safetensors, tokenizer)."),
+    layers: int = typer.Option(2, "--layers", min=1, help="Decoder layers."),
+    hidden: int = typer.Option(128, "--hidden", min=8, help="Hidden size."),
+    heads: int = typer.Option(4, "--heads", min=1, help="Attention heads."),
+    kv_heads: int = typer.Option(2, "--kv-heads", min=1, help="Key/value heads (grouped-query attention)."),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", min=1, help="qwen3: per-head size (default 2 × hidden / heads)."),
+    seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+) -> None:
+    """Write a random checkpoint of a real architecture with the workbench's tokenizer (to try a shape:
+    model.target=OUT or drafter.model=OUT).
+
+    Example: wb models init qwen3 --layers 2 --hidden 128 /tmp/qwen3-tiny
+    """
+    from workbench.models.shapes import random_checkpoint
+
+    if dtype not in ("float32", "bfloat16", "float16"):
+        _fail(f"--dtype: {dtype!r}; allowed values: float32, bfloat16, float16")
+    try:
+        path = random_checkpoint(arch, out, seed=seed, dtype=dtype, layers=layers, hidden=hidden, heads=heads,
+                                 kv_heads=kv_heads, head_dim=head_dim)
+    except ValueError as e:
+        _fail(str(e))
+    console.print(f"[green]{arch}[/] random checkpoint -> {path}; use it with model.target={path} (or drafter.model={path})")
