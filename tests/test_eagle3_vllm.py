@@ -1,0 +1,70 @@
+"""EAGLE-3 heads in vLLM's checkpoint layout: names, the d2t/t2d conventions, and the round trip."""
+
+import json
+
+import pytest
+import torch
+
+from drafters.eagle3 import Eagle3Net, vocab_map
+from drafters.eagle3_vllm import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
+from workbench.rollout.model import LMConfig
+
+CFG = LMConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=64,
+               rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128, tie_word_embeddings=True)
+
+
+def net(seed=0, vd=16):
+    torch.manual_seed(seed)
+    counts = torch.rand(CFG.vocab_size)
+    d2t, t2d = vocab_map(counts, vd)
+    n = Eagle3Net(CFG, (1, 2, 3), d2t, t2d)
+    for p in n.parameters():
+        torch.nn.init.normal_(p)
+    return n
+
+
+def test_vllm_names_and_vocabulary_conventions():
+    n = net()
+    s = to_vllm_state(n.state_dict())
+    assert {"fc.weight", "norm.weight", "lm_head.weight", "midlayer.self_attn.q_proj.weight", "midlayer.hidden_norm.weight",
+            "midlayer.input_layernorm.weight", "midlayer.mlp.down_proj.weight", "d2t", "t2d"} <= set(s)
+    assert s["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * CFG.hidden_size  # reads [embedding ‖ feature]
+    # vLLM: target id = draft id + d2t[draft id]; t2d marks the draft vocabulary
+    assert torch.equal(torch.arange(16) + s["d2t"], n.d2t)
+    assert s["t2d"].dtype == torch.bool and int(s["t2d"].sum()) == 16 and bool(s["t2d"][n.d2t].all())
+
+
+def test_state_round_trip_is_exact():
+    n = net()
+    back = from_vllm_state(to_vllm_state(n.state_dict()))
+    ref = n.state_dict()
+    assert set(back) == set(ref)
+    assert all(torch.equal(back[k], ref[k]) for k in ref)
+
+
+def test_export_folder_reads_back(tmp_path):
+    n = net(seed=1)
+    export_eagle3(n, CFG, tmp_path / "head")
+    assert is_eagle3_folder(tmp_path / "head") and not is_eagle3_folder(tmp_path)
+    cfg = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["vocab_size"] == 64 and cfg["draft_vocab_size"] == 16
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3] and cfg["num_hidden_layers"] == 1
+    cfg2, state = read_eagle3(tmp_path / "head")
+    m = Eagle3Net(CFG, tuple(cfg2["eagle_aux_hidden_state_layer_ids"]), state["d2t"], state["t2d"])
+    m.load_state_dict(state)
+    x = {i: torch.randn(2, 5, 32) for i in (1, 2, 3)}
+    assert torch.equal(m.fuse(x), n.fuse(x))
+
+
+def test_bad_heads_are_refused(tmp_path):
+    s = to_vllm_state(net().state_dict())
+    with pytest.raises(ValueError, match="not part of a one-layer"):
+        from_vllm_state({**s, "layers.1.mlp.up_proj.weight": torch.zeros(1)})
+    bad = dict(s)
+    bad["t2d"] = torch.zeros_like(s["t2d"])
+    with pytest.raises(ValueError, match="disagree"):
+        from_vllm_state(bad)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="drafter.model: cannot read"):
+        read_eagle3(tmp_path / "x")
