@@ -20,6 +20,7 @@ import torch.nn as nn
 from drafters.registry import register
 from workbench.rollout.drafter import DrafterTarget
 from drafters.chain import ChainDrafter, ChainNet
+from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3
 from drafters.mtp import _load, _save
 from workbench.rollout.model import LMConfig, RMSNorm
 
@@ -88,6 +89,8 @@ class Eagle3Drafter(ChainDrafter):
         """
         lm = target.lm
         cfg, V = lm.cfg, lm.cfg.vocab_size
+        if spec.model and is_eagle3_folder(spec.model):  # a head in vLLM's layout (`wb drafter export`, public heads)
+            return cls._from_vllm_folder(spec, target, device)
         ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(cfg.num_layers))
         if max(ids) > cfg.num_layers:
             raise ValueError(f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
@@ -113,6 +116,35 @@ class Eagle3Drafter(ChainDrafter):
         net.to(device=w.device, dtype=w.dtype)
         net.share(lm.model.embed_tokens, lm.lm_head)
         return cls(net, ids, V, spec.ttt_steps, spec.ttt_decay)
+
+    @classmethod
+    def _from_vllm_folder(cls, spec, target: DrafterTarget, device) -> "Eagle3Drafter":
+        """Load an EAGLE-3 head saved in vLLM's layout (:mod:`drafters.eagle3_vllm`) for ``target``.
+
+        Its layer has its own shape (heads, head_dim, intermediate size, RoPE) from its config.json;
+        its hidden size and vocabulary must be the target's, its layer ids within the target's depth.
+
+        Raises:
+            ValueError: unreadable files, or a head made for another target (names drafter.model).
+        """
+        from transformers import LlamaConfig
+
+        lm = target.lm
+        raw, state = read_eagle3(spec.model)
+        head = LMConfig.from_hf(LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "draft_vocab_size",
+                                                                                           "eagle_aux_hidden_state_layer_ids")}))
+        ids = tuple(raw.get("eagle_aux_hidden_state_layer_ids") or default_layer_ids(lm.cfg.num_layers))
+        bad = {k: (a, b) for k, a, b in (("hidden_size", head.hidden_size, lm.cfg.hidden_size),
+                                          ("vocab_size", head.vocab_size, lm.cfg.vocab_size)) if a != b}
+        if bad or max(ids) > lm.cfg.num_layers:
+            raise ValueError(f"drafter.model: the EAGLE-3 head in {spec.model} was made for another target "
+                             f"(head vs target: {bad or {'layer ids': (list(ids), lm.cfg.num_layers)}})")
+        net = Eagle3Net(head, ids, state["d2t"], state["t2d"])
+        net.load_state_dict(state)
+        w = lm.lm_head.weight
+        net.to(device=w.device, dtype=w.dtype)
+        net.share(lm.model.embed_tokens, lm.lm_head)
+        return cls(net, ids, lm.cfg.vocab_size, spec.ttt_steps, spec.ttt_decay)
 
     def save(self, folder) -> None:
         n = self.net

@@ -68,3 +68,37 @@ def test_bad_heads_are_refused(tmp_path):
     (tmp_path / "x" / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="drafter.model: cannot read"):
         read_eagle3(tmp_path / "x")
+
+
+def test_exported_head_loads_as_drafter_model_with_the_same_proposals(tmp_path, target_lm):
+    """wb drafter export -> drafter.model=<folder>: the loaded head proposes exactly what the original
+    does (same draft vocabulary, layer ids and weights), through a whole greedy speculative rollout."""
+    from drafters import DrafterTarget, build_drafter
+    from workbench.rollout.engine import RolloutEngine
+    from workbench.specs import DrafterSpec
+    from conftest import PROMPTS, greedy
+
+    counts = torch.rand(target_lm.cfg.vocab_size, generator=torch.Generator().manual_seed(3))
+    spec = DrafterSpec(kind="eagle3", draft_vocab_size=24)
+    original = build_drafter("eagle3", spec, DrafterTarget(target_lm, token_counts=counts), torch.device("cpu"))
+    for p in original.net.parameters():  # a trained-looking head, not the init's copy of the target's LM head
+        torch.nn.init.normal_(p, std=0.2)
+    export_eagle3(original.net, target_lm.cfg, tmp_path / "head")
+    loaded = build_drafter("eagle3", DrafterSpec(kind="eagle3", model=str(tmp_path / "head")), DrafterTarget(target_lm),
+                           torch.device("cpu"))
+    assert torch.equal(loaded.net.d2t, original.net.d2t) and loaded.net.layer_ids == original.net.layer_ids
+    outs = [RolloutEngine(target_lm, d, k=3).generate(PROMPTS, greedy(20), torch.Generator().manual_seed(0)) for d in (original, loaded)]
+    assert outs[0].tokens == outs[1].tokens
+    assert outs[0].counters.num_accepted_tokens_per_pos == outs[1].counters.num_accepted_tokens_per_pos  # same proposals
+    assert outs[0].counters.num_accepted_tokens > 0  # the comparison saw accepted drafts, not only misses
+
+
+def test_a_head_for_another_target_is_refused(tmp_path, target_lm):
+    from drafters import DrafterTarget, build_drafter
+    from workbench.specs import DrafterSpec
+
+    other = LMConfig(**{**CFG.__dict__, "hidden_size": target_lm.cfg.hidden_size + 8, "vocab_size": target_lm.cfg.vocab_size})
+    d2t, t2d = vocab_map(torch.rand(other.vocab_size), 8)
+    export_eagle3(Eagle3Net(other, (1, 1, 1), d2t, t2d), other, tmp_path / "head")
+    with pytest.raises(ValueError, match="drafter.model: the EAGLE-3 head .* another target"):
+        build_drafter("eagle3", DrafterSpec(kind="eagle3", model=str(tmp_path / "head")), DrafterTarget(target_lm), torch.device("cpu"))

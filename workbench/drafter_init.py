@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from drafters import build_drafter
+from drafters.eagle3_vllm import is_eagle3_folder
 from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
 from workbench.models.build import _atomic_dir, _Bar, _sha, cache_dir
 from workbench.models.tokenizer import encode_prompt
@@ -45,6 +46,8 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     d = spec.drafter
     data = d.init_data()
     if data == "none" or d.kind not in ARCH_FIELDS:
+        return None
+    if d.kind == "eagle3" and is_eagle3_folder(d.model):  # a trained head given as drafter.model: nothing to initialise
         return None
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {

@@ -1,4 +1,4 @@
-"""`wb drafter init`: train and cache a drafter initialisation."""
+"""`wb drafter init` (train and cache a drafter initialisation) and `wb drafter export` (an eagle3 head for vLLM)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,43 @@ def drafter_init(
             table.add_row(f"{key} ({when.split('_')[-1]})", f"{v:.4f}")
     console.print(table)
     console.print(f"checkpoint: {folder}", soft_wrap=True, highlight=False)
+
+
+@drafter_app.command("export", context_settings={"allow_extra_args": False})
+def drafter_export(
+    out: str = typer.Argument(..., help="New folder for the exported head (config.json + model.safetensors)."),
+    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or name (default: quickstart)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.init.data=chat"),
+) -> None:
+    """Export the spec's eagle3 drafter (its init checkpoint, trained first if missing) in the layout vLLM
+    serves for speculative_config.method=eagle3; load it back with drafter.model=OUT.
+
+    Example: wb drafter export /tmp/eagle3-head drafter.kind=eagle3
+    """
+    from pathlib import Path
+
+    from drafters.eagle3_vllm import export_eagle3
+    from workbench.drafter_init import drafter_as_run
+    from workbench.grpo.trainer import resolve_device
+    from workbench.models.build import load_model, resolve_model
+    from workbench.rollout.model import LeanLM
+
+    if spec is not None and "=" in spec:
+        overrides, spec = [spec, *(overrides or [])], None
+    resolved = _load(spec, [*(overrides or [])])
+    if resolved.drafter.kind != "eagle3":
+        resolved = resolved.model_copy(update={"drafter": resolved.drafter.model_copy(update={"kind": "eagle3"})})
+    if Path(out).exists() and any(Path(out).iterdir()):
+        _fail(f"{out} exists and is not empty: give a new folder")
+    try:
+        device = resolve_device(resolved.model.device)
+        path = resolve_model(resolved.model.target, what="model.target")
+        hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
+        lm = LeanLM.from_hf(hf)
+        drafter = drafter_as_run(resolved, lm, tok, path, device, progress=True)
+        folder = export_eagle3(drafter.net, lm.cfg, out)
+    except ValueError as e:
+        _fail(str(e))
+    console.print(f"eagle3 head (layers {list(drafter.net.layer_ids)}, draft vocabulary {int(drafter.net.d2t.shape[0])} of "
+                  f"{lm.cfg.vocab_size}) -> {folder}; vLLM: speculative_config={{\"method\": \"eagle3\", \"model\": \"{folder}\"}}",
+                  highlight=False, soft_wrap=True)

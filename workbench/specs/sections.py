@@ -86,7 +86,7 @@ class DrafterSpec(_Section):
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
-    model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer")
+    model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)")
     num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
     eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
         None, description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models"
