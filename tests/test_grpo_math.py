@@ -7,6 +7,8 @@ import torch
 
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.grpo.loss import LOSS_AGGS, aggregate, grpo_loss, kl_k3, token_logprobs
+from workbench.grpo.mismatch import LOG_TINY, logprob_gaps, processed_token_logprobs
+from workbench.rollout.sampling import SamplingParams, probs_from_logits
 
 # ----------------------------------------------------------------------------- advantages
 
@@ -165,6 +167,25 @@ def test_grpo_loss_kl_penalty():
     assert loss0.item() == 0.0 and stats0["kl"] == pytest.approx(mean_kl)
 
 
+@pytest.mark.parametrize("agg", LOSS_AGGS)
+def test_grpo_loss_with_its_own_detached_logp_is_the_policy_gradient(agg):
+    # One optimiser step per batch: old_logp = logp.detach() (pi_old = pi_theta), so the ratio is 1 and
+    # the gradient is that of the plain surrogate -aggregate(A * logp) (TRL's single-iteration GRPO).
+    g = torch.Generator().manual_seed(2)
+    logp = (torch.randn(2, 3, generator=g) - 1).requires_grad_(True)
+    adv = torch.tensor([0.7, -1.3])
+    loss, stats = grpo_loss(logp, logp.detach(), adv, MASK, 0.2, 0.28, agg, max_len=4)
+    (grad,) = torch.autograd.grad(loss, logp)
+    plain = -aggregate(adv[:, None] * logp, MASK, agg, max_len=4)
+    (expected,) = torch.autograd.grad(plain, logp)
+    assert loss.item() == pytest.approx(-aggregate(adv[:, None].expand(2, 3), MASK, agg, max_len=4).item())
+    torch.testing.assert_close(grad, expected)
+    assert grad.abs().sum() > 0 and stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0
+    # grpo_loss detaches old_logp itself: passing logp undetached must not cancel the gradient.
+    (grad_undetached,) = torch.autograd.grad(grpo_loss(logp, logp, adv, MASK, 0.2, 0.28, agg, max_len=4)[0], logp)
+    torch.testing.assert_close(grad_undetached, expected)
+
+
 def test_grpo_loss_errors():
     lp = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="ref_logp"):
@@ -200,3 +221,61 @@ def test_token_logprobs_differentiable_through_loss():
     loss, _ = grpo_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), MASK, 0.2, 0.28, "token_mean")
     loss.backward()
     assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- engine/trainer log-prob gaps
+
+# One position, V = 4, probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1.
+#   top-k 2 (or top-p 0.65: 0.4 + 0.3 reaches it) keeps {0, 1}, mass 0.7 -> processed p = (4/7, 3/7, 0, 0)
+#   so for a kept token: processed log p - temperature-only log p = -log 0.7 (the kept mass).
+GAP_LOGITS = torch.log(torch.tensor([[[0.4, 0.3, 0.2, 0.1]] * 3]))  # (1, 3, 4): the same law at 3 positions
+GAP_TOKENS = torch.tensor([[0, 1, 3]])
+GAP_MASK = torch.tensor([[1.0, 1.0, 0.0]])  # the third position is padding
+
+
+def _gaps(sp, engine=None, mask=GAP_MASK):
+    temp_lp = token_logprobs(GAP_LOGITS, GAP_TOKENS, sp.temperature)
+    engine = temp_lp if engine is None else engine
+    return logprob_gaps(GAP_LOGITS, GAP_TOKENS, temp_lp, engine, mask, sp)
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(top_k=2), SamplingParams(top_p=0.65)])
+def test_logprob_gaps_truncation_hand_values(sp):
+    engine = torch.log(torch.tensor([[4 / 7 + 0.01, 3 / 7, 123.0]]))  # engine off by a little at token 0; junk off the mask
+    mismatch, trunc = _gaps(sp, engine)
+    torch.testing.assert_close(trunc, torch.tensor([[-math.log(0.7), -math.log(0.7), 0.0]]))
+    torch.testing.assert_close(mismatch, torch.tensor([[math.log(4 / 7 + 0.01) - math.log(4 / 7), 0.0, 0.0]]), atol=1e-6, rtol=0)
+
+
+def test_logprob_gaps_without_truncation_are_the_old_metric():
+    sp = SamplingParams(temperature=0.7)
+    temp_lp = token_logprobs(GAP_LOGITS, GAP_TOKENS, 0.7)
+    engine = temp_lp + torch.tensor([[0.003, -0.002, 5.0]])
+    mismatch, trunc = logprob_gaps(GAP_LOGITS, GAP_TOKENS, temp_lp, engine, GAP_MASK, sp)
+    assert torch.equal(trunc, torch.zeros(1, 3))  # exactly: processing is the temperature only
+    assert torch.equal(mismatch, (engine - temp_lp).abs() * GAP_MASK)  # |engine - trainer temperature-only|
+
+
+def test_logprob_gaps_greedy_and_outside_support():
+    # Greedy: the processed law is one-hot on token 0, so its log p is 0 and the truncation gap is -log 0.4.
+    mismatch, trunc = _gaps(SamplingParams(temperature=0.0), engine=torch.zeros(1, 3), mask=torch.tensor([[1.0, 0, 0]]))
+    assert mismatch[0, 0].item() == 0.0
+    assert trunc[0, 0].item() == pytest.approx(-math.log(0.4))
+    # A token the trainer's top-k excludes (the logits disagree at the boundary): finite LOG_TINY, not -inf.
+    mismatch, trunc = _gaps(SamplingParams(top_k=2), engine=torch.full((1, 3), math.log(0.5)), mask=torch.ones(1, 3))
+    assert mismatch[0, 2].item() == pytest.approx(math.log(0.5) - LOG_TINY)
+    assert torch.isfinite(mismatch).all() and torch.isfinite(trunc).all()
+
+
+def test_processed_token_logprobs_is_the_engines_formula():
+    g = torch.Generator().manual_seed(3)
+    logits, tokens = torch.randn(50, 11, generator=g) * 3, torch.randint(0, 11, (50,), generator=g)
+    sp = SamplingParams(temperature=0.9, top_k=6, top_p=0.9)
+    engine = probs_from_logits(logits, sp).gather(-1, tokens[:, None]).squeeze(-1).log()  # as RolloutEngine records it
+    got = processed_token_logprobs(logits, tokens, sp, token_logprobs(logits[None], tokens[None], 0.9)[0])
+    kept = torch.isfinite(engine)
+    assert kept.any() and (~kept).any()
+    assert torch.equal(got[kept], engine[kept])
+    assert torch.all(got[~kept] == LOG_TINY)
+    with pytest.raises(ValueError, match="logits must be"):
+        logprob_gaps(logits, tokens, tokens.float(), tokens.float(), tokens.float(), sp)

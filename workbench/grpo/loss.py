@@ -98,7 +98,9 @@ def grpo_loss(
 
     Args:
         logp: (B, T) current-policy logprobs of the sampled tokens; the gradient flows through it.
-        old_logp: (B, T) logprobs under the policy that sampled the rollouts (detached here).
+        old_logp: (B, T) logprobs under the policy that sampled the rollouts (detached here). With
+            one optimiser step per batch, pi_old = pi_theta: pass ``logp.detach()`` (ratio 1, gradient
+            A * grad logp, TRL's single iteration) instead of running the policy a second time.
         advantages: (B,) one advantage per sequence, broadcast over its tokens.
         mask: (B, T) 1 on valid completion tokens, 0 on padding.
         clip_low, clip_high: epsilon_low / epsilon_high of the clip range (DAPO clip-higher).

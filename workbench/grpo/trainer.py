@@ -23,6 +23,7 @@ from drafters.training import DraftBuffer, DraftOptimizer, capture_hidden, evalu
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
+from workbench.grpo.mismatch import logprob_gaps
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
 from workbench.modeled import build_modeled
@@ -247,10 +248,12 @@ class GRPOTrainer:
         with stage("logprob"):
             ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
             temp = self.sampling.temperature or 1.0
+            # One optimiser step per batch, so pi_old = pi_theta: the train stage uses its own forward's
+            # log p, detached, as old log p (no policy forward here). Online adaptation still needs one,
+            # for the hidden states and logits the drafter learns from (detached; DESIGN.md §5).
+            old_logp = None
             with torch.no_grad():
-                if self.online is None:
-                    old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size)
-                else:  # also capture what the drafter learns from (detached; DESIGN.md §5)
+                if self.online is not None:
                     logits: list[torch.Tensor] = []
                     with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
                         old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size, keep_logits=logits)
@@ -261,7 +264,7 @@ class GRPOTrainer:
 
         with stage("train"):
             adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
-            stats = self._train(ids, mask, old_logp, ref_logp, adv)
+            stats = self._train(ids, mask, rollout_logp, ref_logp, adv, old_logp)
 
         draft_stats: dict[str, float] = {}
         if self.online is not None:
@@ -278,7 +281,6 @@ class GRPOTrainer:
         m.update({
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),
-            "gen/logprob_abs_diff": float(((rollout_logp - old_logp).abs() * mask).sum() / mask.sum().clamp_min(1)),
             "reward/mean": rewards.mean().item(),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "frac_reward_zero_std": frac_zero_std(rewards, G),
@@ -293,20 +295,32 @@ class GRPOTrainer:
         ]
         return m, samples
 
-    def _train(self, ids, mask, old_logp, ref_logp, adv) -> dict[str, float]:
-        """One optimiser step over the whole batch, micro-batched with exact loss weighting."""
+    def _train(self, ids, mask, rollout_logp, ref_logp, adv, old_logp=None) -> dict[str, float]:
+        """One optimiser step over the whole batch, micro-batched with exact loss weighting.
+
+        ids (N, L); mask, rollout_logp, ref_logp, old_logp (N, L-1); adv (N,). ``old_logp`` None:
+        pi_old = pi_theta (this is the batch's only optimiser step), so each micro-batch's own
+        log p, detached, is the old log p: ratio exp(logp - logp.detach()) = 1 with gradient
+        A * grad log p, as TRL does with one iteration per batch; the policy is not run twice.
+
+        Returns the loss stats and, from the same forward's logits (no extra forward),
+        ``gen/logprob_abs_diff`` and ``gen/logprob_truncation_abs_diff`` (workbench.grpo.mismatch;
+        nats, mean over completion tokens).
+        """
         g = self.spec.grpo
         self.optimizer.zero_grad(set_to_none=True)
         N = ids.shape[0]
         total_tok = mask.sum().clamp_min(1)
         temp = self.sampling.temperature or 1.0
         loss_sum, acc = 0.0, {"clip_frac": 0.0, "kl": 0.0}
+        gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
         for i in range(0, N, g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
-            logp = sequence_logprobs(self.policy, ids[sl], temp, g.micro_batch_size)
+            full = self.policy(ids[sl]).logits  # (n, L, V)
+            logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
             loss, st = grpo_loss(
-                logp, old_logp[sl], adv[sl], mask[sl], g.clip_low, g.clip_high, g.loss_agg,
-                beta=g.beta, ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens,
+                logp, logp.detach() if old_logp is None else old_logp[sl], adv[sl], mask[sl], g.clip_low, g.clip_high,
+                g.loss_agg, beta=g.beta, ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens,
             )
             # Weight so the micro-batch sum equals the full-batch aggregate.
             w = (mask[sl].sum() / total_tok) if g.loss_agg == "token_mean" else (ids[sl].shape[0] / N)
@@ -314,9 +328,13 @@ class GRPOTrainer:
             loss_sum += loss.item() * float(w)
             acc["clip_frac"] += st["clip_frac"] * float(w)
             acc["kl"] += st["kl"] * float(w)
+            gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
+            gap_sum += gap.sum()
+            trunc_sum += trunc.sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm)
         self.optimizer.step()
-        return {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm)}
+        return {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm),
+                "gen/logprob_abs_diff": float(gap_sum / total_tok), "gen/logprob_truncation_abs_diff": float(trunc_sum / total_tok)}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
