@@ -8,7 +8,7 @@ import torch
 
 from workbench.grpo.trainer import GRPOTrainer, sequence_logprobs
 from workbench.rollout.sampling import SamplingParams
-from workbench.spec import load_spec
+from workbench.specs import load_spec
 
 MICRO_BATCH = 3  # 8 rollouts per step -> micro-batches of 3, 3, 2 (uneven on purpose)
 
