@@ -208,3 +208,14 @@ def test_load_general_prompts(tmp_path):
     ds = load_general_prompts(12, seed=0, cache_dir=tmp_path)
     assert ds.column_names == ["prompt", "text"] and len(ds) == 12
     assert ds["prompt"] == [it["prompt"] for it in general.generate(12, 0)]
+
+
+def test_long_tail_task_spreads_completion_lengths():
+    """arith_chain_long: gold completions from 1 to 16 steps, a >= 8x spread of lengths (issue #8 part 3)."""
+    from workbench.tasks import get_task
+
+    items = get_task("arith_chain_long").generate(400, 0)
+    steps = [it["solution"].count("=") for it in items]
+    assert min(steps) == 1 and max(steps) == 16
+    chars = sorted(len(it["solution"]) for it in items)
+    assert chars[-1] >= 8 * chars[0]

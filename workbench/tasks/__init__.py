@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from data import arith_chain
@@ -56,6 +57,15 @@ TASKS: dict[str, Task] = {
         generate=arith_chain.generate,
         reward=answer_reward,
         description="evaluate a 3-6 step + - * chain left to right, writing each step; reward = exact final answer",
+        version=arith_chain.VERSION,
+    ),
+    # The long-tail workload (issue #8 part 3): 1-16 operations, so completion lengths spread ~9x
+    # (about 15 to 140 tokens) and, as in reasoning RL, a few rows decode alone at the end of a step.
+    "arith_chain_long": Task(
+        name="arith_chain_long",
+        generate=partial(arith_chain.generate, min_ops=1, max_ops=16),
+        reward=answer_reward,
+        description="arith_chain with 1-16 steps: a long tail of completion lengths (the tail decodes nearly alone)",
         version=arith_chain.VERSION,
     ),
 }
