@@ -1,5 +1,5 @@
-"""speedup/gen_modeled (workbench.modeled), the cached cost curves (workbench.cost_curve) and
-`wb project --calibrate` (workbench.calibrate): hand-computed values, the cache, a micro run."""
+"""speedup/gen_modeled (workbench.perf.modeled), the cached cost curves (workbench.perf.cost_curve) and
+`wb project --calibrate` (workbench.perf.calibrate): hand-computed values, the cache, a micro run."""
 
 import math
 from types import SimpleNamespace
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from workbench import calibrate as cal
-from workbench import cost_curve as cc
-from workbench import modeled as md
-from workbench.project import CostModel, expected_tokens
+from workbench.perf import calibrate as cal
+from workbench.perf import cost_curve as cc
+from workbench.perf import modeled as md
+from workbench.perf.analytic import CostModel, expected_tokens
 
 
 # ------------------------------------------------------------------ the modeled speedup

@@ -32,16 +32,17 @@ from typing import Callable
 
 import torch
 
-from drafters import build_drafter
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
-from workbench.project import alpha_from_per_position, emit_pmf, expected_tokens, simulate_steps, tokens_per_step  # noqa: F401 (expected_tokens: part of the bench maths API)
-from workbench.project import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
+from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
+from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
+from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.specs import ExperimentSpec
 from workbench.tasks.loading import load_task_data
+from workbench.timing import TimeSpent, timed
 
 
 @dataclass
@@ -57,7 +58,7 @@ class BenchConfig:
 
 
 def fit_alpha(rates_per_pos: list[float]) -> float | None:
-    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`workbench.project.alpha_from_per_position`);
+    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`workbench.perf.analytic.alpha_from_per_position`);
     None when no position was ever accepted."""
     return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
 
@@ -68,7 +69,7 @@ def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens
 
     A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
     rows of their steps, simulated from the measured per-position acceptance rates (and the share
-    of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.project.simulate_steps`;
+    of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.perf.simulate.simulate_steps`;
     per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
     """
     if counters.num_drafts == 0 or max_new_tokens < 2:
@@ -80,18 +81,18 @@ def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens
     return (max_new_tokens - 1) / (S * (k * c + verify_cost))
 
 
-def _paired_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, object]]:
+def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None) -> dict[str, tuple[float, object]]:
     """Median seconds of each contender, run interleaved (A, B, A, B, ...) after one warm-up each,
-    so that load drifting on a shared machine hits every contender alike (side by side)."""
+    so that load drifting on a shared machine hits every contender alike (side by side); each call
+    timed by :func:`workbench.timing.timed` (``device`` synchronised around it)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     outs: dict[str, object] = {}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
-            outs[name] = fn()
-            times[name].append(time.perf_counter() - t0)
+            dt, outs[name] = timed(fn, device)
+            times[name].append(dt)
     return {name: (statistics.median(times[name]), outs[name]) for name in fns}
 
 
@@ -124,6 +125,11 @@ class Bench:
         n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
         rows = list(load_task_data(self.spec.task.name, "eval", n, self.spec.seed)["prompt"])
         self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the target runs (the CPU: every contender is built there), synchronised around each timing."""
+        return self.target.lm_head.weight.device
 
     def _engine(self, kind: str, k: int) -> RolloutEngine:
         from workbench.drafter_init import drafter_as_run
@@ -163,7 +169,7 @@ class Bench:
             fns = {"ours": self._ours(RolloutEngine(self.target), prompts)}
             if self.cfg.hf:
                 fns["hf"] = self._hf(prompts)
-            t = _paired_median(fns, self.cfg.repeats)
+            t = _paired_median(fns, self.cfg.repeats, self.device)
             row = {"batch": B, "ours_tok_s": n_tok / t["ours"][0]}
             if self.cfg.hf:
                 row.update(hf_generate_tok_s=n_tok / t["hf"][0], ratio=t["hf"][0] / t["ours"][0])
@@ -180,7 +186,7 @@ class Bench:
             fns = {"spec": self._ours(self._engine("draft_model", k), prompts), "ar": ar}
             if self.cfg.hf:
                 fns["assisted"] = self._hf(prompts, assistant=self.hf_draft, k=k)
-            t = _paired_median(fns, self.cfg.repeats)
+            t = _paired_median(fns, self.cfg.repeats, self.device)
             t_spec, out = t["spec"]
             row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"][0],
                    "acceptance_length": out.counters.metrics().get("spec/acceptance_length")}
@@ -208,7 +214,7 @@ class Bench:
         draft_step = lambda: sample(probs_from_logits(draft(x1, start, dcache)[0][:, 0], self.sp))  # noqa: E731
         # every point of the curve and the draft step interleaved: drift on a shared machine moves
         # them together instead of bending the curve
-        t = _paired_median({**{T: target_fwd(T) for T in range(1, max_t + 1)}, "draft": draft_step}, max(self.cfg.repeats, 5) * 3)
+        t = _paired_median({**{T: target_fwd(T) for T in range(1, max_t + 1)}, "draft": draft_step}, max(self.cfg.repeats, 5) * 3, self.device)
         return {"target_curve_s": {T: t[T][0] for T in range(1, max_t + 1)}, "draft_step_s": t["draft"][0]}
 
     @torch.no_grad()
@@ -223,7 +229,7 @@ class Bench:
         for kind in self.cfg.drafters:
             for k in self.cfg.ks:
                 eng = self._engine(kind, k)
-                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats)  # speedup side by side
+                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device)  # speedup side by side
                 (t_spec, out), t_ar = t["spec"], t["ar"][0]
                 ar_times.append(t_ar)
                 m = out.counters.metrics()
@@ -247,23 +253,14 @@ class Bench:
         """Seconds the drafter spends per verification step (propose + accept), timed inside a real
         generation at this batch (EOS ignored, so the batch stays full); median over repeats."""
         d = eng.drafter
-        spent = [0.0]
-
-        def timed(fn):
-            def wrapper(*a, **kw):
-                t0 = time.perf_counter()
-                out = fn(*a, **kw)
-                spent[0] += time.perf_counter() - t0
-                return out
-            return wrapper
-
-        d.propose, d.accept = timed(d.propose), timed(d.accept)
+        spent = TimeSpent(self.device)
+        d.propose, d.accept = spent.wrap(d.propose), spent.wrap(d.accept)
         try:
             per_step = []
             for _ in range(max(self.cfg.repeats, 3)):
-                spent[0] = 0.0
+                spent.seconds = 0.0
                 out = eng.generate(prompts, self.sp, torch.Generator().manual_seed(0))
-                per_step.append(spent[0] / max(out.counters.num_verify_steps, 1))
+                per_step.append(spent.seconds / max(out.counters.num_verify_steps, 1))
         finally:
             del d.propose, d.accept
         return statistics.median(per_step)

@@ -17,18 +17,66 @@ CUDA kernels run asynchronously, so without a barrier the time of a stage's kern
 billed to whichever later stage happens to block. On CUDA every boundary calls
 ``torch.cuda.synchronize`` so each stage is charged for its own work. All times in seconds,
 from ``time.perf_counter``.
+
+The same barrier times single calls for the instruments that measure forwards and engine steps
+(``wb bench``, the cost curves of ``speedup/gen_modeled``, ``wb project --sweep``'s engine
+microbenchmark), so they all measure alike:
+
+    seconds, out = timed(lambda: lm(x, start, cache), device)        # one call, device-synchronised
+    seconds, _ = timed(fn, device, repeat=10)                         # mean of 10 back-to-back calls
+    spent = TimeSpent(device); drafter.propose = spent.wrap(drafter.propose)   # time inside a callee
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import torch
 
 # The stage names of DESIGN.md §2/§3, in step order; other names are allowed (e.g. "eval").
 STAGES: tuple[str, ...] = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train")
+
+T = TypeVar("T")
+
+
+def barrier(device: torch.device | str | None) -> Callable[[], None]:
+    """A function that waits for the work queued on ``device``: ``torch.cuda.synchronize`` on a
+    CUDA device (when CUDA is available), a no-op elsewhere (CPU work is synchronous)."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return lambda: torch.cuda.synchronize(dev)
+    return lambda: None
+
+
+def timed(fn: Callable[[], T], device: torch.device | str | None = None, repeat: int = 1) -> tuple[float, T]:
+    """(seconds per call, the last call's result) of ``repeat`` back-to-back calls of ``fn``, the
+    device synchronised before (earlier work is not billed) and after (its own kernels are)."""
+    sync = barrier(device)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(max(repeat, 1)):
+        out = fn()
+    sync()
+    return (time.perf_counter() - t0) / max(repeat, 1), out
+
+
+class TimeSpent:
+    """Seconds spent inside wrapped callables (device-synchronised around each call), e.g. a
+    drafter's ``propose`` inside a whole generation. ``seconds`` accumulates; reset it to 0.0."""
+
+    def __init__(self, device: torch.device | str | None = None):
+        self.seconds = 0.0
+        self._device = device
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a, **kw):
+            dt, out = timed(lambda: fn(*a, **kw), self._device)
+            self.seconds += dt
+            return out
+        return wrapper
 
 
 class StageTimer:
@@ -40,7 +88,7 @@ class StageTimer:
 
     def __init__(self, device: torch.device | str | None = None):
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        self._sync_cuda = dev.type == "cuda" and torch.cuda.is_available()
+        self._sync = barrier(dev)
         self.device = dev
         self._step_t0: float | None = None
         self._current: str | None = None
@@ -49,8 +97,7 @@ class StageTimer:
 
     def now(self) -> float:
         """Seconds (perf_counter), after synchronising the CUDA device if the timer is on one."""
-        if self._sync_cuda:
-            torch.cuda.synchronize(self.device)
+        self._sync()
         return time.perf_counter()
 
     _now = now

@@ -26,7 +26,7 @@ from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
-from workbench.modeled import build_modeled
+from workbench.perf.modeled import build_modeled
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved

@@ -32,7 +32,7 @@ class SpecCounters:
     num_verify_steps: int = 0  # batched target forwards after prefill
     num_generated_tokens: int = 0
     # rows in each batched target forward after prefill (tokens in flight = rows * (k+1)): what a
-    # cost curve turns into a noise-free time estimate (workbench.project, speedup/gen_modeled)
+    # cost curve turns into a noise-free time estimate (workbench.perf.modeled, speedup/gen_modeled)
     rows_per_forward: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ a forward over T tokens in flight costs max(1, T / T_knee) decode steps of ≤ T
     v(k) = max(1, B·(k+1) / T_knee) / max(1, B / T_knee)
 
 (T_knee = ∞: memory-bound, v = 1; T_knee ≤ B: compute-bound, v = k+1). The roofline of
-:func:`workbench.project.roofline_time` has T_knee = FLOP/s × bytes per parameter / (2 × bandwidth):
+:func:`workbench.perf.analytic.roofline_time` has T_knee = FLOP/s × bytes per parameter / (2 × bandwidth):
 ~295 tokens for an H100 in bf16.
 
 Given k, the measured acceptance (acceptance length, per-position rates or α) and the measured gen
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workbench.project import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
+from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
 
 
 def verify_ratio(k: int, batch: int, knee: float | None) -> float:
@@ -126,56 +126,3 @@ def alpha_from_inputs(k: int, acceptance_length: float | None, per_pos: list[flo
     if per_pos is not None:
         return alpha_from_per_position(per_pos), f"fitted to per-position rates r_i ≈ α^(i+1) ({', '.join(f'{r:g}' for r in per_pos)})"
     return float(alpha), "given"
-
-
-def show(console, cal: Calibration, alpha_how: str) -> None:
-    """The calibration as a Rich table, the fitted parameter and the assumptions."""
-    from rich.table import Table
-
-    knee_s = "∞ (memory-bound)" if math.isinf(cal.knee) else f"{cal.knee:.1f} tokens"
-    fitted = f"c = {cal.c:.4g} (drafter step / target step)" if cal.unknown == "c" else f"T_knee = {knee_s}"
-    given = f"T_knee = {knee_s}" if cal.unknown == "c" else f"c = {cal.c:g}"
-    console.print(f"fitted {fitted}; given {given}, batch {cal.batch} rows, α = {cal.alpha:.4f}", highlight=False)
-    t = Table(title="predicted gen speedup per k",
-              caption="S = E[N] / (k·c + v), E[N] = (1 − α^(k+1)) / (1 − α) (Leviathan et al. 2023), "
-              "v = max(1, B·(k+1)/T_knee) / max(1, B/T_knee); * best k, ← the measured point")
-    for col in ("k", "E[N]", "k·c", "verify v", "gen × (predicted)"):
-        t.add_column(col, justify="right")
-    best = cal.best_k
-    for k, s in cal.predictions.items():
-        mark = (" *" if k == best else "") + (" ←" if k == cal.k else "")
-        t.add_row(f"{k}{mark}", f"{expected_tokens(cal.alpha, k):.3f}", f"{k * cal.c:.3f}", f"{verify_ratio(k, cal.batch, cal.knee):.3f}",
-                  f"{s:.3f}")
-    console.print(t)
-    console.print(f"measured: gen × {cal.speedup:g} at k={cal.k} (reproduced: {cal.predictions[cal.k]:.3f}); α {alpha_how}; "
-                  f"best k = {best} (gen × {cal.predictions[best]:.3f})", highlight=False)
-    console.print("assumes: per-position acceptance α^(i+1) (independent positions), α and c the same at every k, "
-                  "the batch stays full (no long tail), verification cost from the knee roofline; sampling, rejection "
-                  "and bookkeeping free", highlight=False)
-
-
-def run_cli(console, k_text: str, speedup: float | None, acceptance_length: float | None, per_pos: str | None,
-            alphas: list[str] | None, unknown: str, cs: list[str] | None, knee: float | None, batch: int) -> None:
-    """``wb project --calibrate``'s option handling. Raises ValueError with the message to show."""
-    try:
-        k = int(k_text)
-    except ValueError:
-        raise ValueError(f"--calibrate: give the measured point's k as one integer with --k (got {k_text!r})") from None
-    if speedup is None:
-        raise ValueError("--calibrate: give the measured gen speedup at that k (--gen-speedup S, e.g. speedup/gen of a paired run)")
-
-    def one(vals: list[str] | None, what: str) -> float | None:
-        if not vals:
-            return None
-        try:
-            return float(vals[0].split("=")[-1])
-        except ValueError:
-            raise ValueError(f"{what}: {vals[0]!r} is not a number") from None
-
-    try:
-        rates = [float(x) for x in per_pos.split(",")] if per_pos else None
-    except ValueError:
-        raise ValueError(f"--per-pos: {per_pos!r} is not comma-separated numbers") from None
-    alpha, how = alpha_from_inputs(k, acceptance_length, rates, one(alphas, "--alpha"))
-    cal = calibrate(k, speedup, alpha, unknown, one(cs, "--c"), knee, batch, range(1, max(7, k) + 1))
-    show(console, cal, how)

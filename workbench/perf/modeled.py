@@ -3,7 +3,7 @@
 DESIGN.md §8: keep a noise-free estimate beside the measured (paired) speedup, so a reader can
 tell noise from effect. Per GRPO step, with cost(T) the seconds of one target forward over T
 tokens in flight and drafter(n) the drafter's seconds per verification step at n rows (both
-measured once per machine and model, :mod:`workbench.cost_curve`):
+measured once per machine and model, :mod:`workbench.perf.cost_curve`):
 
 - modeled autoregressive gen = Σ over the forwards a plain decode of the *same completions* would
   run of cost(rows): per batch chunk (``rollout.max_batch_size`` rows, in order), at decode step
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from workbench.project import CostModel
+from workbench.perf.analytic import CostModel
 
 
 def ar_rows_per_forward(lengths: Sequence[int], chunk: int) -> list[int]:
@@ -77,7 +77,7 @@ def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: 
     with ``measure.modeled: false``). Call it before the MLflow run opens: a miss measures (seconds)."""
     if drafter is None or spec.drafter.kind == "none" or not spec.measure.modeled:
         return None
-    from workbench.cost_curve import drafter_cost, forward_curve
+    from workbench.perf.cost_curve import drafter_cost, forward_curve
 
     t0 = time.perf_counter()
     g, r = spec.grpo, spec.rollout

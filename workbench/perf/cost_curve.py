@@ -1,6 +1,6 @@
 """Cost curves of the rollout engine's forwards, measured once per machine and model and cached.
 
-What ``speedup/gen_modeled`` (:mod:`workbench.modeled`) turns counted forwards into seconds with
+What ``speedup/gen_modeled`` (:mod:`workbench.perf.modeled`) turns counted forwards into seconds with
 (DESIGN.md §4 and §8: "the measured cost of a target forward as a function of tokens in flight
 belongs in the model"):
 
@@ -12,13 +12,13 @@ belongs in the model"):
   typical context; the fastest of ``reps`` interleaved rounds (round 0 warms up), made
   non-decreasing in T (a forward over more tokens is never cheaper; a dip is noise). Assumption:
   shapes with the same tokens in flight cost the same (KV-cache reads, which grow with rows, not
-  tokens, are ignored, as in the roofline of :mod:`workbench.project`).
+  tokens, are ignored, as in the roofline of :mod:`workbench.perf.analytic`).
 - **drafter cost** per verification step (all k draft steps) at n rows:
   ``draft_model``: from the draft model's own curve, measured the same way: its propose runs one
   forward of 2 tokens per row (catch-up) and k−1 of one token, so d(2n) + (k−1)·d(n);
   ``mtp`` / ``eagle3`` / ``ngram``: measured, the drafter's own ``propose`` + ``accept`` seconds per
   verification step inside short engine generations (EOS off, n = 1 and rows_max rows), fitted
-  a + b·n (:func:`workbench.project.fit_affine`). For mtp/eagle3 that is their head forwards and
+  a + b·n (:func:`workbench.perf.simulate.fit_affine`). For mtp/eagle3 that is their head forwards and
   sampling; for ngram it is the host/tensor time of the suffix match (measured, not assumed 0).
 
 Cache: ``<cache_dir>/cost_curves/<key>.json``, key = hash of the model config, dtype, device,
@@ -40,7 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.project import CostModel, fit_affine
+from workbench.perf.analytic import CostModel
+from workbench.perf.simulate import fit_affine
+from workbench.timing import TimeSpent, timed
 
 CURVE_VERSION = 1
 
@@ -117,10 +119,6 @@ def shapes(rows_max: int, t_max: int) -> list[tuple[int, int]]:
     return out
 
 
-def _sync(device: torch.device):
-    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-
 @torch.no_grad()
 def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, bar=None, budget_s: float = 2.0) -> CostModel:
     """Seconds of one ``lm`` forward per tokens in flight (see the module doc); ``bar.update(i, info)``.
@@ -128,7 +126,7 @@ def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3
     At most ``reps`` timed rounds, fewer once ``budget_s`` seconds are spent (at least one)."""
     t_start = time.perf_counter()
     w = lm.lm_head.weight
-    dev, sync = w.device, _sync(w.device)
+    dev = w.device
     g = torch.Generator(dev).manual_seed(0)  # never the run's RNG
     cells = []
     for rows, t in shapes(rows_max, t_max):
@@ -140,12 +138,7 @@ def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3
     inner = [1] * len(cells)
     for rnd in range(reps + 1):  # interleaved rounds: a load spike hits one round of a cell
         for i, (_, fn) in enumerate(cells):
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(inner[i]):
-                fn()
-            sync()
-            dt = (time.perf_counter() - t0) / inner[i]
+            dt, _ = timed(fn, dev, repeat=inner[i])  # seconds per forward, inner[i] back to back
             if rnd == 0:
                 inner[i] = max(1, min(20, math.ceil(2e-3 / max(dt, 1e-6))))  # >= ~2 ms per timing
             else:
@@ -208,29 +201,17 @@ def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], row
     from workbench.rollout.engine import RolloutEngine
 
     dev = target.lm_head.weight.device
-    sync = _sync(dev)
     engine = RolloutEngine(target, drafter, k=k, max_batch_size=rows_max)
-    spent = [0.0]
-
-    def timed(fn):
-        def wrapper(*a, **kw):
-            sync()
-            t0 = time.perf_counter()
-            out = fn(*a, **kw)
-            sync()
-            spent[0] += time.perf_counter() - t0
-            return out
-        return wrapper
-
-    drafter.propose, drafter.accept = timed(drafter.propose), timed(drafter.accept)
+    spent = TimeSpent(dev)
+    drafter.propose, drafter.accept = spent.wrap(drafter.propose), spent.wrap(drafter.accept)
     best: dict[int, float] = {}
     try:
         for rnd in range(reps + 1):
             for n in sorted({1, rows_max}):
                 rows = [prompts[i % len(prompts)] for i in range(n)]
-                spent[0] = 0.0
+                spent.seconds = 0.0
                 out = engine.generate(rows, sampling, torch.Generator(dev).manual_seed(rnd))
-                per = spent[0] / max(out.counters.num_verify_steps, 1)
+                per = spent.seconds / max(out.counters.num_verify_steps, 1)
                 if rnd:
                     best[n] = min(best.get(n, math.inf), per)
             if bar is not None:

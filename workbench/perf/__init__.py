@@ -1,0 +1,76 @@
+"""The performance model of speculative rollouts in a GRPO step (``wb project``, ``speedup/gen_modeled``).
+
+One concept per module; pure maths apart from what measures or reads runs:
+
+- :mod:`~workbench.perf.analytic`: acceptance (E[N], α fits), the cost of a target forward
+  (constant, roofline, measured curve), Leviathan gen speedup, synchronous and asynchronous step
+  (``wb project --gen ...`` / ``--run``);
+- :mod:`~workbench.perf.seeds`: the model against DESIGN.md §6's published stage times (``--seeds``);
+- :mod:`~workbench.perf.calibrate`: one measured point fixes one unknown cost (``--calibrate``);
+- :mod:`~workbench.perf.simulate`: steps of a batch that sheds finished rows, affine step costs;
+- :mod:`~workbench.perf.sweep_runs`: sweep runs read through :mod:`workbench.runs` (the one MLflow reader);
+- :mod:`~workbench.perf.microbench`: the rollout engine's microbenchmark (torch, imported lazily);
+- :mod:`~workbench.perf.sweep_check`: predicted vs measured step speedup per sweep point (``--sweep``);
+- :mod:`~workbench.perf.cost_curve`, :mod:`~workbench.perf.modeled`: cached forward-cost curves and
+  the deterministic ``speedup/gen_modeled`` every speculative run logs (DESIGN.md §8).
+
+The names below are re-exported; :mod:`~workbench.perf.cost_curve` (which imports torch) is loaded
+on first use of one of its names, so ``wb project --seeds`` does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from workbench.perf.analytic import (
+    CostModel,
+    Projection,
+    alpha_from_acceptance_length,
+    alpha_from_per_position,
+    async_overlap,
+    async_step_time,
+    best_k,
+    expected_tokens,
+    gen_speedup,
+    load_cost_curve,
+    project,
+    roofline_time,
+    step_speedup,
+)
+from workbench.perf.calibrate import Calibration, alpha_from_inputs, fit_c, fit_knee, predict_speedup
+from workbench.perf.microbench import EngineBench, load_costs, measure, save_costs, spec_from_params
+from workbench.perf.modeled import ModeledSpeedup, build_modeled, modeled_metrics
+from workbench.perf.seeds import SEEDS, STEP_SPEEDUP_TOLERANCE, PublishedSeed, SeedCheck, check_seed, seeds_check
+from workbench.perf.simulate import StepCost, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
+from workbench.perf.sweep_check import PointPrediction, SweepCheck, check_sweep, find_pairs, predict_point, row_steps_of
+from workbench.perf.sweep_runs import (
+    SweepRun,
+    baseline_for,
+    config_key,
+    load_sweep,
+    missing_metrics,
+    stages_from_mlflow,
+    workload_key,
+)
+
+_LAZY = {name: "workbench.perf.cost_curve" for name in ("DrafterCost", "drafter_cost", "forward_curve", "measure_forward_curve")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'workbench.perf' has no attribute {name!r}")
+
+
+__all__ = [
+    "CostModel", "Projection", "alpha_from_acceptance_length", "alpha_from_per_position", "async_overlap", "async_step_time", "best_k",
+    "expected_tokens", "gen_speedup", "load_cost_curve", "project", "roofline_time", "step_speedup",
+    "Calibration", "alpha_from_inputs", "fit_c", "fit_knee", "predict_speedup",
+    "EngineBench", "load_costs", "measure", "save_costs", "spec_from_params",
+    "ModeledSpeedup", "build_modeled", "modeled_metrics",
+    "SEEDS", "STEP_SPEEDUP_TOLERANCE", "PublishedSeed", "SeedCheck", "check_seed", "seeds_check",
+    "StepCost", "batch_steps", "emit_pmf", "fit_affine", "simulate_steps", "tokens_per_step",
+    "PointPrediction", "SweepCheck", "check_sweep", "find_pairs", "predict_point", "row_steps_of",
+    "SweepRun", "baseline_for", "config_key", "load_sweep", "missing_metrics", "stages_from_mlflow", "workload_key",
+    *_LAZY,
+]

@@ -1,0 +1,108 @@
+"""Step counts of a batch that sheds finished rows, and the measured cost of one engine step.
+
+Pure functions (numpy), used by ``wb project --sweep`` (:mod:`workbench.perf.sweep_check`) and
+``wb bench`` (:mod:`workbench.bench`); module doc of :mod:`workbench.perf.sweep_check` for how they
+combine into a prediction.
+
+- Acceptance: a drafted row emits E[N] = 1 + Σ_i r_i tokens per verification step, r_i the
+  per-position acceptance rates (accepts form a prefix, so P(emit ≥ i+2) = r_i); no geometric α.
+- Steps: a batch runs until its slowest row has its tokens (rows leave as they finish), so its
+  verification steps are E[max over rows], not tokens / E[N] (Leviathan et al. 2023 is per row).
+- Cost: one engine step with n rows in flight costs a + b·n seconds (:class:`StepCost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def tokens_per_step(per_pos: list[float]) -> float:
+    """E[N] = 1 + Σ_i r_i: expected tokens one verification step emits for a drafted row (bonus or
+    correction token included), from per-position acceptance rates r_i = P(draft position i accepted)."""
+    return 1.0 + float(sum(per_pos))
+
+
+def emit_pmf(per_pos: list[float], no_draft: float = 0.0) -> np.ndarray:
+    """P(one verification step emits j+1 tokens), j = 0..k, from per-position rates (accepts form a
+    prefix, so P(accepted ≥ i+1) = r_i) and the share of row-steps without a draft (they emit 1)."""
+    r = np.minimum.accumulate(np.clip(np.asarray(per_pos, dtype=float), 0.0, 1.0)) if len(per_pos) else np.zeros(0)
+    ge = np.concatenate([[1.0], r, [0.0]])  # P(accepted >= j), j = 0..k+1
+    p = (ge[:-1] - ge[1:]) * (1.0 - no_draft)
+    p[0] += no_draft
+    return p / p.sum()
+
+
+def simulate_steps(lengths: list[int], pmf: np.ndarray | list[float], reps: int = 64, seed: int = 0) -> tuple[float, float]:
+    """(verification steps S, row-steps R) of one batch whose rows generate ``lengths`` tokens.
+
+    The prefill emits each row's first token; a row then takes steps, each emitting j+1 tokens with
+    probability pmf[j], until it has its length; finished rows leave the batch, so the batch runs
+    for S = max over rows of the row's steps. Means over ``reps`` fixed-seed draws (pmf = [1]: the
+    autoregressive S = max(L) − 1, R = Σ (L − 1), exactly).
+    """
+    rem = np.asarray(lengths, dtype=np.int64) - 1
+    rem = rem[rem > 0]
+    if rem.size == 0:
+        return 0.0, 0.0
+    pmf = np.asarray(pmf, dtype=float)
+    if pmf.size == 1 or pmf[0] >= 1.0:
+        return float(rem.max()), float(rem.sum())
+    T = int(rem.max())
+    reps = max(4, min(reps, 4_000_000 // (rem.size * T)))
+    rng = np.random.default_rng(seed)
+    emits = rng.choice(pmf.size, size=(reps, rem.size, T), p=pmf / pmf.sum()) + 1
+    steps = (emits.cumsum(-1) < rem[None, :, None]).sum(-1) + 1  # draws until the row has its length
+    return float(steps.max(1).mean()), float(steps.sum(1).mean())
+
+
+def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0) -> tuple[float, float]:
+    """Mean (S, R) per GRPO step over sampled batches; a batch larger than ``chunk`` rows
+    (rollout.max_batch_size) runs as consecutive chunks, whose S and R add up."""
+    out = []
+    for b in batches:
+        parts = [simulate_steps(b[i : i + chunk], pmf, reps, seed + i) for i in range(0, len(b), max(chunk, 1))]
+        out.append((sum(p[0] for p in parts), sum(p[1] for p in parts)))
+    return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
+
+
+def fit_affine(ns: list[float], seconds: list[float]) -> tuple[float, float]:
+    """Least-squares a + b·n through (n, seconds), with a, b ≥ 0 (a noisy fit is clipped, the other refitted)."""
+    x, y = np.asarray(ns, dtype=float), np.asarray(seconds, dtype=float)
+    if x.size == 1 or np.ptp(x) == 0:
+        return float(max(y.mean(), 0.0)), 0.0
+    b, a = np.polyfit(x, y, 1)
+    if a < 0:
+        return 0.0, float(max((x * y).sum() / (x * x).sum(), 0.0))
+    if b < 0:
+        return float(max(y.mean(), 0.0)), 0.0
+    return float(a), float(b)
+
+
+@dataclass
+class StepCost:
+    """Measured cost of the rollout engine at one configuration (target, drafter, k).
+
+    One step with n rows in flight: ``a + b·n`` seconds; ``prefill``: per-batch seconds (prefill,
+    first token, retiring rows). ``grid``: the measured seconds per step at each n.
+    """
+
+    prefill: float
+    a: float
+    b: float
+    grid: dict[int, float] = field(default_factory=dict)
+
+    def step(self, n: float) -> float:
+        return self.a + self.b * n
+
+    def gen_time(self, chunks: int, steps: float, row_steps: float) -> float:
+        """chunks·P + a·S + b·R: a GRPO step's gen seconds with S verification steps and R row-steps."""
+        return chunks * self.prefill + self.a * steps + self.b * row_steps
+
+    def to_json(self) -> dict:
+        return {"prefill_s": self.prefill, "a_s": self.a, "b_s": self.b, "grid_s": {str(n): v for n, v in self.grid.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "StepCost":
+        return cls(float(d["prefill_s"]), float(d["a_s"]), float(d["b_s"]), {int(n): float(v) for n, v in d.get("grid_s", {}).items()})
