@@ -75,6 +75,35 @@ def test_rollout_engine_is_the_bottom_layer():
     assert not bad, f"the rollout layer imports upward: {sorted(bad)}"
 
 
+# README "Architecture": a module may import its own layer and the layers below, never above.
+LAYERS = {
+    1: ("workbench.rollout",),
+    2: ("drafters", "data", "workbench.grpo", "workbench.models", "workbench.tasks", "workbench.specs", "workbench.tracking",
+        "workbench.runs", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.drafter_init"),
+    3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
+        "workbench.perf", "workbench.ui"),
+    4: ("workbench.cli",),
+}
+
+
+def layer_of(module: str) -> int | None:
+    for n, prefixes in LAYERS.items():
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return n
+    return None
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in graph() if m not in ("workbench",) and layer_of(m) is None]
+    assert not missing, f"modules outside the README's layers (add them to LAYERS and the README): {missing}"
+
+
+def test_no_module_imports_a_higher_layer():
+    up = [(m, d) for m, deps in graph().items() for d in deps
+          if layer_of(m) is not None and layer_of(d) is not None and layer_of(d) > layer_of(m)]
+    assert not up, f"imports from a higher layer (README: Architecture): {sorted(up)}"
+
+
 def test_drafters_do_not_import_instruments():
     """drafters/ may use the rollout layer and the models (a draft_model loads a checkpoint), no more."""
     allowed = ("drafters", "workbench.rollout", "workbench.models", "workbench.cache")

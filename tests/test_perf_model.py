@@ -154,13 +154,13 @@ def test_summary_table_shows_the_modeled_mean():
                                                ("draft_model", ["measure.modeled=false"], False)])
 def test_micro_run_logs_gen_modeled(store, monkeypatch, kind, extra, logged):
     from workbench.cli import app
-    from workbench.grpo import trainer as trainer_mod
+    from workbench import experiment as experiment_mod  # run_experiment attaches the modeled instrument
     from workbench.tracking import Tracker
 
     events = []
-    real_enter, real_build = Tracker.__enter__, trainer_mod.build_modeled
+    real_enter, real_build = Tracker.__enter__, experiment_mod.build_modeled
     monkeypatch.setattr(Tracker, "__enter__", lambda self: events.append("run opens") or real_enter(self))
-    monkeypatch.setattr(trainer_mod, "build_modeled", lambda *a, **kw: events.append("costs") or real_build(*a, **kw))
+    monkeypatch.setattr(experiment_mod, "build_modeled", lambda *a, **kw: events.append("costs") or real_build(*a, **kw))
     res = CliRunner().invoke(app, ["run", "micro", f"drafter.kind={kind}", "grpo.steps=2", "grpo.eval_every=0", *extra, "--quiet"])
     assert res.exit_code == 0, res.output
     exp = store.get_experiment_by_name("workbench-micro")

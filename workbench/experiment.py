@@ -18,6 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.models.tokenizer import encode_prompt
+from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import paired_summary
 from workbench.tracking import Tracker
@@ -71,6 +73,9 @@ def run_experiment(
     """
     console = console or Console()
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
+    # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
+    trainer.modeled = build_modeled(spec, trainer.rollout_model, trainer.drafter,
+                                    [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
     t = spec.tracking
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     tracker = Tracker(
@@ -191,7 +196,7 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
         if result.paired.get(f"{key}_mean") is not None:
             table.add_row(f"{key} (paired, 95 % CI)", fmt_ci(result.paired, key))
     modeled = result.mean("speedup/gen_modeled", skip_first=True)
-    if modeled is not None:  # counted forwards × the cached cost curve (workbench.modeled): no timing noise
+    if modeled is not None:  # counted forwards × the cached cost curve (workbench.perf.modeled): no timing noise
         table.add_row("speedup/gen_modeled (mean)", f"{modeled:.2f}×")
     h = result.history
     if h:

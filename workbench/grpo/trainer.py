@@ -26,7 +26,6 @@ from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models.build import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
-from workbench.perf.modeled import build_modeled
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved
@@ -193,9 +192,9 @@ class GRPOTrainer:
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
         self.timer = StageTimer(self.device)
-        # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
-        self.modeled = build_modeled(spec, self.rollout_model, self.drafter,
-                                     [encode_prompt(self.tokenizer, p) for p in self.train_data["prompt"][:64]], progress)
+        # speedup/gen_modeled (DESIGN.md §8): an instrument with ``metrics(out) -> dict`` attached by the
+        # caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
+        self.modeled = None
 
     # ------------------------------------------------------------------ stages
 

@@ -157,7 +157,7 @@ class MeasureSpec(_Section):
     warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")
     modeled: bool = Field(
         True, description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
-        "measured once per machine and model (cached; workbench.cost_curve) before the MLflow run opens",
+        "measured once per machine and model (cached; workbench.perf.cost_curve) before the MLflow run opens",
     )
 
 
