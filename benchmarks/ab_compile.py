@@ -1,7 +1,7 @@
 """A/B of one decode step, interleaved in one process: eager LeanLM.forward, a torch.compile-d static
 (whole-cache, masked) forward, and the same with fused qkv / gate-up weights.
 
-The prototypes behind `LeanLM.enable_compile` (workbench/rollout/model.py: static_forward); run:
+The prototypes behind `LeanLM.enable_compile` (workbench/rollout/model.py: then static_forward, now lm_forward); run:
 python benchmarks/ab_compile.py
 """
 import time, statistics, torch, torch.nn.functional as F

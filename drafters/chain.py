@@ -1,5 +1,7 @@
 """Shared machinery of the drafters that read the target (``mtp``, ``eagle3``): a chain of draft
-steps over one single-layer KV cache, and its training-time-test (TTT) loss.
+steps over one single-layer KV cache, and its training-time-test (TTT) loss. Each module is the
+target's decoder layer (:func:`workbench.rollout.layers.decoder_layer`: its attention, RoPE, RMSNorm,
+MLP and KV cache class) fed the module's own input.
 
 Notation: the target's hidden state at position s predicts token s+1. A chain *entry* at position s
 consumes a feature f_s and the embedding of token s+1 and outputs o_s (pre-norm), whose head
@@ -27,7 +29,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal
-from workbench.rollout.model import MLP, LMConfig, RMSNorm, rotate_half
+from workbench.rollout.layers import (
+    MLP,
+    Attention,
+    KVCache,
+    KVFn,
+    RMSNorm,
+    decoder_layer,
+    rope_cos_sin,
+    rope_tables,
+)
+from workbench.rollout.model import LMConfig
 from workbench.rollout.sampling import probs_from_logits, sample
 
 
@@ -52,46 +64,6 @@ class DraftBatch:
         )
 
 
-def rope_tables(cfg: LMConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P, D) float32 cos/sin tables, the target's RoPE (the chain uses the target's positions)."""
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim))
-    f = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv
-    emb = torch.cat((f, f), -1)
-    return emb.cos(), emb.sin()
-
-
-class DraftAttention(nn.Module):
-    """Attention whose q/k/v read an ``in_dim`` input (2H for EAGLE-3's concatenated input)."""
-
-    def __init__(self, cfg: LMConfig, in_dim: int):
-        super().__init__()
-        self.cfg = cfg
-        d = cfg.head_dim
-        self.q_proj = nn.Linear(in_dim, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
-
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """x (B, T, in_dim); cos/sin (B, T, 1, D) -> q (B, T, Hq, D), k, v (B, T, Hkv, D), RoPE applied."""
-        B, T, _ = x.shape
-        c = self.cfg
-        q = self.q_proj(x).view(B, T, c.num_heads, c.head_dim)
-        k = self.k_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
-        v = self.v_proj(x).view(B, T, c.num_kv_heads, c.head_dim)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
-
-    def attend(self, q, keys, vals, mask) -> torch.Tensor:
-        """q (B, T, Hq, D), keys/vals (B, Tk, Hkv, D), mask (B or 1, 1, T, Tk) bool -> (B, T, H)."""
-        B, T = q.shape[:2]
-        c = self.cfg
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask,
-            enable_gqa=c.num_heads != c.num_kv_heads,
-        )  # (B, Hq, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
-
-
 class ChainNet(nn.Module):
     """A stack of ``num_modules`` single-layer draft modules run as one chain.
 
@@ -103,11 +75,11 @@ class ChainNet(nn.Module):
     def __init__(self, cfg: LMConfig, in_dim: int, num_modules: int):
         super().__init__()
         self.cfg = cfg
-        self.attn = nn.ModuleList(DraftAttention(cfg, in_dim) for _ in range(num_modules))
+        self.attn = nn.ModuleList(Attention(cfg, in_dim) for _ in range(num_modules))  # the target's attention, q/k/v reading in_dim
         self.post_attention_layernorm = nn.ModuleList(RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules))
         self.mlp = nn.ModuleList(MLP(cfg) for _ in range(num_modules))
         self._shared: dict[str, nn.Module] = {}  # target modules by reference: not parameters of the drafter
-        cos, sin = rope_tables(cfg, "cpu")
+        cos, sin = rope_tables(cfg, "cpu")  # (P, D) the target's RoPE: the chain uses the target's positions
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -137,44 +109,16 @@ class ChainNet(nn.Module):
         """Logits of draft step j (module min(j, D-1)) from its output (B, T, H) -> (B, T, Vd)."""
         return self.logits(min(j, self.num_modules - 1), out)
 
-    def _rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.rope_cos[pos][:, :, None, :].to(dtype), self.rope_sin[pos][:, :, None, :].to(dtype)  # (B, T, 1, D)
-
-    def block(self, j: int, feat, emb, pos, kv_fn) -> torch.Tensor:
-        """One module-j pass: returns the pre-norm output (B, T, H). ``kv_fn(k, v) -> (keys, vals, mask)``."""
+    def block(self, j: int, feat: torch.Tensor, emb: torch.Tensor, pos: torch.Tensor, kv_fn: KVFn) -> torch.Tensor:
+        """One module-j pass, the target's decoder layer on the module's own input: feat, emb
+        (B, T, H) at positions ``pos`` (B, T) long -> the pre-norm output (B, T, H). ``kv_fn``
+        stores the new keys/values and returns what to attend to (:data:`workbench.rollout.layers.KVFn`)."""
         m = min(j, self.num_modules - 1)
         attn_in, resid = self.layer_input(m, feat, emb)
-        cos, sin = self._rope(pos, attn_in.dtype)
-        q, k, v = self.attn[m].qkv(attn_in, cos, sin)
-        keys, vals, mask = kv_fn(k, v)
-        h = resid + self.attn[m].attend(q, keys, vals, mask)
-        return h + self.mlp[m](self.post_attention_layernorm[m](h))
-
-
-class ChainCache:
-    """Inference K/V of the chain: (B, T_max, Hkv, D), one pair for every module (see module doc)."""
-
-    def __init__(self, cfg: LMConfig, batch: int, max_len: int, device, dtype):
-        shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-
-    def select(self, rows: torch.Tensor) -> None:
-        self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
-
-    def kv_fn(self, pos: torch.Tensor):
-        """Write at ``pos`` (B, T) and attend to cache positions <= each query's position."""
-
-        def fn(k, v):
-            B, T = pos.shape
-            rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
-            self.k[rows, pos] = k
-            self.v[rows, pos] = v
-            tk = int(pos.max()) + 1
-            mask = torch.arange(tk, device=pos.device)[None, None, :] <= pos[:, :, None]  # (B, T, Tk)
-            return self.k[:, :tk], self.v[:, :tk], mask[:, None]
-
-        return fn
+        cos, sin = rope_cos_sin(self.rope_cos, self.rope_sin, pos, attn_in.dtype)  # (B, T, 1, D)
+        a, f, norm = self.attn[m], self.mlp[m], self.post_attention_layernorm[m]
+        return decoder_layer(attn_in, resid, a.qkv_weight(), a.o_proj.weight, norm.weight, f.gate_up_weight(), f.down_proj.weight,
+                             norm.eps, cos, sin, kv_fn)
 
 
 def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device):
@@ -260,7 +204,7 @@ class ChainDrafter(Drafter):
         self.hidden_layers = tuple(sorted(set(hidden_layers)))
         self.vocab_size = vocab_size
         self.ttt_steps, self.ttt_decay = ttt_steps, ttt_decay
-        self.cache: ChainCache | None = None
+        self.cache: KVCache | None = None  # one layer, shared by the modules: (B, T_max, Hkv, D) per row and position
         self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
         self.net.requires_grad_(False)
 
@@ -279,7 +223,7 @@ class ChainDrafter(Drafter):
     @torch.no_grad()
     def _feed_real(self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor) -> None:
         """Write real entries (B, T) at ``pos`` and keep the output at column ``col`` (B,)."""
-        out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(pos))  # (B, T, H)
+        out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(0, pos))  # (B, T, H)
         self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
@@ -287,7 +231,7 @@ class ChainDrafter(Drafter):
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
         U, B = rows.shape[0], index.shape[0]
         w = next(self.net.parameters())
-        self.cache = ChainCache(self.net.cfg, U, t_max, w.device, w.dtype)
+        self.cache = KVCache(self.net.cfg, U, t_max, w.device, w.dtype, num_layers=1)
         P = int(ctx.prompt_lens.max())
         pos = torch.arange(P, device=ctx.tokens.device)[None, :].expand(U, P)
         feat = self.net.fuse({i: h[:, :P] for i, h in hidden.items()})  # (U, P, H)
@@ -302,13 +246,17 @@ class ChainDrafter(Drafter):
             first_tok = ctx.tokens.gather(1, ctx.prompt_lens[:, None])  # (B, 1)
             self._feed_real(last_feat, first_tok, col[:, None], torch.zeros_like(col))
 
-    def accept(self, ctx: DraftContext, num_accepted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
-        # ctx.lens is already the new length L; the verification ran at positions start..start+k.
+    def accept(self, ctx: DraftContext, num_emitted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
+        """Write the verified positions' real entries. The verification fed positions
+        start..start+k, start = ctx.lens - num_emitted - 1 (the length before the step, minus 1);
+        the entries at start..ctx.lens-2 are real (their next token was emitted); the one at
+        ctx.lens-2 (column num_emitted-1) feeds draft 1 of the next step. Entries past it read
+        rejected drafts: never attended to, overwritten by the next step (see module doc)."""
         T = next(iter(hidden.values())).shape[1]  # k + 1
-        start = ctx.lens - num_accepted - 2  # (B,)
+        start = ctx.lens - num_emitted - 1  # (B,) position of the verification's column 0
         pos = start[:, None] + torch.arange(T, device=start.device)  # (B, k+1)
-        toks = ctx.tokens.gather(1, pos + 1)  # token s+1 (beyond the accepted ones: overwritten later)
-        self._feed_real(self.net.fuse(hidden), toks, pos, num_accepted)
+        toks = ctx.tokens.gather(1, pos + 1)  # (B, k+1) token s+1 of entry s
+        self._feed_real(self.net.fuse(hidden), toks, pos, num_emitted - 1)
 
     @torch.no_grad()
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
@@ -323,7 +271,7 @@ class ChainDrafter(Drafter):
             probs.append(q)
             if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j
                 pos = (ctx.lens - 1 + j)[:, None]  # (B, 1)
-                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(pos))[:, 0]
+                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(0, pos))[:, 0]
                 logits = self.net.head(j + 1, o)
         num = torch.full((o.shape[0],), k, dtype=torch.long, device=o.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))

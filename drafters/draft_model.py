@@ -8,7 +8,8 @@ KV bookkeeping without rollback: each step feeds the *last two* tokens of every 
 lens-2, lens-1. After a verification step that accepted n of k drafts, the draft cache holds every
 accepted token except possibly the last accepted draft (when n == k) and never the correction /
 bonus token; feeding two tokens covers both cases (one of them is recomputed when n < k).
-Stale entries past a row's length are never read (position mask) and get overwritten.
+Stale entries past a row's length are never read (position mask) and get overwritten. So it
+needs nothing from ``accept``: every ``propose`` reads the verified tokens from its fresh context.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class DraftModelDrafter(Drafter):
             self.cache.select(index)
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        """k drafts per row sampled from q: tokens (B, k), q (B, k, V); feeds tokens lens-2, lens-1 first."""
         assert self.cache is not None, "start() must run before propose()"
         B = ctx.lens.shape[0]
         start = ctx.lens - 2  # (B,)

@@ -4,7 +4,8 @@ For each row, find the longest suffix of prompt + generated tokens, of length in
 [prompt_lookup_min, prompt_lookup_max], that occurred earlier in the same row, and propose the (up
 to k) tokens that followed its most recent earlier occurrence — vLLM v1's NgramProposer
 semantics. No match -> no drafts for that row (it decodes one token that step). Drafts are
-deterministic, so verification uses q = one-hot(draft).
+deterministic, so verification uses q = one-hot(draft). Stateless: every ``propose`` searches
+the tokens of its fresh context; ``start``/``accept`` do nothing.
 """
 
 from __future__ import annotations
@@ -75,5 +76,6 @@ class NgramDrafter(Drafter):
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        """Drafts (B, k) long (zero-padded), num_draft (B,) long, probs None (one-hot q)."""
         drafts, num = ngram_propose_batch(ctx.tokens, ctx.lens, self.min_n, self.max_n, k)
         return DraftProposal(drafts, num, None)

@@ -5,7 +5,7 @@ training-time-test loss, checkpoints, and exactness (greedy token for token, sam
 import pytest
 import torch
 
-from drafters import DrafterTarget, build_drafter
+from drafters import DraftContext, Drafter, DrafterTarget, build_drafter
 from drafters.eagle3 import default_layer_ids, vocab_map
 from drafters.training import capture_hidden, collate, completion_loss_mask, evaluate, fit, lean_target_states, split_rows
 from workbench.rollout.engine import RolloutEngine
@@ -193,3 +193,66 @@ def test_sampled_speculative_rollouts_follow_target(kind, sp):
     d = _make(kind, target, counts, draft_vocab_size=5 if kind == "eagle3" else None)
     fit(d, rows, steps=30, lr=3e-3, batch_size=16)
     assert_rollouts_follow_target(target, d, [1, 3, 4, 3, 4], sp)
+
+
+# ---------------------------------------------------------------- incremental cache bookkeeping
+
+
+class _AgainstFresh(Drafter):
+    """Runs ``inner`` (a chain drafter) for the engine and, at every verification step, checks its
+    proposal against a drafter over the same net rebuilt from scratch: ``start`` on each row's
+    whole sequence so far (all but its last token as the prompt, the last as the first sampled
+    token), with the hidden states of one teacher-forced target forward, then ``propose``."""
+
+    def __init__(self, inner, target):
+        self.inner, self.target = inner, target
+        self.hidden_layers = inner.hidden_layers
+        self.steps, self.emitted = 0, []
+
+    def start(self, ctx, hidden):
+        self.inner.start(ctx, hidden)
+
+    def propose(self, ctx, k):
+        rng = ctx.generator.get_state() if ctx.generator is not None else None
+        prop = self.inner.propose(ctx, k)
+        ref = self._fresh(ctx, k, rng)
+        assert torch.equal(prop.tokens, ref.tokens), f"step {self.steps}: incremental drafts differ from a fresh start"
+        torch.testing.assert_close(prop.probs, ref.probs, atol=1e-5, rtol=1e-4)
+        self.steps += 1
+        return prop
+
+    def _fresh(self, ctx, k, rng):
+        d = self.inner
+        fresh = type(d)(d.net, d.hidden_layers, d.vocab_size)
+        B, t_max = ctx.tokens.shape
+        plens = ctx.lens - 1  # (B,) the sequence so far, but its last token, as the prompt
+        P = int(plens.max())
+        zeros = torch.zeros(B, dtype=torch.long)
+        _, hidden = self.target(ctx.tokens[:, :P], zeros, self.target.new_cache(B, t_max), hidden_layers=d.hidden_layers)
+        fresh.start(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling), hidden)
+        gen = None
+        if rng is not None:
+            gen = torch.Generator()
+            gen.set_state(rng)  # the same uniforms as the incremental proposal drew
+        return fresh.propose(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling, gen), k)
+
+    def accept(self, ctx, num_emitted, hidden):
+        self.emitted.append(num_emitted.clone())
+        self.inner.accept(ctx, num_emitted, hidden)
+
+    def select(self, rows):
+        self.inner.select(rows)
+
+
+@pytest.mark.parametrize("sp", [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],
+                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize("kind,modules", [("mtp", 2), ("eagle3", 1)])
+def test_incremental_proposals_equal_a_fresh_start_at_every_step(target_lm, trained, kind, modules, sp):
+    """The chain cache after many accept()s (ragged: rows accept different numbers of drafts, and
+    rows leave) holds what a start() on the same sequences builds: same drafts, same q."""
+    spy = _AgainstFresh(trained[(kind, modules)], target_lm)
+    prompts = PROMPTS + [PROMPTS[0], PROMPTS[3]]  # shared prompts too (prefix-shared start)
+    RolloutEngine(target_lm, spy, k=3).generate(prompts, sp, torch.Generator().manual_seed(3))
+    assert spy.steps >= 5
+    ragged = [e for e in spy.emitted if len(set(e.tolist())) > 1]
+    assert len(ragged) >= 3, [e.tolist() for e in spy.emitted]  # acceptance differs between rows at several steps

@@ -120,6 +120,37 @@ def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draf
     assert torch.allclose(shared.probs, per_row.probs, atol=1e-5)
 
 
+def test_drafter_contexts_are_snapshots_and_accept_gets_the_emitted_counts(target_lm, draft_lm):
+    """The interface (workbench.rollout.drafter): accept's context has lens = propose's lens +
+    num_emitted, and a context handed out earlier is never changed by the engine afterwards."""
+    from workbench.rollout.drafter import Drafter
+
+    class Recorder(Drafter):
+        def __init__(self):
+            self.inner, self.seen, self.accepts = DraftModelDrafter(draft_lm), [], 0
+
+        def start(self, ctx, hidden):
+            self.inner.start(ctx, hidden)
+
+        def propose(self, ctx, k):
+            self.seen.append((ctx, ctx.lens.clone()))
+            return self.inner.propose(ctx, k)
+
+        def accept(self, ctx, num_emitted, hidden):
+            prev, lens = self.seen[-1]
+            assert ctx is not prev and torch.equal(ctx.lens, lens + num_emitted)
+            assert ((num_emitted >= 1) & (num_emitted <= 4)).all()
+            self.accepts += 1
+
+        def select(self, rows):
+            self.inner.select(rows)
+
+    rec = Recorder()
+    RolloutEngine(target_lm, rec, k=3).generate(PROMPTS, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0))
+    assert rec.accepts == len(rec.seen) > 3
+    assert all(torch.equal(ctx.lens, lens) for ctx, lens in rec.seen)  # no context changed after its call
+
+
 def test_small_max_batch_size_chunks_identically(target_lm, draft_lm):
     a = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(PROMPTS, greedy())
     b = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=2).generate(PROMPTS, greedy())
@@ -197,7 +228,7 @@ def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
 
 
 def test_enable_compile_raises_the_recompile_limit():
-    """Target and draft share static_forward's compile cache; past TorchDynamo's default of 8
+    """Target and draft share lm_forward's compile cache; past TorchDynamo's default of 8
     variants it would silently run eager, so enable_compile raises the limit (no compile runs here)."""
     import torch._dynamo.config as dcfg
 
@@ -209,6 +240,19 @@ def test_enable_compile_raises_the_recompile_limit():
         assert getattr(dcfg, name) >= 64
     finally:
         setattr(dcfg, name, old)
+
+
+def test_moving_a_compiled_model_rebuilds_its_fused_weights():
+    """.to() gives every parameter new storage; the compiled step's fused weights and flat list
+    must follow (rebuilt as views of the converted parameters), not keep the old tensors."""
+    lm = LeanLM.from_hf(random_llama(layers=1, seed=6))
+    lm.enable_compile()  # wraps only; nothing compiles here
+    lm.to(torch.float64)
+    a, m = lm.model.layers[0].self_attn, lm.model.layers[0].mlp
+    w_qkv, w_gu = lm.__dict__["_fused"][0]
+    assert w_qkv.dtype == torch.float64 and a.q_proj.weight.data_ptr() == w_qkv.data_ptr()
+    assert m.gate_proj.weight.data_ptr() == w_gu.data_ptr()
+    assert lm.__dict__["_flat"][4] is w_qkv and lm.__dict__["_flat"][0] is lm.model.embed_tokens.weight
 
 
 def test_spec_counters_count_only_drafts_that_were_emitted(target_lm):

@@ -42,12 +42,17 @@ class DrafterTarget:
 
 @dataclass
 class DraftContext:
-    """What a drafter may read about the batch. Row b is one rollout.
+    """What a drafter may read about the batch at one call. Row b is one rollout.
+
+    The engine makes a new context for every call (``start``, ``propose``, ``accept``) with the
+    values of that moment and never changes ``lens``, ``prompt_lens`` or ``group_ids`` of one it
+    handed out; ``tokens`` is the engine's buffer, written in place past ``lens[b]`` afterwards.
+    So a drafter reads what it needs during the call and keeps no context across calls.
 
     tokens: (B, T_max) long, prompt + generated tokens; valid up to ``lens[b]`` (exclusive).
         The last valid token (``lens[b] - 1``) is not yet in the target's KV cache: it is the
         first input of the next verification step.
-    lens: (B,) long current sequence lengths (tokens).
+    lens: (B,) long current sequence lengths (tokens); in ``accept``, the lengths after the step.
     prompt_lens: (B,) long prompt lengths (tokens).
     group_ids: (B,) long; rollouts of the same prompt share a group id.
     sampling: the rollout sampling parameters (apply the same transform to draft logits).
@@ -87,9 +92,10 @@ class DraftProposal:
 class Drafter:
     """Proposes up to k draft tokens per row for one verification step.
 
-    Lifecycle per rollout batch: ``start(ctx)`` once after the target's prefill, then per step
-    ``propose(ctx, k)`` -> verification -> ``accept(ctx, num_accepted, hidden)``; ``select(rows)``
-    when finished rows leave the batch.
+    Lifecycle per rollout batch: ``start(ctx, hidden)`` once after the target's prefill, then per
+    step ``propose(ctx, k)`` -> verification -> ``accept(ctx, num_emitted, hidden)``;
+    ``select(rows)`` when finished rows leave the batch. Each call gets a fresh
+    :class:`DraftContext`; what a drafter keeps between calls is its own state (caches).
     """
 
     kind: ClassVar[str] = ""
@@ -102,13 +108,27 @@ class Drafter:
         prompt, then expand it to the B rows with ``ctx.prompt_index`` (prefix sharing)."""
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
+        """Up to k drafts per row continuing ``tokens[b, :lens[b]]``: a :class:`DraftProposal` with
+        tokens (B, k) long, num_draft (B,) long in 0..k, probs (B, k, V) float32 q over the target
+        vocabulary or None (deterministic drafts: q = one-hot). The verification step then feeds
+        (B, k+1) tokens, the last valid one and the drafts, at positions lens[b]-1 ... lens[b]-1+k."""
         raise NotImplementedError
 
-    def accept(self, ctx: DraftContext, num_accepted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
-        pass
+    def accept(self, ctx: DraftContext, num_emitted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
+        """After a verification step, before finished rows leave.
+
+        ctx: the batch after the step: ``ctx.lens`` (B,) = the lengths at ``propose`` +
+            ``num_emitted``; ``ctx.tokens`` holds the emitted tokens.
+        num_emitted: (B,) long tokens appended to each row by the step, 1..k+1: its accepted drafts
+            and the target's correction or bonus token, cut at EOS and at the token budget
+            (rows so cut finish with this step): the first ``num_emitted - 1`` drafts were accepted and kept.
+        hidden: {layer: (B, k+1, H)} the target's hidden states of the verification's inputs (see
+            ``hidden_layers``), column t at position ``ctx.lens - num_emitted - 1 + t``; empty
+            unless the drafter declares ``hidden_layers``.
+        """
 
     def select(self, rows: torch.Tensor) -> None:
-        pass
+        """Keep only ``rows`` (R,) long, indices into the current batch (finished rows left)."""
 
     def sync(self, target: torch.nn.Module) -> None:
         """Weight sync in the `prepare` stage (drafters sharing target weights refresh them)."""

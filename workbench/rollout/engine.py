@@ -226,10 +226,10 @@ class RolloutEngine:
             r, c = valid.nonzero(as_tuple=True)
             state.tokens[r, state.lens[r] + c] = out[r, c]
             state.logps[r, state.lens[r] + c] = lp[r, c]
-            state.lens += emit
-            state.n_gen += emit
+            state.lens = state.lens + emit  # new tensors: a context handed out before keeps its values
+            state.n_gen = state.n_gen + emit
             if self.drafter is not None:
-                self.drafter.accept(ctx, emit - 1, hidden)
+                self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (B,)
             done = hit_eos | (state.n_gen >= sp.max_new_tokens)
             state = self._retire(state, done, hit_eos, cache, results)
             yield  # one verification (or decode) step done
@@ -302,6 +302,7 @@ class _BatchState:
     orig: torch.Tensor  # (B,) index of each row in the caller's prompt list
 
     def context(self, sp: SamplingParams, gen: torch.Generator | None) -> DraftContext:
+        """The drafter's view of the batch now (the engine replaces, never mutates, ``lens``)."""
         return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen)
 
     def select(self, rows: torch.Tensor) -> "_BatchState":

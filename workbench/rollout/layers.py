@@ -1,0 +1,233 @@
+"""Building blocks of a Llama-family decoder layer, shared by the rollout model and the chain drafters.
+
+Pure functions over plain tensors, so that one forward serves eager mode and ``torch.compile``
+(:func:`workbench.rollout.model.lm_forward`) and the chain drafters (``mtp``, ``eagle3``) run the
+very same maths as the target; and the small modules that hold their weights under Hugging Face's
+parameter names. The reference is transformers' ``modeling_llama`` (the rollout model's logits are
+tested against it): RMSNorm (Zhang & Sennrich 2019, statistics in float32), rotary position
+embeddings in the rotate-half form (Su et al. 2021, RoFormer), grouped-query attention over a
+preallocated KV cache under a position mask, and the SwiGLU MLP (Shazeer 2020).
+
+Shapes: B rows, T new positions per row, Tk attended key positions, H query heads, Hkv key/value
+heads, D head dim, P the position table length (``max_position_embeddings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# kv(k, v) -> (keys, vals, mask): stores the new keys/values (B, T, Hkv, D) wherever the caller
+# keeps them and returns what the queries attend to: keys, vals (B, Tk, Hkv, D) and a bool mask
+# (B or 1, 1, T, Tk), True = may attend.
+KVFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+# A projection weight: one (out, in) tensor, or a tuple of them whose outputs are the parts.
+Weight = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as Llama computes it: x (..., H) normalised in float32, cast back to x's dtype, times w (H,)."""
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) -> (..., D): [x1, x2] -> [-x2, x1] with x1, x2 the two halves of the last dim."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_tables(cfg: Any, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE cos/sin tables (P, D) float32 for every position 0..P-1 (P = cfg.max_position_embeddings,
+    D = cfg.head_dim, base cfg.rope_theta; Llama's default rotary embedding without scaling)."""
+    D = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float32, device=device) / D))  # (D/2,)
+    freqs = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv_freq  # (P, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
+    return emb.cos(), emb.sin()
+
+
+def rope_cos_sin(cos_table: torch.Tensor, sin_table: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tables' rows at positions ``pos`` (B, T) long -> cos, sin (B, T, 1, D) in ``dtype`` (broadcast over heads)."""
+    return cos_table[pos][:, :, None, :].to(dtype), sin_table[pos][:, :, None, :].to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate queries or keys x (B, T, heads, D) by their positions' angles, cos/sin (B, T, 1, D)."""
+    return x * cos + rotate_half(x) * sin
+
+
+def position_mask(pos: torch.Tensor, tk: int) -> torch.Tensor:
+    """Causal mask by position: query (b, t) at position pos[b, t] may read key positions <= it.
+
+    pos (B, T) long -> (B, 1, T, tk) bool (broadcast over heads). Key positions past a row's own
+    are never read, so stale entries there (rejected drafts, another row's longer length) are harmless.
+    """
+    return (torch.arange(tk, device=pos.device)[None, None, :] <= pos[:, :, None])[:, None]
+
+
+def cache_kv(cache_k: torch.Tensor, cache_v: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, tk: int) -> KVFn:
+    """The :data:`KVFn` of attention over one layer of a preallocated cache (B, T_max, Hkv, D):
+    writes the new k/v (B, T, Hkv, D) at (``rows``, ``pos``) (both (B, T) long) and attends to the
+    first ``tk`` cache positions under ``mask`` (B, 1, T, tk)."""
+
+    def kv(k: torch.Tensor, v: torch.Tensor):
+        cache_k.index_put_((rows, pos), k)
+        cache_v.index_put_((rows, pos), v)
+        return cache_k[:, :tk], cache_v[:, :tk], mask
+
+    return kv
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
+    """Scaled dot-product attention; ``gqa``: Hkv < H (grouped-query, each key/value head serves H/Hkv query heads).
+
+    q (B, T, H, D), keys/vals (B, Tk, Hkv, D), mask (B or 1, 1, T, Tk) bool -> (B, T, H * D).
+    ``gqa`` is passed, not read off ``keys``: under ``torch.compile`` a cache's dims are symbolic,
+    and a symbolic bool here would break the graph (the whole forward would silently run eager).
+    """
+    B, T, H, D = q.shape
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask, enable_gqa=gqa,
+    )  # (B, H, T, D)
+    return out.transpose(1, 2).reshape(B, T, H * D)
+
+
+def project(x: torch.Tensor, w: Weight, sizes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """x (..., in) through a projection whose output splits into parts of ``sizes``: one matmul of a
+    fused weight (sum(sizes), in) split afterwards, or one matmul per weight of a tuple."""
+    if isinstance(w, torch.Tensor):
+        return F.linear(x, w).split(list(sizes), dim=-1)
+    return tuple(F.linear(x, wi) for wi in w)
+
+
+def _rows(w: Weight) -> int:
+    return w.shape[0] if isinstance(w, torch.Tensor) else sum(wi.shape[0] for wi in w)
+
+
+def attention(x: torch.Tensor, w_qkv: Weight, w_o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn) -> torch.Tensor:
+    """Llama self-attention of x (B, T, in) -> (B, T, hidden).
+
+    w_qkv: the q/k/v projections ((H + 2 Hkv) D, in) fused, or a tuple (w_q, w_k, w_v); w_o
+    (hidden, H D). cos/sin (B, T, 1, D) at the queries' positions (:func:`rope_cos_sin`); ``kv``
+    stores the new keys/values and returns what to attend to (:data:`KVFn`). The head counts are
+    read off the weights' shapes (so under ``torch.compile`` they are constants of the graph).
+    """
+    B, T, _ = x.shape
+    D = cos.shape[-1]
+    H = w_o.shape[1] // D
+    Hkv = (_rows(w_qkv) - H * D) // (2 * D)
+    q, k, v = project(x, w_qkv, (H * D, Hkv * D, Hkv * D))  # 3 x (B, T, heads * D)
+    q, k, v = q.reshape(B, T, H, D), k.reshape(B, T, Hkv, D), v.reshape(B, T, Hkv, D)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    keys, vals, mask = kv(k, v)  # stores k, v (B, T, Hkv, D); returns what the queries attend to
+    return F.linear(attend(q, keys, vals, mask, gqa=H != Hkv), w_o)
+
+
+def mlp(x: torch.Tensor, w_gate_up: Weight, w_down: torch.Tensor) -> torch.Tensor:
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)); x (B, T, hidden) -> (B, T, hidden).
+
+    w_gate_up: gate and up (2I, hidden) fused, or a tuple (w_gate, w_up); w_down (hidden, I).
+    """
+    I = w_down.shape[1]
+    gate, up = project(x, w_gate_up, (I, I))  # 2 x (B, T, I)
+    return F.linear(F.silu(gate) * up, w_down)
+
+
+def decoder_layer(
+    attn_in: torch.Tensor, resid: torch.Tensor, w_qkv: Weight, w_o: torch.Tensor, w_post: torch.Tensor, w_gate_up: Weight,
+    w_down: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn,
+) -> torch.Tensor:
+    """One pre-norm decoder layer from its attention input: h = resid + attention(attn_in);
+    returns h + mlp(rms_norm(h, w_post)) (B, T, hidden).
+
+    A Llama layer passes attn_in = rms_norm(x, input norm), resid = x; a chain drafter's module
+    builds both from its feature and token embedding (``drafters.chain``).
+    """
+    h = resid + attention(attn_in, w_qkv, w_o, cos, sin, kv)
+    return h + mlp(rms_norm(h, w_post, eps), w_gate_up, w_down)
+
+
+class RMSNorm(nn.Module):
+    """:func:`rms_norm` with its weight (H,) as a parameter."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    """The q/k/v/o projections of one attention layer (Hugging Face names, no biases).
+
+    ``in_dim``: the input width (the hidden size; EAGLE-3's layer reads 2 x hidden).
+    """
+
+    def __init__(self, cfg: Any, in_dim: int | None = None):
+        super().__init__()
+        self.cfg = cfg
+        d, in_dim = cfg.head_dim, in_dim or cfg.hidden_size
+        self.q_proj = nn.Linear(in_dim, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(in_dim, cfg.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+
+    def qkv_weight(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.q_proj.weight, self.k_proj.weight, self.v_proj.weight
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn) -> torch.Tensor:
+        """:func:`attention` with this module's weights: x (B, T, in_dim) -> (B, T, hidden)."""
+        return attention(x, self.qkv_weight(), self.o_proj.weight, cos, sin, kv)
+
+
+class MLP(nn.Module):
+    """The gate/up/down projections of a SwiGLU MLP (Hugging Face names, no biases)."""
+
+    def __init__(self, cfg: Any):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def gate_up_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.gate_proj.weight, self.up_proj.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`mlp` with this module's weights: (B, T, hidden) -> (B, T, hidden)."""
+        return mlp(x, self.gate_up_weight(), self.down_proj.weight)
+
+
+class KVCache:
+    """Preallocated keys/values of ``num_layers`` attention layers (default ``cfg.num_layers``).
+
+    Per layer ``k[i]``, ``v[i]``: (B, T_max, Hkv, D), rows first so that rows scatter and leave
+    easily. Row b's entry at position s is valid once written; entries past a row's verified
+    length are stale and never read (:func:`position_mask`), and the next write overwrites them.
+    """
+
+    def __init__(self, cfg: Any, batch: int, max_len: int, device, dtype, num_layers: int | None = None):
+        shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+        n = cfg.num_layers if num_layers is None else num_layers
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
+        self.max_len = max_len
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (LongTensor of row indices), e.g. when finished sequences leave."""
+        self.k = [t.index_select(0, rows) for t in self.k]
+        self.v = [t.index_select(0, rows) for t in self.v]
+
+    def kv_fn(self, layer: int, pos: torch.Tensor, tk: int | None = None) -> KVFn:
+        """:func:`cache_kv` of ``layer`` for queries at positions ``pos`` (B, T) long, attending to
+        the first ``tk`` positions (default: the largest position + 1, one host read)."""
+        B, T = pos.shape
+        tk = int(pos.max()) + 1 if tk is None else tk
+        rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
+        return cache_kv(self.k[layer], self.v[layer], rows, pos, position_mask(pos, tk), tk)
