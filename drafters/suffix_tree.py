@@ -37,47 +37,55 @@ from dataclasses import dataclass, field
 _EPS = 1e-6  # floor(factor * m + eps): 0.1 * 30 is 3 drafts, not 2 (float rounding), as Arctic
 
 
-class _Node:
-    __slots__ = ("count", "children")
-
-    def __init__(self) -> None:
-        self.count = 0  # occurrences of this node's pattern in the corpus
-        self.children: dict[int, _Node] = {}  # next token -> node of pattern + token
-
-
-Cursor = list  # list[_Node]: cursor[i] = node of the sequence's last i+1 tokens
+Cursor = list  # list[int]: cursor[i] = node id of the sequence's last i+1 tokens
 
 
 class SuffixTrie:
     """Counts of all substrings of length <= ``max_depth`` of a set of sequences (module doc).
 
-    Memory: one node per distinct substring of length <= max_depth (at most max_depth nodes per
-    token added). Raises ValueError for max_depth < 2 (no room for a match and a draft token).
+    Nodes are ints indexing flat lists (``count``, ``best``, ``token``) and one edge dict, not
+    Python objects: CPython's garbage collector walks every container object at each full
+    collection, which made node objects cost ~4 µs each here. Node 0 is the root (the empty
+    pattern). Counts only grow (a trie lives for one rollout batch; nothing is removed from it),
+    so each node's most frequent child is kept up to date in O(1) per count increment.
+
+    Memory: one node per distinct substring of length <= max_depth (at most max_depth per token
+    added), ~150 bytes each. Raises ValueError for max_depth < 2 (no room for a match and a draft).
     """
 
     def __init__(self, max_depth: int):
         if max_depth < 2:
             raise ValueError(f"suffix trie: max_depth must be >= 2, got {max_depth}")
         self.max_depth = max_depth
-        self.root = _Node()
+        self.count = [0]  # (N,) occurrences of each node's pattern in the corpus
+        self.best = [-1]  # (N,) the child with the highest count, ties to the smallest token; -1: none
+        self.token = [-1]  # (N,) the last token of each node's pattern
+        self.edges: dict[int, int] = {}  # (node << 32 | token) -> child node
+
+    def __len__(self) -> int:
+        return len(self.count)
 
     def extend(self, cursor: Cursor, token: int, weight: int = 1) -> Cursor:
         """Append ``token`` to the sequence at ``cursor``; return its new cursor (the old one is
         left as it was, so a shared prefix's cursor can seed several sequences).
 
         ``weight``: how many identical sequences this append stands for (a prompt shared by
-        ``weight`` rollouts is added once). Cost O(min(len, max_depth)) node visits.
+        ``weight`` rollouts is added once). Cost O(min(len, max_depth)) dict and list operations.
         """
-        ch = self.root.children.get(token)
-        if ch is None:
-            ch = self.root.children[token] = _Node()
-        ch.count += weight
-        out = [ch]
-        for node in cursor[: self.max_depth - 1]:  # a suffix already max_depth long is not extended
-            ch = node.children.get(token)
+        count, best, tok, edges = self.count, self.best, self.token, self.edges
+        out = []
+        for node in [0, *cursor[: self.max_depth - 1]]:  # a suffix already max_depth long is not extended
+            key = node << 32 | token
+            ch = edges.get(key)
             if ch is None:
-                ch = node.children[token] = _Node()
-            ch.count += weight
+                ch = edges[key] = len(count)
+                count.append(0)
+                best.append(-1)
+                tok.append(token)
+            c = count[ch] = count[ch] + weight
+            b = best[node]
+            if b != ch and (b < 0 or c > count[b] or (c == count[b] and token < tok[b])):
+                best[node] = ch  # only the incremented child can overtake the leader
             out.append(ch)
         return out
 
@@ -93,31 +101,21 @@ def max_spec_tokens(match_len: int, k: int, max_depth: int, max_spec_factor: flo
     return max(0, min(k, int(max_spec_factor * match_len + _EPS), max_depth - match_len))
 
 
-def best_child(node: _Node) -> tuple[int, _Node] | None:
-    """(token, child) with the highest count, ties to the smallest token id; None without children.
-    O(children)."""
-    best_tok, best = -1, None
-    for tok, ch in node.children.items():
-        if best is None or ch.count > best.count or (ch.count == best.count and tok < best_tok):
-            best_tok, best = tok, ch
-    return None if best is None else (best_tok, best)
-
-
-def greedy_path(node: _Node, n: int, min_token_prob: float) -> tuple[list[int], float]:
+def greedy_path(trie: SuffixTrie, node: int, n: int, min_token_prob: float) -> tuple[list[int], float]:
     """Up to ``n`` tokens following ``node`` greedily by count while the running probability (the
     product of child count / node count) stays >= ``min_token_prob``; returns (tokens, score = the
-    sum of the running probabilities). O(n * children)."""
+    sum of the running probabilities). O(n)."""
+    count, best, tok = trie.count, trie.best, trie.token
     toks: list[int] = []
     prob, score = 1.0, 0.0
     while len(toks) < n:
-        nxt = best_child(node)
-        if nxt is None:
+        child = best[node]
+        if child < 0:
             break
-        tok, child = nxt
-        prob *= child.count / node.count
+        prob *= count[child] / count[node]
         if prob < min_token_prob:
             break
-        toks.append(tok)
+        toks.append(tok[child])
         score += prob
         node = child
     return toks, score
@@ -133,23 +131,23 @@ class Draft:
     match_len: int = 0
 
 
-def speculate(cursor: Cursor, k: int, max_depth: int, max_spec_factor: float, min_token_prob: float) -> Draft:
-    """The draft of the sequence at ``cursor`` (module doc: the best-scoring greedy path over all
-    match lengths, ties to the longer match).
+def speculate(trie: SuffixTrie, cursor: Cursor, k: int, max_spec_factor: float, min_token_prob: float) -> Draft:
+    """The draft of the sequence at ``cursor`` in ``trie`` (module doc: the best-scoring greedy path
+    over all match lengths, ties to the longer match).
 
-    Cost O(max_depth + k * children) per call in the common case: match lengths are tried from the
-    longest down and skipped once n(m) cannot beat the best score (a score is at most n(m)), and a
-    match whose pattern never continues elsewhere is skipped at once.
+    Cost O(max_depth + k * (matches tried)) per call: match lengths are tried from the longest down,
+    one whose pattern never continues elsewhere is skipped at once, and one whose n(m) cannot beat
+    the best score so far (a score is at most n(m)) is skipped too.
     """
-    best = Draft()
-    for m in range(min(len(cursor), max_depth - 1), 0, -1):
+    D, best = trie.max_depth, Draft()
+    for m in range(min(len(cursor), D - 1), 0, -1):
         node = cursor[m - 1]
-        if not node.children:  # no occurrence of the last m tokens continues (yet)
+        if trie.best[node] < 0:  # no occurrence of the last m tokens continues (yet)
             continue
-        n = max_spec_tokens(m, k, max_depth, max_spec_factor)
+        n = max_spec_tokens(m, k, D, max_spec_factor)
         if n <= best.score:  # score <= n: cannot be strictly better than a longer match
             continue
-        toks, score = greedy_path(node, n, min_token_prob)
+        toks, score = greedy_path(trie, node, n, min_token_prob)
         if score > best.score:
             best = Draft(toks, score, m)
     return best
@@ -200,7 +198,7 @@ class SuffixBatch:
 
     Building costs O((P + H) * max_depth) node visits per distinct prompt (P prompt tokens, H history
     tokens of it; the prompt is added once with weight = its sequences), each appended token
-    O(max_depth), each :meth:`propose` O(max_depth + k * children).
+    O(max_depth), each :meth:`propose` O(max_depth * k) at worst.
     """
 
     def __init__(self, history: RolloutHistory, prompts: list[Sequence[int]], max_depth: int):
@@ -231,7 +229,7 @@ class SuffixBatch:
         self.completions[row] += tokens
 
     def propose(self, row: int, k: int, max_spec_factor: float, min_token_prob: float) -> Draft:
-        return speculate(self.cursors[row], k, self.max_depth, max_spec_factor, min_token_prob)
+        return speculate(self.tries[self.keys[row]], self.cursors[row], k, max_spec_factor, min_token_prob)
 
     def select(self, keep: Sequence[int]) -> None:
         """Keep rows ``keep`` (in that order); the others finished. A finished row stays in its trie

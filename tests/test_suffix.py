@@ -59,7 +59,7 @@ def draft_of(seqs, own, k=3, depth=24, factor=1.0, min_prob=0.1):
     trie = SuffixTrie(depth)
     for s in seqs:
         trie.extend_many([], s)
-    return speculate(trie.extend_many([], own), k, depth, factor, min_prob).tokens
+    return speculate(trie, trie.extend_many([], own), k, factor, min_prob).tokens
 
 
 def test_continuation_of_the_longest_agreeing_match():
