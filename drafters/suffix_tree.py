@@ -25,7 +25,15 @@ draft with the highest score wins; ties go to the longer match. No match, no dra
 **Cursors.** A sequence being extended is represented by its cursor: the nodes of its current
 suffixes, ``cursor[i]`` = the node of its last i+1 tokens, i < min(len, max_depth). Appending a
 token extends every cursor node by one (O(max_depth)), so the trie grows as tokens are generated,
-never rebuilt; the cursor also gives the query's match nodes with no walk from the root.
+never rebuilt within a batch; the cursor also gives the query's match nodes with no walk from the
+root. Across batches finished rollouts are kept as token ids (:class:`RolloutHistory`), and a
+prompt's trie is built again from them when the prompt comes back: memory stays one int per kept
+token instead of up to max_depth nodes per token.
+
+Where this differs from Arctic (for RL rollouts): one corpus per prompt (own row + siblings + that
+prompt's history) instead of a per-request prompt tree beside one global tree of all responses
+compared by score; the match may cover the whole row (m = len: siblings share its prompt; Arctic
+stops at len - 1); ties between children go to the smallest token id.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-_EPS = 1e-6  # floor(factor * m + eps): 0.1 * 30 is 3 drafts, not 2 (float rounding), as Arctic
+_EPS = 1e-6  # floor(factor * m + eps), as Arctic: 0.29 * 100 is 28.999999999999996 in floats, meant as 29
 
 
 Cursor = list  # list[int]: cursor[i] = node id of the sequence's last i+1 tokens
