@@ -10,6 +10,11 @@ arXiv 2508.18588): each row drafts from a suffix trie of every rollout of its pr
 - the prompt's earlier rollouts, kept across ``generate`` calls (GRPO steps, epochs) in a FIFO
   history of at most ``suffix_decoding_max_cached_requests`` finished rollouts.
 
+Siblings are found by prompt token ids, not ``DraftContext.group_ids``: in GRPO the two mark the
+same rows, the history is keyed by prompt anyway, and a batch of one prompt under distinct group
+ids (``wb audit``: 68k rows) then shares one trie instead of building one per row with the whole
+history in each.
+
 The maths (counts, the best-scoring greedy continuation over match lengths, ``max_spec_factor``,
 ``min_token_prob``, the tree depth) is in :mod:`drafters.suffix_tree`; this module converts the
 engine's tensors to token lists and back. Drafts are deterministic (q = one-hot, ``probs`` None),
