@@ -2,7 +2,7 @@
 
 A drafter kind is a module in this package that implements the engine's drafter interface
 (:class:`workbench.rollout.drafter.Drafter`) and registers it with :func:`register`. ``DRAFTERS``
-maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``draft_model``, ``mtp``, ``eagle3``) to
+maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``suffix``, ``draft_model``, ``mtp``, ``eagle3``) to
 its class.
 """
 
@@ -11,6 +11,7 @@ from drafters.registry import DRAFTERS, build_drafter, register
 
 # Import for registration side effects (one module per drafter kind).
 from drafters import ngram as _ngram  # noqa: F401,E402
+from drafters import suffix as _suffix  # noqa: F401,E402
 from drafters import draft_model as _draft_model  # noqa: F401,E402
 from drafters import mtp as _mtp  # noqa: F401,E402
 from drafters import eagle3 as _eagle3  # noqa: F401,E402

@@ -130,7 +130,7 @@ def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrain
     """Params ``drafter.init.resolved_data`` / ``drafter.init.checkpoint`` and the init's held-out stats."""
     from workbench.drafter_init import init_info
 
-    if spec.drafter.kind in ("none", "ngram"):
+    if spec.drafter.kind in ("none", "ngram", "suffix"):
         return
     path = trainer.drafter_init_path
     tracker.log_params({"drafter.init.resolved_data": spec.drafter.init_data(), "drafter.init.checkpoint": str(path or "")})

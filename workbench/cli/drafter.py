@@ -19,7 +19,7 @@ def drafter_init(
     """Train the spec's drafter on its init data (in_domain | chat | a dataset) and cache the checkpoint."""
     resolved = _load(spec, overrides)
     d = resolved.drafter
-    if d.init_data() == "none" or d.kind in ("none", "ngram"):
+    if d.init_data() == "none" or d.kind in ("none", "ngram", "suffix"):
         _fail(f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
               "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>")
     from workbench.drafter_init import build_init, init_info

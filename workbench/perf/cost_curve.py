@@ -16,7 +16,7 @@ belongs in the model"):
 - **drafter cost** per verification step (all k draft steps) at n rows:
   ``draft_model``: from the draft model's own curve, measured the same way: its propose runs one
   forward of 2 tokens per row (catch-up) and k−1 of one token, so d(2n) + (k−1)·d(n);
-  ``mtp`` / ``eagle3`` / ``ngram``: measured, the drafter's own ``propose`` + ``accept`` seconds per
+  ``mtp`` / ``eagle3`` / ``ngram`` / ``suffix``: measured, the drafter's own ``propose`` + ``accept`` seconds per
   verification step inside short engine generations (EOS off, n = 1 and rows_max rows), fitted
   a + b·n (:func:`workbench.perf.simulate.fit_affine`). For mtp/eagle3 that is their head forwards and
   sampling; for ngram it is the host/tensor time of the suffix match (measured, not assumed 0).
@@ -29,6 +29,7 @@ Sampling, rejection sampling, bookkeeping and the prefill are not in these costs
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -201,6 +202,11 @@ def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], row
     from workbench.rollout.engine import RolloutEngine
 
     dev = target.lm_head.weight.device
+    if not drafter.trainable:
+        # A drafter without weights (ngram, suffix) is timed on a copy: suffix keeps earlier rollouts
+        # across generate() calls, and these (EOS off) must not enter the run's history, nor make a
+        # run's acceptance depend on whether this cost was measured or read from the cache.
+        drafter = copy.deepcopy(drafter)
     engine = RolloutEngine(target, drafter, k=k, max_batch_size=rows_max)
     spent = TimeSpent(dev)
     drafter.propose, drafter.accept = spent.wrap(drafter.propose), spent.wrap(drafter.accept)
@@ -232,7 +238,9 @@ def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int,
     if d.kind == "draft_model":
         curve, hit = forward_curve(drafter.model, rows_max, 2, ctx, f"draft model ({d.model})", progress)
         return DrafterCost(d.kind, k, "draft model forward curve: d(2n) + (k-1)·d(n)", curve=curve), hit
-    how = {"ngram": "measured host time of propose (suffix match)"}.get(d.kind, "measured head forwards (propose + accept)")
+    how = {"ngram": "measured host time of propose (suffix match)",
+           "suffix": "measured host time of propose + accept (suffix tries; not the per-batch build)"}.get(
+        d.kind, "measured head forwards (propose + accept)")
     conf = d.model_dump(mode="json", exclude={"init", "online", "model"})
     key, fields = curve_key(target, {"what": "drafter", "drafter": conf, "rows_max": rows_max, "ctx": ctx})
     hit = _load(key)

@@ -82,10 +82,24 @@ class DrafterOnlineSpec(_Section):
 class DrafterSpec(_Section):
     """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
 
-    kind: str = Field("draft_model", description="none | ngram | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
+    kind: str = Field("draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
+    suffix_decoding_max_tree_depth: int = Field(
+        24, ge=2, le=1024, description="suffix: depth of the suffix tries (tokens); bounds match length + drafts"
+    )
+    suffix_decoding_max_spec_factor: float = Field(
+        1.0, gt=0.0, le=1024.0, description="suffix: drafts allowed = floor(factor × match length), at most k"
+    )
+    suffix_decoding_min_token_prob: float = Field(
+        0.1, ge=0.0, le=1.0, description="suffix: stop drafting before the continuation's running empirical probability "
+        "(product of count ratios) falls below this"
+    )
+    suffix_decoding_max_cached_requests: int = Field(
+        10000, ge=0, description="suffix: earlier rollouts kept across GRPO steps (FIFO), drafted from by rows of the "
+        "same prompt; 0 = none (own and sibling rollouts only)"
+    )
     model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)")
     num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
     eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
