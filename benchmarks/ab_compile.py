@@ -5,7 +5,7 @@ The prototypes behind `LeanLM.enable_compile` (workbench/rollout/model.py: then 
 python benchmarks/ab_compile.py
 """
 import time, statistics, torch, torch.nn.functional as F
-from workbench.models.build import resolve_model, load_model
+from workbench.models import resolve_model, load_model
 from workbench.rollout.model import LeanLM, rotate_half
 hf, _ = load_model(resolve_model("tiny")); lm = LeanLM.from_hf(hf)
 

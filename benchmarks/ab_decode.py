@@ -3,7 +3,7 @@
 "before" = the model.py given (e.g. from `git worktree add /tmp/before REV`), "after" = the installed one.
 """
 import importlib.util, statistics, time, torch, sys
-from workbench.models.build import resolve_model, load_model
+from workbench.models import resolve_model, load_model
 from workbench.rollout import model as after_mod
 spec = importlib.util.spec_from_file_location("before_model", sys.argv[1])
 before_mod = importlib.util.module_from_spec(spec); sys.modules["before_model"] = before_mod; spec.loader.exec_module(before_mod)

@@ -41,7 +41,7 @@ class DraftModelDrafter(Drafter):
         Raises:
             ValueError: the checkpoint's tokenizer differs from the target's (names drafter.model).
         """
-        from workbench.models.build import check_same_tokenizer, load_model, resolve_model
+        from workbench.models import check_same_tokenizer, load_model, resolve_model
 
         init_path = target.init_path
         path = init_path or resolve_model(spec.model, what="drafter.model")
@@ -92,7 +92,7 @@ class DraftModelDrafter(Drafter):
 
     def draft_loss(self, batch) -> tuple[torch.Tensor, dict]:
         """batch: :class:`drafters.chain.DraftBatch`; loss = mean masked KL(target || draft) (nats/token)."""
-        from workbench.models.build import forward_kl
+        from workbench.models.losses import forward_kl
 
         self.hf.train()
         logits = self.hf(input_ids=batch.input_ids).logits  # (N, L, V)
@@ -107,9 +107,9 @@ class DraftModelDrafter(Drafter):
         self.model.load_weights(self.hf)
 
     def save(self, folder) -> None:
-        from workbench.models.build import _quiet_hf
+        from workbench.models.checkpoint import quiet_hf
 
-        with _quiet_hf():
+        with quiet_hf():
             self.hf.save_pretrained(str(folder))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(str(folder))

@@ -7,14 +7,14 @@ under ``no_grad``), so a drafter update can never reach the policy's gradients.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Callable
 
 import torch
 
-from workbench.rollout.drafter import Drafter
 from drafters.chain import DraftBatch
+from workbench.models.schedule import warmup_cosine
+from workbench.rollout.drafter import Drafter
 
 
 @torch.no_grad()
@@ -106,8 +106,9 @@ def collate(rows: list[DraftBatch]) -> DraftBatch:
 
 
 class DraftOptimizer:
-    """AdamW over ``drafter.train_parameters()`` with linear warmup and cosine decay to 10 % of lr
-    (constant lr when ``total_steps`` is None, as online adaptation uses)."""
+    """AdamW over ``drafter.train_parameters()``; with ``total_steps``, linear warmup and cosine decay to
+    10 % of lr (:func:`workbench.models.schedule.warmup_cosine`, transformers' schedule); without
+    (None, as online adaptation uses), a constant lr."""
 
     def __init__(self, drafter: Drafter, lr: float, total_steps: int | None = None, warmup: int = 10, max_grad_norm: float = 1.0):
         if not drafter.trainable:
@@ -117,28 +118,19 @@ class DraftOptimizer:
         for p in self.params:
             p.requires_grad_(True)
         self.opt = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
-        self.lr, self.total, self.warmup, self.max_grad_norm = lr, total_steps, warmup, max_grad_norm
-        self.t = 0
-
-    def _lr(self) -> float:
-        if self.total is None:
-            return self.lr
-        if self.t < self.warmup:
-            return self.lr * (self.t + 1) / self.warmup
-        frac = (self.t - self.warmup) / max(1, self.total - self.warmup)
-        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        self.sched = warmup_cosine(self.opt, warmup, total_steps) if total_steps is not None else None
+        self.max_grad_norm = max_grad_norm
 
     def step(self, batch: DraftBatch) -> dict[str, float]:
-        for g in self.opt.param_groups:
-            g["lr"] = self._lr()
         self.opt.zero_grad(set_to_none=True)
         with torch.enable_grad():
             loss, stats = self.drafter.draft_loss(batch)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
         self.drafter.after_update()
-        self.t += 1
         return stats
 
 

@@ -104,7 +104,7 @@ def test_cli_micro():
     """`wb audit` end to end on the micro presets, on any machine (the presets are built on first use
     into the test session's cache, or taken from the shipped ones)."""
     from workbench import cli
-    from workbench.models.build import resolve_model
+    from workbench.models import resolve_model
 
     resolve_model("micro"), resolve_model("micro-draft")
     r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "300", "--max-new-tokens", "3", "--prompts", "1"])

@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.models.build import load_model
+from workbench.models import load_model
 from workbench.models.shapes import ARCHS, random_checkpoint, shape_config
 
 

@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from workbench.models.build import load_model, resolve_model
+from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
 from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
 from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)

@@ -25,8 +25,9 @@ import torch
 from drafters import build_drafter
 from drafters.eagle3_vllm import is_eagle3_folder
 from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
-from workbench.models.build import _atomic_dir, _Bar, _sha, cache_dir
+from workbench.cache import atomic_dir, cache_dir, short_hash
 from workbench.models.tokenizer import encode_prompt
+from workbench.progress import progress_bar
 from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams
@@ -55,10 +56,11 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": spec.seed,
-        "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}), "v": 1,
+        "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
+        "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
     }
     tag = data if data in ("in_domain", "chat") else "dataset"
-    return cache_dir() / "drafters" / f"{d.kind}-{tag}-{_sha(key)[:10]}"
+    return cache_dir() / "drafters" / f"{d.kind}-{tag}-{short_hash(key)}"
 
 
 def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
@@ -127,10 +129,11 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     train, held = rows[n_eval:], collate(rows[:n_eval])
     before = evaluate(drafter, held)
 
-    bar = _Bar(progress, f"init {d.kind} ({d.init_data()})", d.init.steps)
-    fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=spec.seed,
-        on_step=lambda s, st: bar.update(s + 1, f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
-    bar.close()
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"init {d.kind} ({d.init_data()})", total=d.init.steps, info="")
+        fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=spec.seed,
+            on_step=lambda s, st: bar.update(task, completed=s + 1,
+                                             info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
     after = evaluate(drafter, held)
     info = {
         "kind": d.kind, "data": d.init_data(), "num_sequences": len(rows), "num_train": len(train),
@@ -140,7 +143,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
         "held_out_after": {k: round(v, 4) for k, v in after.items() if k in ("draft/loss", "draft/top1_agreement")},
         "target": str(target_path),
     }
-    with _atomic_dir(folder) as tmp:
+    with atomic_dir(folder) as tmp:
         drafter.save(tmp)
         (tmp / "init_info.json").write_text(json.dumps(info, indent=2))
     if console is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from workbench.drafter_init import drafter_as_run
-from workbench.models.build import PRESETS, is_built, load_model, resolve_model
+from workbench.models import PRESETS, is_built, load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.model import LeanLM

@@ -24,7 +24,7 @@ def drafter_init(
               "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>")
     from workbench.drafter_init import build_init, init_info
     from workbench.grpo.trainer import resolve_device
-    from workbench.models.build import load_model, resolve_model
+    from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
 
     try:
@@ -63,7 +63,7 @@ def drafter_export(
     from drafters.eagle3_vllm import export_eagle3
     from workbench.drafter_init import drafter_as_run
     from workbench.grpo.trainer import resolve_device
-    from workbench.models.build import load_model, resolve_model
+    from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
 
     if spec is not None and "=" in spec:

@@ -14,7 +14,7 @@ from workbench.specs import load_spec
 @models_app.command("list")
 def models_list() -> None:
     """List model presets and whether each is built in the cache."""
-    from workbench.models.build import (
+    from workbench.models import (
         build_info,
         cache_dir,
         is_built,
@@ -27,7 +27,7 @@ def models_list() -> None:
         table.add_column(col)
     for p in list_presets():
         info = build_info(preset_dir(p.name)) if is_built(p.name) else None
-        params = f"{info['num_params'] / 1e6:.2f}M" if info and "num_params" in info else ""
+        params = f"{info['params'] / 1e6:.2f}M" if info and "params" in info else ""
         table.add_row(p.name, p.role, "yes" if info else "no", params, p.description)
     console.print(table)
 
@@ -35,16 +35,17 @@ def models_list() -> None:
 @models_app.command("build")
 def models_build(
     names: Optional[list[str]] = typer.Argument(None, help="Preset names (default: the quickstart's target and draft)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild into the cache even if built or shipped."),
 ) -> None:
     """Build presets into the cache (pretrain targets on the task format, distil drafts)."""
-    from workbench.models.build import build_info, resolve_model
+    from workbench.models import build_info, resolve_model
 
     if not names:
         s = load_spec(None)
         names = [s.model.target, s.drafter.model]
     for name in names:
         try:
-            path = resolve_model(name, progress=True, what="preset")
+            path = resolve_model(name, progress=True, what="preset", force=force)
         except ValueError as e:
             _fail(str(e))
         info = build_info(path) or {}

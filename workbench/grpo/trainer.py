@@ -24,7 +24,7 @@ from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
 from workbench.grpo.mismatch import logprob_gaps
-from workbench.models.build import load_model, resolve_model
+from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.model import LeanLM

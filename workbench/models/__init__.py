@@ -1,21 +1,24 @@
-"""Models: presets (tiny Llama targets and drafts built on first use), the shared tokenizer, loading.
+"""Models: presets (tiny Llama targets and drafts, shipped or built on first use), the shared tokenizer, loading.
 
-See `workbench.models.build` for the cache layout and `workbench.models.presets` for the presets.
+Modules, bottom up:
+  presets     the preset table (architecture + recipe), no torch
+  tokenizer   the shared BPE tokenizer's recipe and the prompt/completion encoding convention
+  hashes      what determines a built folder (BUILD_VERSION, the hash in folder names)
+  layout      where built folders are: shipped in the package (weights/) or in the user cache
+  checkpoint  load a checkpoint folder (model + tokenizer), compare tokenizers, read build info
+  config, batches, losses, schedule, evaluate   pieces of the training recipes
+  pretrain    the target recipe;  distill: the draft recipe
+  build       train one preset into a folder (weights + tokenizer + build_info.json)
+  resolve     name -> folder: checkpoint as-is, shipped, cached, or built (`resolve_model`)
+  ship        refresh the shipped folders (`python -m workbench.models.ship`)
 """
 
-from workbench.models.build import (
-    build_info,
-    cache_dir,
-    check_same_tokenizer,
-    is_built,
-    list_presets,
-    load_model,
-    preset_dir,
-    resolve_model,
-    shared_tokenizer,
-)
+from workbench.models.checkpoint import build_info, check_same_tokenizer, load_model, quiet_hf
+from workbench.models.layout import is_built, list_presets, preset_dir
 from workbench.models.presets import PRESETS, ModelPreset, Recipe, count_params, get_preset
+from workbench.models.resolve import resolve_model, shared_tokenizer, tokenizer_dir
 from workbench.models.tokenizer import build_tokenizer, decode_completion, encode_example, encode_prompt, encode_text
+from workbench.cache import cache_dir
 
 __all__ = [
     "PRESETS",
@@ -35,6 +38,8 @@ __all__ = [
     "list_presets",
     "load_model",
     "preset_dir",
+    "quiet_hf",
     "resolve_model",
     "shared_tokenizer",
+    "tokenizer_dir",
 ]

@@ -41,8 +41,10 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.cache import cache_dir
 from workbench.perf.analytic import CostModel
 from workbench.perf.simulate import fit_affine
+from workbench.progress import progress_bar
 from workbench.timing import TimeSpent, timed
 
 CURVE_VERSION = 1
@@ -73,8 +75,6 @@ def curve_key(lm, extra: dict) -> tuple[str, dict]:
 
 
 def cache_path(key: str):
-    from workbench.models.build import cache_dir
-
     return cache_dir() / "cost_curves" / f"{key}.json"
 
 
@@ -121,10 +121,11 @@ def shapes(rows_max: int, t_max: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, bar=None, budget_s: float = 2.0) -> CostModel:
-    """Seconds of one ``lm`` forward per tokens in flight (see the module doc); ``bar.update(i, info)``.
+def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, on_round=None, budget_s: float = 2.0) -> CostModel:
+    """Seconds of one ``lm`` forward per tokens in flight (see the module doc).
 
-    At most ``reps`` timed rounds, fewer once ``budget_s`` seconds are spent (at least one)."""
+    At most ``reps`` timed rounds, fewer once ``budget_s`` seconds are spent (at least one).
+    ``on_round(i, info)`` is called after each round (a progress bar's update)."""
     t_start = time.perf_counter()
     w = lm.lm_head.weight
     dev = w.device
@@ -144,8 +145,8 @@ def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3
                 inner[i] = max(1, min(20, math.ceil(2e-3 / max(dt, 1e-6))))  # >= ~2 ms per timing
             else:
                 best[i] = min(best[i], dt)
-        if bar is not None:
-            bar.update(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
+        if on_round is not None:
+            on_round(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
         if rnd and time.perf_counter() - t_start > budget_s:
             break
     pts = sorted((r * t, s) for ((r, t), _), s in zip(cells, best))
@@ -158,19 +159,15 @@ def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3
 
 def forward_curve(lm, rows_max: int, t_max: int, ctx: int, label: str, progress: bool = True, reps: int = 3) -> tuple[CostModel, bool]:
     """The cached curve of ``lm`` (measured and written on a miss). Returns (curve, loaded from cache)."""
-    from workbench.models.build import _Bar
-
     ctx = max(1, min(ctx, lm.cfg.max_position_embeddings - t_max - 1))
     key, fields = curve_key(lm, {"what": "forward", "rows_max": rows_max, "t_max": t_max, "ctx": ctx, "reps": reps})
     hit = _load(key)
     if hit is not None:
         return CostModel("curve", hit["tokens"], hit["seconds"]), True
     t0 = time.perf_counter()
-    bar = _Bar(progress, f"cost curve {label}", reps + 1)
-    try:
-        curve = measure_forward_curve(lm, rows_max, t_max, ctx, reps, bar)
-    finally:
-        bar.close()
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"cost curve {label}", total=reps + 1, info="")
+        curve = measure_forward_curve(lm, rows_max, t_max, ctx, reps, lambda i, info: bar.update(task, completed=i, info=info))
     _save(key, {"key": fields, "tokens": curve.tokens, "seconds": curve.seconds, **_when(t0)})
     return curve, False
 
@@ -193,11 +190,12 @@ class DrafterCost:
 
 
 @torch.no_grad()
-def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], rows_max: int, sampling, reps: int = 3, bar=None,
+def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], rows_max: int, sampling, reps: int = 3, on_round=None,
                           budget_s: float = 3.0) -> tuple[float, float]:
     """(a, b): the drafter's propose + accept seconds per verification step ≈ a + b·n, timed inside
     engine generations of n = 1 and ``rows_max`` rows (EOS off, so n stays constant); the fastest
-    of at most ``reps`` rounds, fewer once ``budget_s`` seconds are spent (at least one)."""
+    of at most ``reps`` rounds, fewer once ``budget_s`` seconds are spent (at least one).
+    ``on_round(i, info)`` is called after each round (a progress bar's update)."""
     t_start = time.perf_counter()
     from workbench.rollout.engine import RolloutEngine
 
@@ -220,8 +218,8 @@ def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], row
                 per = spent.seconds / max(out.counters.num_verify_steps, 1)
                 if rnd:
                     best[n] = min(best.get(n, math.inf), per)
-            if bar is not None:
-                bar.update(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
+            if on_round is not None:
+                on_round(rnd + 1, "warm-up" if rnd == 0 else f"round {rnd}/{reps}")
             if rnd and time.perf_counter() - t_start > budget_s:
                 break
     finally:
@@ -231,7 +229,6 @@ def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], row
 
 def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True) -> tuple[DrafterCost, bool]:
     """The cached :class:`DrafterCost` of the spec's drafter (see the module doc). Returns (cost, from cache)."""
-    from workbench.models.build import _Bar
     from workbench.rollout.sampling import SamplingParams
 
     d, k = spec.drafter, spec.drafter.k
@@ -250,10 +247,8 @@ def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int,
     r = spec.rollout
     m = max(2, min(16, r.max_new_tokens, target.cfg.max_position_embeddings - max(map(len, prompts)) - k - 2))
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, m, None)
-    bar = _Bar(progress, f"drafter cost {d.kind} k={k}", 4)
-    try:
-        a, b = measure_drafter_steps(target, drafter, k, prompts, rows_max, sp, 3, bar)
-    finally:
-        bar.close()
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"drafter cost {d.kind} k={k}", total=4, info="")
+        a, b = measure_drafter_steps(target, drafter, k, prompts, rows_max, sp, 3, lambda i, info: bar.update(task, completed=i, info=info))
     _save(key, {"key": fields, "a_s": a, "b_s": b, **_when(t0)})
     return DrafterCost(d.kind, k, how, a=a, b=b), False

@@ -84,7 +84,7 @@ class EngineBench:
     def _target(self, spec):
         import torch
 
-        from workbench.models.build import load_model, resolve_model
+        from workbench.models import load_model, resolve_model
         from workbench.rollout.model import LeanLM
 
         key = (spec.model.target, spec.model.dtype, spec.model.device)
@@ -97,7 +97,7 @@ class EngineBench:
 
     def _engine(self, spec):
         from workbench.drafter_init import drafter_as_run
-        from workbench.models.build import resolve_model
+        from workbench.models import resolve_model
         from workbench.rollout.engine import RolloutEngine
 
         lm, tok, dev = self._target(spec)

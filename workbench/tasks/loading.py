@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 
 from data import general
+from workbench.cache import cache_dir as user_cache_dir  # renamed: `cache_dir` is a parameter below
 from workbench.tasks import get_task
 
 datasets.disable_progress_bars()  # keep the CLI quiet; datasets logs its own cache handling otherwise
@@ -32,9 +33,7 @@ def is_eval_prompt(prompt: str) -> bool:
 
 
 def _default_cache_dir() -> Path:
-    from workbench.models.build import cache_dir  # lazy: build imports tasks
-
-    return cache_dir() / "data"
+    return user_cache_dir() / "data"
 
 
 def _write_jsonl(rows: list[dict], path: Path) -> None:
