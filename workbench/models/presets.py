@@ -14,9 +14,12 @@ nor saturated. Drafts are distilled from their `distill_from` target with forwar
 | small        | target | 12 x 768        | ~104 M  | GPUs (slow to build on CPU)           |
 | small-draft  | draft  | 2 x 768         | ~18 M   | GPUs                                  |
 
-tiny is sized so its first build (target + draft) takes ~5 minutes on a 2-core CPU: a 4 x 128
-model reached 30 % sampled accuracy after ~850 steps of batch 32 (measured); 6 x 128 learned
-no faster per step at 1.5x the cost per step, and 6 x 192 costs 2.3x per step.
+micro, micro-draft, tiny and tiny-draft ship built in the package (workbench/models/weights/,
+refreshed by `python -m workbench.models.ship`), so neither the test suite nor a first `wb run`
+builds them; small/small-draft are built on first use. tiny is sized so a build (target + draft)
+takes ~5-8 minutes on a 2-core CPU: a 4 x 128 model reached 30 % sampled accuracy after ~850
+steps of batch 32 (measured); 6 x 128 learned no faster per step at 1.5x the cost per step, and
+6 x 192 costs 2.3x per step.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Recipe:
     """How a preset is trained from scratch. Units: steps are optimiser steps, lr is peak AdamW lr.
 
     Targets: next-token cross-entropy on arith_chain completions (prompt tokens are context only)
-    with fresh generated examples every step; linear warmup then cosine decay to 10 % of lr;
+    with fresh generated examples every step; linear warmup then cosine decay to 10 % of lr
+    (transformers' schedule, see workbench.models.schedule);
     every `eval_every` steps, sampled accuracy on `eval_prompts` held-out prompts; stop at
     `target_accuracy` (None = train all `steps`).
     Drafts: forward KL(target || draft) at temperature 1 on the same kind of text, teacher-forced

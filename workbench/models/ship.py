@@ -71,7 +71,7 @@ def _copy(src: Path, dst: Path) -> None:
     with atomic_dir(dst) as tmp:
         for f in src.iterdir():
             if f.is_file():
-                shutil.copy2(f, tmp / f.name)
+                shutil.copyfile(f, tmp / f.name)  # not copy2: the package gets plain 644 files, not the cache's modes
 
 
 def _prune(name: str, keep: str) -> None:
