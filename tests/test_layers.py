@@ -79,7 +79,8 @@ def test_rollout_engine_is_the_bottom_layer():
 LAYERS = {
     1: ("workbench.rollout",),
     2: ("drafters", "data", "workbench.grpo", "workbench.models", "workbench.tasks", "workbench.specs", "workbench.tracking",
-        "workbench.runs", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.drafter_init"),
+        "workbench.runs", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.progress",
+        "workbench.drafter_init"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
         "workbench.perf", "workbench.ui"),
     4: ("workbench.cli",),

@@ -66,7 +66,7 @@ def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "f
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from workbench.models.build import shared_tokenizer
+    from workbench.models.resolve import shared_tokenizer
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
