@@ -12,7 +12,7 @@ from workbench.models.config import make_config
 from workbench.models.evaluate import draft_agreement
 from workbench.models.losses import forward_kl
 from workbench.models.presets import ModelPreset
-from workbench.models.schedule import adamw, warmup_cosine
+from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
 from workbench.progress import progress_bar
 
 SEED_OFFSET = 500_000  # draft batches differ from the target's pretraining batches of the same seed
@@ -45,11 +45,7 @@ def distill_draft(
             with torch.no_grad():
                 t_logits = teacher(input_ids=ids[:, :-1]).logits
             loss = forward_kl(model(input_ids=ids[:, :-1]).logits, t_logits, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer_step(model, opt, sched, loss)
             loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
             bar.update(task, completed=step, info=f"kl {loss_ema:.3f}")
     model.eval()

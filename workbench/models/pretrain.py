@@ -12,7 +12,7 @@ from workbench.models.config import make_config
 from workbench.models.evaluate import sampled_accuracy
 from workbench.models.losses import completion_ce
 from workbench.models.presets import ModelPreset
-from workbench.models.schedule import adamw, warmup_cosine
+from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
 from workbench.progress import progress_bar
 
 EVAL_TEMPERATURE = 1.0  # the RL sampling temperature: the accuracy GRPO starts from
@@ -42,11 +42,7 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
         for step in range(1, r.steps + 1):
             ids, mask = collate(tok, train_items(r.seq_source, r.batch_size, seed=r.seed * 1_000_003 + step))
             loss = completion_ce(model, ids, mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer_step(model, opt, sched, loss)
             loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
             if step % r.eval_every == 0 or step == r.steps:
                 acc = sampled_accuracy(model, tok, evals, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed)

@@ -30,3 +30,14 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
     """AdamW with betas (0.9, 0.95), the usual choice for small LM pretraining (nanoGPT, Llama)."""
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+
+
+def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LambdaLR, loss: torch.Tensor,
+                   max_grad_norm: float = 1.0) -> None:
+    """One step of a build recipe: backward of ``loss``, gradient-norm clipping at ``max_grad_norm``,
+    the optimiser step, then the schedule's step (the learning rate of the next step)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+    sched.step()

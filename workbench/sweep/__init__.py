@@ -3,18 +3,8 @@
     wb sweep k=1..7                              # experiments/sweep.yaml, k = 1, 2, ..., 7
     wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name my-sweep
 
-Grammar (:mod:`workbench.sweep.grid`, pure, no I/O):
-
-- ``KEY=LOW..HIGH``: an integer axis, inclusive (``k=1..7``).
-- ``KEY=A,B,C``: an axis over a comma list; each value parsed like a ``wb run`` override.
-- ``KEY=VALUE``: a *fixed* override applied to every point (not an axis).
-- ``KEY`` is any dotted spec key or an alias: ``k`` = ``drafter.k``, ``drafter`` = ``drafter.kind``,
-  ``init`` = ``drafter.init.data``, ``online`` = ``drafter.online.enabled``.
-
-Points are the Cartesian product of the axes. For every combination of the non-drafter axis values
-a *baseline* point with ``drafter.kind=none`` is added (and run first), so each point's speedup is
-measured against autoregressive generation in the same sweep. Points are deduplicated by their
-resolved spec, drafter fields ignored when ``kind=none`` (``k`` means nothing without a drafter).
+The argument grammar (``KEY=LOW..HIGH``, ``KEY=A,B,C``, ``KEY=VALUE``, aliases ``k``, ``drafter``, ``init``,
+``online``), the points and their ``drafter.kind=none`` baselines: :mod:`workbench.sweep.grid` (pure, no I/O).
 
 MLflow: one parent run per sweep (tag ``workbench.sweep`` = name), one child run per point
 (``workbench.axis.<key>`` tags, ``workbench.sweep.point`` = hash of the point's resolved spec),
