@@ -1,7 +1,9 @@
 """Shared machinery of the drafters that read the target (``mtp``, ``eagle3``): a chain of draft
 steps over one single-layer KV cache, and its training-time-test (TTT) loss. Each module is the
 target's decoder layer (:func:`workbench.rollout.layers.decoder_layer`: its attention, RoPE, RMSNorm,
-MLP and KV cache class) fed the module's own input.
+MLP and KV cache class) fed the module's own input, in the target's shape (heads, head_dim, RoPE
+scaling) but Llama-style for every family: no q/k/v biases, no q/k norm, full attention
+(:meth:`workbench.rollout.arch.LMConfig.llama_layer`; vLLM's ``llama_eagle3`` does the same).
 
 Notation: the target's hidden state at position s predicts token s+1. A chain *entry* at position s
 consumes a feature f_s and the embedding of token s+1 and outputs o_s (pre-norm), whose head
@@ -74,6 +76,10 @@ class ChainNet(nn.Module):
 
     def __init__(self, cfg: LMConfig, in_dim: int, num_modules: int):
         super().__init__()
+        # The target's shape and RoPE in a plain Llama layer: no q/k/v bias, no q/k norm, full
+        # attention, whatever the target's family (vLLM's llama_eagle3 builds its EAGLE-3 layer so
+        # for Qwen3 targets too; DeepSeek-V3's MTP block is the target's, a Llama-style one here).
+        cfg = cfg.llama_layer()
         self.cfg = cfg
         self.attn = nn.ModuleList(Attention(cfg, in_dim) for _ in range(num_modules))  # the target's attention, q/k/v reading in_dim
         self.post_attention_layernorm = nn.ModuleList(RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules))

@@ -48,7 +48,7 @@ class DraftModelDrafter(Drafter):
         hf, tok = load_model(path, device=device)
         if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
-        return cls(LeanLM.from_hf(hf), hf, tok)
+        return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         t_max = ctx.tokens.shape[1]

@@ -132,7 +132,8 @@ class Eagle3Drafter(ChainDrafter):
         lm = target.lm
         raw, state = read_eagle3(spec.model)
         head = LMConfig.from_hf(LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "draft_vocab_size",
-                                                                                           "eagle_aux_hidden_state_layer_ids")}))
+                                                                                           "eagle_aux_hidden_state_layer_ids")}),
+                                what="drafter.model")
         ids = tuple(raw.get("eagle_aux_hidden_state_layer_ids") or default_layer_ids(lm.cfg.num_layers))
         bad = {k: (a, b) for k, a, b in (("hidden_size", head.hidden_size, lm.cfg.hidden_size),
                                           ("vocab_size", head.vocab_size, lm.cfg.vocab_size)) if a != b}

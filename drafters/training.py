@@ -105,6 +105,59 @@ def collate(rows: list[DraftBatch]) -> DraftBatch:
     )
 
 
+class MasterAdamW:
+    """AdamW over ``params`` whose update runs in float32 for half-precision parameters: each
+    bfloat16/float16 parameter gets a float32 master copy that AdamW steps and that is copied back
+    (mixed-precision training, Micikevicius et al. 2018, arXiv 1710.03740). Float32 parameters are
+    stepped directly by the same ``torch.optim.AdamW``, exactly as without this class.
+
+    Why: stepping half-precision parameters directly, float16 turns AdamW's ``eps`` (1e-8) into 0,
+    so a zero gradient gives 0/0 = NaN (measured: every parameter of the micro policy NaN after one
+    float16 step), and bfloat16 rounds away every update below 2^-8 of the weight (lr 1e-3 steps
+    left weights of 1.0 unchanged). A step whose half-precision gradients are not finite is skipped
+    (as torch's GradScaler does); no loss scaling, so float16 gradients below 6e-8 still underflow.
+    """
+
+    def __init__(self, params, **kw):
+        self.params = list(params)
+        self.master = [p if p.dtype == torch.float32 else p.detach().float().clone() for p in self.params]
+        self.adamw = torch.optim.AdamW(self.master, **kw)  # the torch optimizer (a schedule drives its lr)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.adamw.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p, m in zip(self.params, self.master):
+            if m is not p:
+                p.grad = None  # the half-precision gradient; the float32 one is the master's
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> bool:
+        """One AdamW step; False (nothing changed) when a half-precision gradient is inf/NaN."""
+        half = [(p, m) for p, m in zip(self.params, self.master) if m is not p]
+        for p, m in half:
+            m.grad = None if p.grad is None else p.grad.float()
+        if any(m.grad is not None and not bool(torch.isfinite(m.grad).all()) for _, m in half):
+            return False
+        self.adamw.step()
+        with torch.no_grad():
+            for p, m in half:
+                p.copy_(m)
+        return True
+
+    def state_dict(self) -> dict:
+        return self.adamw.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """AdamW's state; the master copies are re-read from the parameters (loaded beside it)."""
+        self.adamw.load_state_dict(state)
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master):
+                if m is not p:
+                    m.copy_(p)
+
+
 class DraftOptimizer:
     """AdamW over ``drafter.train_parameters()``; with ``total_steps``, linear warmup and cosine decay to
     10 % of lr (:func:`workbench.models.schedule.warmup_cosine`, transformers' schedule); without
@@ -117,8 +170,8 @@ class DraftOptimizer:
         self.params = drafter.train_parameters()
         for p in self.params:
             p.requires_grad_(True)
-        self.opt = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
-        self.sched = warmup_cosine(self.opt, warmup, total_steps) if total_steps is not None else None
+        self.opt = MasterAdamW(self.params, lr=lr, weight_decay=0.0)
+        self.sched = warmup_cosine(self.opt.adamw, warmup, total_steps) if total_steps is not None else None
         self.max_grad_norm = max_grad_norm
 
     def step(self, batch: DraftBatch) -> dict[str, float]:

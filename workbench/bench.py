@@ -116,7 +116,7 @@ class Bench:
         torch.manual_seed(self.spec.seed)
         self.target_path = resolve_model(self.spec.model.target, what="model.target")
         self.hf_target, self.tok = load_model(self.target_path)
-        self.target = LeanLM.from_hf(self.hf_target)
+        self.target = LeanLM.from_hf(self.hf_target, what="model.target")
         if self.cfg.compile:
             self.target.enable_compile()
         self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"))
@@ -205,7 +205,7 @@ class Bench:
             x = torch.randint(3, self.target.cfg.vocab_size, (B, T))
             start = torch.full((B,), ctx)
             return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
-        draft = LeanLM.from_hf(self.hf_draft)
+        draft = LeanLM.from_hf(self.hf_draft, what="drafter.model")
         if self.cfg.compile:
             draft.enable_compile()
         dcache = draft.new_cache(B, ctx + 2)

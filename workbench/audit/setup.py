@@ -42,7 +42,7 @@ def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device
     t = spec.task
     split = "eval" if t.num_eval else "train"
     rows = load_task_data(t.name, split, max(num_prompts, 8), spec.seed, t.path, t.prompt_field, t.answer_field)
-    lm = LeanLM.from_hf(hf)
+    lm = LeanLM.from_hf(hf, what="model.target")
     all_ids = [encode_prompt(tok, r["prompt"]) for r in rows]
     setup = AuditSetup(lm, tok, device, all_ids[:num_prompts], all_ids)
     for kind in kinds:

@@ -31,7 +31,7 @@ def drafter_init(
         device = resolve_device(resolved.model.device)
         path = resolve_model(resolved.model.target, progress=not quiet, what="model.target")
         hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
-        folder = build_init(resolved, LeanLM.from_hf(hf), tok, path, device, progress=not quiet, console=None if quiet else console)
+        folder = build_init(resolved, LeanLM.from_hf(hf, what="model.target"), tok, path, device, progress=not quiet, console=None if quiet else console)
     except ValueError as e:
         _fail(str(e))
     info = init_info(folder) or {}
@@ -77,7 +77,7 @@ def drafter_export(
         device = resolve_device(resolved.model.device)
         path = resolve_model(resolved.model.target, what="model.target")
         hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
-        lm = LeanLM.from_hf(hf)
+        lm = LeanLM.from_hf(hf, what="model.target")
         drafter = drafter_as_run(resolved, lm, tok, path, device, progress=True)
         folder = export_eagle3(drafter.net, lm.cfg, out)
     except ValueError as e:

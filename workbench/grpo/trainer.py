@@ -19,7 +19,7 @@ import torch
 
 from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
-from drafters.training import DraftBuffer, DraftOptimizer, capture_hidden, evaluate
+from drafters.training import DraftBuffer, DraftOptimizer, MasterAdamW, capture_hidden, evaluate
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.drafter_init import build_init
 from workbench.grpo.loss import grpo_loss, token_logprobs
@@ -165,7 +165,8 @@ class GRPOTrainer:
         self.ref = None
         if spec.grpo.beta > 0:
             self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
-        self.rollout_model = LeanLM.from_hf(self.policy)
+        self.rollout_model = LeanLM.from_hf(self.policy, what="model.target")  # refuses an unsupported architecture, before any run opens
+        self.rollout_model.fixed_attention_length = spec.rollout.fixed_attention_length
         # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
         self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
         target_ref = DrafterTarget(self.rollout_model, self.tokenizer, init_path=self.drafter_init_path)
@@ -179,7 +180,8 @@ class GRPOTrainer:
         # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws.
         self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size) if spec.paired else None
         self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
+        # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32)
+        self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
         r = spec.rollout
         self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)
 

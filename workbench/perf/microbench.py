@@ -92,7 +92,7 @@ class EngineBench:
             auto = "cuda" if torch.cuda.is_available() else "cpu"
             dev = torch.device(auto if spec.model.device == "auto" else spec.model.device)
             hf, tok = load_model(resolve_model(spec.model.target, what="model.target"), device=dev, dtype=getattr(torch, spec.model.dtype))
-            self._targets[key] = (LeanLM.from_hf(hf), tok, dev)
+            self._targets[key] = (LeanLM.from_hf(hf, what="model.target"), tok, dev)
         return self._targets[key]
 
     def _engine(self, spec):

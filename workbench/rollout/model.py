@@ -2,7 +2,9 @@
 
 Like gpt-fast and nano-vllm, generation does not go through transformers: this module loads the
 Hugging Face weights (same parameter names, so ``load_state_dict(hf_model.state_dict())`` works)
-and runs a minimal forward whose logits match ``LlamaForCausalLM`` to float tolerance (a test).
+and runs a minimal forward whose logits match transformers' ``LlamaForCausalLM``,
+``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and ``MistralForCausalLM`` to float tolerance
+(``tests/test_architectures.py``; what each family adds, and what is refused: :mod:`workbench.rollout.arch`).
 
 Per-row positions are what make batched speculative decoding with ragged acceptance simple: every
 row b writes its new tokens into the cache at ``start_pos[b] + t`` and attends to cache positions
@@ -17,12 +19,11 @@ length). Its layer is :func:`workbench.rollout.layers.decoder_layer`, which the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from workbench.rollout.arch import LMConfig
 from workbench.rollout.layers import (
     MLP,
     Attention,
@@ -37,53 +38,9 @@ from workbench.rollout.layers import (
     rotate_half,  # noqa: F401  (importable from here, as before the split)
 )
 
-
-@dataclass
-class LMConfig:
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    max_position_embeddings: int
-    tie_word_embeddings: bool
-
-    @classmethod
-    def from_hf(cls, cfg) -> "LMConfig":
-        """From a transformers ``LlamaConfig``.
-
-        Raises:
-            ValueError: an architecture feature this forward does not implement (rope scaling,
-                attention/MLP biases, another activation), so results would silently differ.
-        """
-        rope = getattr(cfg, "rope_scaling", None) or {}
-        params = getattr(cfg, "rope_parameters", None) or {}
-        rope_type = rope.get("rope_type", rope.get("type")) or params.get("rope_type", "default")
-        if rope_type not in (None, "default"):
-            raise ValueError(f"model: rope scaling {rope_type!r} is not supported by the workbench engine; use a checkpoint with default RoPE")
-        if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
-            raise ValueError("model: attention/MLP biases are not supported by the workbench engine (Llama-family without biases only)")
-        if getattr(cfg, "hidden_act", "silu") != "silu":
-            raise ValueError(f"model: activation {cfg.hidden_act!r} is not supported (silu only)")
-        theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
-        heads = cfg.num_attention_heads
-        return cls(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.hidden_size,
-            num_layers=cfg.num_hidden_layers,
-            num_heads=heads,
-            num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
-            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
-            intermediate_size=cfg.intermediate_size,
-            rms_norm_eps=cfg.rms_norm_eps,
-            rope_theta=float(theta),
-            max_position_embeddings=cfg.max_position_embeddings,
-            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
-        )
+# Entries per layer in :func:`lm_forward`'s flat weight list: input norm, q/k/v, o, post-attention
+# norm, gate/up, down, q/k/v bias (or None), q/k norm weights (or None).
+PER_LAYER = 8
 
 
 class Block(nn.Module):
@@ -104,17 +61,21 @@ class _Body(nn.Module):
 
 
 class LeanLM(nn.Module):
-    """Inference-only Llama forward over a KV cache with per-row start positions.
+    """Inference-only Llama-family forward over a KV cache with per-row start positions.
 
-    Parameter names mirror transformers' ``LlamaForCausalLM`` (``model.layers.0.self_attn.q_proj``
-    ...), so weights load with ``load_state_dict`` and sync from a trainer without renaming. The
-    modules only hold the weights: every forward, eager or compiled, is :func:`lm_forward` over
-    their tensors.
+    Parameter names mirror transformers' ``*ForCausalLM`` (``model.layers.0.self_attn.q_proj``,
+    Qwen2's ``.bias``, Qwen3's ``self_attn.q_norm`` ...), so weights load with ``load_state_dict``
+    and sync from a trainer without renaming. The modules only hold the weights: every forward,
+    eager or compiled, is :func:`lm_forward` over their tensors (and ``cfg.windows()``).
     """
 
     def __init__(self, cfg: LMConfig):
         super().__init__()
         self.cfg = cfg
+        self.windows = cfg.windows()  # per layer: sliding window in tokens, or None
+        # True: every forward attends over the whole cache (masked), so a position's logits do not
+        # depend on the step's attention length (see :meth:`forward`); rollout.fixed_attention_length
+        self.fixed_attention_length = False
         self.model = _Body(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -131,10 +92,17 @@ class LeanLM(nn.Module):
             self.__dict__["_flat"] = self._flat_weights(fused=True)  # the compiled step's tables, current again
 
     @classmethod
-    def from_hf(cls, hf_model: nn.Module) -> "LeanLM":
-        """Build from a transformers ``LlamaForCausalLM`` (same device/dtype), copying its weights."""
+    def from_hf(cls, hf_model: nn.Module, what: str = "model") -> "LeanLM":
+        """Build from a transformers ``*ForCausalLM`` of a supported family (same device/dtype),
+        copying its weights.
+
+        Raises:
+            ValueError: ``{what}: ...`` an architecture feature the forward does not implement
+                (:func:`workbench.rollout.arch.check_supported`), or weights that do not fit.
+        """
+        cfg = LMConfig.from_hf(hf_model.config, what)
         p = next(hf_model.parameters())
-        lm = cls(LMConfig.from_hf(hf_model.config)).to(device=p.device, dtype=p.dtype)
+        lm = cls(cfg).to(device=p.device, dtype=p.dtype)
         lm._init_rope()  # .to(dtype) also cast the tables; rebuild them in float32
         lm.load_weights(hf_model)
         return lm.eval()
@@ -144,14 +112,13 @@ class LeanLM(nn.Module):
         """Copy the trainer's current weights in place (the `prepare` stage's weight sync)."""
         missing, unexpected = self.load_state_dict(hf_model.state_dict(), strict=False)
         fused = self.__dict__.get("_fused")
-        if fused is not None and any(l.self_attn.q_proj.weight.data_ptr() != f[0].data_ptr() or l.mlp.gate_proj.weight.data_ptr() != f[1].data_ptr()
-                                     for l, f in zip(self.model.layers, fused)):
+        if fused is not None and any(_replaced(l, f, b) for l, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])):
             self._fuse_weights()  # something replaced the weights instead of copying into them
         if fused is not None:
             self.__dict__["_flat"] = self._flat_weights(fused=True)  # the compiled step's references, current again
         missing = [m for m in missing if not (self.cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or [u for u in unexpected if "rotary" not in u]:
-            raise ValueError(f"model: weights do not match a Llama layout (missing {missing[:4]}, unexpected {unexpected[:4]})")
+            raise ValueError(f"model: weights do not match the {self.cfg.model_type} layout (missing {missing[:4]}, unexpected {unexpected[:4]})")
 
     def _apply(self, fn, recurse=True):
         """``.to()``/``.half()``/...: the tensors get new storage, so the compiled step's fused
@@ -184,7 +151,8 @@ class LeanLM(nn.Module):
 
     def _flat_weights(self, fused: bool = False) -> list:
         """The weights as :func:`lm_forward` takes them, one flat list: embedding, RoPE tables, per
-        layer [input norm, q/k/v, o, post-attention norm, gate/up, down], final norm, LM head.
+        layer [input norm, q/k/v, o, post-attention norm, gate/up, down, q/k/v bias or None, (q
+        norm, k norm) or None] (:data:`PER_LAYER`), final norm, LM head.
 
         The entries are the parameters themselves (or, ``fused``, the fused tensors they view), so
         the in-place weight sync reaches them. Unfused, q/k/v and gate/up are tuples of the
@@ -197,23 +165,33 @@ class LeanLM(nn.Module):
         flat: list = [m.embed_tokens.weight, self.rope_cos, self.rope_sin]
         for i, layer in enumerate(m.layers):
             a, p = layer.self_attn, layer.mlp
-            qkv, gu = self.__dict__["_fused"][i] if fused else (a.qkv_weight(), p.gate_up_weight())
-            flat += [layer.input_layernorm.weight, qkv, a.o_proj.weight, layer.post_attention_layernorm.weight, gu, p.down_proj.weight]
+            if fused:
+                (qkv, gu), bias = self.__dict__["_fused"][i], self.__dict__["_fused_bias"][i]
+            else:
+                qkv, gu, bias = a.qkv_weight(), p.gate_up_weight(), a.qkv_bias()
+            flat += [layer.input_layernorm.weight, qkv, a.o_proj.weight, layer.post_attention_layernorm.weight, gu, p.down_proj.weight,
+                     bias, a.qk_norm_weight()]
         flat += [m.norm.weight, self.lm_head.weight]
         if fused:
             for t in flat:
-                torch._dynamo.mark_static(t)  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
+                for leaf in t if isinstance(t, tuple) else (t,):
+                    if leaf is not None:
+                        torch._dynamo.mark_static(leaf)  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
         return flat
 
     def _fuse_weights(self) -> None:
-        """Per layer, one (q+k+v, H) and one (2I, H) weight: fewer, larger matmuls in the compiled
-        step (6-14 % faster at batch 1-8, benchmarks/engine-optimisation-log.md). The Linears'
-        weights become views into them, so the in-place weight sync (``load_weights``) updates both."""
-        fused = []
+        """Per layer, one (q+k+v, H) and one (2I, H) weight (and one (q+k+v,) bias if the layer has
+        q/k/v biases): fewer, larger matmuls in the compiled step (6-14 % faster at batch 1-8,
+        benchmarks/engine-optimisation-log.md). The Linears' parameters become views into them, so
+        the in-place weight sync (``load_weights``) updates both."""
+        fused, biases = [], []
         for layer in self.model.layers:
             a, m = layer.self_attn, layer.mlp
-            fused.append((_fuse([a.q_proj, a.k_proj, a.v_proj]), _fuse([m.gate_proj, m.up_proj])))
-        self.__dict__["_fused"] = fused  # plain attribute: not parameters, not in state_dict
+            qkv = [a.q_proj, a.k_proj, a.v_proj]
+            fused.append((_fuse([l.weight for l in qkv]), _fuse([m.gate_proj.weight, m.up_proj.weight])))
+            biases.append(_fuse([l.bias for l in qkv]) if a.q_proj.bias is not None else None)
+        self.__dict__["_fused"] = fused  # plain attributes: not parameters, not in state_dict
+        self.__dict__["_fused_bias"] = biases
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         if max_len > self.cfg.max_position_embeddings:
@@ -247,31 +225,48 @@ class LeanLM(nn.Module):
             logits (B, T, V) float32 and ``{i: hidden (B, T, H)}``.
         """
         need = int(start_pos.max()) + input_ids.shape[1]  # the longest row's last position + 1 (one host read)
+        if self.fixed_attention_length:
+            # One attention length for every step: the reduction over keys then no longer depends
+            # on how far a step reaches (CPU attention kernels block it by length), so greedy
+            # speculative == greedy autoregressive bit for bit where the kernels are also invariant
+            # to the number of query rows (bf16 on CPU: tests/test_architectures.py).
+            need = cache.max_len
         eps = self.cfg.rms_norm_eps
         compiled = self.__dict__.get("_compiled")
         if compiled is not None and not hidden_layers and logits_col is None:
             # attend over the cache up to the longest row, rounded up to a multiple of 32 so the
             # compiled graph sees few distinct lengths
             tk = min(cache.max_len, -(-need // 32) * 32)
-            return compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk)
+            return compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, (), None, self.windows)
         # eager: the weights read afresh from the modules on every call, attention over exactly `need` positions
-        return lm_forward(eps, self._flat_weights(), input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col)
+        return lm_forward(eps, self._flat_weights(), input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
 
 
-def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
-    """Concatenate the Linears' weights (rows) and make each weight a view into the result."""
-    fused = torch.cat([l.weight.detach() for l in linears], 0)
+def _fuse(params: list[nn.Parameter]) -> torch.Tensor:
+    """Concatenate the parameters (rows of weights (out, in), or biases (out,)) and make each
+    parameter a view into the result."""
+    fused = torch.cat([p.detach() for p in params], 0)
     off = 0
-    for l in linears:
-        n = l.weight.shape[0]
-        l.weight.data = fused[off : off + n]
+    for p in params:
+        n = p.shape[0]
+        p.data = fused[off : off + n]
         off += n
     return fused
 
 
+def _replaced(layer: nn.Module, fused: tuple, f_bias: torch.Tensor | None) -> bool:
+    """Whether a layer's q/k/v or gate/up parameters no longer view its fused tensors (``fused``,
+    ``f_bias``: its entries of ``LeanLM._fused`` and ``_fused_bias``), i.e. were replaced instead
+    of copied into."""
+    a, (f_qkv, f_gu) = layer.self_attn, fused
+    ptr = lambda t: t.data_ptr()  # noqa: E731
+    return (ptr(a.q_proj.weight) != ptr(f_qkv) or ptr(layer.mlp.gate_proj.weight) != ptr(f_gu)
+            or (f_bias is not None and ptr(a.q_proj.bias) != ptr(f_bias)))
+
+
 def lm_forward(
     eps: float, W: list, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, tk: int,
-    hidden_layers: tuple[int, ...] = (), logits_col: torch.Tensor | None = None,
+    hidden_layers: tuple[int, ...] = (), logits_col: torch.Tensor | None = None, windows: tuple = (),
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The rollout model's one forward, on plain tensors: eager mode calls it, ``enable_compile``
     compiles it (and a CUDA graph could capture it: no module, no data-dependent shape inside).
@@ -285,12 +280,14 @@ def lm_forward(
             caller passes the exact length eagerly, a bucketed one to the compiled graph) under the
             position mask.
         hidden_layers, logits_col: as :meth:`LeanLM.forward`.
+        windows: per layer, a sliding attention window in tokens or None (full causal attention);
+            empty = None for every layer (:meth:`LMConfig.windows`).
     Returns:
         logits (B, T, V) float32 ((B, 1, V) with ``logits_col``) and ``{i: hidden (B, T, H)}``.
     """
     B, T = input_ids.shape
     dev = input_ids.device
-    n_layers = (len(W) - 5) // 6
+    n_layers = (len(W) - 5) // PER_LAYER
     pos = start_pos[:, None] + torch.arange(T, device=dev)[None, :]  # (B, T)
     mask = position_mask(pos, tk)  # (B, 1, T, tk)
     rows = torch.arange(B, device=dev)[:, None].expand(B, T)
@@ -298,11 +295,12 @@ def lm_forward(
     cos, sin = rope_cos_sin(W[1], W[2], pos, x.dtype)  # (B, T, 1, D)
     hidden: dict[int, torch.Tensor] = {}
     for i in range(n_layers):
-        w_in, w_qkv, w_o, w_post, w_gu, w_down = W[3 + 6 * i : 9 + 6 * i]
+        w_in, w_qkv, w_o, w_post, w_gu, w_down, b_qkv, qk_norm = W[3 + PER_LAYER * i : 3 + PER_LAYER * (i + 1)]
         if i in hidden_layers:
             hidden[i] = x
-        kv = cache_kv(ks[i], vs[i], rows, pos, mask, tk)
-        x = decoder_layer(rms_norm(x, w_in, eps), x, w_qkv, w_o, w_post, w_gu, w_down, eps, cos, sin, kv)
+        window = windows[i] if windows else None
+        kv = cache_kv(ks[i], vs[i], rows, pos, mask if window is None else position_mask(pos, tk, window), tk)
+        x = decoder_layer(rms_norm(x, w_in, eps), x, w_qkv, w_o, w_post, w_gu, w_down, eps, cos, sin, kv, b_qkv, qk_norm)
     if n_layers in hidden_layers:
         hidden[n_layers] = x
     if logits_col is not None:

@@ -46,6 +46,12 @@ class RolloutSpec(_Section):
         False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
         "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
     )
+    fixed_attention_length: bool = Field(
+        False, description="every target forward attends over the whole KV cache (masked), so a position's logits do not "
+        "depend on how far a step reaches: greedy speculative output then equals greedy autoregressive bit for bit in "
+        "bfloat16 on CPU (measured; kernels invariant to the query count are needed too, not checked on GPUs); costs "
+        "attention work",
+    )
 
 
 class DrafterInitSpec(_Section):
