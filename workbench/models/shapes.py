@@ -34,7 +34,7 @@ def shape_config(arch: str, vocab_size: int, layers: int = 2, hidden: int = 128,
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}; allowed values: {', '.join(ARCHS)}")
+        raise ValueError(f"ARCH: unknown architecture {arch!r}; allowed values: {', '.join(ARCHS)}")
     if heads % kv_heads:
         raise ValueError(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
     common = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
