@@ -210,6 +210,7 @@ class LeanLM(nn.Module):
         cache: KVCache,
         hidden_layers: tuple[int, ...] = (),
         logits_col: torch.Tensor | None = None,
+        max_start: int | None = None,
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Run ``input_ids`` (B, T) at positions ``start_pos[b] + t``; write K/V into ``cache``.
 
@@ -221,10 +222,13 @@ class LeanLM(nn.Module):
                 (i == num_layers: the last layer's output before the final norm).
             logits_col: (B,) long; if given, logits only at column ``logits_col[b]`` of each row,
                 (B, 1, V) (prefill of right-padded prompts needs just each row's last token).
+            max_start: ``max(start_pos)`` (or an upper bound) known on the host; None = read it
+                off the device (a synchronisation on CUDA).
         Returns:
             logits (B, T, V) float32 and ``{i: hidden (B, T, H)}``.
         """
-        need = int(start_pos.max()) + input_ids.shape[1]  # the longest row's last position + 1 (one host read)
+        # the longest row's last position + 1 (a host read unless the caller knows it)
+        need = (int(start_pos.max()) if max_start is None else max_start) + input_ids.shape[1]
         if self.fixed_attention_length:
             # One attention length for every step: the reduction over keys then no longer depends
             # on how far a step reaches (CPU attention kernels block it by length), so greedy

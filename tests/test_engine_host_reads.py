@@ -1,0 +1,120 @@
+"""The engine's hot loop reads the device once per step; batch-size buckets and a k policy leave
+rollouts unchanged (greedy, token for token)."""
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from drafters.draft_model import DraftModelDrafter
+from drafters.ngram import NgramDrafter
+from workbench.rollout.engine import RolloutEngine
+
+from conftest import PROMPTS, greedy
+
+# Tensor methods that move a value to the host (a CUDA synchronisation when the tensor is on a GPU).
+READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy")
+
+
+@contextmanager
+def count_host_reads():
+    counts = {"n": 0}
+    saved = {m: getattr(torch.Tensor, m) for m in READS}
+
+    def wrap(fn):
+        def counted(self, *a, **kw):
+            counts["n"] += 1
+            return fn(self, *a, **kw)
+        return counted
+
+    try:
+        for m, fn in saved.items():
+            setattr(torch.Tensor, m, wrap(fn))
+        yield counts
+    finally:
+        for m, fn in saved.items():
+            setattr(torch.Tensor, m, fn)
+
+
+def reads_per_step(engine, prompts, sp):
+    """Host reads of each step after the prefill: a list, one entry per batched forward."""
+    steps = engine.generate_steps(prompts, sp, torch.Generator().manual_seed(0))
+    next(steps)  # prefill (reads allowed: it runs once)
+    per_step = []
+    while True:
+        with count_host_reads() as c:
+            try:
+                next(steps)
+            except StopIteration:
+                break
+        per_step.append(c["n"])
+    return per_step
+
+
+@pytest.mark.parametrize("kind", ["none", "ngram"])
+def test_one_host_read_per_step(target_lm, kind):
+    drafter = NgramDrafter(1, 3) if kind == "ngram" else None
+    per_step = reads_per_step(RolloutEngine(target_lm, drafter, k=3), PROMPTS, greedy(max_new=16))
+    assert len(per_step) >= 4
+    # the last step also collects the finished rows (one read per field)
+    assert all(n == 1 for n in per_step[:-1]), per_step
+
+
+def test_the_counter_sees_a_planted_read(target_lm):
+    """The counting harness itself: an extra .item() in the loop is seen."""
+    eng = RolloutEngine(target_lm, NgramDrafter(1, 3), k=3)
+    propose = eng.drafter.propose
+
+    def leaky(ctx, k):
+        ctx.lens.max().item()
+        return propose(ctx, k)
+
+    eng.drafter.propose = leaky
+    assert max(reads_per_step(eng, PROMPTS, greedy(max_new=16))[:-1]) >= 2
+
+
+@pytest.mark.parametrize("kind", ["none", "ngram", "draft_model"])
+def test_retire_buckets_give_the_same_rollouts(target_lm, draft_lm, kind):
+    prompts = PROMPTS * 3  # rows finish at different steps (EOS), so the batch shrinks step by step
+    make = lambda: {"none": None, "ngram": NgramDrafter(1, 3), "draft_model": DraftModelDrafter(draft_lm)}[kind]  # noqa: E731
+    plain = RolloutEngine(target_lm, make(), k=3).generate(prompts, greedy())
+    buckets = (1, 2, 4, 8)
+    out = RolloutEngine(target_lm, make(), k=3, retire_buckets=buckets).generate(prompts, greedy())
+    assert out.tokens == plain.tokens and out.finish_reasons == plain.finish_reasons
+    for a, b in zip(out.logprobs, plain.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert len(set(map(len, plain.tokens))) > 1  # the test needs ragged lengths
+    seen = set(out.counters.rows_per_forward)
+    assert seen <= set(buckets) | {len(prompts)}, seen  # every step ran at a bucket (or the full batch)
+    assert set(plain.counters.rows_per_forward) - set(buckets)  # without buckets it would not
+    if kind != "none":  # finished rows kept in the batch propose, but their drafts are not counted
+        assert out.counters.num_drafts == plain.counters.num_drafts
+        assert out.counters.num_accepted_tokens == plain.counters.num_accepted_tokens
+
+
+class Scripted:
+    """A k policy that plays a fixed sequence of k_t and records what it was told."""
+
+    def __init__(self, script):
+        self.script, self.i, self.told = script, 0, []
+
+    def choose(self, num_rows):
+        k = self.script[self.i % len(self.script)]
+        self.i += 1
+        return k
+
+    def update(self, k_t, num_rows, num_drafts, accepted_per_pos):
+        self.told.append((k_t, num_rows, num_drafts, list(accepted_per_pos)))
+
+
+def test_k_policy_varies_k_per_step_and_stays_exact(target_lm):
+    ar = RolloutEngine(target_lm).generate(PROMPTS, greedy())
+    policy = Scripted([3, 0, 1, 2, 0, 0, 3])
+    out = RolloutEngine(target_lm, NgramDrafter(1, 3), k=3, k_policy=policy).generate(PROMPTS, greedy())
+    assert out.tokens == ar.tokens
+    c = out.counters
+    assert c.k_per_step == [t[0] for t in policy.told] and c.k_per_step[:7] == [3, 0, 1, 2, 0, 0, 3]
+    assert all(len(t[3]) == t[0] for t in policy.told)  # accepted per position: k_t entries
+    assert [t[1] for t in policy.told] == c.rows_per_forward
+    assert sum(sum(t[3]) for t in policy.told) == c.num_accepted_tokens
+    assert sum(t[2] for t in policy.told if t[0] == 0) == 0  # a k_t = 0 step drafts nothing
