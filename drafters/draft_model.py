@@ -53,7 +53,7 @@ class DraftModelDrafter(Drafter):
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         t_max = ctx.tokens.shape[1]
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
-        self.cache = self.model.new_cache(rows.shape[0], t_max)
+        self.cache = self.model.new_cache(rows.shape[0], t_max, capacity=index.shape[0])
         # Prefill each distinct prompt once (right-padded; padding positions get overwritten
         # before any read), then copy its cache rows to the rows that share it.
         P = int(ctx.prompt_lens.max())

@@ -27,6 +27,7 @@ from workbench.grpo.mismatch import logprob_gaps
 from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
+from workbench.rollout.graphs import cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams
@@ -174,11 +175,16 @@ class GRPOTrainer:
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
         self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
-        if spec.rollout.compile:
-            self.engine.enable_compile()
+        if spec.rollout.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {self.device}; "
+                             "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
+        if spec.rollout.compile or spec.rollout.cuda_graphs:
+            self.engine.enable_compile(cuda_graphs=spec.rollout.cuda_graphs)
         # Paired measurement (DESIGN.md §8): plain decoding of the same prompts with the same target
-        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws.
-        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size) if spec.paired else None
+        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
+        # the same batch-size buckets, so both arms run at the same captured sizes.
+        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size,
+                                           retire_buckets=self.engine.retire_buckets) if spec.paired else None
         self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET)
         # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32)
         self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
@@ -279,6 +285,8 @@ class GRPOTrainer:
             m.update(paired_metrics(m, paired.counters, paired_first))
         if self.modeled is not None:
             m.update(self.modeled.metrics(out))
+        if self.spec.rollout.cuda_graphs:
+            m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update({
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),

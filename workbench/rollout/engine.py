@@ -16,6 +16,7 @@ import torch
 
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.drafter import DraftContext, Drafter
+from workbench.rollout.graphs import capture_sizes, round_cache_len
 from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
 from workbench.rollout.rejection import rejection_sample
@@ -52,7 +53,7 @@ class RolloutEngine:
     The hot loop reads the device once per step: one packed vector (which rows finished, the
     longest row, the step's acceptance counts) that the batch's bookkeeping needs on the host.
     Everything else (writes, counters, masks) stays on the device, so on CUDA the host queues the
-    next step's kernels without waiting elsewhere (``tests/test_engine_host_reads.py`` counts).
+    next step's kernels without waiting elsewhere (``tests/test_engine_hot_loop.py`` counts).
     """
 
     def __init__(self, target: LeanLM, drafter: Drafter | None = None, k: int = 3, max_batch_size: int = 256,
@@ -64,12 +65,16 @@ class RolloutEngine:
         self.k_policy = k_policy if drafter is not None else None
         self.retire_buckets = tuple(sorted(retire_buckets)) if retire_buckets else None
 
-    def enable_compile(self) -> None:
-        """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is one."""
-        self.target.enable_compile()
+    def enable_compile(self, cuda_graphs: bool = False) -> None:
+        """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is
+        one; ``cuda_graphs``: as CUDA graphs, the batch shrinking only to capture sizes
+        (:mod:`workbench.rollout.graphs`)."""
+        self.target.enable_compile(cuda_graphs)
         draft = getattr(self.drafter, "model", None)
         if isinstance(draft, LeanLM):
-            draft.enable_compile()
+            draft.enable_compile(cuda_graphs)
+        if cuda_graphs and self.retire_buckets is None:
+            self.retire_buckets = capture_sizes(self.max_batch_size)
 
     @property
     def device(self) -> torch.device:
@@ -124,6 +129,8 @@ class RolloutEngine:
         k = self.k
         P = max(map(len, prompts))
         t_max = P + sp.max_new_tokens + k + 2  # a verification may write k+1 past the budget
+        if self.target.cuda_graphs:
+            t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
         prompt_lens = _to_device([len(p) for p in prompts], dev)
         tokens = torch.zeros(B, t_max, dtype=torch.long)  # (B, T_max) prompt + completion
         tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in prompts])  # one host->tensor copy
@@ -225,7 +232,7 @@ class RolloutEngine:
         order = {row: u for u, row in enumerate(first.values())}
         uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
         inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
-        cache = self.target.new_cache(U, t_max)
+        cache = self.target.new_cache(U, t_max, capacity=B)
         zeros = torch.zeros(U, dtype=torch.long, device=dev)
         logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
         if U < B:

@@ -46,6 +46,11 @@ class RolloutSpec(_Section):
         False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
         "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
     )
+    cuda_graphs: bool = Field(
+        False, description="CUDA only: compile the decode/verify forwards as CUDA graphs (torch.compile mode "
+        "reduce-overhead; implies compile), the batch shrinking only to capture sizes 1, 2, 4, ... and the KV cache in "
+        "static buffers (workbench/rollout/graphs.py); refused on a CPU device",
+    )
     fixed_attention_length: bool = Field(
         False, description="every target forward attends over the whole KV cache (masked), so a position's logits do not "
         "depend on how far a step reaches: greedy speculative output then equals greedy autoregressive bit for bit in "

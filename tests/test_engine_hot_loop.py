@@ -118,3 +118,86 @@ def test_k_policy_varies_k_per_step_and_stays_exact(target_lm):
     assert [t[1] for t in policy.told] == c.rows_per_forward
     assert sum(sum(t[3]) for t in policy.told) == c.num_accepted_tokens
     assert sum(t[2] for t in policy.told if t[0] == 0) == 0  # a k_t = 0 step drafts nothing
+
+
+def _pooled(lm):
+    """A LeanLM whose caches come from a static pool (what enable_compile(cuda_graphs=True) sets
+    up), forwards left eager: the cache machinery of CUDA graphs, testable on the CPU."""
+    import copy
+
+    from workbench.rollout.graphs import StaticCachePool
+
+    pooled = copy.copy(lm)
+    pooled.__dict__["_pool"] = StaticCachePool()
+    return pooled
+
+
+def test_static_cache_pool_leases_free_buffers_only(target_lm):
+    lm = _pooled(target_lm)
+    a = lm.new_cache(2, 64, capacity=4)
+    b = lm.new_cache(2, 64, capacity=4)
+    assert a.k[0].data_ptr() != b.k[0].data_ptr()  # both alive: never the same buffer
+    ptr = a.k[0].data_ptr()
+    del a
+    c = lm.new_cache(3, 64)
+    assert c.k[0].data_ptr() == ptr  # a's buffer is free again and reused
+    c.k[0][:3] = torch.arange(3.0)[:, None, None, None]
+    c.select(torch.tensor([2, 0, 2, 1]))  # in place, growing to the capacity (prefix sharing)
+    assert c.k[0].data_ptr() == ptr and c.k[0].shape[0] == 4
+    assert c.k[0][:, 0, 0, 0].tolist() == [2.0, 0.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("kind", ["none", "draft_model"])
+def test_pooled_caches_and_buckets_give_the_same_rollouts(target_lm, draft_lm, kind):
+    """What rollout.cuda_graphs changes besides the compile mode: caches leased from a pool (reused
+    across generations, compacted in place, rounded lengths) and batch-size buckets."""
+    from workbench.rollout.graphs import capture_sizes
+    from workbench.rollout.paired import generate_interleaved
+
+    prompts = [PROMPTS[0]] * 3 + PROMPTS  # shared prompts: the prefill expands U rows to B in place
+    make = lambda lm, d: RolloutEngine(lm, d, k=3, retire_buckets=capture_sizes(8))  # noqa: E731
+    plain = RolloutEngine(target_lm, DraftModelDrafter(draft_lm) if kind == "draft_model" else None, k=3).generate(prompts, greedy())
+    lm = _pooled(target_lm)
+    draft = _pooled(draft_lm) if kind == "draft_model" else None
+    eng = make(lm, DraftModelDrafter(draft) if draft is not None else None)
+    for _ in range(2):  # the second generation reuses the first one's buffers
+        assert eng.generate(prompts, greedy()).tokens == plain.tokens
+    # a speculative and a plain engine interleaved on one pooled target never share a buffer
+    ar = RolloutEngine(target_lm).generate(prompts, greedy())
+    (spec_out, ar_out), _ = generate_interleaved(
+        [eng.generate_steps(prompts, greedy()), make(lm, None).generate_steps(prompts, greedy())], lambda: 0.0)
+    assert spec_out.tokens == plain.tokens and ar_out.tokens == ar.tokens
+
+
+def _has_cxx() -> bool:
+    import shutil
+
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
+def test_cuda_graphs_compile_mode_runs_the_same_rollouts_on_cpu():
+    """enable_compile(cuda_graphs=True): reduce-overhead compile, pooled caches, capture-size
+    buckets. torch records graphs only on CUDA; here the rest of that path must give the same tokens."""
+    from conftest import random_llama
+    from workbench.rollout.graphs import capture_sizes
+    from workbench.rollout.model import LeanLM
+
+    target = LeanLM.from_hf(random_llama(seed=5))
+    ar = RolloutEngine(target, NgramDrafter(1, 3), k=3).generate(PROMPTS * 2, greedy())
+    eng = RolloutEngine(target, NgramDrafter(1, 3), k=3, max_batch_size=8)
+    eng.enable_compile(cuda_graphs=True)
+    assert target.cuda_graphs and eng.retire_buckets == capture_sizes(8) == (1, 2, 4, 8)
+    out = eng.generate(PROMPTS * 2, greedy())
+    assert out.tokens == ar.tokens
+    assert set(out.counters.rows_per_forward) <= {1, 2, 4, 8}
+
+
+def test_cuda_graphs_refused_on_cpu(store):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["run", "micro", "rollout.cuda_graphs=true", "grpo.steps=1", "--quiet"])
+    assert res.exit_code != 0
+    assert "rollout.cuda_graphs" in res.output and "CUDA device" in res.output
