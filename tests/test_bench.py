@@ -108,6 +108,19 @@ def test_bench_records_a_failing_transformers_setting_and_keeps_the_dtype(qwen3_
     assert {eng.drafter.model.lm_head.weight.dtype, b.target.lm_head.weight.dtype, b.hf_draft.dtype} == {torch.bfloat16}
 
 
+def test_paired_median_keeps_the_largest_peak_including_first_calls(monkeypatch):
+    """Peak memory per contender: the largest over warm-up, timed calls and an earlier first call
+    (where compiled contenders allocate CUDA graphs); None where nothing was measured (the CPU)."""
+    import workbench.bench.core as core
+
+    peaks = iter([3.0, 1.0, 7.0, 2.0, 4.0, 5.0])  # a, b warm-ups; then (a, b) twice
+    monkeypatch.setattr(core, "measure", lambda fn, device: core.Timing(1.0, fn(), next(peaks)))
+    t = core._paired_median({"a": lambda: "A", "b": lambda: "B"}, 2, None, first_peaks={"a": 9.0, "b": None})
+    assert (t["a"].peak_mib, t["b"].peak_mib) == (9.0, 5.0) and (t["a"].out, t["a"].seconds) == ("A", 1.0)
+    monkeypatch.setattr(core, "measure", lambda fn, device: core.Timing(1.0, fn(), None))
+    assert core._paired_median({"a": lambda: 0}, 1)["a"].peak_mib is None
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message of a machine without CUDA")
 def test_wb_bench_cuda_without_cuda_names_device():
     res = CliRunner().invoke(app, ["bench", "micro", "--device", "cuda"])

@@ -110,12 +110,17 @@ def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:
     return Timing(dt, out, (torch.cuda.max_memory_allocated(device) - before) / 2**20)
 
 
-def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None) -> dict[str, Timing]:
+def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
+                   first_peaks: dict[str, float | None] | None = None) -> dict[str, Timing]:
     """Median seconds of each contender, run interleaved (A, B, A, B, ...) after one warm-up each,
     so that load drifting on a shared machine hits every contender alike (side by side); each call
     timed by :func:`measure` (``device`` synchronised around it). The peak memory is the largest of
-    the warm-up and timed calls (the warm-up is where compiled contenders allocate their graphs)."""
+    the warm-up and timed calls and of ``first_peaks`` (a contender's earlier first call): a
+    compiled contender allocates its CUDA graphs in its first call."""
     peaks: dict[str, list[float | None]] = {name: [measure(fn, device).peak_mib] for name, fn in fns.items()}
+    for name, peak in (first_peaks or {}).items():
+        if name in peaks and peak is not None:
+            peaks[name].append(peak)
     times: dict[str, list[float]] = {name: [] for name in fns}
     outs: dict[str, object] = {}
     for _ in range(repeats):
@@ -125,7 +130,7 @@ def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: t
             peaks[name].append(m.peak_mib)
             outs[name] = m.out
     return {name: Timing(statistics.median(times[name]), outs[name],
-                         None if peaks[name][0] is None else max(peaks[name])) for name in fns}
+                         None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None)) for name in fns}
 
 
 @dataclass
@@ -188,17 +193,20 @@ class Bench:
         return hf_generate(self.hf_target, prompts, self.tok.pad_token_id, self.sp, self.cfg.max_new_tokens, self.device,
                            extra=extra, assistant=assistant, k=k)
 
-    def _hf_contenders(self, prompts) -> tuple[dict[str, Callable[[], object]], dict]:
+    def _hf_contenders(self, prompts) -> tuple[dict[str, Callable[[], object]], dict, dict[str, float | None]]:
         """transformers' autoregressive contenders at this batch, each run once (compiling it):
         ``hf_generate`` (plain ``generate()``) and ``hf_static`` (static cache, compiled when
         ``hf_compile``: the first setting of :data:`workbench.bench.hf.COMPILE_SETTINGS` that runs,
-        else uncompiled); the info names the static setting used and the errors of those that failed."""
+        else uncompiled); the info names the static setting used and the errors of those that failed;
+        the peaks are those of the first calls (MiB, None off CUDA)."""
         settings = [*(COMPILE_SETTINGS if self.hf_compile else ()), None]
-        _, plain, errors = first_working([("generate()", lambda: self._hf(prompts))], self.device)
-        static_name, static, static_errors = first_working(
-            [(setting_name(s), lambda s=s: self._hf(prompts, extra=static_kwargs(s, self.device))) for s in settings], self.device)
+        timer = lambda fn: measure(fn, self.device)  # noqa: E731
+        _, plain, errors, t_plain = first_working([("generate()", lambda: self._hf(prompts))], self.device, timer)
+        static_name, static, static_errors, t_static = first_working(
+            [(setting_name(s), lambda s=s: self._hf(prompts, extra=static_kwargs(s, self.device))) for s in settings], self.device, timer)
         fns = {n: f for n, f in (("hf_generate", plain), ("hf_static", static)) if f is not None}
-        return fns, {"hf_static_setting": static_name, "hf_errors": errors | static_errors}
+        peaks = {n: t.peak_mib for n, t in (("hf_generate", t_plain), ("hf_static", t_static)) if t is not None}
+        return fns, {"hf_static_setting": static_name, "hf_errors": errors | static_errors}, peaks
 
     # ------------------------------------------------------------------ tables
 
@@ -213,11 +221,12 @@ class Bench:
             n_tok = B * self.cfg.max_new_tokens
             fns = {"ours": self._ours(RolloutEngine(self.target), prompts)}
             row: dict = {"batch": B}
+            first: dict = {}
             if self.cfg.hf:
-                hf_fns, info = self._hf_contenders(prompts)
+                hf_fns, info, first = self._hf_contenders(prompts)
                 fns |= hf_fns
                 row |= info
-            t = _paired_median(fns, self.cfg.repeats, self.device)
+            t = _paired_median(fns, self.cfg.repeats, self.device, first)
             ours = t["ours"].seconds
             row.update(ours_tok_s=n_tok / ours, ours_peak_mib=t["ours"].peak_mib)
             if self.cfg.hf:
@@ -241,11 +250,13 @@ class Bench:
         for k in self.cfg.ks:
             fns = {"spec": self._ours(self._engine("draft_model", k), prompts), "ar": ar}
             errors: dict = {}
+            first: dict = {}
             if self.cfg.hf:
-                _, assisted, errors = first_working([("assisted", lambda: self._hf(prompts, assistant=self.hf_draft, k=k))], self.device)
+                _, assisted, errors, t0 = first_working([("assisted", lambda: self._hf(prompts, assistant=self.hf_draft, k=k))], self.device,
+                                                        lambda fn: measure(fn, self.device))
                 if assisted is not None:
-                    fns["assisted"] = assisted
-            t = _paired_median(fns, self.cfg.repeats, self.device)
+                    fns["assisted"], first["assisted"] = assisted, t0.peak_mib
+            t = _paired_median(fns, self.cfg.repeats, self.device, first)
             t_spec = t["spec"].seconds
             row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"].seconds,
                    "acceptance_length": t["spec"].out.counters.metrics().get("spec/acceptance_length"),

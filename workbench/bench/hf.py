@@ -105,20 +105,23 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:300]
 
 
-def first_working(candidates: list[tuple[str, Callable[[], Callable[[], object]]]], device: torch.device
-                  ) -> tuple[str | None, Callable[[], object] | None, dict[str, str]]:
-    """(name, call, errors): the first candidate (name, factory of a call) whose call runs once
-    without raising (this run also compiles, so it stays out of the timings' warm-up cost), and
-    the error text per failed candidate. (None, None, errors) when every one fails; the CUDA
-    allocator's cache is emptied after a failure (an out-of-memory one leaves blocks behind)."""
+def first_working(candidates: list[tuple[str, Callable[[], Callable[[], object]]]], device: torch.device,
+                  call: Callable[[Callable[[], object]], object] | None = None
+                  ) -> tuple[str | None, Callable[[], object] | None, dict[str, str], object]:
+    """(name, fn, errors, first): the first candidate (name, factory of a call ``fn``) whose call
+    runs once without raising (this run also compiles, so compilation stays out of the timings),
+    the error text per failed candidate, and what ``call(fn)`` returned for that first run (default:
+    ``fn()``'s result; the bench passes its timer to keep the first call's peak memory, where
+    compiled contenders allocate their CUDA graphs). (None, None, errors, None) when every one
+    fails; the CUDA allocator's cache is emptied after a failure (out of memory leaves blocks behind)."""
     errors: dict[str, str] = {}
     for name, make in candidates:
         try:
             fn = make()
-            fn()
-            return name, fn, errors
+            first = call(fn) if call is not None else fn()
+            return name, fn, errors, first
         except Exception as e:  # noqa: BLE001 (any failure of a contender is recorded, not fatal)
             errors[name] = error_text(e)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    return None, None, errors
+    return None, None, errors, None

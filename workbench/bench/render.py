@@ -56,7 +56,8 @@ def _ar_table(r: dict) -> list[str]:
 
 def to_markdown(r: dict) -> str:
     """The tables of one ``wb bench`` result (the JSON's dict) as Markdown. Peak-memory columns
-    (MiB above the resident weights) appear when the bench ran on CUDA."""
+    (MiB above what was allocated before each call, :func:`workbench.bench.core.measure`) appear
+    when the bench ran on CUDA."""
     meta = r.get("meta", {})
     resident = f"; resident weights of every loaded model {meta['resident_mib']:.0f} MiB" if meta.get("resident_mib") is not None else ""
     lines = [f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})", "", f"Command: `{r.get('command', '')}`", "",
