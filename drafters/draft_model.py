@@ -45,7 +45,8 @@ class DraftModelDrafter(Drafter):
 
         init_path = target.init_path
         path = init_path or resolve_model(spec.model, what="drafter.model")
-        hf, tok = load_model(path, device=device)
+        # in the target's dtype (model.dtype), so a bfloat16 run drafts in bfloat16 too
+        hf, tok = load_model(path, device=device, dtype=target.lm.lm_head.weight.dtype)
         if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
         return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)

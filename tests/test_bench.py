@@ -129,6 +129,8 @@ def test_wb_bench_cuda_without_cuda_names_device():
     assert res.exit_code == 2 and "--device" in res.output and "cpu, cuda, cuda:N" in res.output
     res = CliRunner().invoke(app, ["bench", "micro", "--dtype", "fp8"])
     assert res.exit_code == 2 and "--dtype" in res.output
+    res = CliRunner().invoke(app, ["bench", "micro", "--cuda-graphs", "--no-hf", "--batch-sizes", "1", "--k", "1"])
+    assert res.exit_code == 2 and "--cuda-graphs" in res.output and "CUDA device" in res.output
 
 
 def test_wb_bench_bad_options():

@@ -43,6 +43,7 @@ from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # 
 from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
 from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
 from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.specs import ExperimentSpec
@@ -61,6 +62,7 @@ class BenchConfig:
     hf: bool = True  # include transformers contenders
     compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
+    cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
 
 
 def fit_alpha(rates_per_pos: list[float]) -> float | None:
@@ -155,8 +157,10 @@ class Bench:
         self.target_path = resolve_model(self.spec.model.target, what="model.target")
         self.hf_target, self.tok = load_model(self.target_path, device=dev, dtype=dtype)
         self.target = LeanLM.from_hf(self.hf_target, what="model.target")
-        if self.cfg.compile:
-            self.target.enable_compile()
+        if self.cfg.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use --device cuda")
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            self.target.enable_compile(self.cfg.cuda_graphs)
         self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"), device=dev, dtype=dtype)
         r = self.spec.rollout
         self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
@@ -169,21 +173,18 @@ class Bench:
         """Where every contender runs (``model.device`` resolved), synchronised around each timing."""
         return self._device
 
+    def _ar_engine(self) -> RolloutEngine:
+        """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes)."""
+        return RolloutEngine(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None)
+
     def _engine(self, kind: str, k: int) -> RolloutEngine:
         from workbench.drafter_init import drafter_as_run
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
         drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
-        # drafters/draft_model.py loads its checkpoint in float32 whatever the target's dtype: a bench
-        # in bf16 times the draft model in the target's dtype, as every other contender
-        dtype = self.target.lm_head.weight.dtype
-        for part in ("model", "hf"):
-            m = getattr(drafter, part, None)
-            if isinstance(m, torch.nn.Module) and next(m.parameters()).dtype != dtype:
-                m.to(dtype=dtype)
         eng = RolloutEngine(self.target, drafter, k=k)
-        if self.cfg.compile:
-            eng.enable_compile()
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            eng.enable_compile(self.cfg.cuda_graphs)
         return eng
 
     def _ours(self, engine: RolloutEngine, prompts):
@@ -219,7 +220,7 @@ class Bench:
         for B in self.cfg.batch_sizes:
             prompts = self.prompts[:B]
             n_tok = B * self.cfg.max_new_tokens
-            fns = {"ours": self._ours(RolloutEngine(self.target), prompts)}
+            fns = {"ours": self._ours(self._ar_engine(), prompts)}
             row: dict = {"batch": B}
             first: dict = {}
             if self.cfg.hf:
@@ -245,7 +246,7 @@ class Bench:
         assisted generation (``hf_assisted_error`` if it raised), tokens/s and peak memory (MiB)."""
         prompts = self.prompts[:1]
         n_tok = self.cfg.max_new_tokens
-        ar = self._ours(RolloutEngine(self.target), prompts)
+        ar = self._ours(self._ar_engine(), prompts)
         rows = []
         for k in self.cfg.ks:
             fns = {"spec": self._ours(self._engine("draft_model", k), prompts), "ar": ar}
@@ -279,8 +280,8 @@ class Bench:
             start = torch.full((B,), ctx, device=dev)
             return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
         draft = LeanLM.from_hf(self.hf_draft, what="drafter.model")
-        if self.cfg.compile:
-            draft.enable_compile()
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            draft.enable_compile(self.cfg.cuda_graphs)
         dcache = draft.new_cache(B, ctx + 2)
         x1 = torch.randint(3, draft.cfg.vocab_size, (B, 1), device=dev)
         start = torch.full((B,), ctx, device=dev)
@@ -297,7 +298,7 @@ class Bench:
         prompts = self.prompts[:B]
         costs = self.step_costs(B, max(self.cfg.ks) + 1)
         t1 = costs["target_curve_s"][1]
-        ar = self._ours(RolloutEngine(self.target), prompts)
+        ar = self._ours(self._ar_engine(), prompts)
         ar_times, ar_peaks = [], []
         rows = []
         for kind in self.cfg.drafters:
@@ -354,7 +355,8 @@ class Bench:
         self.results["model"] = self.run_model()
         self.results["meta"] = machine_info(self.device) | {
             "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
-            "repeats": self.cfg.repeats, "compile": self.cfg.compile, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
+            "repeats": self.cfg.repeats, "compile": self.cfg.compile, "cuda_graphs": self.cfg.cuda_graphs,
+            "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
             "resident_mib": resident, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
         }
         return self.results

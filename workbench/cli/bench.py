@@ -44,6 +44,7 @@ def bench(
     model_batch: int = typer.Option(64, min=1, help="Batch of the performance-model table (the GRPO batch)."),
     no_hf: bool = typer.Option(False, "--no-hf", help="Skip the transformers contenders."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA only: our forwards as CUDA graphs (implies --compile; rollout.cuda_graphs)."),
     hf_compile: Optional[bool] = typer.Option(None, "--hf-compile/--no-hf-compile", help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU)."),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
@@ -75,7 +76,7 @@ def bench(
     if bad:
         _fail(f"--drafters: unknown drafter {bad[0]!r}; allowed values: {', '.join(DRAFTERS)}")
     cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch,
-                      not no_hf, compile_, hf_compile)
+                      not no_hf, compile_, hf_compile, cuda_graphs)
     try:
         b = Bench(resolved, cfg)
     except ValueError as e:
@@ -86,7 +87,7 @@ def bench(
     args = [spec or "quickstart", *items, "--device", device, *(["--target", target] if target else []), *(["--draft", draft] if draft else []),
             *(["--dtype", dtype] if dtype else []), "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
             "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
-    flags = (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
+    flags = (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
     command = "wb bench " + " ".join(shlex.quote(a) for a in args + flags)
     jpath, mpath = save(results, Path(out), command, fname)
     from rich.markdown import Markdown
