@@ -59,7 +59,7 @@ class DraftModelDrafter(Drafter):
         # before any read), then copy its cache rows to the rows that share it.
         P = int(ctx.prompt_lens.max())
         zeros = torch.zeros(rows.shape[0], dtype=torch.long, device=ctx.tokens.device)
-        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros)
+        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros, max_start=0)
         if rows.shape[0] < index.shape[0]:
             self.cache.select(index)
 
@@ -71,7 +71,8 @@ class DraftModelDrafter(Drafter):
         cols = start[:, None] + torch.arange(2, device=start.device)  # (B, 2)
         inp = ctx.tokens.gather(1, cols)  # (B, 2)
         # full logits (B, 2, V) rather than ``logits_col``: a plain forward takes the compiled path
-        logits = self.model(inp, start, self.cache)[0][:, 1:]  # (B, 1, V)
+        m = ctx.max_len  # max(lens) on the host (the engine's one read per step): no device read per forward
+        logits = self.model(inp, start, self.cache, max_start=None if m is None else m - 2)[0][:, 1:]  # (B, 1, V)
         tokens, probs = [], []
         for j in range(k):
             q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
@@ -79,7 +80,7 @@ class DraftModelDrafter(Drafter):
             tokens.append(d)
             probs.append(q)
             if j < k - 1:
-                logits, _ = self.model(d[:, None], ctx.lens + j, self.cache)
+                logits, _ = self.model(d[:, None], ctx.lens + j, self.cache, max_start=None if m is None else m + j)
         num = torch.full((B,), k, dtype=torch.long, device=start.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
 

@@ -51,9 +51,16 @@ def reads_per_step(engine, prompts, sp):
     return per_step
 
 
-@pytest.mark.parametrize("kind", ["none", "ngram"])
-def test_one_host_read_per_step(target_lm, kind):
-    drafter = NgramDrafter(1, 3) if kind == "ngram" else None
+@pytest.mark.parametrize("kind", ["none", "ngram", "draft_model", "mtp", "eagle3"])
+def test_one_host_read_per_step(target_lm, draft_lm, kind):
+    if kind in ("mtp", "eagle3"):
+        from drafters import build_drafter
+        from workbench.rollout.drafter import DrafterTarget
+        from workbench.specs.sections import DrafterSpec
+
+        drafter = build_drafter(kind, DrafterSpec(kind=kind, draft_vocab_size=None), target=DrafterTarget(target_lm), device=torch.device("cpu"))
+    else:
+        drafter = {"none": None, "ngram": NgramDrafter(1, 3), "draft_model": DraftModelDrafter(draft_lm)}[kind]
     per_step = reads_per_step(RolloutEngine(target_lm, drafter, k=3), PROMPTS, greedy(max_new=16))
     assert len(per_step) >= 4
     # the last step also collects the finished rows (one read per field)
