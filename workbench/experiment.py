@@ -24,7 +24,7 @@ from workbench.specs import ExperimentSpec
 from workbench.stats import paired_summary
 from workbench.tracking import Tracker
 
-STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
+STAGE_ORDER = ("data", "prepare", "gen", "gen_exposed", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
 
 
 class EarlyStop(Exception):
@@ -73,6 +73,14 @@ def run_experiment(
     """
     console = console or Console()
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
+    try:
+        return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step)
+    finally:
+        trainer.close()  # the rollout worker of asynchronous GRPO, if any
+
+
+def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
+         tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None) -> RunResult:
     # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
     trainer.modeled = build_modeled(spec, trainer.rollout_model, trainer.drafter,
                                     [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
@@ -188,7 +196,7 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
         v = result.mean(f"timing_s/{stage}", skip_first=True)
         if v is not None:
             table.add_row(f"timing_s/{stage} (mean)", f"{v:.3f}")
-    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length"):
+    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length", "async/staleness"):
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")

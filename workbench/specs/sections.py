@@ -154,7 +154,23 @@ class DrafterSpec(_Section):
         return self
 
 
+class AsyncSpec(_Section):
+    """Asynchronous GRPO (issue #10; NeMo RL's async GRPO, verl's one-step off-policy): a rollout
+    worker process generates step t+s's rollouts while step t trains."""
+
+    enabled: bool = Field(False, description="generate rollouts in a worker process, `staleness` steps ahead of training")
+    staleness: int = Field(1, ge=1, le=8, description="s: step t trains on rollouts of the policy after step t-1-s "
+                           "(NeMo RL's max_trajectory_age_steps); the first s steps use the initial policy")
+    importance_sampling: Literal["truncated", "none"] = Field(
+        "truncated", description="truncated: weight each token's surrogate by min(pi_old / pi_behaviour, is_cap) (TIS, as "
+        "verl's tis_imp_ratio_cap); none: train as if on-policy")
+    is_cap: float = Field(2.0, gt=0.0, description="C of truncated importance sampling")
+
+
 class GRPOSpec(_Section):
+    # `async` is a Python keyword: the field is async_, spelled grpo.async in YAML, overrides and dumps
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, serialize_by_alias=True)
+
     steps: int = Field(10, ge=1)
     prompts_per_step: int = Field(8, ge=1)
     group_size: int = Field(8, ge=2, description="G: samples per prompt")
@@ -169,6 +185,7 @@ class GRPOSpec(_Section):
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
+    async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async", description="asynchronous GRPO (grpo.async.*)")
 
 
 class MeasureSpec(_Section):
