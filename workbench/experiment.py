@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.rollout.kpolicy import AdaptiveK
 from workbench.models.tokenizer import encode_prompt
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
@@ -82,8 +83,11 @@ def run_experiment(
 def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
          tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None) -> RunResult:
     # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
-    trainer.modeled = build_modeled(spec, trainer.rollout_model, trainer.drafter,
-                                    [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    costs = build_modeled(spec, trainer.rollout_model, trainer.drafter,
+                          [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    trainer.modeled = costs if spec.measure.modeled else None
+    if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
+        trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at))
     t = spec.tracking
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     tracker = Tracker(

@@ -19,11 +19,12 @@ import torch
 
 from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
-from drafters.training import DraftBuffer, DraftOptimizer, MasterAdamW, capture_hidden, evaluate
+from drafters.training import MasterAdamW, capture_hidden
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.drafter_init import build_init
 from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
+from workbench.grpo.online import OnlineAdaptation
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
@@ -114,40 +115,6 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
         "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
         "gen_autoregressive/first": float(ar_first),
     }
-
-
-class OnlineAdaptation:
-    """Online drafter adaptation (``drafter.online``): a FIFO buffer of captured rollouts and a
-    persistent drafter optimiser. Each update first measures the drafter on the step's fresh
-    rollouts (held out: not yet trained on), then adds them to the buffer and trains on it.
-
-    Raises:
-        ValueError: the drafter kind has no weights to adapt (names drafter.online.enabled).
-    """
-
-    def __init__(self, drafter, spec, seed: int):
-        if not drafter.trainable:
-            raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
-                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
-        self.drafter, self.spec = drafter, spec
-        self.buffer = DraftBuffer(spec.buffer_size)
-        self.opt = DraftOptimizer(drafter, spec.lr)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def update(self, step: int, batch: DraftBatch) -> dict[str, float]:
-        """``draft/top1_agreement``/``draft/heldout_loss`` on ``batch`` before training on it, then
-        ``spec.steps`` optimiser steps on the buffer (every ``spec.every`` GRPO steps): ``draft/loss``."""
-        out: dict[str, float] = {}
-        due = step % self.spec.every == 0
-        if due:
-            ev = evaluate(self.drafter, batch)
-            out = {"draft/top1_agreement": ev["draft/top1_agreement"], "draft/heldout_loss": ev["draft/loss"]}
-        self.buffer.add(batch)
-        if due:
-            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))["draft/loss"] for _ in range(self.spec.steps)]
-            out["draft/loss"] = sum(losses) / len(losses)
-            out["draft/buffer_size"] = float(len(self.buffer))
-        return out
 
 
 class GRPOTrainer:
@@ -274,6 +241,14 @@ class GRPOTrainer:
         rows, prompts, _ = self._requested.pop(step)
         return rows, prompts, res.output, {"timing_s/gen": res.seconds, "async/staleness": float(self._version - res.version)}
 
+    def set_k_policy(self, policy) -> None:
+        """Adaptive speculation: ``policy`` (a :class:`workbench.rollout.kpolicy.KPolicy`) chooses each
+        step's k_t, here and in the asynchronous rollout worker's engine (which builds its own)."""
+        if self.is_async:
+            raise ValueError("drafter.adaptive with grpo.async.enabled: the rollout worker has no cost curves yet; "
+                             "set drafter.adaptive=false or grpo.async.enabled=false")
+        self.engine.k_policy = policy
+
     def close(self) -> None:
         """Stop the rollout worker of asynchronous GRPO (idempotent; nothing to do otherwise)."""
         if self.worker is not None:
@@ -338,6 +313,8 @@ class GRPOTrainer:
             m.update(async_m)
         n_tok = out.counters.num_generated_tokens
         m.update(out.counters.metrics())
+        if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
+            m.update(out.counters.k_metrics())
         if self.paired_engine is not None:
             m.update(paired_metrics(m, paired.counters, paired_first))
         if self.modeled is not None:

@@ -53,6 +53,17 @@ class SpecCounters:
         for i, n in enumerate(other.num_accepted_tokens_per_pos):
             self.num_accepted_tokens_per_pos[i] += n
 
+    def k_metrics(self) -> dict[str, float]:
+        """The k_t chosen per step (adaptive speculation): ``spec/k_mean`` and ``spec/k_frac_<j>``, the
+        share of steps at each j in 0..k (its histogram)."""
+        n = len(self.k_per_step)
+        if n == 0:
+            return {}
+        out = {"spec/k_mean": sum(self.k_per_step) / n}
+        for j in range(self.k + 1):
+            out[f"spec/k_frac_{j}"] = self.k_per_step.count(j) / n
+        return out
+
     def metrics(self) -> dict[str, float]:
         """``spec/*`` metrics: acceptance length = 1 + accepted / drafts (vLLM's mean acceptance length)."""
         if self.k == 0 or self.num_drafts == 0:

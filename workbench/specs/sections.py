@@ -95,6 +95,11 @@ class DrafterSpec(_Section):
 
     kind: str = Field("draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
+    adaptive: bool = Field(
+        False, description="choose k_t in 0..k before every step (0 = plain decode) for the most expected tokens per second "
+        "from the live batch size, the measured forward and drafter costs and running acceptance estimates "
+        "(workbench.rollout.kpolicy.AdaptiveK); k is then the maximum; ignored with kind none",
+    )
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
     suffix_decoding_max_tree_depth: int = Field(
