@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+K_BY_ROWS = "spec/k_mean_rows_le_"  # + b: mean k_t over forwards with b/2 < rows <= b (b a power of two)
+
+
 @dataclass
 class SpecCounters:
     """Acceptance counters in vLLM's vocabulary, summed over a rollout batch (host ints).
@@ -62,6 +65,12 @@ class SpecCounters:
         out = {"spec/k_mean": sum(self.k_per_step) / n}
         for j in range(self.k + 1):
             out[f"spec/k_frac_{j}"] = self.k_per_step.count(j) / n
+        # mean k_t by live batch size, in power-of-two bins (rows in (b/2, b]): k against batch size
+        bins: dict[int, list[int]] = {}
+        for rows, k_t in zip(self.rows_per_forward, self.k_per_step):
+            bins.setdefault(1 << max(rows - 1, 0).bit_length(), []).append(k_t)
+        for b, ks in bins.items():
+            out[f"{K_BY_ROWS}{b}"] = sum(ks) / len(ks)
         return out
 
     def metrics(self) -> dict[str, float]:
