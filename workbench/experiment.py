@@ -62,11 +62,13 @@ def run_experiment(
     tags: dict[str, str] | None = None,
     summary: bool = True,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history.
 
     ``parent_run_id`` makes the MLflow run a child (one point of a sweep or one trial of a study);
-    ``tags`` are added to the run. ``on_step(step, metrics)`` is called after each step's metrics
+    ``tags`` are added to the run; ``run_id`` logs into that existing RUNNING run (a sweep point's
+    claim, opened before the models are prepared) instead of a new one. ``on_step(step, metrics)`` is called after each step's metrics
     are logged; if it raises, the run ends: :class:`EarlyStop` -> FINISHED with tag
     ``workbench.stopped_early=true`` (then re-raised), anything else -> FAILED/KILLED. Raises whatever the trainer raises (ValueError for bad input
     found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
@@ -80,7 +82,7 @@ def run_experiment(
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     tracker = Tracker(
         t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled,
-        tags=tags, parent_run_id=parent_run_id,
+        tags=tags, parent_run_id=parent_run_id, run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)
     with tracker:

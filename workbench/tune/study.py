@@ -82,25 +82,8 @@ class _StudyStore(SweepStore):
 
 
 def _open_store(plan: TunePlan) -> _StudyStore:
-    """The study's MLflow store. Workers started together on a new sqlite MLflow store would race
-    through its schema migrations (the loser raises alembic's "expected to match one row"), so on
-    sqlite the first opening is serialized by a file lock (filelock, a dependency of torch) in the
-    temp folder, keyed by the database path: sqlite files are shared on one machine only."""
-    import hashlib
-    import tempfile
-
-    from filelock import FileLock
-    from sqlalchemy.engine import make_url
-
-    from workbench.tracking import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(plan.base.tracking.tracking_uri)
-    db = make_url(uri).database if uri.startswith("sqlite:") else None
-    if not db or db == ":memory:":
-        return _StudyStore(plan.base, plan.name)
-    key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
-    with FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600):
-        return _StudyStore(plan.base, plan.name)
+    """The study's MLflow store, opened under the sqlite file lock that sweeps use (`SweepStore.open`)."""
+    return _StudyStore.open(plan.base, plan.name)
 
 
 # ----------------------------------------------------------------------------- orchestration
