@@ -1,8 +1,9 @@
 """`wb run`: one experiment = one GRPO training run = one MLflow run, with Rich progress.
 
 Orchestration only: the maths lives in workbench/grpo and workbench/rollout. Models and data are
-prepared (built if missing) *before* the MLflow run opens, so a run's timings never include a
-model build; a crash or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
+prepared (built if missing) *before* the MLflow run opens (a sweep point's run, its claim, is opened
+earlier: `workbench.sweep.claims`), so a run's logged timings never include a model build; a crash
+or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ def claim_point(store: Any, key: str, run_name: str, tags: dict[str, str], worke
     st = point_state(store.point_runs(key), clock(), timeout, since_ms)
     stale = st.stale
     for r in stale:
-        age = clock() - last_beat(r)
-        store.fail(r.run_id, f"no heartbeat for {age:.0f} s (timeout {timeout:g} s) from worker {r.tags.get(TAG_WORKER, '?')}")
+        r.tags[TAG_STALE] = f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker {r.tags.get(TAG_WORKER, '?')}"
+        store.fail(r.run_id, r.tags[TAG_STALE])
     if st.kind != "open":
         return st
     mine = store.create_claim(run_name, {**tags, TAG_WORKER: worker, TAG_HOST: socket.gethostname(),

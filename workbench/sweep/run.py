@@ -100,7 +100,7 @@ class _Worker:
 
         run_id = st.run.run_id
         self.mine.add(run_id)
-        took = "".join(f" (took over from worker {r.tags.get(TAG_WORKER, '?')}: {r.tags.get(TAG_STALE, 'stale')})" for r in st.stale)
+        took = "".join(f" (took over: {r.tags.get(TAG_STALE, 'stale')})" for r in st.stale)
         self.console.print(f"[{i}/{len(self.plan.points)}] [bold]{label}[/]{took}")
         spec = p.spec.model_copy(deep=True)
         spec.tracking.run_name = f"{self.name}: {label}"

@@ -12,6 +12,24 @@ from workbench.sweep.results import Outcome, Row
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP
 
 
+RACES = ("UNIQUE constraint", "IntegrityError", "Duplicate entry", "duplicate key", "database is locked")
+
+
+def retried(call: Any, *args: Any, tries: int = 5, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, tried again when another worker wrote the same row at the same moment
+    (MLflow's set-tag is a select-then-insert: two workers tagging one run with one key race to
+    insert it, and the loser's store raises an integrity error; the next try updates the row)."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(tries):
+        try:
+            return call(*args, **kwargs)
+        except MlflowException as e:
+            if attempt == tries - 1 or not any(r in str(e) for r in RACES):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def _tag_filter(tag: str, value: str) -> str:
     return f"tags.`{tag}` = '{value}'"
 
@@ -88,8 +106,9 @@ class SweepStore:
             if self.parent_id != mine:
                 self.client.delete_run(mine)
                 self.resumed = True
-        for k, v in tags.items():
-            self.client.set_tag(self.parent_id, k, v)
+        from mlflow.entities import RunTag
+
+        retried(self.client.log_batch, self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])  # every worker writes them
 
     # ------------------------------------------------------------------ claims (workbench.sweep.claims)
 
@@ -105,7 +124,7 @@ class SweepStore:
 
     def fail(self, run_id: str, why: str) -> None:
         """Mark a dead worker's claim FAILED, tagged ``workbench.sweep.stale`` = why."""
-        self.client.set_tag(run_id, TAG_STALE, why)
+        retried(self.client.set_tag, run_id, TAG_STALE, why)  # two workers may fail one claim at once
         self.client.set_terminated(run_id, status="FAILED")
 
     def drop(self, run_id: str) -> None:
@@ -116,7 +135,7 @@ class SweepStore:
     def end_claim(self, run_id: str, status: str, tags: dict[str, str]) -> None:
         """End a claim that is still RUNNING (its point raised before its run opened) with ``status``."""
         for k, v in tags.items():
-            self.client.set_tag(run_id, k, v[:5000])
+            retried(self.client.set_tag, run_id, k, v[:5000])
         if self.client.get_run(run_id).info.status == "RUNNING":
             self.client.set_terminated(run_id, status=status)
 

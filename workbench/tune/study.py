@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from workbench.sweep.store import SweepStore
+from workbench.sweep.store import SweepStore, retried
 from workbench.specs import SpecError
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
@@ -70,7 +70,7 @@ class _StudyStore(SweepStore):
                 self.client.set_tag(mine, "workbench.tune.duplicate_of", self.parent_id)
                 self.client.set_terminated(mine, status="FINISHED")
         for k, v in tags.items():
-            self.client.set_tag(self.parent_id, k, v)
+            retried(self.client.set_tag, self.parent_id, k, v)  # two workers tagging one parent race (retried)
 
     def log(self, run_id: str | None, metrics: dict[str, float | None], step: int) -> None:
         from mlflow.entities import Metric
@@ -218,7 +218,7 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
         if store:
             best = best_trial(final)
             if best is not None:
-                store.client.set_tag(store.parent_id, "workbench.tune.best_trial", str(best.number))
+                retried(store.client.set_tag, store.parent_id, "workbench.tune.best_trial", str(best.number))
                 store.log(store.parent_id, {"tune/best_objective": best.value}, step=best.number)
             store.close(status, results_json(plan, final))
     return TuneResult(plan.name, final, store and store.parent_id, store and store.tracking_uri, status, ran)
