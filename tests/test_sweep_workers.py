@@ -180,16 +180,16 @@ def test_heartbeat_refreshes_and_a_claim_failed_as_stale_is_lost(spec):
 # ----------------------------------------------------------------------------- real `wb sweep` processes
 
 
-SWEEP = ["sweep", "micro", "k=1,2", "grpo.eval_every=0", "grpo.steps=3", "--quiet", "--claim-timeout", "6"]
+SWEEP = ["sweep", "micro", "k=1,2", "grpo.eval_every=0", "grpo.steps=3", "--quiet"]
 
 
-def start_worker(tmp_path: Path, name: str, log: str) -> subprocess.Popen:
+def start_worker(tmp_path: Path, name: str, log: str, claim_timeout: float) -> subprocess.Popen:
     """`python -m workbench.cli sweep ...` in tmp_path on its sqlite store, one thread (2-core CI)."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = open(tmp_path / log, "w")
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *SWEEP, "--name", name], cwd=tmp_path, env=env,
-                            stdout=out, stderr=subprocess.STDOUT)
+    with open(tmp_path / log, "w") as out:  # the child keeps its own copy of the file
+        return subprocess.Popen([sys.executable, "-m", "workbench.cli", *SWEEP, "--name", name, "--claim-timeout", str(claim_timeout)], cwd=tmp_path, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
 
 
 def children(client: MlflowClient, name: str):
@@ -200,11 +200,16 @@ def children(client: MlflowClient, name: str):
 
 
 def check_each_point_finished_once(client, name):
+    """One FINISHED parent; each of the 3 points FINISHED exactly once; any other claim left is a FAILED
+    one taken over as stale (a worker killed, or one whose heartbeat a loaded machine delayed past the
+    timeout: its run then stops at its next step, as seen once on the shared 2-core VM)."""
     points, parents = children(client, name)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     finished = [r.data.tags[TAG_POINT] for r in points if r.info.status == "FINISHED"]
     assert len(finished) == 3 and len(set(finished)) == 3, finished  # baseline + k=1 + k=2, each exactly once
     assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in points)
+    others = [r for r in points if r.info.status != "FINISHED"]
+    assert all(r.info.status == "FAILED" and TAG_STALE in r.data.tags for r in others), [r.info for r in others]
     return points
 
 
@@ -220,11 +225,10 @@ def wait(proc: subprocess.Popen, tmp_path: Path, log: str, timeout: float = 240)
 
 
 def test_two_workers_started_together_run_each_point_once(tmp_path):
-    procs = [start_worker(tmp_path, "shared", f"w{i}.log") for i in range(2)]
+    procs = [start_worker(tmp_path, "shared", f"w{i}.log", claim_timeout=30) for i in range(2)]
     outs = [wait(p, tmp_path, f"w{i}.log") for i, p in enumerate(procs)]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    points = check_each_point_finished_once(client, "shared")
-    assert all(r.info.status == "FINISHED" for r in points)  # no failed, killed or stray claim left behind
+    points = check_each_point_finished_once(client, "shared")  # no killed or deleted (lost) claim left behind
     for out in outs:  # both print the table, read back from the store once no point is claimed
         assert "sweep shared (FINISHED)" in out
     workers = {r.data.tags[TAG_WORKER] for r in points}
@@ -233,8 +237,8 @@ def test_two_workers_started_together_run_each_point_once(tmp_path):
 
 def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     """Two workers; the owner of the first point seen mid-run (params logged, RUNNING) is SIGKILLed; its
-    claim's heartbeat stops, goes stale after --claim-timeout and the survivor runs the point."""
-    procs = {p.pid: p for p in (start_worker(tmp_path, "kill", f"w{i}.log") for i in range(2))}
+    claim's heartbeat stops, goes stale after --claim-timeout (12 s) and the survivor runs the point."""
+    procs = {p.pid: p for p in (start_worker(tmp_path, "kill", f"w{i}.log", claim_timeout=12) for i in range(2))}
     logs = {pid: f"w{i}.log" for i, pid in enumerate(procs)}
     client, victim, deadline = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"), None, time.time() + 180
     while victim is None and time.time() < deadline:
@@ -257,7 +261,6 @@ def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     points = check_each_point_finished_once(client, "kill")
     dead = next(r for r in points if r.info.run_id == killed_run)
     assert dead.info.status == "FAILED" and "no heartbeat" in dead.data.tags[TAG_STALE]
-    assert sorted(r.info.status for r in points) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
 
 
 def test_a_tag_written_by_two_workers_at_once_is_retried():

@@ -113,8 +113,12 @@ def claim_point(store: Any, key: str, run_name: str, tags: dict[str, str], worke
         return st
     mine = store.create_claim(run_name, {**tags, TAG_WORKER: worker, TAG_HOST: socket.gethostname(),
                                          TAG_HEARTBEAT: f"{clock():.3f}"})
-    sleep(settle_s)
-    st = point_state(store.point_runs(key), clock(), timeout, since_ms)
+    try:
+        sleep(settle_s)
+        st = point_state(store.point_runs(key), clock(), timeout, since_ms)
+    except KeyboardInterrupt:
+        store.drop(mine)  # not left RUNNING for the others to wait out
+        raise
     if st.kind == "busy" and st.run.run_id == mine:
         return PointState("claimed", st.run, stale)  # stale: the dead workers' claims it takes over
     store.drop(mine)  # a claim made at the same moment came first (or the point got done)
@@ -133,14 +137,16 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name=f"wb-sweep-heartbeat-{run_id[:8]}", daemon=True)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:  # a beat at once, then every interval
             try:
                 if self.client.get_run(self.run_id).info.status != "RUNNING":
                     self.lost = True
                     return
                 self.client.set_tag(self.run_id, TAG_HEARTBEAT, f"{time.time():.3f}")
             except Exception:  # noqa: BLE001 - a busy store: the next beat tries again
-                continue
+                pass
+            if self._stop.wait(self.interval):
+                return
 
     def check(self, step: int, metrics: dict[str, float]) -> None:
         if self.lost and not self._stop.is_set():

@@ -45,7 +45,7 @@ class _Worker:
     since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     mine: set[str] = field(default_factory=set)  # run ids this worker ran
     errors: dict[str, str] = field(default_factory=dict)  # point key -> what it raised here
-    first_seen: dict[str, str] = field(default_factory=dict)  # point key -> skipped (done at start) | other
+    first_seen: dict[str, str] = field(default_factory=dict)  # point key -> skipped (started before this worker) | other
 
     def tags(self, p: Point) -> dict[str, str]:
         tags = {TAG_SWEEP: self.name, TAG_ROLE: "point", TAG_POINT: p.key, "workbench.sweep.baseline": str(p.is_baseline).lower()}
@@ -56,7 +56,7 @@ class _Worker:
         """Passes over the points, claiming each open one, until every point is done or failed in
         this worker's time; between passes with nothing to claim it waits ``poll_s`` for the live
         claims of other workers (and takes over those that go stale)."""
-        n, settled, told, waiting, first = len(self.plan.points), set(), set(), False, True
+        n, settled, told, waiting = len(self.plan.points), set(), set(), False
         while len(settled) < n:
             ran = False
             for i, p in enumerate(self.plan.points, 1):
@@ -68,25 +68,24 @@ class _Worker:
                 if st.kind in ("done", "failed"):
                     settled.add(p.key)
                     if st.run.run_id not in self.mine:
-                        self._note(i, label, p, st, first)
+                        self._note(i, label, p, st)
                 elif st.kind == "busy" and p.key not in told:
                     told.add(p.key)
                     self.console.print(f"[{i}/{n}] {label}: claimed by worker {st.run.tags.get(TAG_WORKER, '?')}, moving on")
                 elif st.kind == "claimed":
                     ran = True
                     self.run_point(i, label, p, st)
-            first = False
             if len(settled) < n and not ran:
                 if not waiting:
                     self.console.print(f"waiting for {n - len(settled)} points claimed by other workers")
                     waiting = True
                 time.sleep(self.poll_s)
 
-    def _note(self, i: int, label: str, p: Point, st: PointState, first: bool) -> None:
+    def _note(self, i: int, label: str, p: Point, st: PointState) -> None:
         n, who = len(self.plan.points), st.run.tags.get(TAG_WORKER, "?")
         if st.kind == "failed":
             self.console.print(f"[{i}/{n}] {label}: [red]failed[/] in worker {who}: {st.run.tags.get(TAG_ERROR, '?')}")
-        elif first:
+        elif st.run.start_time < self.since_ms:  # started before this worker: a resumed sweep's
             self.first_seen[p.key] = "skipped"
             self.console.print(f"[{i}/{n}] {label}: [cyan]skipped[/] (finished in run {st.run.run_id})")
         else:

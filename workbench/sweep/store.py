@@ -44,6 +44,7 @@ class SweepStore:
 
     def __init__(self, spec: ExperimentSpec, name: str):
         from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
 
         from workbench.tracking import _quiet_mlflow, resolve_tracking_uri
 
@@ -53,8 +54,13 @@ class SweepStore:
         self.name = name
         exp = self.client.get_experiment_by_name(spec.tracking.experiment)
         if exp is None:
-            self.experiment_id = self.client.create_experiment(spec.tracking.experiment)
-        else:
+            try:
+                self.experiment_id = self.client.create_experiment(spec.tracking.experiment)
+            except MlflowException:  # another worker created it at the same moment (an MLflow server: no file lock)
+                exp = self.client.get_experiment_by_name(spec.tracking.experiment)
+                if exp is None:
+                    raise
+        if exp is not None:
             if exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
             self.experiment_id = exp.experiment_id
