@@ -212,6 +212,7 @@ class ChainDrafter(Drafter):
         self.ttt_steps, self.ttt_decay = ttt_steps, ttt_decay
         self.cache: KVCache | None = None  # one layer, shared by the modules: (B, T_max, Hkv, D) per row and position
         self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
+        self._len_at_propose: int | None = None  # max(lens) at this step's propose (host), for accept
         self.net.requires_grad_(False)
 
     @property
@@ -227,9 +228,10 @@ class ChainDrafter(Drafter):
         return q, self.d2t[d]
 
     @torch.no_grad()
-    def _feed_real(self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor) -> None:
-        """Write real entries (B, T) at ``pos`` and keep the output at column ``col`` (B,)."""
-        out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(0, pos))  # (B, T, H)
+    def _feed_real(self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor, tk: int | None = None) -> None:
+        """Write real entries (B, T) at ``pos`` and keep the output at column ``col`` (B,); ``tk``:
+        max(pos) + 1 if known on the host (else read off the device)."""
+        out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(0, pos, tk))  # (B, T, H)
         self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
@@ -262,11 +264,14 @@ class ChainDrafter(Drafter):
         start = ctx.lens - num_emitted - 1  # (B,) position of the verification's column 0
         pos = start[:, None] + torch.arange(T, device=start.device)  # (B, k+1)
         toks = ctx.tokens.gather(1, pos + 1)  # (B, k+1) token s+1 of entry s
-        self._feed_real(self.net.fuse(hidden), toks, pos, num_emitted - 1)
+        # max(pos) + 1 = the longest row before the step - 1 + T, known on the host since propose
+        before, self._len_at_propose = self._len_at_propose, None
+        self._feed_real(self.net.fuse(hidden), toks, pos, num_emitted - 1, None if before is None else before - 1 + T)
 
     @torch.no_grad()
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         assert self.cache is not None and self.last_out is not None, "start() must run before propose()"
+        self._len_at_propose = ctx.max_len  # for accept's attention span (None: read it there)
         o = self.last_out
         logits = self.net.head(0, o)  # (B, Vd)
         tokens, probs = [], []
@@ -277,7 +282,8 @@ class ChainDrafter(Drafter):
             probs.append(q)
             if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j
                 pos = (ctx.lens - 1 + j)[:, None]  # (B, 1)
-                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(0, pos))[:, 0]
+                tk = None if ctx.max_len is None else ctx.max_len + j  # max(pos) + 1 without a device read
+                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(0, pos, tk))[:, 0]
                 logits = self.net.head(j + 1, o)
         num = torch.full((o.shape[0],), k, dtype=torch.long, device=o.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))

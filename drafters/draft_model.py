@@ -33,6 +33,9 @@ class DraftModelDrafter(Drafter):
         self.hf = hf  # trainable transformers copy (init and online distillation); proposals use ``model``
         self.tokenizer = tokenizer
         self.cache: KVCache | None = None
+        # steps since the last propose that emitted a token without one (k_t = 0, adaptive
+        # speculation): their tokens are not in the draft cache yet, the next propose feeds them
+        self._missed, self._proposed = 0, False
 
     @classmethod
     def from_spec(cls, spec, target: DrafterTarget, device=None) -> "DraftModelDrafter":
@@ -45,7 +48,8 @@ class DraftModelDrafter(Drafter):
 
         init_path = target.init_path
         path = init_path or resolve_model(spec.model, what="drafter.model")
-        hf, tok = load_model(path, device=device)
+        # in the target's dtype (model.dtype), so a bfloat16 run drafts in bfloat16 too
+        hf, tok = load_model(path, device=device, dtype=target.lm.lm_head.weight.dtype)
         if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
         return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)
@@ -53,24 +57,29 @@ class DraftModelDrafter(Drafter):
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         t_max = ctx.tokens.shape[1]
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
-        self.cache = self.model.new_cache(rows.shape[0], t_max)
+        self.cache = self.model.new_cache(rows.shape[0], t_max, capacity=index.shape[0])
         # Prefill each distinct prompt once (right-padded; padding positions get overwritten
         # before any read), then copy its cache rows to the rows that share it.
         P = int(ctx.prompt_lens.max())
         zeros = torch.zeros(rows.shape[0], dtype=torch.long, device=ctx.tokens.device)
-        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros)
+        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros, max_start=0)
         if rows.shape[0] < index.shape[0]:
             self.cache.select(index)
+        self._missed, self._proposed = 0, False
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
-        """k drafts per row sampled from q: tokens (B, k), q (B, k, V); feeds tokens lens-2, lens-1 first."""
+        """k drafts per row sampled from q: tokens (B, k), q (B, k, V). Feeds tokens lens-2, lens-1
+        first (plus one earlier token per step that emitted without a proposal, k_t = 0)."""
         assert self.cache is not None, "start() must run before propose()"
         B = ctx.lens.shape[0]
-        start = ctx.lens - 2  # (B,)
-        cols = start[:, None] + torch.arange(2, device=start.device)  # (B, 2)
-        inp = ctx.tokens.gather(1, cols)  # (B, 2)
-        # full logits (B, 2, V) rather than ``logits_col``: a plain forward takes the compiled path
-        logits = self.model(inp, start, self.cache)[0][:, 1:]  # (B, 1, V)
+        T = 2 + self._missed  # the draft cache is valid below lens - T
+        start = (ctx.lens - T).clamp_min(0)  # (B,) (clamped: finished rows riding along in a bucket)
+        cols = start[:, None] + torch.arange(T, device=start.device)  # (B, T)
+        inp = ctx.tokens.gather(1, cols)  # (B, T)
+        # full logits (B, T, V) rather than ``logits_col``: a plain forward takes the compiled path
+        m = ctx.max_len  # max(lens) on the host (the engine's one read per step): no device read per forward
+        logits = self.model(inp, start, self.cache, max_start=None if m is None else max(m - T, 0))[0][:, -1:]  # (B, 1, V)
+        self._missed, self._proposed = 0, True
         tokens, probs = [], []
         for j in range(k):
             q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
@@ -78,9 +87,16 @@ class DraftModelDrafter(Drafter):
             tokens.append(d)
             probs.append(q)
             if j < k - 1:
-                logits, _ = self.model(d[:, None], ctx.lens + j, self.cache)
+                logits, _ = self.model(d[:, None], ctx.lens + j, self.cache, max_start=None if m is None else m + j)
         num = torch.full((B,), k, dtype=torch.long, device=start.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
+
+    def accept(self, ctx: DraftContext, num_emitted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
+        """Nothing to do after a proposal (its accepted drafts are in the cache already); after a
+        plain step (k_t = 0) the emitted token is remembered for the next propose to feed."""
+        if not self._proposed:
+            self._missed += 1
+        self._proposed = False
 
     def select(self, rows: torch.Tensor) -> None:
         if self.cache is not None:

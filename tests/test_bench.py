@@ -45,21 +45,92 @@ def test_batch_prediction_counts_the_slowest_row():
     assert batch_predicted_speedup(misses, rates, B, M, k, c, v) < batch
 
 
-def test_wb_bench_writes_results(tmp_path):
+@pytest.fixture(scope="module")
+def qwen3_pair(tmp_path_factory):
+    """(target, draft): random qwen3 checkpoint folders (not Llama: q/k norm, head_dim != hidden / heads)."""
+    from workbench.models.shapes import random_checkpoint
+
+    root = tmp_path_factory.mktemp("qwen3")
+    target = random_checkpoint("qwen3", root / "target", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96)
+    draft = random_checkpoint("qwen3", root / "draft", seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    return target, draft
+
+
+# eagle3's init (trained on first use): a few prompts and steps
+TINY_INIT = ["drafter.init.num_prompts=8", "drafter.init.steps=2", "drafter.init.batch_size=4", "rollout.max_new_tokens=8"]
+
+
+def test_wb_bench_qwen3_on_cpu_writes_results(tmp_path, qwen3_pair):
+    target, draft = qwen3_pair
     res = CliRunner().invoke(app, [
-        "bench", "micro", "--batch-sizes", "1,2", "--k", "1,2", "--max-new-tokens", "6", "--repeats", "1",
+        "bench", "micro", *TINY_INIT, "--device", "cpu", "--target", str(target), "--draft", str(draft),
+        "--batch-sizes", "1,2", "--k", "1,2", "--max-new-tokens", "6", "--repeats", "1",
         "--model-batch", "2", "--out", str(tmp_path), "--name", "b", "--drafters", "draft_model,ngram,eagle3",
     ])
     assert res.exit_code == 0, res.output
     r = json.loads((tmp_path / "b.json").read_text())
     assert [x["batch"] for x in r["ar"]] == [1, 2]
-    assert all(x["ours_tok_s"] > 0 and x["hf_generate_tok_s"] > 0 for x in r["ar"])
+    for x in r["ar"]:
+        assert x["ours_tok_s"] > 0 and x["hf_generate_tok_s"] > 0 and x["hf_static_tok_s"] > 0
+        assert x["hf_static_setting"] == "static cache" and x["hf_errors"] == {}  # --hf-compile is off on the CPU
+        assert x["ratio"] == pytest.approx(min(x["ours_tok_s"] / x["hf_generate_tok_s"], x["ours_tok_s"] / x["hf_static_tok_s"]))
+        assert x["ours_peak_mib"] is None and x["hf_generate_peak_mib"] is None and x["hf_static_peak_mib"] is None
     assert [x["k"] for x in r["assisted"]] == [1, 2]
+    assert all(x["ours_spec_peak_mib"] is None and x["hf_assisted_error"] is None for x in r["assisted"])
     rows = r["model"]["rows"]
     assert {(x["drafter"], x["k"]) for x in rows} == {(d, k) for d in ("draft_model", "ngram", "eagle3") for k in (1, 2)}
-    assert all(x["c"] > 0 for x in rows)
-    assert r["command"].startswith("wb bench micro") and r["meta"]["device"] == "cpu"
-    assert "ours / transformers" in (tmp_path / "b.md").read_text()
+    assert all(x["c"] > 0 and x["spec_peak_mib"] is None for x in rows)
+    meta = r["meta"]
+    assert meta["device"] == "cpu" and meta["dtype"] == "float32" and meta["target"] == str(target) and meta["draft"] == str(draft)
+    assert meta["resident_mib"] is None and meta["hf_compile"] is False
+    assert r["command"].startswith("wb bench micro") and f"--target {target}" in r["command"]
+    md = (tmp_path / "b.md").read_text()
+    assert "ours / best transformers" in md and "peak MiB" not in md  # no memory columns off CUDA
+
+
+def test_bench_records_a_failing_transformers_setting_and_keeps_the_dtype(qwen3_pair, monkeypatch):
+    """A static-cache setting that raises is recorded (the next one is timed); bf16 everywhere."""
+    import torch
+
+    import workbench.bench.core as core
+    from workbench.bench import Bench, BenchConfig
+    from workbench.specs import load_spec
+
+    target, draft = qwen3_pair
+    monkeypatch.setattr(core, "COMPILE_SETTINGS", ({"mode": "no-such-mode"},))
+    spec = load_spec("micro", ["model.device=cpu", "model.dtype=bfloat16", f"model.target={target}", f"drafter.model={draft}"])
+    b = Bench(spec, BenchConfig(batch_sizes=(1,), max_new_tokens=4, repeats=1, model_batch=1, hf_compile=True))
+    (row,) = b.run_ar()
+    assert row["hf_static_setting"] == "static cache" and row["hf_static_tok_s"] > 0
+    assert list(row["hf_errors"]) == ["static cache + torch.compile(mode=no-such-mode)"]
+    assert "no-such-mode" in row["hf_errors"]["static cache + torch.compile(mode=no-such-mode)"]
+    eng = b._engine("draft_model", 1)  # draft_model loads float32 by itself: the bench casts it
+    assert {eng.drafter.model.lm_head.weight.dtype, b.target.lm_head.weight.dtype, b.hf_draft.dtype} == {torch.bfloat16}
+
+
+def test_paired_median_keeps_the_largest_peak_including_first_calls(monkeypatch):
+    """Peak memory per contender: the largest over warm-up, timed calls and an earlier first call
+    (where compiled contenders allocate CUDA graphs); None where nothing was measured (the CPU)."""
+    import workbench.bench.core as core
+
+    peaks = iter([3.0, 1.0, 7.0, 2.0, 4.0, 5.0])  # a, b warm-ups; then (a, b) twice
+    monkeypatch.setattr(core, "measure", lambda fn, device: core.Timing(1.0, fn(), next(peaks)))
+    t = core._paired_median({"a": lambda: "A", "b": lambda: "B"}, 2, None, first_peaks={"a": 9.0, "b": None})
+    assert (t["a"].peak_mib, t["b"].peak_mib) == (9.0, 5.0) and (t["a"].out, t["a"].seconds) == ("A", 1.0)
+    monkeypatch.setattr(core, "measure", lambda fn, device: core.Timing(1.0, fn(), None))
+    assert core._paired_median({"a": lambda: 0}, 1)["a"].peak_mib is None
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_wb_bench_cuda_without_cuda_names_device():
+    res = CliRunner().invoke(app, ["bench", "micro", "--device", "cuda"])
+    assert res.exit_code == 2 and "--device cuda" in res.output and "CUDA is not available" in res.output
+    res = CliRunner().invoke(app, ["bench", "micro", "--device", "gpu"])
+    assert res.exit_code == 2 and "--device" in res.output and "cpu, cuda, cuda:N" in res.output
+    res = CliRunner().invoke(app, ["bench", "micro", "--dtype", "fp8"])
+    assert res.exit_code == 2 and "--dtype" in res.output
+    res = CliRunner().invoke(app, ["bench", "micro", "--cuda-graphs", "--no-hf", "--batch-sizes", "1", "--k", "1"])
+    assert res.exit_code == 2 and "--cuda-graphs" in res.output and "CUDA device" in res.output
 
 
 def test_wb_bench_bad_options():

@@ -104,3 +104,18 @@ def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, 
         assert torch.equal(w0, p.detach())
     changed = [not torch.equal(a, b.detach()) for a, b in zip(seen["drafter"], tr.drafter.train_parameters())]
     assert any(changed)  # the drafter itself did learn
+
+
+def test_init_folder_depends_on_the_target_dtype():
+    """A drafter initialised on a bfloat16 target's outputs is not reused for a float32 run (and
+    float32 keys stay as they were, so existing caches remain valid)."""
+    from workbench.drafter_init import init_folder
+    from workbench.models import resolve_model
+    from workbench.specs.load import load_spec
+
+    spec = load_spec("micro", ["drafter.kind=eagle3"])
+    path = resolve_model(spec.model.target, what="model.target")
+    f32 = init_folder(spec, path)
+    bf16 = init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=bfloat16"]), path)
+    assert f32 is not None and bf16 is not None and f32 != bf16
+    assert init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=float32"]), path) == f32

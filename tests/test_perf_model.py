@@ -27,7 +27,7 @@ def test_ar_schedule_hand_count():
 
 def test_modeled_speedup_with_a_linear_cost():
     cost = lambda T: 1.0 + 0.05 * T  # noqa: E731  (seconds per forward over T tokens in flight)
-    drafter = lambda n: 0.2 * n  # noqa: E731  (seconds of k draft steps at n rows)
+    drafter = lambda n, k: 0.2 * n * k / 3  # noqa: E731  (seconds of k draft steps at n rows)
     # AR: lengths [5, 5] in one chunk -> 4 forwards of 2 rows: 4 * 1.1 = 4.4 s
     # spec k=3: 2 forwards of 2 rows -> 2 * (cost(8) + drafter(2)) = 2 * (1.4 + 0.4) = 3.6 s
     m = md.modeled_metrics([5, 5], [2, 2], 3, 2, cost, drafter)
@@ -35,16 +35,22 @@ def test_modeled_speedup_with_a_linear_cost():
     assert m["gen/modeled_s"] == pytest.approx(3.6)
     assert m["speedup/gen_modeled"] == pytest.approx(4.4 / 3.6)
     # through the trainer's object, from a rollout output
-    ms = md.ModeledSpeedup(CostModel("curve", [1, 100], [1.05, 6.0]), SimpleNamespace(step=drafter), k=3, chunk=2)
-    out = SimpleNamespace(tokens=[[7] * 5, [8] * 5], counters=SimpleNamespace(rows_per_forward=[2, 2]))
+    ms = md.ModeledSpeedup(CostModel("curve", [1, 100], [1.05, 6.0]), SimpleNamespace(step_at=drafter), k=3, chunk=2)
+    out = SimpleNamespace(tokens=[[7] * 5, [8] * 5], counters=SimpleNamespace(rows_per_forward=[2, 2], k_per_step=[3, 3]))
     assert ms.metrics(out)["speedup/gen_modeled"] == pytest.approx(4.4 / 3.6)
     assert md.modeled_metrics([1], [], 3, 2, cost, drafter)["speedup/gen_modeled"] == 1.0  # nothing decoded
+    # adaptive speculation: each forward at its own k_t (0: a plain step, no drafter cost)
+    # cost(2*4) + drafter(2, 3) + cost(2*1) = 1.4 + 0.4 + 1.1 = 2.9 s
+    assert md.modeled_spec_seconds([2, 2], [3, 0], cost, drafter) == pytest.approx(2.9)
 
 
 def test_drafter_cost_from_the_draft_curve():
     d = cc.DrafterCost("draft_model", 3, "curve", curve=CostModel("curve", [1, 2, 4], [1.0, 2.0, 4.0]))
     assert d.step(2) == pytest.approx(4.0 + 2 * 2.0)  # one 2-token catch-up forward + k-1 one-token forwards
     assert cc.DrafterCost("ngram", 3, "timed", a=0.5, b=0.25).step(4) == pytest.approx(1.5)
+    # at another k_t (adaptive speculation)
+    assert d.step_at(2, 1) == pytest.approx(4.0) and d.step_at(2, 0) == 0.0
+    assert cc.DrafterCost("ngram", 3, "timed", a=0.5, b=0.25).step_at(4, 1) == pytest.approx(0.5)
 
 
 # ------------------------------------------------------------------ the cached curve

@@ -130,7 +130,8 @@ def test_sweep_report_has_table_plots_and_html(micro):
         f = out / f"{png}.png"
         assert f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG", png
         assert f"]({png}.png)" in md  # relative link
-    assert "Skipped" not in md
+    skipped = [line for line in md.splitlines() if "Skipped" in line]
+    assert all("drafter.adaptive" in line for line in skipped) and len(skipped) == 2  # only the adaptive plots: no such run
     results = md.split("## Results")[1].split("\n## ")[0]
     rows = [line for line in results.splitlines() if line.startswith("| ngram | ")]
     assert len(rows) == 2 and all("× [" in r for r in rows) and "| none | - |" in md  # paired: 2 ratios after warm-up
@@ -180,3 +181,14 @@ def test_markdown_to_html_renders_tables_and_images():
     assert "<h1>T</h1>" in h and "<li>a <code>b</code></li>" in h
     assert '<th style="text-align:right">y</th>' in h and '<td style="text-align:right">2</td>' in h and "<td>1</td>" in h
     assert '<img src="p.png" alt="p" />' in h and "<em>Skipped: x</em> 1.2× [1.1, 1.3]" in h
+
+
+def test_adaptive_run_report_plots_the_chosen_k(store, tmp_path):
+    res = runner.invoke(app, ["run", "micro", "drafter.adaptive=true", "drafter.kind=ngram", "grpo.steps=3", "grpo.eval_every=0",
+                              "tracking.run_name=adaptive-run", "--quiet"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "adaptive-run", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    for png in ("k_histogram", "k_vs_batch"):
+        assert (tmp_path / "r" / f"{png}.png").stat().st_size > 5000 and f"]({png}.png)" in md

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from workbench.specs import SpecError, apply_overrides, load_spec, parse_override
@@ -79,3 +81,15 @@ def test_none_words_reach_literal_fields_from_overrides():
     """`none` on the command line parses as null; fields whose value is the word none accept it."""
     s = load_spec("micro", ["tune.pruner=none", "drafter.init.data=none"])
     assert s.tune.pruner == "none" and s.drafter.init.data == "none"
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].joinpath("experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_experiment_spec_validates_and_names_known_models(path):
+    from workbench.models import PRESETS
+    from workbench.specs.load import load_spec
+    from workbench.tasks import TASKS
+
+    spec = load_spec(path)
+    assert spec.model.target in PRESETS and spec.task.name in TASKS
+    if spec.drafter.kind == "draft_model":
+        assert spec.drafter.model in PRESETS

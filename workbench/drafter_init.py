@@ -10,7 +10,8 @@ The drafter learns from the target's teacher-forced logits and hidden states ove
 (:mod:`drafters.training`); eagle3's draft vocabulary is the most frequent ids of the data.
 
 The checkpoint lives in ``cache_dir()/drafters/<kind>-<data>-<hash>``; the hash covers the target
-checkpoint, the drafter's architecture fields, the init spec and the sampling parameters, so a
+checkpoint, the drafter's architecture fields, the init spec, the sampling parameters and
+``model.dtype`` (when not float32), so a
 changed field builds a new one and an unchanged one is reused.
 """
 
@@ -59,6 +60,8 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
     }
+    if spec.model.dtype != "float32":  # trained on the target's outputs in that precision (float32 keys unchanged)
+        key["dtype"] = spec.model.dtype
     tag = data if data in ("in_domain", "chat") else "dataset"
     return cache_dir() / "drafters" / f"{d.kind}-{tag}-{short_hash(key)}"
 

@@ -19,13 +19,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.rollout.kpolicy import AdaptiveK
 from workbench.models.tokenizer import encode_prompt
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import paired_summary
 from workbench.tracking import Tracker
 
-STAGE_ORDER = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
+STAGE_ORDER = ("data", "prepare", "gen", "gen_exposed", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
 
 
 class EarlyStop(Exception):
@@ -76,9 +77,20 @@ def run_experiment(
     """
     console = console or Console()
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
+    try:
+        return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step)
+    finally:
+        trainer.close()  # the rollout worker of asynchronous GRPO, if any
+
+
+def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
+         tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None) -> RunResult:
     # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
-    trainer.modeled = build_modeled(spec, trainer.rollout_model, trainer.drafter,
-                                    [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    costs = build_modeled(spec, trainer.rollout_model, trainer.drafter,
+                          [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    trainer.modeled = costs if spec.measure.modeled else None
+    if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
+        trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at))
     t = spec.tracking
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     tracker = Tracker(
@@ -191,7 +203,7 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
         v = result.mean(f"timing_s/{stage}", skip_first=True)
         if v is not None:
             table.add_row(f"timing_s/{stage} (mean)", f"{v:.3f}")
-    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length"):
+    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length", "async/staleness"):
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")

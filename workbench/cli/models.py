@@ -62,6 +62,7 @@ def models_init(
     heads: int = typer.Option(4, "--heads", min=1, help="Attention heads."),
     kv_heads: int = typer.Option(2, "--kv-heads", min=1, help="Key/value heads (grouped-query attention)."),
     head_dim: Optional[int] = typer.Option(None, "--head-dim", min=1, help="qwen3: per-head size (default 2 × hidden / heads)."),
+    intermediate: Optional[int] = typer.Option(None, "--intermediate", min=1, help="MLP intermediate size (default 2 × hidden)."),
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
 ) -> None:
@@ -76,7 +77,7 @@ def models_init(
         _fail(f"--dtype: {dtype!r}; allowed values: float32, bfloat16, float16")
     try:
         path = random_checkpoint(arch, out, seed=seed, dtype=dtype, layers=layers, hidden=hidden, heads=heads,
-                                 kv_heads=kv_heads, head_dim=head_dim)
+                                 kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate)
     except ValueError as e:
         _fail(str(e))
     console.print(f"[green]{arch}[/] random checkpoint -> {path}; use it with model.target={path} (or drafter.model={path})")

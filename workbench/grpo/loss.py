@@ -89,6 +89,7 @@ def grpo_loss(
     beta: float = 0.0,
     ref_logp: Tensor | None = None,
     max_len: int | None = None,
+    is_weight: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped GRPO surrogate loss (to minimise) and its diagnostics.
 
@@ -107,6 +108,9 @@ def grpo_loss(
         loss_agg: one of LOSS_AGGS.
         beta: k3 KL coefficient; needs ref_logp (B, T) when > 0 (detached here).
         max_len: generation budget, required by ``seq_mean_token_sum_norm``.
+        is_weight: (B, T) per-token importance weight of the surrogate (detached here), e.g.
+            :func:`truncated_is_weight` for rollouts of an older behaviour policy (asynchronous
+            GRPO); None = 1.
 
     Returns:
         (loss scalar, stats) with stats as floats over valid tokens:
@@ -138,6 +142,10 @@ def grpo_loss(
     # min() is the pessimistic bound: once the ratio has moved past the clip in the direction the
     # advantage rewards, the constant clipped term wins and the token stops pushing.
     objective = torch.minimum(unclipped, clipped)
+    if is_weight is not None:
+        if is_weight.shape != logp.shape:
+            raise ValueError(f"is_weight shape {tuple(is_weight.shape)} != logp shape {tuple(logp.shape)}")
+        objective = objective * is_weight.detach()
 
     kl = None
     if ref_logp is not None:
@@ -159,6 +167,18 @@ def grpo_loss(
             "ratio_mean": _masked_mean(ratio, m),
         }
     return loss, stats
+
+
+def truncated_is_weight(old_logp: Tensor, behaviour_logp: Tensor, cap: float) -> Tensor:
+    """Truncated importance weight min(pi_old / pi_behaviour, cap) per token, (B, T) -> (B, T).
+
+    For rollouts sampled by an older (behaviour) policy, as in asynchronous GRPO: the clipped
+    surrogate is taken against pi_old, and each token is reweighted by how much more likely pi_old
+    makes it than the policy that sampled it, truncated at ``cap`` so rare tokens cannot blow up
+    the variance (truncated IS: Ionides 2008; Yao et al. 2025 for RL with LLMs, verl's
+    ``tis_imp_ratio_cap``). Both inputs are detached log-probabilities.
+    """
+    return torch.exp(old_logp.detach() - behaviour_logp.detach()).clamp(max=cap)
 
 
 def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> Tensor:

@@ -19,14 +19,17 @@ import torch
 
 from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
-from drafters.training import DraftBuffer, DraftOptimizer, MasterAdamW, capture_hidden, evaluate
+from drafters.training import MasterAdamW, capture_hidden
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.drafter_init import build_init
-from workbench.grpo.loss import grpo_loss, token_logprobs
+from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
+from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
+from workbench.grpo.online import OnlineAdaptation
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import decode_completion, encode_prompt
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
+from workbench.rollout.graphs import cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams
@@ -114,40 +117,6 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
     }
 
 
-class OnlineAdaptation:
-    """Online drafter adaptation (``drafter.online``): a FIFO buffer of captured rollouts and a
-    persistent drafter optimiser. Each update first measures the drafter on the step's fresh
-    rollouts (held out: not yet trained on), then adds them to the buffer and trains on it.
-
-    Raises:
-        ValueError: the drafter kind has no weights to adapt (names drafter.online.enabled).
-    """
-
-    def __init__(self, drafter, spec, seed: int):
-        if not drafter.trainable:
-            raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
-                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
-        self.drafter, self.spec = drafter, spec
-        self.buffer = DraftBuffer(spec.buffer_size)
-        self.opt = DraftOptimizer(drafter, spec.lr)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def update(self, step: int, batch: DraftBatch) -> dict[str, float]:
-        """``draft/top1_agreement``/``draft/heldout_loss`` on ``batch`` before training on it, then
-        ``spec.steps`` optimiser steps on the buffer (every ``spec.every`` GRPO steps): ``draft/loss``."""
-        out: dict[str, float] = {}
-        due = step % self.spec.every == 0
-        if due:
-            ev = evaluate(self.drafter, batch)
-            out = {"draft/top1_agreement": ev["draft/top1_agreement"], "draft/heldout_loss": ev["draft/loss"]}
-        self.buffer.add(batch)
-        if due:
-            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))["draft/loss"] for _ in range(self.spec.steps)]
-            out["draft/loss"] = sum(losses) / len(losses)
-            out["draft/buffer_size"] = float(len(self.buffer))
-        return out
-
-
 class GRPOTrainer:
     """Owns the policy (transformers model), its optimiser, the rollout engine and the drafter."""
 
@@ -174,11 +143,23 @@ class GRPOTrainer:
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
         self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
-        if spec.rollout.compile:
-            self.engine.enable_compile()
+        if spec.rollout.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {self.device}; "
+                             "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
+        if spec.rollout.compile or spec.rollout.cuda_graphs:
+            self.engine.enable_compile(cuda_graphs=spec.rollout.cuda_graphs)
         # Paired measurement (DESIGN.md §8): plain decoding of the same prompts with the same target
-        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws.
-        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size) if spec.paired else None
+        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
+        # the same batch-size buckets, so both arms run at the same captured sizes.
+        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size,
+                                           retire_buckets=self.engine.retire_buckets) if spec.paired else None
+        # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
+        self.worker: RolloutWorker | None = None
+        self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> (rows, prompts, group ids)
+        self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
+        self.is_async, self.target_path = spec.grpo.async_.enabled, path
+        if self.is_async:
+            check_async_spec(spec)  # the worker itself starts with the first step (not while cost curves are measured)
         self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET)
         # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32)
         self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
@@ -200,6 +181,79 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ stages
 
+    def _sync_rollouts(self, step: int, stage):
+        """Step ``step``'s rollouts generated here with the current weights (data, prepare, gen);
+        with ``measure.paired``, interleaved forward by forward with plain decoding of the same
+        prompts (DESIGN.md §8), whose rollouts are timed and counted, never rewarded or trained on."""
+        with stage("data"):
+            rows, prompts, group_ids = self._step_prompts()
+        with stage("prepare"):
+            self.rollout_model.load_weights(self.policy)
+            if self.drafter is not None:
+                self.drafter.sync(self.rollout_model)
+        paired, paired_first = None, step % 2 == 0  # which arm opens alternates per step (and per round inside)
+        with stage("gen"):
+            if self.paired_engine is None:
+                out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
+            else:
+                (out, paired), (_, ar_s) = generate_interleaved(
+                    [self.engine.generate_steps(prompts, self.sampling, self.generator, group_ids),
+                     self.paired_engine.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
+                    self.timer.now, first=1 if paired_first else 0,
+                )
+        if paired is not None:
+            self.timer.move("gen", "gen_autoregressive", ar_s)
+        return rows, prompts, out, paired, paired_first
+
+    def _step_prompts(self) -> tuple[list[dict], list[list[int]], list[int]]:
+        """The next step's prompt rows, its N = prompts_per_step * G token-id prompts (groups
+        contiguous) and their group ids."""
+        G = self.spec.grpo.group_size
+        rows = self._next_prompts()
+        prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        return rows, [p for p in prompt_ids for _ in range(G)], [i for i in range(len(rows)) for _ in range(G)]
+
+    def _async_rollouts(self, step: int, stage) -> tuple[list[dict], list[list[int]], RolloutOutput, dict[str, float]]:
+        """Step ``step``'s rollouts from the worker (asynchronous GRPO; steps count from 1).
+
+        prepare: the current weights go to the worker (version = optimiser steps so far), then the
+        generation of step + s is requested (so it uses them; the first call also requests steps
+        1..s with the initial weights). gen_exposed: the wait for this step's rollouts, the part
+        of generation the step still pays. Returns the rows, prompts, rollouts and ``async/*`` +
+        ``timing_s/gen`` (the worker's own generation seconds, beside the step, not part of it).
+        """
+        s = self.spec.grpo.async_.staleness
+        if self.worker is None:
+            self.worker = RolloutWorker(self.spec, self.target_path, self.drafter_init_path, self.device,
+                                        threads=max(1, torch.get_num_threads() // 2))
+        with stage("data"):
+            new = [t for t in range(step, step + s + 1) if t not in self._requested]
+            for t in new:  # drawn in step order: the same prompts as a synchronous run
+                self._requested[t] = self._step_prompts()
+        with stage("prepare"):
+            self.worker.send_weights(self._version, self.policy)
+            for t in new:
+                self.worker.request(t, *self._requested[t][1:])
+        with stage("gen_exposed"):
+            res = self.worker.receive()
+        if res.step != step:
+            raise RuntimeError(f"grpo.async: expected the rollouts of step {step}, got step {res.step}")
+        rows, prompts, _ = self._requested.pop(step)
+        return rows, prompts, res.output, {"timing_s/gen": res.seconds, "async/staleness": float(self._version - res.version)}
+
+    def set_k_policy(self, policy) -> None:
+        """Adaptive speculation: ``policy`` (a :class:`workbench.rollout.kpolicy.KPolicy`) chooses each
+        step's k_t, here and in the asynchronous rollout worker's engine (which builds its own)."""
+        if self.is_async:
+            raise ValueError("drafter.adaptive with grpo.async.enabled: the rollout worker has no cost curves yet; "
+                             "set drafter.adaptive=false or grpo.async.enabled=false")
+        self.engine.k_policy = policy
+
+    def close(self) -> None:
+        """Stop the rollout worker of asynchronous GRPO (idempotent; nothing to do otherwise)."""
+        if self.worker is not None:
+            self.worker.close()
+
     def _next_prompts(self) -> list[dict]:
         rows = []
         for _ in range(self.spec.grpo.prompts_per_step):
@@ -217,29 +271,10 @@ class GRPOTrainer:
         stage = lambda name: (on_stage(name) if on_stage else None, timer.stage(name))[1]  # noqa: E731
         timer.start_step()
 
-        with stage("data"):
-            rows = self._next_prompts()
-            prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
-            prompts = [p for p in prompt_ids for _ in range(G)]  # (N,) groups contiguous
-            group_ids = [i for i in range(len(rows)) for _ in range(G)]
-
-        with stage("prepare"):
-            self.rollout_model.load_weights(self.policy)
-            if self.drafter is not None:
-                self.drafter.sync(self.rollout_model)
-
-        with stage("gen"):
-            if self.paired_engine is None:
-                out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
-            else:  # paired (DESIGN.md §8): interleaved forward by forward with plain decoding of the same prompts
-                paired_first = step % 2 == 0  # which arm opens alternates per step (and per round inside)
-                (out, paired), (_, ar_s) = generate_interleaved(
-                    [self.engine.generate_steps(prompts, self.sampling, self.generator, group_ids),
-                     self.paired_engine.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
-                    timer.now, first=1 if paired_first else 0,
-                )
-        if self.paired_engine is not None:  # its rollouts are timed and counted, never rewarded or trained on
-            timer.move("gen", "gen_autoregressive", ar_s)
+        if self.is_async:
+            rows, prompts, out, async_m = self._async_rollouts(step, stage)
+        else:
+            rows, prompts, out, paired, paired_first = self._sync_rollouts(step, stage)
 
         with stage("reward"):
             texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
@@ -266,6 +301,7 @@ class GRPOTrainer:
         with stage("train"):
             adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
             stats = self._train(ids, mask, rollout_logp, ref_logp, adv, old_logp)
+            self._version += 1
 
         draft_stats: dict[str, float] = {}
         if self.online is not None:
@@ -273,12 +309,18 @@ class GRPOTrainer:
                 draft_stats = self.online.update(step, draft_batch)
 
         m = timer.end_step()
+        if self.is_async:
+            m.update(async_m)
         n_tok = out.counters.num_generated_tokens
         m.update(out.counters.metrics())
+        if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
+            m.update(out.counters.k_metrics())
         if self.paired_engine is not None:
             m.update(paired_metrics(m, paired.counters, paired_first))
         if self.modeled is not None:
             m.update(self.modeled.metrics(out))
+        if self.spec.rollout.cuda_graphs:
+            m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update({
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),
@@ -314,15 +356,25 @@ class GRPOTrainer:
         total_tok = mask.sum().clamp_min(1)
         temp = self.sampling.temperature or 1.0
         loss_sum, acc = 0.0, {"clip_frac": 0.0, "kl": 0.0}
+        a = g.async_
+        use_is = self.is_async and a.importance_sampling == "truncated"
+        is_sum = is_capped = 0.0
         gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
         for i in range(0, N, g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
             full = self.policy(ids[sl]).logits  # (n, L, V)
             logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
+            old = logp.detach() if old_logp is None else old_logp[sl]
+            # asynchronous GRPO: the rollouts' behaviour policy is older than pi_old (truncated IS)
+            isw = truncated_is_weight(old, rollout_logp[sl], a.is_cap) if use_is else None
             loss, st = grpo_loss(
-                logp, logp.detach() if old_logp is None else old_logp[sl], adv[sl], mask[sl], g.clip_low, g.clip_high,
-                g.loss_agg, beta=g.beta, ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens,
+                logp, old, adv[sl], mask[sl], g.clip_low, g.clip_high, g.loss_agg, beta=g.beta,
+                ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens, is_weight=isw,
             )
+            if isw is not None:
+                m_sl = mask[sl].to(isw.dtype)
+                is_sum += float((isw * m_sl).sum())
+                is_capped += float(((isw >= a.is_cap) * m_sl).sum())
             # Weight so the micro-batch sum equals the full-batch aggregate.
             w = (mask[sl].sum() / total_tok) if g.loss_agg == "token_mean" else (ids[sl].shape[0] / N)
             (loss * w).backward()
@@ -334,8 +386,11 @@ class GRPOTrainer:
             trunc_sum += trunc.sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm)
         self.optimizer.step()
-        return {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm),
-                "gen/logprob_abs_diff": float(gap_sum / total_tok), "gen/logprob_truncation_abs_diff": float(trunc_sum / total_tok)}
+        out = {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm),
+               "gen/logprob_abs_diff": float(gap_sum / total_tok), "gen/logprob_truncation_abs_diff": float(trunc_sum / total_tok)}
+        if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
+            out.update({"async/is_weight_mean": is_sum / float(total_tok), "async/is_capped_frac": is_capped / float(total_tok)})
+        return out
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

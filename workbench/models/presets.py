@@ -11,6 +11,8 @@ nor saturated. Drafts are distilled from their `distill_from` target with forwar
 | micro-draft  | draft  | 1 x 64          | ~0.1 M  | the test suite                        |
 | tiny         | target | 4 x 128         | ~0.85 M | laptop CPU experiments (default)      |
 | tiny-draft   | draft  | 1 x 128         | ~0.26 M | laptop CPU experiments (default)      |
+| tiny-long    | target | 4 x 128         | ~0.85 M | the long-tail workload (arith_chain_long) |
+| tiny-long-draft | draft | 1 x 128        | ~0.26 M | the long-tail workload                |
 | small        | target | 12 x 768        | ~104 M  | GPUs (slow to build on CPU)           |
 | small-draft  | draft  | 2 x 768         | ~18 M   | GPUs                                  |
 
@@ -123,6 +125,18 @@ PRESETS: dict[str, ModelPreset] = {
             "tiny-draft", "draft", _llama(128, 1, 4, 2, 384),
             Recipe(steps=500, batch_size=32, lr=3e-3, warmup_steps=20, distill_from="tiny", eval_prompts=128),
             "laptop-CPU draft: 1 layer distilled from tiny",
+        ),
+        ModelPreset(
+            "tiny-long", "target", _llama(128, 4, 4, 2, 384),
+            Recipe(steps=1500, batch_size=32, lr=3e-3, warmup_steps=30, seq_source="arith_chain_long", target_accuracy=0.15,
+                   min_steps=400, eval_every=100, eval_prompts=64, final_eval_prompts=128, max_new_tokens=192),
+            "long-tail CPU target (issue #8): tiny's shape pretrained on arith_chain_long (1-16 steps) until ~15 % sampled accuracy",
+        ),
+        ModelPreset(
+            "tiny-long-draft", "draft", _llama(128, 1, 4, 2, 384),
+            Recipe(steps=500, batch_size=32, lr=3e-3, warmup_steps=20, seq_source="arith_chain_long", distill_from="tiny-long",
+                   eval_prompts=128, max_new_tokens=192),
+            "long-tail CPU draft: 1 layer distilled from tiny-long",
         ),
         ModelPreset(
             "small", "target", _llama(768, 12, 12, 4, 3072),

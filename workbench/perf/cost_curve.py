@@ -184,9 +184,17 @@ class DrafterCost:
     b: float = 0.0
 
     def step(self, n: float) -> float:
+        return self.step_at(n, self.k)
+
+    def step_at(self, n: float, k_t: int) -> float:
+        """Seconds per verification step at n rows drafting k_t tokens: draft_model from its curve,
+        d(2n) + (k_t-1)·d(n); the others' measured a + b·n (at k) scaled by k_t / k (per-draft cost
+        assumed constant: an approximation for ngram and suffix, whose match cost barely depends on k)."""
+        if k_t <= 0:
+            return 0.0
         if self.curve is not None:
-            return self.curve.time(2 * n) + (self.k - 1) * self.curve.time(n)
-        return self.a + self.b * n
+            return self.curve.time(2 * n) + (k_t - 1) * self.curve.time(n)
+        return (self.a + self.b * n) * k_t / max(self.k, 1)
 
 
 @torch.no_grad()

@@ -45,14 +45,16 @@ def modeled_ar_seconds(lengths: Sequence[int], chunk: int, cost: Callable[[float
     return float(sum(cost(n) for n in ar_rows_per_forward(lengths, chunk)))
 
 
-def modeled_spec_seconds(rows_per_forward: Sequence[int], k: int, cost: Callable[[float], float],
-                         drafter: Callable[[float], float]) -> float:
-    """Σ over verification forwards of cost(n·(k+1)) + drafter(n) (seconds)."""
-    return float(sum(cost(n * (k + 1)) + drafter(n) for n in rows_per_forward))
+def modeled_spec_seconds(rows_per_forward: Sequence[int], k: int | Sequence[int], cost: Callable[[float], float],
+                         drafter: Callable[[float, int], float]) -> float:
+    """Σ over verification forwards of cost(n·(k_t+1)) + drafter(n, k_t) (seconds); ``k``: one k for
+    every forward, or each forward's k_t (adaptive speculation; k_t = 0: no drafter cost)."""
+    ks = [k] * len(rows_per_forward) if isinstance(k, int) else list(k)
+    return float(sum(cost(n * (kt + 1)) + (drafter(n, kt) if kt else 0.0) for n, kt in zip(rows_per_forward, ks)))
 
 
-def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: int, chunk: int,
-                    cost: Callable[[float], float], drafter: Callable[[float], float]) -> dict[str, float]:
+def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: int | Sequence[int], chunk: int,
+                    cost: Callable[[float], float], drafter: Callable[[float, int], float]) -> dict[str, float]:
     """``speedup/gen_modeled``, ``gen/modeled_s`` and ``gen_autoregressive/modeled_s`` of one step."""
     ar = modeled_ar_seconds(lengths, chunk, cost)
     spec = modeled_spec_seconds(rows_per_forward, k, cost, drafter)
@@ -68,14 +70,15 @@ class ModeledSpeedup:
 
     def metrics(self, out) -> dict[str, float]:
         """From a :class:`workbench.rollout.engine.RolloutOutput` of the speculative arm."""
-        return modeled_metrics([len(t) for t in out.tokens], out.counters.rows_per_forward, self.k, self.chunk,
-                               self.target.time, self.drafter.step)
+        c = out.counters
+        return modeled_metrics([len(t) for t in out.tokens], c.rows_per_forward, c.k_per_step or self.k, self.chunk,
+                               self.target.time, self.drafter.step_at)
 
 
 def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: bool = True) -> ModeledSpeedup | None:
-    """Load or measure the target's and the drafter's costs for ``spec`` (None without a drafter or
-    with ``measure.modeled: false``). Call it before the MLflow run opens: a miss measures (seconds)."""
-    if drafter is None or spec.drafter.kind == "none" or not spec.measure.modeled:
+    """Load or measure the target's and the drafter's costs for ``spec`` (None without a drafter, or
+    with ``measure.modeled: false`` unless ``drafter.adaptive`` needs them). Call it before the MLflow run opens: a miss measures (seconds)."""
+    if drafter is None or spec.drafter.kind == "none" or not (spec.measure.modeled or spec.drafter.adaptive):
         return None
     from workbench.perf.cost_curve import drafter_cost, forward_curve
 

@@ -60,6 +60,8 @@ class DraftContext:
     prompt_rows, prompt_index: set for ``start`` only (prefix sharing): (U,) long, a row holding
         each distinct prompt, and (B,) long, each row's distinct prompt (``tokens[prompt_rows]
         [prompt_index]`` repeats the prompts). A GRPO group's G rollouts share one prompt.
+    max_len: max(lens) as a host int (the engine reads it once per step with its other counts), so
+        a drafter can size attention without reading the device (``LeanLM.forward(max_start=)``).
     """
 
     tokens: torch.Tensor
@@ -71,6 +73,7 @@ class DraftContext:
     extra: dict[str, Any] = field(default_factory=dict)
     prompt_rows: torch.Tensor | None = None
     prompt_index: torch.Tensor | None = None
+    max_len: int | None = None
 
     def distinct_prompts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(prompt_rows (U,), prompt_index (B,)); every row its own prompt when not set."""

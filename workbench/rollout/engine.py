@@ -14,55 +14,13 @@ from typing import Any
 
 import torch
 
+from workbench.rollout.counters import SpecCounters
 from workbench.rollout.drafter import DraftContext, Drafter
+from workbench.rollout.graphs import capture_sizes, round_cache_len
+from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
 from workbench.rollout.rejection import rejection_sample
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
-
-
-@dataclass
-class SpecCounters:
-    """Acceptance counters in vLLM's vocabulary, summed over a rollout batch."""
-
-    k: int = 0
-    num_drafts: int = 0  # verification steps of a row that had >= 1 draft
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
-    num_verify_steps: int = 0  # batched target forwards after prefill
-    num_generated_tokens: int = 0
-    # rows in each batched target forward after prefill (tokens in flight = rows * (k+1)): what a
-    # cost curve turns into a noise-free time estimate (workbench.perf.modeled, speedup/gen_modeled)
-    rows_per_forward: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.num_accepted_tokens_per_pos:
-            self.num_accepted_tokens_per_pos = [0] * self.k
-
-    def merge(self, other: "SpecCounters") -> None:
-        self.num_drafts += other.num_drafts
-        self.num_draft_tokens += other.num_draft_tokens
-        self.num_accepted_tokens += other.num_accepted_tokens
-        self.num_verify_steps += other.num_verify_steps
-        self.num_generated_tokens += other.num_generated_tokens
-        self.rows_per_forward += other.rows_per_forward
-        for i, n in enumerate(other.num_accepted_tokens_per_pos):
-            self.num_accepted_tokens_per_pos[i] += n
-
-    def metrics(self) -> dict[str, float]:
-        """``spec/*`` metrics: acceptance length = 1 + accepted / drafts (vLLM's mean acceptance length)."""
-        if self.k == 0 or self.num_drafts == 0:
-            return {"spec/num_drafts": float(self.num_drafts)} if self.k else {}
-        out = {
-            "spec/acceptance_length": 1.0 + self.num_accepted_tokens / self.num_drafts,
-            "spec/acceptance_rate": self.num_accepted_tokens / max(self.num_draft_tokens, 1),
-            "spec/num_drafts": float(self.num_drafts),
-            "spec/num_draft_tokens": float(self.num_draft_tokens),
-            "spec/num_accepted_tokens": float(self.num_accepted_tokens),
-        }
-        for i, n in enumerate(self.num_accepted_tokens_per_pos):
-            out[f"spec/acceptance_rate_pos_{i}"] = n / self.num_drafts
-        return out
 
 
 @dataclass
@@ -83,22 +41,40 @@ class RolloutEngine:
     Args:
         target: the rollout copy of the policy (weights synced in `prepare` via ``load_weights``).
         drafter: a :class:`drafters.Drafter` or None for plain autoregressive decoding.
-        k: num_speculative_tokens (ignored without a drafter).
+        k: num_speculative_tokens (ignored without a drafter); with ``k_policy``, the largest k_t.
         max_batch_size: rows decoded together; more prompts are processed in chunks.
+        k_policy: chooses k_t in 0..k before each step (:class:`workbench.rollout.kpolicy.KPolicy`,
+            adaptive speculation); None = k every step.
+        retire_buckets: batch sizes the batch may shrink to (ascending), e.g. (1, 2, 4, ..., 256)
+            for CUDA graphs captured per batch size (vLLM's capture sizes): finished rows then stay
+            in the batch, emitting nothing, until the live rows fit the next smaller size. None =
+            finished rows leave at once.
+
+    The hot loop reads the device once per step: one packed vector (which rows finished, the
+    longest row, the step's acceptance counts) that the batch's bookkeeping needs on the host.
+    Everything else (writes, counters, masks) stays on the device, so on CUDA the host queues the
+    next step's kernels without waiting elsewhere (``tests/test_engine_hot_loop.py`` counts).
     """
 
-    def __init__(self, target: LeanLM, drafter: Drafter | None = None, k: int = 3, max_batch_size: int = 256):
+    def __init__(self, target: LeanLM, drafter: Drafter | None = None, k: int = 3, max_batch_size: int = 256,
+                 k_policy: KPolicy | None = None, retire_buckets: tuple[int, ...] | None = None):
         self.target = target
         self.drafter = drafter
         self.k = k if drafter is not None else 0
         self.max_batch_size = max_batch_size
+        self.k_policy = k_policy if drafter is not None else None
+        self.retire_buckets = tuple(sorted(retire_buckets)) if retire_buckets else None
 
-    def enable_compile(self) -> None:
-        """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is one."""
-        self.target.enable_compile()
+    def enable_compile(self, cuda_graphs: bool = False) -> None:
+        """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is
+        one; ``cuda_graphs``: as CUDA graphs, the batch shrinking only to capture sizes
+        (:mod:`workbench.rollout.graphs`)."""
+        self.target.enable_compile(cuda_graphs)
         draft = getattr(self.drafter, "model", None)
         if isinstance(draft, LeanLM):
-            draft.enable_compile()
+            draft.enable_compile(cuda_graphs)
+        if cuda_graphs and self.retire_buckets is None:
+            self.retire_buckets = capture_sizes(self.max_batch_size)
 
     @property
     def device(self) -> torch.device:
@@ -149,96 +125,96 @@ class RolloutEngine:
     # ------------------------------------------------------------------ one batch
 
     def _generate_batch(self, prompts, sp: SamplingParams, gen, group_ids) -> RolloutOutput:
-        dev, k, B = self.device, self.k, len(prompts)
-        prompt_lens = torch.tensor([len(p) for p in prompts], device=dev)
-        P = int(prompt_lens.max())
+        dev, B = self.device, len(prompts)
+        k = self.k
+        P = max(map(len, prompts))
         t_max = P + sp.max_new_tokens + k + 2  # a verification may write k+1 past the budget
+        if self.target.cuda_graphs:
+            t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
+        prompt_lens = _to_device([len(p) for p in prompts], dev)
         tokens = torch.zeros(B, t_max, dtype=torch.long)  # (B, T_max) prompt + completion
         tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in prompts])  # one host->tensor copy
         tokens = tokens.to(dev)
         logps = torch.zeros(B, t_max, device=dev)  # (B, T_max) log p of generated tokens
         counters = SpecCounters(k=k)
         eos = -1 if sp.eos_token_id is None else sp.eos_token_id
+        layers = self.drafter.hidden_layers if self.drafter is not None else ()
 
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
         # sharing, as vLLM's prefix caching does for a group's common prompt).
-        layers = self.drafter.hidden_layers if self.drafter is not None else ()
         logits, hidden, cache, prompt_rows, prompt_index = self._prefill(prompts, tokens[:, :P], prompt_lens, t_max, layers)
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
-        lens = prompt_lens.clone()
         rows = torch.arange(B, device=dev)
-        tokens[rows, lens] = first
-        logps[rows, lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
-        lens += 1
+        tokens[rows, prompt_lens] = first
+        logps[rows, prompt_lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
         n_gen = torch.ones(B, dtype=torch.long, device=dev)
         done = (first == eos) | (n_gen >= sp.max_new_tokens)
-
-        state = _BatchState(tokens, logps, lens, prompt_lens, n_gen, torch.tensor(group_ids, device=dev), torch.arange(B, device=dev))
-        results: dict[int, tuple[list[int], list[float], str]] = {}
+        state = _BatchState(tokens, logps, prompt_lens + 1, prompt_lens, n_gen, _to_device(group_ids, dev),
+                            first == eos, done, list(range(B)), P + 1)
+        finished: list = []  # device slices of retired rows, read back once at the end
         if self.drafter is not None:
             ctx = state.context(sp, gen)
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
             self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
-        state = self._retire(state, done, first == eos, cache, results)
+        state = self._retire(state, done.tolist(), cache, finished)
         yield  # prefill done
 
-        while state.lens.numel() > 0:
-            n = state.lens.shape[0]
+        while state.n > 0:
+            n = state.n
+            k_t = (self.k_policy.choose(n) if self.k_policy is not None else k) if self.drafter is not None else 0
             last = state.tokens.gather(1, (state.lens - 1)[:, None])  # (n, 1) not yet in the cache
             start = state.lens - 1
-            if self.drafter is None:
-                logits, _ = self.target(last, start, cache)  # (n, 1, V)
+            if k_t == 0:  # plain decode step (no drafter, or the policy chose not to speculate)
+                logits, hidden = self.target(last, start, cache, hidden_layers=layers, max_start=state.max_len - 1)  # (n, 1, V)
                 p = probs_from_logits(logits, sp)  # (n, 1, V)
                 out = sample(p[:, 0], gen)[:, None]  # (n, 1)
-                emit = torch.ones(n, dtype=torch.long, device=dev)
-                hidden = {}
+                n_acc = num_draft = torch.zeros(n, dtype=torch.long, device=dev)
             else:
-                ctx = state.context(sp, gen)
-                prop = self.drafter.propose(ctx, k)
-                inp = torch.cat([last, prop.tokens], dim=1)  # (n, k+1)
-                logits, hidden = self.target(inp, start, cache, hidden_layers=self.drafter.hidden_layers)
-                p = probs_from_logits(logits, sp)  # (n, k+1, V)
+                prop = self.drafter.propose(state.context(sp, gen), k_t)
+                inp = torch.cat([last, prop.tokens], dim=1)  # (n, k_t+1)
+                logits, hidden = self.target(inp, start, cache, hidden_layers=layers, max_start=state.max_len - 1)
+                p = probs_from_logits(logits, sp)  # (n, k_t+1, V)
                 n_acc, out = rejection_sample(p, prop.tokens, prop.probs, prop.num_draft, gen)
-                emit = n_acc + 1
-                counters.num_drafts += int((prop.num_draft > 0).sum())
-                counters.num_draft_tokens += int(prop.num_draft.sum())
-            counters.num_verify_steps += 1
-            counters.rows_per_forward.append(n)
-            lp = p.gather(-1, out[..., None]).squeeze(-1).log()  # (n, k+1) log p of emitted tokens
+                num_draft = prop.num_draft
+            lp = p.gather(-1, out[..., None]).squeeze(-1).log()  # (n, k_t+1) log p of emitted tokens
 
-            # Stop at the token budget and at the first EOS among the emitted tokens.
-            emit = torch.minimum(emit, sp.max_new_tokens - state.n_gen)
-            cols = torch.arange(out.shape[1], device=dev)[None, :]
+            # Stop at the token budget and at the first EOS among the emitted tokens; rows already
+            # finished (kept for a batch-size bucket) emit nothing.
+            live = ~state.done
+            emit = torch.minimum(n_acc + 1, sp.max_new_tokens - state.n_gen)
+            cols = torch.arange(k_t + 1, device=dev)[None, :]
             is_eos = (out == eos) & (cols < emit[:, None])
-            hit_eos = is_eos.any(1)
-            emit = torch.where(hit_eos, is_eos.long().argmax(1) + 1, emit)
-            valid = cols < emit[:, None]  # (n, k+1)
-            if self.drafter is not None:
-                # Accepted drafts that were emitted: a draft accepted past the EOS or the token
-                # budget is cut and does not count (it would inflate the acceptance length).
-                acc = torch.minimum(n_acc, emit)
-                counters.num_accepted_tokens += int(acc.sum())
-                per_pos = (acc[:, None] > torch.arange(k, device=dev)[None, :]).sum(0).tolist()
-                for i, c in enumerate(per_pos):
-                    counters.num_accepted_tokens_per_pos[i] += c
-            r, c = valid.nonzero(as_tuple=True)
-            state.tokens[r, state.lens[r] + c] = out[r, c]
-            state.logps[r, state.lens[r] + c] = lp[r, c]
+            hit_eos = is_eos.any(1) & live
+            emit = torch.where(hit_eos, is_eos.long().argmax(1) + 1, emit) * live
+            valid = cols < emit[:, None]  # (n, k_t+1)
+            # Written by a scatter over every column (unwritten ones keep their value), not by
+            # indexing with valid.nonzero(), whose size the host would have to read.
+            pos = state.lens[:, None] + cols  # (n, k_t+1) < T_max
+            state.tokens.scatter_(1, pos, torch.where(valid, out, state.tokens.gather(1, pos)))
+            state.logps.scatter_(1, pos, torch.where(valid, lp, state.logps.gather(1, pos)))
             state.lens = state.lens + emit  # new tensors: a context handed out before keeps its values
             state.n_gen = state.n_gen + emit
+            state.eos = state.eos | hit_eos
+            state.done = state.done | hit_eos | (state.n_gen >= sp.max_new_tokens)
+            # Accepted drafts that were emitted: a draft accepted past the EOS or the token budget
+            # is cut and does not count (it would inflate the acceptance length).
+            acc = torch.minimum(n_acc, emit)
+            per_pos = (acc[:, None] > cols[:, :k_t]).sum(0)  # (k_t,)
+            drafted = num_draft * live
+            # The step's one device->host read: finished flags (n), longest live row, drafts, accepts.
+            host = torch.cat([state.done.long(), torch.where(state.done, 0, state.lens).max()[None], (drafted > 0).sum()[None], drafted.sum()[None], per_pos]).tolist()
+            done_h, (state.max_len, n_drafts, n_draft_tokens), acc_h = host[:n], host[n : n + 3], host[n + 3 :]
+            counters.add_step(n, k_t, n_drafts, n_draft_tokens, acc_h)
+            if self.k_policy is not None:
+                self.k_policy.update(k_t, n, n_drafts, acc_h)
             if self.drafter is not None:
-                self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (B,)
-            done = hit_eos | (state.n_gen >= sp.max_new_tokens)
-            state = self._retire(state, done, hit_eos, cache, results)
+                self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (n,)
+            state = self._retire(state, done_h, cache, finished)
             yield  # one verification (or decode) step done
 
-        counters.num_generated_tokens = sum(len(results[i][0]) for i in results)
-        order = range(B)
-        return RolloutOutput(
-            [results[i][0] for i in order], [results[i][1] for i in order], [results[i][2] for i in order], counters
-        )
+        return _collect(finished, B, counters)
 
     def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers):
         """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache.
@@ -256,30 +232,56 @@ class RolloutEngine:
         order = {row: u for u, row in enumerate(first.values())}
         uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
         inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
-        cache = self.target.new_cache(U, t_max)
+        cache = self.target.new_cache(U, t_max, capacity=B)
         zeros = torch.zeros(U, dtype=torch.long, device=dev)
-        logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1)
+        logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
         if U < B:
             cache.select(inv)  # (U, ...) -> (B, ...)
             logits = logits[inv]
         return logits, hidden, cache, uniq, inv
 
-    def _retire(self, state, done, hit_eos, cache, results):
-        """Record finished rows and drop them from the batch, the cache and the drafter."""
-        if not bool(done.any()):
+    def _retire(self, state: "_BatchState", done: list, cache, finished: list) -> "_BatchState":
+        """Drop finished rows (``done``: host flags, one per row) from the batch, the cache and the
+        drafter; their tokens are kept as device slices in ``finished`` (no read here).
+
+        With ``retire_buckets`` the batch shrinks only to those sizes: finished rows stay (emitting
+        nothing) until the live rows fit the next smaller size, which is then filled up with
+        finished rows, so every step runs at a captured batch size."""
+        n, n_live = len(done), len(done) - sum(done)
+        if n_live == n:
             return state
-        idx = done.nonzero().flatten()
-        # One host transfer per field for all finished rows (not per row: the audit retires 10^5).
-        toks, lps = state.tokens[idx].tolist(), state.logps[idx].tolist()
-        p0s, ls, origs, eos = (t[idx].tolist() for t in (state.prompt_lens, state.lens, state.orig, hit_eos))
-        for i in range(len(origs)):
-            results[origs[i]] = (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length")
-        keep = (~done).nonzero().flatten()
-        state = state.select(keep)
+        live = [i for i in range(n) if not done[i]]
+        dead = [i for i in range(n) if done[i]]
+        if self.retire_buckets is not None and n_live > 0:
+            smaller = [b for b in self.retire_buckets if b < n]
+            if not smaller or n_live > smaller[-1]:
+                return state  # the live rows do not fit a smaller bucket yet
+            fill = smaller[-1] - n_live
+            live, dead = sorted(live + dead[:fill]), dead[fill:]
+        drop = _to_device(dead, state.lens.device)
+        finished.append(([state.orig[i] for i in dead], *(t.index_select(0, drop) for t in (state.tokens, state.logps, state.prompt_lens, state.lens, state.eos))))
+        keep = _to_device(live, state.lens.device)
         cache.select(keep)
         if self.drafter is not None:
             self.drafter.select(keep)
-        return state
+        return state.select(keep, live)
+
+
+def _to_device(values: list[int], dev: torch.device) -> torch.Tensor:
+    """(len,) long on ``dev``; staged in pinned memory and copied asynchronously on CUDA, so the
+    host does not wait for the device's queue."""
+    if dev.type == "cuda":
+        return torch.tensor(values, dtype=torch.long, pin_memory=True).to(dev, non_blocking=True)
+    return torch.tensor(values, dtype=torch.long, device=dev)
+
+
+def _collect(finished: list, B: int, counters: SpecCounters) -> RolloutOutput:
+    """The retired rows' completions in the caller's order: one device->host read per field."""
+    orig = [o for part in finished for o in part[0]]
+    toks, lps, p0s, ls, eos = (torch.cat([part[j] for part in finished]).tolist() for j in range(1, 6))
+    results = {orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length") for i in range(len(orig))}
+    counters.num_generated_tokens = sum(len(results[i][0]) for i in results)
+    return RolloutOutput([results[i][0] for i in range(B)], [results[i][1] for i in range(B)], [results[i][2] for i in range(B)], counters)
 
 
 def drain(steps: Generator[None, None, Any]) -> Any:
@@ -299,11 +301,19 @@ class _BatchState:
     prompt_lens: torch.Tensor  # (B,)
     n_gen: torch.Tensor  # (B,)
     group_ids: torch.Tensor  # (B,)
-    orig: torch.Tensor  # (B,) index of each row in the caller's prompt list
+    eos: torch.Tensor  # (B,) bool, finished at an EOS
+    done: torch.Tensor  # (B,) bool, finished (still in the batch only under retire_buckets)
+    orig: list[int]  # host: index of each row in the caller's prompt list
+    max_len: int  # host: max(lens) of the live rows, from the step's one read
+
+    @property
+    def n(self) -> int:
+        return len(self.orig)
 
     def context(self, sp: SamplingParams, gen: torch.Generator | None) -> DraftContext:
         """The drafter's view of the batch now (the engine replaces, never mutates, ``lens``)."""
-        return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen)
+        return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen, max_len=self.max_len)
 
-    def select(self, rows: torch.Tensor) -> "_BatchState":
-        return _BatchState(*(t.index_select(0, rows) for t in (self.tokens, self.logps, self.lens, self.prompt_lens, self.n_gen, self.group_ids, self.orig)))
+    def select(self, rows: torch.Tensor, rows_host: list[int]) -> "_BatchState":
+        t = (self.tokens, self.logps, self.lens, self.prompt_lens, self.n_gen, self.group_ids, self.eos, self.done)
+        return _BatchState(*(x.index_select(0, rows) for x in t), [self.orig[i] for i in rows_host], self.max_len)

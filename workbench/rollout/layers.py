@@ -219,19 +219,42 @@ class KVCache:
     Per layer ``k[i]``, ``v[i]``: (B, T_max, Hkv, D), rows first so that rows scatter and leave
     easily. Row b's entry at position s is valid once written; entries past a row's verified
     length are stale and never read (:func:`position_mask`), and the next write overwrites them.
+
+    ``base``: per-layer (keys, values) buffers (B_alloc >= B, T_max, Hkv, D) to live in instead of
+    fresh ones (:class:`workbench.rollout.graphs.StaticCachePool`): the cache is then their first B
+    rows, ``select`` copies the kept rows to the front instead of reallocating, and every view is
+    marked a static address, so CUDA graphs that write the cache in place stay valid.
     """
 
-    def __init__(self, cfg: Any, batch: int, max_len: int, device, dtype, num_layers: int | None = None):
+    def __init__(self, cfg: Any, batch: int, max_len: int, device, dtype, num_layers: int | None = None,
+                 base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None):
         shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
         n = cfg.num_layers if num_layers is None else num_layers
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
         self.max_len = max_len
+        self.base = base
+        if base is None:
+            self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
+            self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
+        else:
+            self._views(batch)
+
+    def _views(self, rows: int) -> None:
+        self.k = [b[:rows] for b in self.base[0]]  # (rows, T_max, Hkv, D) views: same addresses
+        self.v = [b[:rows] for b in self.base[1]]
+        for t in self.k + self.v:
+            torch._dynamo.mark_static_address(t)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (LongTensor of row indices), e.g. when finished sequences leave."""
-        self.k = [t.index_select(0, rows) for t in self.k]
-        self.v = [t.index_select(0, rows) for t in self.v]
+        if self.base is None:
+            self.k = [t.index_select(0, rows) for t in self.k]
+            self.v = [t.index_select(0, rows) for t in self.v]
+            return
+        n = rows.shape[0]
+        for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
+            for t, b in zip(views, bufs):
+                b[:n] = t.index_select(0, rows)  # gathered first, so overlapping rows copy correctly
+        self._views(n)
 
     def kv_fn(self, layer: int, pos: torch.Tensor, tk: int | None = None) -> KVFn:
         """:func:`cache_kv` of ``layer`` for queries at positions ``pos`` (B, T) long, attending to

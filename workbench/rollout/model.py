@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from workbench.rollout.arch import LMConfig
+from workbench.rollout.graphs import GRAPH_ATTENTION_MULTIPLE, StaticCachePool
 from workbench.rollout.layers import (
     MLP,
     Attention,
@@ -129,7 +130,7 @@ class LeanLM(nn.Module):
             self.__dict__["_flat"] = self._flat_weights(fused=True)
         return self
 
-    def enable_compile(self) -> None:
+    def enable_compile(self, cuda_graphs: bool = False) -> None:
         """Run plain forwards (no hidden states, no ``logits_col``: decode and verification steps)
         through ``torch.compile`` (inductor, dynamic shapes) of :func:`lm_forward`, the function the
         eager forward runs, over fused q/k/v and gate/up weights.
@@ -137,6 +138,11 @@ class LeanLM(nn.Module):
         The first calls of each new shape class compile (tens of seconds on CPU; a C++ compiler is
         needed there); afterwards a small model's step is one fused kernel sequence instead of ~100
         eager ops (measured in benchmarks/engine-optimisation-log.md). Same logits to float tolerance.
+
+        ``cuda_graphs``: compile with ``mode="reduce-overhead"`` (CUDA graphs through cudagraph
+        trees) and lease KV caches from a :class:`workbench.rollout.graphs.StaticCachePool`, so
+        graphs that write the cache in place can be replayed (see that module). Has no effect on
+        the CPU beyond those (torch records graphs only for CUDA tensors).
         """
         self._fuse_weights()
         self.__dict__["_flat"] = self._flat_weights(fused=True)
@@ -147,7 +153,18 @@ class LeanLM(nn.Module):
         name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
         setattr(cfg, name, max(getattr(cfg, name), 64))
         # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
-        self.__dict__["_compiled"] = torch.compile(lm_forward, dynamic=True, fullgraph=True)
+        if cuda_graphs:
+            # one graph per (batch bucket, tokens per row, attention span): more than torch's
+            # default warning threshold of 8, by design (workbench.rollout.graphs)
+            torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None
+            self.__dict__["_pool"] = StaticCachePool()
+        mode = "reduce-overhead" if cuda_graphs else None
+        self.__dict__["_compiled"] = torch.compile(lm_forward, dynamic=True, fullgraph=True, mode=mode)
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether :meth:`enable_compile` turned CUDA graphs on (caches then come from a static pool)."""
+        return "_pool" in self.__dict__
 
     def _flat_weights(self, fused: bool = False) -> list:
         """The weights as :func:`lm_forward` takes them, one flat list: embedding, RoPE tables, per
@@ -193,13 +210,21 @@ class LeanLM(nn.Module):
         self.__dict__["_fused"] = fused  # plain attributes: not parameters, not in state_dict
         self.__dict__["_fused_bias"] = biases
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def new_cache(self, batch: int, max_len: int, capacity: int | None = None) -> KVCache:
+        """A KV cache of ``batch`` rows and ``max_len`` positions; ``capacity``: the most rows its
+        ``select`` may expand it to (prefix sharing), needed when caches come from the static pool.
+
+        Raises:
+            ValueError: ``max_len`` beyond ``max_position_embeddings`` (names rollout.max_new_tokens).
+        """
         if max_len > self.cfg.max_position_embeddings:
             raise ValueError(
                 f"rollout: prompt + max_new_tokens + k needs {max_len} positions but the model has "
                 f"max_position_embeddings={self.cfg.max_position_embeddings}; lower rollout.max_new_tokens"
             )
         w = self.lm_head.weight
+        if self.cuda_graphs:
+            return self.__dict__["_pool"].lease(self.cfg, batch, max_len, w.device, w.dtype, capacity=capacity)
         return KVCache(self.cfg, batch, max_len, w.device, w.dtype)
 
     @torch.no_grad()
@@ -210,6 +235,7 @@ class LeanLM(nn.Module):
         cache: KVCache,
         hidden_layers: tuple[int, ...] = (),
         logits_col: torch.Tensor | None = None,
+        max_start: int | None = None,
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Run ``input_ids`` (B, T) at positions ``start_pos[b] + t``; write K/V into ``cache``.
 
@@ -221,10 +247,13 @@ class LeanLM(nn.Module):
                 (i == num_layers: the last layer's output before the final norm).
             logits_col: (B,) long; if given, logits only at column ``logits_col[b]`` of each row,
                 (B, 1, V) (prefill of right-padded prompts needs just each row's last token).
+            max_start: ``max(start_pos)`` (or an upper bound) known on the host; None = read it
+                off the device (a synchronisation on CUDA).
         Returns:
             logits (B, T, V) float32 and ``{i: hidden (B, T, H)}``.
         """
-        need = int(start_pos.max()) + input_ids.shape[1]  # the longest row's last position + 1 (one host read)
+        # the longest row's last position + 1 (a host read unless the caller knows it)
+        need = (int(start_pos.max()) if max_start is None else max_start) + input_ids.shape[1]
         if self.fixed_attention_length:
             # One attention length for every step: the reduction over keys then no longer depends
             # on how far a step reaches (CPU attention kernels block it by length), so greedy
@@ -234,9 +263,10 @@ class LeanLM(nn.Module):
         eps = self.cfg.rms_norm_eps
         compiled = self.__dict__.get("_compiled")
         if compiled is not None and not hidden_layers and logits_col is None:
-            # attend over the cache up to the longest row, rounded up to a multiple of 32 so the
-            # compiled graph sees few distinct lengths
-            tk = min(cache.max_len, -(-need // 32) * 32)
+            # attend over the cache up to the longest row, rounded up to a multiple of 32 (128 under
+            # CUDA graphs) so the compiled graph sees few distinct lengths
+            m = GRAPH_ATTENTION_MULTIPLE if self.cuda_graphs else 32
+            tk = min(cache.max_len, -(-need // m) * m)
             return compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, (), None, self.windows)
         # eager: the weights read afresh from the modules on every call, attention over exactly `need` positions
         return lm_forward(eps, self._flat_weights(), input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)

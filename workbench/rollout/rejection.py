@@ -56,17 +56,17 @@ def rejection_sample(
     rows = torch.arange(B, device=dev)
     p_n = target_probs[rows, num_accepted]  # (B, V)
     rejected = num_accepted < num_draft  # (B,)
-    if rejected.any():
-        n_clamped = num_accepted.clamp(max=k - 1)
-        if draft_probs is not None:
-            q_n = draft_probs[rows, n_clamped]
-        else:
-            q_n = torch.zeros_like(p_n).scatter_(-1, draft_tokens[rows, n_clamped][:, None], 1.0)
-        residual = (p_n - q_n).clamp_min(0.0)
-        mass = residual.sum(-1, keepdim=True)
-        # mass == 0 only when p == q, where rejection has probability 0; fall back to p for safety.
-        residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_n)
-        p_n = torch.where(rejected[:, None], residual, p_n)
+    # The residual is computed for every row (no `if rejected.any()`: that would read the device).
+    n_clamped = num_accepted.clamp(max=k - 1)
+    if draft_probs is not None:
+        q_n = draft_probs[rows, n_clamped]
+    else:
+        q_n = torch.zeros_like(p_n).scatter_(-1, draft_tokens[rows, n_clamped][:, None], 1.0)
+    residual = (p_n - q_n).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)
+    # mass == 0 only when p == q, where rejection has probability 0; fall back to p for safety.
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_n)
+    p_n = torch.where(rejected[:, None], residual, p_n)
     last = sample(p_n, generator)  # (B,)
 
     tokens = torch.cat([draft_tokens, draft_tokens[:, :1]], dim=1).clone()  # (B, k+1)

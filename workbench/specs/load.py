@@ -23,12 +23,17 @@ def _section_fields(path: tuple) -> list[str]:
     """Allowed keys at a spec path (tuple of field names), for error messages."""
     model: type[BaseModel] = ExperimentSpec
     for part in path:
-        field = model.model_fields.get(str(part))
+        field = _field(model, str(part))
         ann = getattr(field, "annotation", None) if field else None
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             return []
         model = ann
-    return list(model.model_fields)
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _field(model: type[BaseModel], name: str):
+    """The field called ``name`` in specs (its alias if it has one: ``grpo.async``), or None."""
+    return next((f for n, f in model.model_fields.items() if (f.alias or n) == name), None)
 
 
 def _field_hint(loc: tuple) -> str:
@@ -36,7 +41,7 @@ def _field_hint(loc: tuple) -> str:
     model: type[BaseModel] = ExperimentSpec
     info = None
     for part in loc:
-        info = model.model_fields.get(str(part))
+        info = _field(model, str(part))
         if info is None:
             return ""
         ann = info.annotation

@@ -46,6 +46,11 @@ class RolloutSpec(_Section):
         False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
         "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
     )
+    cuda_graphs: bool = Field(
+        False, description="CUDA only: compile the decode/verify forwards as CUDA graphs (torch.compile mode "
+        "reduce-overhead; implies compile), the batch shrinking only to capture sizes 1, 2, 4, ... and the KV cache in "
+        "static buffers (workbench/rollout/graphs.py); refused on a CPU device",
+    )
     fixed_attention_length: bool = Field(
         False, description="every target forward attends over the whole KV cache (masked), so a position's logits do not "
         "depend on how far a step reaches: greedy speculative output then equals greedy autoregressive bit for bit in "
@@ -90,6 +95,11 @@ class DrafterSpec(_Section):
 
     kind: str = Field("draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
+    adaptive: bool = Field(
+        False, description="choose k_t in 0..k before every step (0 = plain decode) for the most expected tokens per second "
+        "from the live batch size, the measured forward and drafter costs and running acceptance estimates "
+        "(workbench.rollout.kpolicy.AdaptiveK); k is then the maximum; ignored with kind none",
+    )
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
     suffix_decoding_max_tree_depth: int = Field(
@@ -149,7 +159,23 @@ class DrafterSpec(_Section):
         return self
 
 
+class AsyncSpec(_Section):
+    """Asynchronous GRPO (issue #10; NeMo RL's async GRPO, verl's one-step off-policy): a rollout
+    worker process generates step t+s's rollouts while step t trains."""
+
+    enabled: bool = Field(False, description="generate rollouts in a worker process, `staleness` steps ahead of training")
+    staleness: int = Field(1, ge=1, le=8, description="s: step t trains on rollouts of the policy after step t-1-s "
+                           "(NeMo RL's max_trajectory_age_steps); the first s steps use the initial policy")
+    importance_sampling: Literal["truncated", "none"] = Field(
+        "truncated", description="truncated: weight each token's surrogate by min(pi_old / pi_behaviour, is_cap) (TIS, as "
+        "verl's tis_imp_ratio_cap); none: train as if on-policy")
+    is_cap: float = Field(2.0, gt=0.0, description="C of truncated importance sampling")
+
+
 class GRPOSpec(_Section):
+    # `async` is a Python keyword: the field is async_, spelled grpo.async in YAML, overrides and dumps
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, serialize_by_alias=True)
+
     steps: int = Field(10, ge=1)
     prompts_per_step: int = Field(8, ge=1)
     group_size: int = Field(8, ge=2, description="G: samples per prompt")
@@ -164,6 +190,7 @@ class GRPOSpec(_Section):
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
+    async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async", description="asynchronous GRPO (grpo.async.*)")
 
 
 class MeasureSpec(_Section):

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The GPU benchmark set of issue #7 in one go: `wb bench` on CUDA in bf16 for two models, then one
+# summary page. Per model it measures (see `wb bench --help` and workbench/bench/):
+#   - our autoregressive engine vs transformers generate(), plain and at its strongest settings
+#     (static cache + torch.compile), at batch 1, 8, 64 and 256;
+#   - speculative decoding with draft_model and eagle3 at k = 1..7 (performance-model table at the
+#     GRPO batch of 64), and draft_model vs transformers assisted generation at batch 1;
+#   - peak GPU memory per contender.
+# Writes $OUT/gpu-<device>-<model>.json and .md per model and $OUT/gpu-<device>-summary.md, which
+# checks the goals: ours >= 1.5x transformers' best at batch 64; eagle3's best k >= 1.5x ours AR.
+#
+# The two models:
+#   small        the `small` preset (12 x 768 Llama, ~104 M) with `small-draft` (2 x 768). Built on
+#                first use and cached; the build recipes (workbench/models/pretrain.py, distill.py)
+#                train on the CPU today, so build them once beforehand (`wb models build small
+#                small-draft`) or leave this set out (GPU_BENCH_SETS=qwen3-0.6b).
+#   qwen3-0.6b   a random checkpoint of Qwen3-0.6B's shape (`wb models init qwen3`): 28 layers,
+#                hidden 1024, 16 heads, 8 kv heads, head_dim 128, MLP 3072, tied embeddings, q/k norm,
+#                rope_theta 1e6. Unlike the real checkpoint: random weights (acceptance rates are
+#                not those of a trained model: read speedups beside the acceptance length), the
+#                workbench's own tokenizer and vocabulary (512 ids, not 151936: the lm_head is ~0.5 M
+#                parameters instead of ~155 M, so a step costs less than the real model's), 512
+#                positions instead of 40960. Its draft for draft_model: a random 2-layer qwen3 of the
+#                same width. eagle3 drafts over the full vocabulary here (drafter.draft_vocab_size=512):
+#                a random target spreads its samples over the whole vocabulary, so the usual V/4
+#                draft vocabulary would cap acceptance at what a real model never shows.
+#
+# Usage (from anywhere; runs from the checkout holding this script):
+#   bash benchmarks/gpu.sh                  # the GPU set, on cuda
+#   bash benchmarks/gpu.sh --smoke          # or GPU_SMOKE=1: CPU-sized smoke run (~1 minute on 2 cores)
+# Environment:
+#   GPU_BENCH_OUT     output folder (default benchmarks)
+#   GPU_BENCH_DEVICE  device of the GPU set (default cuda)
+#   GPU_BENCH_MODELS  folder kept for the random checkpoints (default: a temporary folder, removed)
+#   GPU_BENCH_SETS    which models to run (default "small qwen3-0.6b"; smoke: "micro qwen3-tiny")
+#   WB                the CLI (default "$PYTHON -m workbench.cli", PYTHON default python)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SMOKE=${GPU_SMOKE:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) SMOKE=1 ;;
+    *) echo "gpu.sh: unknown argument $arg (allowed: --smoke)" >&2; exit 2 ;;
+  esac
+done
+PYTHON=${PYTHON:-python}
+WB=${WB:-"$PYTHON -m workbench.cli"}
+OUT=${GPU_BENCH_OUT:-benchmarks}
+DTYPE=bfloat16
+
+if [[ "$SMOKE" == 1 ]]; then
+  DEVICE=cpu
+  SETS=${GPU_BENCH_SETS:-"micro qwen3-tiny"}
+  BENCH=(--batch-sizes 1,2 --k 1..2 --max-new-tokens 8 --repeats 1 --model-batch 2)
+  OURS=()
+  # eagle3's init (trained before its first use, cached): a few prompts and steps
+  INIT=(drafter.init.num_prompts=16 drafter.init.steps=4 drafter.init.batch_size=4 rollout.max_new_tokens=16)
+else
+  DEVICE=${GPU_BENCH_DEVICE:-cuda}
+  SETS=${GPU_BENCH_SETS:-"small qwen3-0.6b"}
+  BENCH=(--batch-sizes 1,8,64,256 --k 1..7 --max-new-tokens 64 --repeats 3 --model-batch 64)
+  # ours at its strongest: CUDA graphs (workbench/rollout/graphs.py; meta.cudagraph_skips in the
+  # JSON counts graphs torch declined); if that path fails, the set is re-run with --compile only
+  OURS=(--cuda-graphs)
+  INIT=(drafter.init.num_prompts=256 drafter.init.steps=200 drafter.init.batch_size=32)
+fi
+
+if [[ -n "${GPU_BENCH_MODELS:-}" ]]; then
+  MODELS=$GPU_BENCH_MODELS
+  mkdir -p "$MODELS"
+else
+  MODELS=$(mktemp -d)
+  trap 'rm -rf "$MODELS"' EXIT
+fi
+
+# init_qwen3 NAME ARGS...: a random qwen3 checkpoint in $MODELS/NAME (kept if already there)
+init_qwen3() {
+  local dir="$MODELS/$1"; shift
+  [[ -f "$dir/config.json" ]] || $WB models init qwen3 "$dir" --dtype "$DTYPE" "$@" >/dev/null
+}
+
+if [[ "$DEVICE" == cpu ]]; then
+  SLUG=cpu
+else  # the GPU's name, e.g. nvidia-h100-80gb-hbm3
+  SLUG=$($PYTHON -c "from workbench.bench import device_slug; print(device_slug('$DEVICE'))" 2>/dev/null || echo "${DEVICE//:/-}")
+fi
+mkdir -p "$OUT"
+FILES=()
+for set in $SETS; do
+  case "$set" in
+    small) MODEL=(--target small --draft small-draft); EXTRA=() ;;
+    micro) MODEL=(--target micro --draft micro-draft); EXTRA=() ;;
+    qwen3-0.6b)
+      init_qwen3 qwen3-0.6b --layers 28 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --seed 0
+      init_qwen3 qwen3-0.6b-draft --layers 2 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --seed 1
+      MODEL=(--target "$MODELS/qwen3-0.6b" --draft "$MODELS/qwen3-0.6b-draft"); EXTRA=(drafter.draft_vocab_size=512) ;;
+    qwen3-tiny)
+      init_qwen3 qwen3-tiny --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --seed 0
+      init_qwen3 qwen3-tiny-draft --layers 1 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --seed 1
+      MODEL=(--target "$MODELS/qwen3-tiny" --draft "$MODELS/qwen3-tiny-draft"); EXTRA=(drafter.draft_vocab_size=512) ;;
+    *) echo "gpu.sh: unknown set $set (allowed: small, qwen3-0.6b, micro, qwen3-tiny)" >&2; exit 2 ;;
+  esac
+  name="gpu-$SLUG-$set"
+  echo "== $name"
+  run_set() {
+    $WB bench quickstart "${INIT[@]}" "${EXTRA[@]}" --device "$DEVICE" --dtype "$DTYPE" "${MODEL[@]}" \
+      --drafters draft_model,eagle3 "${BENCH[@]}" "$@" --out "$OUT" --name "$name"
+  }
+  if [[ ${#OURS[@]} -gt 0 ]]; then
+    run_set "${OURS[@]}" || { echo "gpu.sh: ${OURS[*]} failed for $set; re-running with --compile" >&2; run_set --compile; }
+  else
+    run_set
+  fi
+  FILES+=("$OUT/$name.json")
+done
+
+$WB bench-summary "${FILES[@]}" --out "$OUT/gpu-$SLUG-summary.md" \
+  --title "GPU benchmark summary ($SLUG, $DTYPE$([[ "$SMOKE" == 1 ]] && echo ', smoke mode'))"
+echo "results: ${FILES[*]} and $OUT/gpu-$SLUG-summary.md"

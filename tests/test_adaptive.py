@@ -1,0 +1,152 @@
+"""Adaptive speculation (drafter.adaptive): the choice of k_t (pure maths), exactness when k_t
+varies step by step for every drafter kind (greedy token for token, and sampled rollouts against
+the target's exact law), and `wb run` end to end."""
+
+import pytest
+import torch
+
+from drafters.draft_model import DraftModelDrafter
+from drafters.ngram import NgramDrafter
+from drafters.suffix import SuffixDrafter
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.kpolicy import AdaptiveK, best_k, expected_emitted
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
+
+FLAT = lambda T: 1.0  # noqa: E731  (memory-bound: a forward costs the same for any tokens in flight)
+LINEAR = lambda T: 0.1 * T  # noqa: E731  (compute-bound: cost grows with tokens in flight)
+FREE = lambda n, k: 0.0  # noqa: E731
+
+
+def test_expected_emitted_is_leviathans_sum():
+    a = 0.6
+    surv = [a ** (i + 1) for i in range(4)]
+    assert expected_emitted(surv, 4) == pytest.approx((1 - a**5) / (1 - a))  # 1 + a + ... + a^4
+    assert expected_emitted(surv, 0) == 1.0
+    assert expected_emitted(surv, 2, draft_share=0.5) == pytest.approx(1 + 0.5 * (0.6 + 0.36))
+
+
+def test_best_k_speculates_fully_when_verification_is_free_and_drafts_hold():
+    assert best_k(64, [0.99] * 5, 1.0, FLAT, FREE, 5) == 5
+
+
+def test_best_k_decodes_plainly_when_drafts_fail_or_cost_too_much():
+    assert best_k(8, [0.01] * 5, 1.0, LINEAR, FREE, 5) == 0  # verification costs, nothing accepted
+    assert best_k(8, [0.9] * 5, 1.0, FLAT, lambda n, k: 10.0 * k, 5) == 0  # drafting dearer than a forward
+
+
+def test_best_k_grows_as_the_batch_shrinks_into_the_tail():
+    """Compute-bound per token plus a fixed per-forward overhead: the long tail gets more drafts."""
+    cost = lambda T: 1.0 + 0.05 * T  # noqa: E731
+    surv = [0.7 ** (i + 1) for i in range(6)]
+    ks = [best_k(n, surv, 1.0, cost, FREE, 6) for n in (256, 64, 8, 1)]
+    assert ks == sorted(ks) and ks[0] < ks[-1]
+
+
+def test_estimates_converge_to_the_streams_acceptance():
+    p = AdaptiveK(4, FLAT, FREE, decay=0.95)
+    alpha, rows = 0.8, 100
+    for _ in range(200):  # rows accepted through position i: rows * alpha^(i+1)
+        p.update(4, rows, rows, [round(rows * alpha ** (i + 1)) for i in range(4)])
+    assert p.survival() == pytest.approx([alpha ** (i + 1) for i in range(4)], abs=0.02)
+    assert p.draft_share() == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_shut_off_drafter_is_probed_again():
+    p = AdaptiveK(3, LINEAR, FREE, probe_every=4, p0=0.05)
+    for _ in range(30):
+        p.update(3, 64, 64, [0, 0, 0])  # nothing ever accepted
+    chosen = []
+    for _ in range(10):
+        k = p.choose(64)
+        chosen.append(k)
+        p.update(k, 64, 64 if k else 0, [0] * k)
+    assert chosen.count(0) >= 6 and 1 in chosen  # mostly plain steps, one probe every 4
+
+
+class Scripted:
+    """Plays a fixed sequence of k_t (zeros included: plain decode steps, back to back)."""
+
+    def __init__(self, script):
+        self.script, self.i = script, 0
+
+    def choose(self, num_rows):
+        self.i += 1
+        return self.script[(self.i - 1) % len(self.script)]
+
+    def update(self, *a):
+        pass
+
+
+SCRIPT = [0, 0, 3, 1, 0, 2, 3, 0, 0, 0, 2]
+
+
+def _drafter(kind, target_lm, draft_lm):
+    if kind == "draft_model":
+        return DraftModelDrafter(draft_lm)
+    if kind == "ngram":
+        return NgramDrafter(1, 3)
+    if kind == "suffix":
+        return SuffixDrafter(max_tree_depth=24, max_spec_factor=1.0, min_token_prob=0.0)
+    from drafters import build_drafter
+    from workbench.rollout.drafter import DrafterTarget
+    from workbench.specs.sections import DrafterSpec
+
+    return build_drafter(kind, DrafterSpec(kind=kind), target=DrafterTarget(target_lm), device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kind", ["draft_model", "ngram", "suffix", "mtp", "eagle3"])
+def test_greedy_with_k_varying_per_step_equals_autoregressive(target_lm, draft_lm, kind):
+    ar = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy())
+    out = RolloutEngine(target_lm, _drafter(kind, target_lm, draft_lm), k=3, k_policy=Scripted(SCRIPT)).generate(PROMPTS * 2, greedy())
+    assert out.tokens == ar.tokens and out.finish_reasons == ar.finish_reasons
+    for a, b in zip(ar.logprobs, out.logprobs):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert out.counters.k_per_step[: len(SCRIPT)] == SCRIPT
+
+
+def test_draft_model_catches_up_after_plain_steps_as_if_it_had_drafted(target_lm, draft_lm):
+    """After k_t = 0 steps the draft model feeds the tokens it missed: its next proposal is what
+    a drafter that proposed every step would propose (same cache content, greedy)."""
+    self_draft = DraftModelDrafter(target_lm)  # drafting with the target itself: every draft accepted
+    out = RolloutEngine(target_lm, self_draft, k=3, k_policy=Scripted([0, 0, 3])).generate(PROMPTS, greedy(eos=None, max_new=20))
+    m = out.counters.metrics()
+    assert m["spec/acceptance_rate"] == 1.0  # a stale draft cache would propose other tokens
+
+
+@pytest.mark.parametrize("kind,script", [("draft_model", [2, 0]), ("draft_model", [0, 1]), ("ngram", [0, 2])])
+def test_sampled_rollouts_with_k_varying_per_step_follow_the_target(kind, script):
+    target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
+    target = LeanLM.from_hf(target_hf)
+    draft = LeanLM.from_hf(target_hf)
+    draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    drafter = DraftModelDrafter(draft) if kind == "draft_model" else NgramDrafter(1, 2)
+    sp = SamplingParams(temperature=1.0, max_new_tokens=3)
+    real = RolloutEngine.__init__
+
+    def with_policy(self, *a, **kw):  # the conftest helper builds the engine; give it the scripted policy
+        real(self, *a, **kw)
+        self.k_policy = Scripted(script)
+
+    RolloutEngine.__init__ = with_policy
+    try:
+        out = assert_rollouts_follow_target(target, drafter, [1, 3, 4, 3, 4], sp)
+    finally:
+        RolloutEngine.__init__ = real
+    assert set(out.counters.k_per_step) == set(script) or out.counters.k_per_step == script[: len(out.counters.k_per_step)]
+
+
+def test_wb_run_adaptive_logs_the_chosen_k(store):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["run", "micro", "drafter.adaptive=true", "drafter.k=4", "grpo.steps=2", "grpo.eval_every=0", "--quiet"])
+    assert res.exit_code == 0, res.output
+    (run,) = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])
+    m = run.data.metrics
+    assert 0.0 <= m["spec/k_mean"] <= 4.0
+    assert sum(m[f"spec/k_frac_{j}"] for j in range(5)) == pytest.approx(1.0)
+    assert [x.step for x in store.get_metric_history(run.info.run_id, "spec/k_mean")] == [1, 2]

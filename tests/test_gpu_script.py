@@ -1,0 +1,34 @@
+"""benchmarks/gpu.sh: its CPU-sized smoke mode runs end to end and writes every file (no GPU needed)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
+    env = os.environ | {"GPU_BENCH_OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    env.pop("WB", None)
+    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smoke"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for name in ("gpu-cpu-micro", "gpu-cpu-qwen3-tiny"):
+        r = json.loads((tmp_path / f"{name}.json").read_text())
+        assert set(r) >= {"ar", "assisted", "model", "meta", "command"}
+        assert [x["batch"] for x in r["ar"]] == [1, 2]
+        assert all({"ours_tok_s", "hf_generate_tok_s", "hf_static_tok_s", "ratio", "ours_peak_mib"} <= set(x) for x in r["ar"])
+        assert {(x["drafter"], x["k"]) for x in r["model"]["rows"]} == {(d, k) for d in ("draft_model", "eagle3") for k in (1, 2)}
+        assert r["meta"]["dtype"] == "bfloat16" and r["meta"]["device"] == "cpu"
+        assert "ours / best transformers" in (tmp_path / f"{name}.md").read_text()
+    qwen3 = json.loads((tmp_path / "gpu-cpu-qwen3-tiny.json").read_text())
+    assert "qwen3-tiny" in qwen3["meta"]["target"] and "--target" in qwen3["command"]
+    summary = (tmp_path / "gpu-cpu-summary.md").read_text()
+    assert "## gpu-cpu-micro" in summary and "## gpu-cpu-qwen3-tiny" in summary and "eagle3 best k" in summary
+
+
+def test_gpu_script_rejects_unknown_arguments():
+    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--fast"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--smoke" in res.stderr

@@ -1,0 +1,384 @@
+"""`wb bench`: rollout-generation benchmark, measured side by side in one process.
+
+Three tables, medians of ``repeats`` timed runs after one warm-up, fixed-length generation (EOS
+ignored) so every contender produces the same number of tokens. The contenders of each row run
+interleaved (ours, theirs, ours, theirs, ...), so load drifting on a shared machine hits both
+alike; the speedups of table 3 pair each speculative run with an autoregressive one the same way:
+
+1. ``ar``: our autoregressive engine vs transformers ``generate()`` at several batch sizes, plain
+   and at its strongest settings (static KV cache + ``torch.compile``: :mod:`workbench.bench.hf`).
+2. ``assisted``: our speculative engine (draft_model, k) vs transformers assisted generation
+   (``assistant_model``, batch 1 — its only supported batch size) vs our autoregressive engine.
+3. ``model``: per drafter and k at the GRPO batch size: measured α (fit to per-position
+   acceptance, rate_i ≈ α^(i+1)), measured c (the drafter's seconds per verification step inside a
+   real generation, per draft token, / target step), the target's forward cost as a function of
+   tokens in flight, the speedup the Leviathan et al. (arXiv 2211.17192) model predicts per row
+   with that cost curve, E[N] / (k·c + cost(k+1)/cost(1)), the same model over the batch's
+   simulated step count (the slowest row sets it: :func:`batch_predicted_speedup`), the measured
+   speedup and its ratio to the batch prediction (engine efficiency: what the engine's own
+   overheads — sampling, rejection, bookkeeping — leave of the modelled speedup).
+
+Every contender (our target and drafters, transformers' models, prompts, generators, the step-cost
+inputs) lives on ``model.device`` in ``model.dtype``. On CUDA each contender's peak memory is
+recorded too (:func:`measure`). Speed is measured, never asserted: tests check the structure of the
+results, not their values.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+import torch
+
+from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, setting_name, static_kwargs
+from workbench.grpo.trainer import resolve_device
+from workbench.models import load_model, resolve_model
+from workbench.models.tokenizer import encode_prompt
+from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
+from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
+from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.graphs import capture_sizes, cudagraph_skips
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.specs import ExperimentSpec
+from workbench.tasks.loading import load_task_data
+from workbench.timing import TimeSpent, timed
+
+
+@dataclass
+class BenchConfig:
+    batch_sizes: tuple[int, ...] = (1, 8, 64)
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
+    drafters: tuple[str, ...] = ("draft_model", "ngram")
+    max_new_tokens: int = 64
+    repeats: int = 3
+    model_batch: int = 64  # the GRPO batch (prompts_per_step * group_size) for the model table
+    hf: bool = True  # include transformers contenders
+    compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
+    hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
+    cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
+
+
+def fit_alpha(rates_per_pos: list[float]) -> float | None:
+    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`workbench.perf.analytic.alpha_from_per_position`);
+    None when no position was ever accepted."""
+    return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
+
+
+def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
+    """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
+    target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
+
+    A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
+    rows of their steps, simulated from the measured per-position acceptance rates (and the share
+    of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.perf.simulate.simulate_steps`;
+    per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
+    """
+    if counters.num_drafts == 0 or max_new_tokens < 2:
+        return None
+    emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
+    undrafted = max(0.0, emitted - counters.num_drafts * tokens_per_step(rates))
+    no_draft = undrafted / (counters.num_drafts + undrafted)
+    S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
+    return (max_new_tokens - 1) / (S * (k * c + verify_cost))
+
+
+class Timing(NamedTuple):
+    """One contender's measurement: median seconds per call, the last call's output, and its peak
+    CUDA memory in MiB (None off CUDA)."""
+
+    seconds: float
+    out: object
+    peak_mib: float | None
+
+
+def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:
+    """One device-synchronised call of ``fn`` (:func:`workbench.timing.timed`): seconds, output and,
+    on CUDA, the peak memory the call allocated above what was allocated before it (KV caches,
+    activations, compile workspaces and CUDA-graph pools; the resident weights are not counted),
+    in MiB, from ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``."""
+    if device is None or torch.device(device).type != "cuda":
+        return Timing(*timed(fn, device), None)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    dt, out = timed(fn, device)
+    return Timing(dt, out, (torch.cuda.max_memory_allocated(device) - before) / 2**20)
+
+
+def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
+                   first_peaks: dict[str, float | None] | None = None) -> dict[str, Timing]:
+    """Median seconds of each contender, run interleaved (A, B, A, B, ...) after one warm-up each,
+    so that load drifting on a shared machine hits every contender alike (side by side); each call
+    timed by :func:`measure` (``device`` synchronised around it). The peak memory is the largest of
+    the warm-up and timed calls and of ``first_peaks`` (a contender's earlier first call): a
+    compiled contender allocates its CUDA graphs in its first call."""
+    peaks: dict[str, list[float | None]] = {name: [measure(fn, device).peak_mib] for name, fn in fns.items()}
+    for name, peak in (first_peaks or {}).items():
+        if name in peaks and peak is not None:
+            peaks[name].append(peak)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    outs: dict[str, object] = {}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            m = measure(fn, device)
+            times[name].append(m.seconds)
+            peaks[name].append(m.peak_mib)
+            outs[name] = m.out
+    return {name: Timing(statistics.median(times[name]), outs[name],
+                         None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None)) for name in fns}
+
+
+@dataclass
+class Bench:
+    """The benchmark of ``spec`` (target, draft model, task prompts, sampling, ``model.device`` and
+    ``model.dtype``) with the tables of ``cfg``; :meth:`run` fills and returns ``results``.
+
+    Raises (on construction):
+        ValueError: an unknown preset or unreadable checkpoint folder (names model.target or
+            drafter.model), an unavailable CUDA device (names model.device), an unknown dtype.
+    """
+
+    spec: ExperimentSpec
+    cfg: BenchConfig
+    results: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        torch.manual_seed(self.spec.seed)
+        self._device = resolve_device(self.spec.model.device)
+        self.hf_compile = self._device.type == "cuda" if self.cfg.hf_compile is None else self.cfg.hf_compile
+        dev, dtype = str(self._device), self.spec.model.dtype
+        self.target_path = resolve_model(self.spec.model.target, what="model.target")
+        self.hf_target, self.tok = load_model(self.target_path, device=dev, dtype=dtype)
+        self.target = LeanLM.from_hf(self.hf_target, what="model.target")
+        if self.cfg.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use --device cuda")
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            self.target.enable_compile(self.cfg.cuda_graphs)
+        self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"), device=dev, dtype=dtype)
+        r = self.spec.rollout
+        self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
+        n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
+        rows = list(load_task_data(self.spec.task.name, "eval", n, self.spec.seed)["prompt"])
+        self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
+
+    @property
+    def device(self) -> torch.device:
+        """Where every contender runs (``model.device`` resolved), synchronised around each timing."""
+        return self._device
+
+    def _ar_engine(self) -> RolloutEngine:
+        """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes)."""
+        return RolloutEngine(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None)
+
+    def _engine(self, kind: str, k: int) -> RolloutEngine:
+        from workbench.drafter_init import drafter_as_run
+
+        ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
+        drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
+        eng = RolloutEngine(self.target, drafter, k=k)
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            eng.enable_compile(self.cfg.cuda_graphs)
+        return eng
+
+    def _ours(self, engine: RolloutEngine, prompts):
+        return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))
+
+    def _hf(self, prompts, extra: dict | None = None, assistant=None, k: int = 0):
+        return hf_generate(self.hf_target, prompts, self.tok.pad_token_id, self.sp, self.cfg.max_new_tokens, self.device,
+                           extra=extra, assistant=assistant, k=k)
+
+    def _hf_contenders(self, prompts) -> tuple[dict[str, Callable[[], object]], dict, dict[str, float | None]]:
+        """transformers' autoregressive contenders at this batch, each run once (compiling it):
+        ``hf_generate`` (plain ``generate()``) and ``hf_static`` (static cache, compiled when
+        ``hf_compile``: the first setting of :data:`workbench.bench.hf.COMPILE_SETTINGS` that runs,
+        else uncompiled); the info names the static setting used and the errors of those that failed;
+        the peaks are those of the first calls (MiB, None off CUDA)."""
+        settings = [*(COMPILE_SETTINGS if self.hf_compile else ()), None]
+        timer = lambda fn: measure(fn, self.device)  # noqa: E731
+        _, plain, errors, t_plain = first_working([("generate()", lambda: self._hf(prompts))], self.device, timer)
+        static_name, static, static_errors, t_static = first_working(
+            [(setting_name(s), lambda s=s: self._hf(prompts, extra=static_kwargs(s, self.device))) for s in settings], self.device, timer)
+        fns = {n: f for n, f in (("hf_generate", plain), ("hf_static", static)) if f is not None}
+        peaks = {n: t.peak_mib for n, t in (("hf_generate", t_plain), ("hf_static", t_static)) if t is not None}
+        return fns, {"hf_static_setting": static_name, "hf_errors": errors | static_errors}, peaks
+
+    # ------------------------------------------------------------------ tables
+
+    @torch.no_grad()
+    def run_ar(self) -> list[dict]:
+        """Rows per batch size: tokens/s of ours, of transformers' generate() plain and static, peak
+        memory of each (MiB; None off CUDA), ``ratio`` = ours / the best transformers contender and
+        ``ratio_generate`` = ours / plain generate() (speed ratios; None without transformers)."""
+        rows = []
+        for B in self.cfg.batch_sizes:
+            prompts = self.prompts[:B]
+            n_tok = B * self.cfg.max_new_tokens
+            fns = {"ours": self._ours(self._ar_engine(), prompts)}
+            row: dict = {"batch": B}
+            first: dict = {}
+            if self.cfg.hf:
+                hf_fns, info, first = self._hf_contenders(prompts)
+                fns |= hf_fns
+                row |= info
+            t = _paired_median(fns, self.cfg.repeats, self.device, first)
+            ours = t["ours"].seconds
+            row.update(ours_tok_s=n_tok / ours, ours_peak_mib=t["ours"].peak_mib)
+            if self.cfg.hf:
+                for name in ("hf_generate", "hf_static"):
+                    row[f"{name}_tok_s"] = n_tok / t[name].seconds if name in t else None
+                    row[f"{name}_peak_mib"] = t[name].peak_mib if name in t else None
+                best = min((t[n].seconds for n in ("hf_generate", "hf_static") if n in t), default=None)
+                row["ratio"] = best / ours if best is not None else None
+                row["ratio_generate"] = t["hf_generate"].seconds / ours if "hf_generate" in t else None
+            rows.append(row)
+        return rows
+
+    @torch.no_grad()
+    def run_assisted(self) -> list[dict]:
+        """Rows per k at batch 1: ours speculative (draft_model) and autoregressive, transformers
+        assisted generation (``hf_assisted_error`` if it raised), tokens/s and peak memory (MiB)."""
+        prompts = self.prompts[:1]
+        n_tok = self.cfg.max_new_tokens
+        ar = self._ours(self._ar_engine(), prompts)
+        rows = []
+        for k in self.cfg.ks:
+            fns = {"spec": self._ours(self._engine("draft_model", k), prompts), "ar": ar}
+            errors: dict = {}
+            first: dict = {}
+            if self.cfg.hf:
+                _, assisted, errors, t0 = first_working([("assisted", lambda: self._hf(prompts, assistant=self.hf_draft, k=k))], self.device,
+                                                        lambda fn: measure(fn, self.device))
+                if assisted is not None:
+                    fns["assisted"], first["assisted"] = assisted, t0.peak_mib
+            t = _paired_median(fns, self.cfg.repeats, self.device, first)
+            t_spec = t["spec"].seconds
+            row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"].seconds,
+                   "acceptance_length": t["spec"].out.counters.metrics().get("spec/acceptance_length"),
+                   "ours_spec_peak_mib": t["spec"].peak_mib}
+            if self.cfg.hf:
+                a = t.get("assisted")
+                row.update(hf_assisted_tok_s=n_tok / a.seconds if a else None, ratio=a.seconds / t_spec if a else None,
+                           hf_assisted_peak_mib=a.peak_mib if a else None, hf_assisted_error=errors.get("assisted"))
+            rows.append(row)
+        return rows
+
+    @torch.no_grad()
+    def step_costs(self, B: int, max_t: int) -> dict:
+        """Median seconds of one target forward with T = 1..max_t tokens per row (+ sampling), and
+        of one draft-model step (T = 1), at batch B over a ~prompt-length cache, on the bench's device."""
+        ctx, dev = 48, self.device
+        def target_fwd(T):
+            cache = self.target.new_cache(B, ctx + max_t + 1)
+            x = torch.randint(3, self.target.cfg.vocab_size, (B, T), device=dev)
+            start = torch.full((B,), ctx, device=dev)
+            return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
+        draft = LeanLM.from_hf(self.hf_draft, what="drafter.model")
+        if self.cfg.compile or self.cfg.cuda_graphs:
+            draft.enable_compile(self.cfg.cuda_graphs)
+        dcache = draft.new_cache(B, ctx + 2)
+        x1 = torch.randint(3, draft.cfg.vocab_size, (B, 1), device=dev)
+        start = torch.full((B,), ctx, device=dev)
+        gen = torch.Generator(dev).manual_seed(0)
+        draft_step = lambda: sample(probs_from_logits(draft(x1, start, dcache)[0][:, 0], self.sp), gen)  # noqa: E731
+        # every point of the curve and the draft step interleaved: drift on a shared machine moves
+        # them together instead of bending the curve
+        t = _paired_median({**{T: target_fwd(T) for T in range(1, max_t + 1)}, "draft": draft_step}, max(self.cfg.repeats, 5) * 3, dev)
+        return {"target_curve_s": {T: t[T].seconds for T in range(1, max_t + 1)}, "draft_step_s": t["draft"].seconds}
+
+    @torch.no_grad()
+    def run_model(self) -> dict:
+        B = self.cfg.model_batch
+        prompts = self.prompts[:B]
+        costs = self.step_costs(B, max(self.cfg.ks) + 1)
+        t1 = costs["target_curve_s"][1]
+        ar = self._ours(self._ar_engine(), prompts)
+        ar_times, ar_peaks = [], []
+        rows = []
+        for kind in self.cfg.drafters:
+            for k in self.cfg.ks:
+                eng = self._engine(kind, k)
+                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device)  # speedup side by side
+                t_spec, out, t_ar = t["spec"].seconds, t["spec"].out, t["ar"].seconds
+                ar_times.append(t_ar)
+                ar_peaks.append(t["ar"].peak_mib)
+                m = out.counters.metrics()
+                rates = [m[f"spec/acceptance_rate_pos_{i}"] for i in range(k) if f"spec/acceptance_rate_pos_{i}" in m]
+                alpha = fit_alpha(rates)
+                # c: the drafter's seconds per verification step inside a real generation (propose +
+                # accept, every kind alike), per draft token, in target steps
+                c = self._drafter_cost(eng, prompts) / t1 / k
+                verify = costs["target_curve_s"][k + 1] / t1
+                per_row = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
+                pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
+                meas = t_ar / t_spec
+                rows.append({
+                    "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
+                    "acceptance_length": m.get("spec/acceptance_length"), "predicted_per_row": per_row,
+                    "predicted_speedup": pred, "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
+                    "spec_tok_s": B * self.cfg.max_new_tokens / t_spec, "spec_peak_mib": t["spec"].peak_mib,
+                })
+        ar_gen_s = statistics.median(ar_times) if ar_times else None
+        return {"batch": B, "ar_gen_s": ar_gen_s, "ar_tok_s": B * self.cfg.max_new_tokens / ar_gen_s if ar_gen_s else None,
+                "ar_peak_mib": max(ar_peaks) if ar_peaks and ar_peaks[0] is not None else None,
+                "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
+
+    def _drafter_cost(self, eng: RolloutEngine, prompts) -> float:
+        """Seconds the drafter spends per verification step (propose + accept), timed inside a real
+        generation at this batch (EOS ignored, so the batch stays full); median over repeats."""
+        d = eng.drafter
+        spent = TimeSpent(self.device)
+        d.propose, d.accept = spent.wrap(d.propose), spent.wrap(d.accept)
+        try:
+            per_step = []
+            for _ in range(max(self.cfg.repeats, 3)):
+                spent.seconds = 0.0
+                out = eng.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))
+                per_step.append(spent.seconds / max(out.counters.num_verify_steps, 1))
+        finally:
+            del d.propose, d.accept
+        return statistics.median(per_step)
+
+    def run(self, progress: Callable[[str], None] = lambda s: None) -> dict:
+        resident = torch.cuda.memory_allocated(self.device) / 2**20 if self.device.type == "cuda" else None
+        progress("autoregressive vs transformers generate()")
+        self.results["ar"] = self.run_ar()
+        progress("speculative vs transformers assisted generation")
+        self.results["assisted"] = self.run_assisted()
+        progress("performance model per drafter and k")
+        self.results["model"] = self.run_model()
+        self.results["meta"] = machine_info(self.device) | {
+            "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
+            "repeats": self.cfg.repeats, "compile": self.cfg.compile, "cuda_graphs": self.cfg.cuda_graphs,
+            "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
+            "resident_mib": resident, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
+        }
+        return self.results
+
+
+def device_slug(device: torch.device | str) -> str:
+    """A file-name-safe name of ``device``: ``cpu``, or the CUDA device's name (e.g. ``nvidia-h100-80gb-hbm3``)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return dev.type
+    name = torch.cuda.get_device_name(dev).lower()
+    return "-".join("".join(ch if ch.isalnum() else " " for ch in name).split())
+
+
+def machine_info(device: torch.device | str = "cpu") -> dict:
+    """Where the bench ran: ``device`` (``cpu`` or ``cuda: <name>``), CPU, thread count, versions, date."""
+    dev = torch.device(device)
+    name = f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type
+    import transformers
+
+    return {
+        "device": name, "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }

@@ -1,0 +1,47 @@
+"""Online drafter adaptation (``drafter.online``): the drafter keeps learning from the GRPO rollouts.
+
+DESIGN.md §5: the draft_train stage trains the drafter on the step's captured rollouts (the target's
+hidden states and logits, detached), from a FIFO buffer, with its own optimiser; the policy's
+gradients and weights are never touched (tests/test_drafter_init_online.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from drafters.chain import DraftBatch
+from drafters.training import DraftBuffer, DraftOptimizer, evaluate
+
+
+class OnlineAdaptation:
+    """Online drafter adaptation (``drafter.online``): a FIFO buffer of captured rollouts and a
+    persistent drafter optimiser. Each update first measures the drafter on the step's fresh
+    rollouts (held out: not yet trained on), then adds them to the buffer and trains on it.
+
+    Raises:
+        ValueError: the drafter kind has no weights to adapt (names drafter.online.enabled).
+    """
+
+    def __init__(self, drafter, spec, seed: int):
+        if not drafter.trainable:
+            raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
+                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
+        self.drafter, self.spec = drafter, spec
+        self.buffer = DraftBuffer(spec.buffer_size)
+        self.opt = DraftOptimizer(drafter, spec.lr)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def update(self, step: int, batch: DraftBatch) -> dict[str, float]:
+        """``draft/top1_agreement``/``draft/heldout_loss`` on ``batch`` before training on it, then
+        ``spec.steps`` optimiser steps on the buffer (every ``spec.every`` GRPO steps): ``draft/loss``."""
+        out: dict[str, float] = {}
+        due = step % self.spec.every == 0
+        if due:
+            ev = evaluate(self.drafter, batch)
+            out = {"draft/top1_agreement": ev["draft/top1_agreement"], "draft/heldout_loss": ev["draft/loss"]}
+        self.buffer.add(batch)
+        if due:
+            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))["draft/loss"] for _ in range(self.spec.steps)]
+            out["draft/loss"] = sum(losses) / len(losses)
+            out["draft/buffer_size"] = float(len(self.buffer))
+        return out
