@@ -215,11 +215,11 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
 
     crash = {"k": 2}
 
-    def fake_run(spec, console=None, progress=True, parent_run_id=None, tags=None, summary=True):
+    def fake_run(spec, console=None, progress=True, parent_run_id=None, tags=None, summary=True, on_step=None, run_id=None):
         t = spec.tracking
         hist = []
         gen = 1.0 if spec.drafter.kind == "none" else 1.0 / (1 + spec.drafter.k)
-        with Tracker(t.tracking_uri, t.experiment, run_name=t.run_name, tags=tags, parent_run_id=parent_run_id) as tr:
+        with Tracker(t.tracking_uri, t.experiment, run_name=t.run_name, tags=tags, parent_run_id=parent_run_id, run_id=run_id) as tr:
             tr.log_params(spec.flat_params())
             if spec.drafter.kind != "none" and spec.drafter.k == crash["k"]:
                 raise RuntimeError("boom")

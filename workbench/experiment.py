@@ -1,8 +1,9 @@
 """`wb run`: one experiment = one GRPO training run = one MLflow run, with Rich progress.
 
 Orchestration only: the maths lives in workbench/grpo and workbench/rollout. Models and data are
-prepared (built if missing) *before* the MLflow run opens, so a run's timings never include a
-model build; a crash or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
+prepared (built if missing) *before* the MLflow run opens (a sweep point's run, its claim, is opened
+earlier: `workbench.sweep.claims`), so a run's logged timings never include a model build; a crash
+or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def run_experiment(
     tags: dict[str, str] | None = None,
     summary: bool = True,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Train ``spec.grpo.steps`` GRPO steps, logging every metric to MLflow; return the history.
 
     ``parent_run_id`` makes the MLflow run a child (one point of a sweep or one trial of a study);
-    ``tags`` are added to the run. ``on_step(step, metrics)`` is called after each step's metrics
+    ``tags`` are added to the run; ``run_id`` logs into that existing RUNNING run (a sweep point's
+    claim, opened before the models are prepared) instead of a new one. ``on_step(step, metrics)`` is called after each step's metrics
     are logged; if it raises, the run ends: :class:`EarlyStop` -> FINISHED with tag
     ``workbench.stopped_early=true`` (then re-raised), anything else -> FAILED/KILLED. Raises whatever the trainer raises (ValueError for bad input
     found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
@@ -92,7 +95,7 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     tracker = Tracker(
         t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled,
-        tags=tags, parent_run_id=parent_run_id,
+        tags=tags, parent_run_id=parent_run_id, run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)
     with tracker:

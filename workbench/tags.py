@@ -1,7 +1,8 @@
 """The MLflow tags the workbench writes (tracking, sweep, tune) and reads (runs, report, ui): one schema.
 
 Sweeps: a parent run tagged ``workbench.sweep`` = name and role ``parent``; one child per point (role
-``point``) with the hash of its resolved spec and one ``workbench.axis.<key>`` tag per axis. Studies:
+``point``) with the hash of its resolved spec and one ``workbench.axis.<key>`` tag per axis; the worker
+that claimed it and its heartbeat (`workbench.sweep.claims`). Studies:
 a parent tagged ``workbench.study``; one child per trial. Children carry MLflow's own
 ``mlflow.parentRunId``, which the MLflow UI uses to nest them.
 """
@@ -12,6 +13,10 @@ TAG_SWEEP = "workbench.sweep"  # sweep name, on the parent and every child
 TAG_ROLE = "workbench.sweep.role"  # "parent" | "point"
 TAG_POINT = "workbench.sweep.point"  # hash of the point's resolved spec (children)
 TAG_AXIS = "workbench.axis."  # + dotted key: the point's value (children) / all values (parent)
+TAG_WORKER = "workbench.sweep.worker"  # host:pid:id of the `wb sweep` process that claimed the point
+TAG_HEARTBEAT = "workbench.sweep.heartbeat"  # unix seconds, refreshed while the point runs
+TAG_STALE = "workbench.sweep.stale"  # why a claim was failed as its worker's (heartbeat too old)
+TAG_ERROR = "workbench.sweep.error"  # what a failed point raised (read by the other workers)
 
 TAG_STUDY = "workbench.study"  # Optuna study name, on the parent and every trial
 TAG_TUNE_ROLE = "workbench.tune.role"  # "parent" | "trial" | "duplicate"

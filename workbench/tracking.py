@@ -74,6 +74,8 @@ class Tracker:
         tags: extra run tags (values stringified, None dropped).
         parent_run_id: makes this a child run (``mlflow.parentRunId`` tag), e.g. one trial of a sweep.
         artifact_location: where a *newly created* experiment stores artifacts (None: MLflow default).
+        run_id: log into this existing RUNNING run instead of creating one (a sweep point's claim,
+            `workbench.sweep.claims`); ``tags`` are added to it, ``run_name`` is ignored.
 
     Exit status: FINISHED on normal exit, KILLED on KeyboardInterrupt, FAILED on any other
     exception; the exception is re-raised and what was logged before stays.
@@ -88,6 +90,7 @@ class Tracker:
         tags: Mapping[str, Any] | None = None,
         parent_run_id: str | None = None,
         artifact_location: str | None = None,
+        run_id: str | None = None,
     ):
         self._tracking_uri = resolve_tracking_uri(tracking_uri)
         self.experiment = experiment
@@ -97,6 +100,7 @@ class Tracker:
         if parent_run_id:
             self.tags[PARENT_RUN_TAG] = parent_run_id
         self.artifact_location = artifact_location
+        self._attach = run_id
         self._client = None
         self._run_id: str | None = None
         self.experiment_id: str | None = None
@@ -146,6 +150,14 @@ class Tracker:
         _quiet_mlflow()  # after the import: importing mlflow configures its loggers
 
         self._client = MlflowClient(tracking_uri=self._tracking_uri)
+        if self._attach:
+            from mlflow.entities import RunTag
+
+            self.experiment_id = self._client.get_run(self._attach).info.experiment_id
+            self._run_id = self._attach
+            if self.tags:
+                self._client.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in self.tags.items()])
+            return self
         self.experiment_id = self._get_or_create_experiment()
         run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=self.tags)
         self._run_id = run.info.run_id

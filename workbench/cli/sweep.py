@@ -22,9 +22,15 @@ def sweep(
     repeats: int = typer.Option(1, "--repeats", min=1, help="Run every point with N seeds (seed, seed+1, ...); the table pools them."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit; nothing runs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (point lines and the results table still print)."),
+    claim_timeout: float = typer.Option(
+        60.0, "--claim-timeout", min=5.0,
+        help="Seconds without a heartbeat after which another worker's claimed point counts as abandoned (its worker died) and is run again. Give every worker the same value.",
+    ),
 ) -> None:
     """Sweep a grid of experiments; each speculative point measures its speedup paired with autoregressive
     generation of the same prompts in the same steps (95 % CI), and a best point is named only when its CI clears the rest.
+
+    Workers: start several wb sweep with the same arguments and --name (one machine or several, one MLflow store: tracking.tracking_uri=http://host:5000 for an MLflow server with a database backend). Each point is claimed by one worker (a RUNNING child run with a heartbeat) and run once; a worker killed mid-point leaves a claim that goes stale after --claim-timeout and is run again by another worker or a re-run. Each worker waits for the others' points, then prints the same table, read from MLflow.
 
     Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
     """
@@ -39,7 +45,7 @@ def sweep(
         console.print(plan_table(plan, f"sweep plan: {len(plan.points)} points (dry run: nothing runs)"))
         return
     try:
-        res = run_sweep(plan, name=name, console=console, progress=not quiet)
+        res = run_sweep(plan, name=name, console=console, progress=not quiet, claim_timeout=claim_timeout)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name {name or '<the sweep name above>'}[/]")
         raise typer.Exit(130)

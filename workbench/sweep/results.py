@@ -55,7 +55,8 @@ def speedup(baseline_s: float | None, point_s: float | None) -> float | None:
 
 @dataclass
 class Outcome:
-    """What happened to one point: status ``ok`` | ``skipped`` (finished earlier) | ``failed``.
+    """What happened to one point: status ``ok`` | ``skipped`` (finished earlier) | ``other`` (run by
+    another worker of the sweep meanwhile) | ``failed``.
     ``history``: its per-step metrics (as logged); ``warmup``: its measure.warmup_steps."""
 
     point: Any  # workbench.sweep.Point
@@ -168,7 +169,7 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
         first, last = r.mean("spec/acceptance_length_first"), r.mean("spec/acceptance_length_last")
         failed = [o for o in r.outcomes if o.status == "failed"]
         statuses = sorted({o.status for o in r.outcomes})
-        status = " ".join({"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]"}.get(s, "[red]FAILED[/]") for s in statuses)
+        status = " ".join({"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]", "other": "[cyan]other worker[/]"}.get(s, "[red]FAILED[/]") for s in statuses)
         if failed:
             status += " " + (failed[0].error or "")
         table.add_row(

@@ -1,17 +1,18 @@
-"""Running a sweep: every point (baselines first) as a child of one MLflow parent run, resumable by name."""
+"""Running a sweep: every point (baselines first) as a child of one MLflow parent run, resumable by name,
+shared by any number of workers with the same name (claims: `workbench.sweep.claims`)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from workbench.sweep.grid import SweepPlan
+from workbench.sweep.claims import CLAIM_TIMEOUT_S, POLL_S, SETTLE_S, ClaimLost, Heartbeat, PointState, claim_point, worker_id
+from workbench.sweep.grid import Point, SweepPlan
 from workbench.sweep.results import Outcome, results_json, sweep_rows
 from workbench.sweep.store import SweepStore
-from workbench.tags import TAG_AXIS, TAG_POINT, TAG_ROLE, TAG_SWEEP
+from workbench.tags import TAG_AXIS, TAG_ERROR, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP, TAG_WORKER
 
 
 def default_sweep_name(plan: SweepPlan) -> str:
@@ -25,61 +26,183 @@ class SweepResult:
     outcomes: list[Outcome]
     status: str  # FINISHED | FAILED | KILLED
     tracking_uri: str | None = None
+    ran: int = 0  # points this worker ran
 
 
-def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None = None, progress: bool = True) -> SweepResult:
+@dataclass
+class _Worker:
+    """One `wb sweep` process's part in a (possibly shared) sweep."""
+
+    plan: SweepPlan
+    name: str
+    store: SweepStore
+    console: Console
+    progress: bool
+    timeout: float
+    settle_s: float
+    poll_s: float
+    id: str = field(default_factory=worker_id)
+    since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    mine: set[str] = field(default_factory=set)  # run ids this worker ran
+    errors: dict[str, str] = field(default_factory=dict)  # point key -> what it raised here
+    first_seen: dict[str, str] = field(default_factory=dict)  # point key -> skipped (started before this worker) | other
+
+    def tags(self, p: Point) -> dict[str, str]:
+        tags = {TAG_SWEEP: self.name, TAG_ROLE: "point", TAG_POINT: p.key, "workbench.sweep.baseline": str(p.is_baseline).lower()}
+        tags.update({TAG_AXIS + a.key: p.display(a) for a in self.plan.axes})
+        return tags
+
+    def work(self) -> None:
+        """Passes over the points, claiming each open one, until every point is done or failed in
+        this worker's time; between passes with nothing to claim it waits ``poll_s`` for the live
+        claims of other workers (and takes over those that go stale)."""
+        n, settled, told, waiting = len(self.plan.points), set(), set(), False
+        while len(settled) < n:
+            ran = False
+            for i, p in enumerate(self.plan.points, 1):
+                if p.key in settled:
+                    continue
+                label = p.label(self.plan.axes)
+                st = claim_point(self.store, p.key, f"{self.name}: {label}", self.tags(p), self.id, self.since_ms,
+                                 self.timeout, self.settle_s)
+                if st.kind in ("done", "failed"):
+                    settled.add(p.key)
+                    if st.run.run_id not in self.mine:
+                        self._note(i, label, p, st)
+                elif st.kind == "busy" and p.key not in told:
+                    told.add(p.key)
+                    self.console.print(f"[{i}/{n}] {label}: claimed by worker {st.run.tags.get(TAG_WORKER, '?')}, moving on")
+                elif st.kind == "claimed":
+                    ran = True
+                    self.run_point(i, label, p, st)
+            if len(settled) < n and not ran:
+                if not waiting:
+                    self.console.print(f"waiting for {n - len(settled)} points claimed by other workers")
+                    waiting = True
+                time.sleep(self.poll_s)
+
+    def _note(self, i: int, label: str, p: Point, st: PointState) -> None:
+        n, who = len(self.plan.points), st.run.tags.get(TAG_WORKER, "?")
+        if st.kind == "failed":
+            self.console.print(f"[{i}/{n}] {label}: [red]failed[/] in worker {who}: {st.run.tags.get(TAG_ERROR, '?')}")
+        elif st.run.start_time < self.since_ms:  # started before this worker: a resumed sweep's
+            self.first_seen[p.key] = "skipped"
+            self.console.print(f"[{i}/{n}] {label}: [cyan]skipped[/] (finished in run {st.run.run_id})")
+        else:
+            self.first_seen[p.key] = "other"
+            self.console.print(f"[{i}/{n}] {label}: [cyan]done[/] by worker {who} (run {st.run.run_id})")
+
+    def run_point(self, i: int, label: str, p: Point, st: PointState) -> None:
+        """Run a claimed point into its claim run, the heartbeat beating; a point that raises ends FAILED
+        (tagged with the error, for the other workers) and the sweep goes on."""
+        from workbench.experiment import run_experiment
+
+        run_id = st.run.run_id
+        self.mine.add(run_id)
+        took = "".join(f" (took over: {r.tags.get(TAG_STALE, 'stale')})" for r in st.stale)
+        self.console.print(f"[{i}/{len(self.plan.points)}] [bold]{label}[/]{took}")
+        spec = p.spec.model_copy(deep=True)
+        spec.tracking.run_name = f"{self.name}: {label}"
+        beat = Heartbeat(self.store.client, run_id, self.timeout / 4)
+        try:
+            with beat:
+                run_experiment(spec, console=self.console, progress=self.progress, parent_run_id=self.store.parent_id,
+                               tags=self.tags(p), summary=False, on_step=beat.check, run_id=run_id)
+        except ClaimLost as e:
+            self.console.print(f"[yellow]{label}: {e}[/]")
+        except KeyboardInterrupt:
+            self.store.end_claim(run_id, "KILLED", {})
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
+            self.errors[p.key] = f"{type(e).__name__}: {e}"
+            self.store.end_claim(run_id, "FAILED", {TAG_ERROR: self.errors[p.key]})
+            self.console.print(f"[red]point failed[/] ({label}): {self.errors[p.key]}")
+
+    def outcomes(self) -> list[Outcome]:
+        """Every point as the store has it now (the same for every worker): its FINISHED run, else failed."""
+        finished = self.store.finished_children()
+        out = []
+        for p in self.plan.points:
+            r, warmup = finished.get(p.key), p.spec.measure.warmup_steps
+            if r is not None:
+                status = "ok" if r.run_id in self.mine else self.first_seen.get(p.key, "other")
+                out.append(Outcome(p, status, r.run_id, r.steps(), warmup))
+                continue
+            error = self.errors.get(p.key)
+            if error is None:
+                failed = [x for x in self.store.point_runs(p.key) if TAG_ERROR in x.tags]
+                error = failed[-1].tags[TAG_ERROR] if failed else "not finished"
+            out.append(Outcome(p, "failed", error=error))
+        return out
+
+    def log_unpaired(self, outcomes: list[Outcome]) -> None:
+        """``speedup/*_unpaired`` on this worker's unpaired points, against the baseline whoever ran it."""
+        for o in outcomes:
+            if o.status == "ok" and not o.point.is_baseline:
+                pair = [x for x in outcomes if x.point.key in (o.point.key, o.point.baseline_key)]
+                row = next(r for r in sweep_rows(pair) if not r.point.is_baseline)
+                self.store.log_unpaired(row, o)
+
+
+def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None = None, progress: bool = True,
+              claim_timeout: float = CLAIM_TIMEOUT_S, settle_s: float = SETTLE_S, poll_s: float = POLL_S) -> SweepResult:
     """Run every point of ``plan`` (baselines first) as a child of one MLflow parent run.
 
-    A point that raises is logged, marked failed (its child run is FAILED) and the sweep goes on;
-    the parent ends FINISHED if every point is done, FAILED if any failed. KeyboardInterrupt marks
-    the parent KILLED, logs the partial ``results.json`` and is re-raised. With a ``name`` used
-    before (same experiment), the earlier parent is resumed and its FINISHED points are skipped.
-    With ``tracking.enabled: false`` nothing is logged and nothing can be resumed.
+    A point that raises is logged, marked failed (its child run is FAILED) and the sweep goes on.
+    With a ``name`` used before (same experiment), the parent is resumed and its FINISHED points are
+    skipped. Several processes with one name share the sweep: each point is claimed by one worker
+    (`workbench.sweep.claims`; a claim whose heartbeat is older than ``claim_timeout`` s is taken
+    over), a worker with nothing left to claim waits for the others' live claims, then every worker
+    writes the same ``results.json`` read back from the store and ends the parent FINISHED if every
+    point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
+    parent KILLED (a worker still running later ends it again) and is re-raised. With
+    ``tracking.enabled: false`` nothing is logged, claimed or resumable.
     """
-    from workbench.experiment import run_experiment
-
     console = console or Console()
     name = name or default_sweep_name(plan)
-    store = SweepStore(plan.base, name) if plan.base.tracking.enabled else None
-    done: dict[str, Any] = {}  # point hash -> finished child run (resume)
-    if store:
-        tags = {TAG_SWEEP: name, TAG_ROLE: "parent", "workbench.spec": plan.base.name, "workbench.sweep.points": str(len(plan.points)),
-                "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed)}
-        tags.update({TAG_AXIS + a.key: ",".join(a.values) for a in plan.axes})
-        store.open_parent(tags)
-        done = store.finished_children() if store.resumed else {}
-        console.print(f"sweep [bold]{name}[/]: {len(plan.points)} points" + (f", resuming ({len(done)} already finished)" if store.resumed else ""))
-
-    outcomes: list[Outcome] = []
-    status = "FAILED"
+    if not plan.base.tracking.enabled:
+        return _run_alone(plan, name, console, progress)
+    if claim_timeout <= 2 * settle_s:
+        raise ValueError(f"claim timeout {claim_timeout:g} s must exceed twice the settle time ({settle_s:g} s)")
+    store = SweepStore.open(plan.base, name)
+    store.settle_s = settle_s
+    tags = {TAG_SWEEP: name, TAG_ROLE: "parent", "workbench.spec": plan.base.name, "workbench.sweep.points": str(len(plan.points)),
+            "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed)}
+    tags.update({TAG_AXIS + a.key: ",".join(a.values) for a in plan.axes})
+    store.open_parent(tags)
+    w = _Worker(plan, name, store, console, progress, claim_timeout, settle_s, poll_s)
+    done = len(store.finished_children(histories=False)) if store.resumed else 0
+    console.print(f"sweep [bold]{name}[/]: {len(plan.points)} points" + (f", resuming ({done} already finished)" if store.resumed else "")
+                  + f"; worker {w.id}")
+    status, outcomes = "FAILED", []
     try:
-        for i, p in enumerate(plan.points, 1):
-            label = p.label(plan.axes)
-            if p.key in done:
-                o = Outcome(p, "skipped", done[p.key].run_id, done[p.key].steps(), p.spec.measure.warmup_steps)
-                console.print(f"[{i}/{len(plan.points)}] {label}: [cyan]skipped[/] (finished in run {o.run_id})")
-            else:
-                console.print(f"[{i}/{len(plan.points)}] [bold]{label}[/]")
-                spec = p.spec.model_copy(deep=True)
-                spec.tracking.run_name = f"{name}: {label}"
-                tags = {TAG_SWEEP: name, TAG_ROLE: "point", TAG_POINT: p.key, "workbench.sweep.baseline": str(p.is_baseline).lower()}
-                tags.update({TAG_AXIS + a.key: p.display(a) for a in plan.axes})
-                try:
-                    r = run_experiment(spec, console=console, progress=progress, parent_run_id=store and store.parent_id,
-                                       tags=tags, summary=False)
-                    o = Outcome(p, "ok", r.run_id, r.history, p.spec.measure.warmup_steps)
-                except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
-                    o = Outcome(p, "failed", error=f"{type(e).__name__}: {e}")
-                    console.print(f"[red]point failed[/] ({label}): {o.error}")
-            outcomes.append(o)
-            if store and o.status == "ok" and not p.is_baseline:  # baselines run first: known by now
-                row = next(r for r in sweep_rows([x for x in outcomes if x.point.key in (p.key, p.baseline_key)]) if not r.point.is_baseline)
-                store.log_unpaired(row, o)
-        status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
+        w.work()
+        status = "DONE"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        if store:
-            store.close(status, results_json(name, plan, outcomes))
-    return SweepResult(name, store and store.parent_id, outcomes, status, store and store.tracking_uri)
+        outcomes = w.outcomes()
+        if status == "DONE":
+            status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
+        w.log_unpaired(outcomes)
+        store.close(status, results_json(name, plan, outcomes))
+    return SweepResult(name, store.parent_id, outcomes, status, store.tracking_uri, len(w.mine))
+
+
+def _run_alone(plan: SweepPlan, name: str, console: Console, progress: bool) -> SweepResult:
+    """``tracking.enabled: false``: every point once, in this process, nothing logged."""
+    from workbench.experiment import run_experiment
+
+    outcomes = []
+    for i, p in enumerate(plan.points, 1):
+        label = p.label(plan.axes)
+        console.print(f"[{i}/{len(plan.points)}] [bold]{label}[/]")
+        try:
+            r = run_experiment(p.spec.model_copy(deep=True), console=console, progress=progress, summary=False)
+            outcomes.append(Outcome(p, "ok", r.run_id, r.history, p.spec.measure.warmup_steps))
+        except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
+            outcomes.append(Outcome(p, "failed", error=f"{type(e).__name__}: {e}"))
+            console.print(f"[red]point failed[/] ({label}): {outcomes[-1].error}")
+    status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
+    return SweepResult(name, None, outcomes, status, None, len(outcomes))

@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from workbench.sweep.store import SweepStore
+from workbench.sweep.store import SweepStore, retried
 from workbench.specs import SpecError
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
@@ -70,7 +70,7 @@ class _StudyStore(SweepStore):
                 self.client.set_tag(mine, "workbench.tune.duplicate_of", self.parent_id)
                 self.client.set_terminated(mine, status="FINISHED")
         for k, v in tags.items():
-            self.client.set_tag(self.parent_id, k, v)
+            retried(self.client.set_tag, self.parent_id, k, v)  # two workers tagging one parent race (retried)
 
     def log(self, run_id: str | None, metrics: dict[str, float | None], step: int) -> None:
         from mlflow.entities import Metric
@@ -82,25 +82,8 @@ class _StudyStore(SweepStore):
 
 
 def _open_store(plan: TunePlan) -> _StudyStore:
-    """The study's MLflow store. Workers started together on a new sqlite MLflow store would race
-    through its schema migrations (the loser raises alembic's "expected to match one row"), so on
-    sqlite the first opening is serialized by a file lock (filelock, a dependency of torch) in the
-    temp folder, keyed by the database path: sqlite files are shared on one machine only."""
-    import hashlib
-    import tempfile
-
-    from filelock import FileLock
-    from sqlalchemy.engine import make_url
-
-    from workbench.tracking import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(plan.base.tracking.tracking_uri)
-    db = make_url(uri).database if uri.startswith("sqlite:") else None
-    if not db or db == ":memory:":
-        return _StudyStore(plan.base, plan.name)
-    key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
-    with FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600):
-        return _StudyStore(plan.base, plan.name)
+    """The study's MLflow store, opened under the sqlite file lock that sweeps use (`SweepStore.open`)."""
+    return _StudyStore.open(plan.base, plan.name)
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -235,7 +218,7 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
         if store:
             best = best_trial(final)
             if best is not None:
-                store.client.set_tag(store.parent_id, "workbench.tune.best_trial", str(best.number))
+                retried(store.client.set_tag, store.parent_id, "workbench.tune.best_trial", str(best.number))
                 store.log(store.parent_id, {"tune/best_objective": best.value}, step=best.number)
             store.close(status, results_json(plan, final))
     return TuneResult(plan.name, final, store and store.parent_id, store and store.tracking_uri, status, ran)
