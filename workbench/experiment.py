@@ -78,13 +78,14 @@ def run_experiment(
     console = console or Console()
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
     try:
-        return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step)
+        return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step, run_id)
     finally:
         trainer.close()  # the rollout worker of asynchronous GRPO, if any
 
 
 def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
-         tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None) -> RunResult:
+         tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None,
+         run_id: str | None = None) -> RunResult:
     # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
     costs = build_modeled(spec, trainer.rollout_model, trainer.drafter,
                           [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
