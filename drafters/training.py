@@ -163,7 +163,8 @@ class DraftOptimizer:
     10 % of lr (:func:`workbench.models.schedule.warmup_cosine`, transformers' schedule); without
     (None, as online adaptation uses), a constant lr."""
 
-    def __init__(self, drafter: Drafter, lr: float, total_steps: int | None = None, warmup: int = 10, max_grad_norm: float = 1.0):
+    def __init__(self, drafter: Drafter, lr: float, total_steps: int | None = None, warmup: int = 10, max_grad_norm: float = 1.0,
+                 reduce_grads: Callable[[list[torch.nn.Parameter]], None] | None = None):
         if not drafter.trainable:
             raise ValueError(f"drafter.kind: {drafter.kind!r} has nothing to train; init/online need draft_model, mtp or eagle3")
         self.drafter = drafter
@@ -173,12 +174,15 @@ class DraftOptimizer:
         self.opt = MasterAdamW(self.params, lr=lr, weight_decay=0.0)
         self.sched = warmup_cosine(self.opt.adamw, warmup, total_steps) if total_steps is not None else None
         self.max_grad_norm = max_grad_norm
+        self.reduce_grads = reduce_grads  # e.g. an all-reduce mean over data-parallel ranks, before clipping
 
     def step(self, batch: DraftBatch) -> dict[str, float]:
         self.opt.zero_grad(set_to_none=True)
         with torch.enable_grad():
             loss, stats = self.drafter.draft_loss(batch)
             loss.backward()
+        if self.reduce_grads is not None:
+            self.reduce_grads(self.params)
         torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.opt.step()
         if self.sched is not None:

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from workbench.grpo.trainer import GRPOTrainer, sequence_logprobs
+from workbench.grpo.batch import sequence_logprobs
+from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import load_spec
 

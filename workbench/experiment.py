@@ -8,6 +8,7 @@ or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ def run_experiment(
     found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
     """
     console = console or Console()
+    progress = progress and os.environ.get("RANK", "0") == "0"  # data-parallel ranks: rank 0 shows progress
     trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
     try:
         return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step, run_id)
@@ -87,15 +89,23 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
          tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None,
          run_id: str | None = None) -> RunResult:
     # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
-    costs = build_modeled(spec, trainer.rollout_model, trainer.drafter,
-                          [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
+    with trainer.main_first():
+        costs = build_modeled(spec, trainer.rollout_model, trainer.drafter,
+                              [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+    if trainer.dp is not None and not trainer.dp.is_main:  # rank 0 alone logs and shows the run
+        progress, summary, t_enabled = False, False, False
+    else:
+        t_enabled = spec.tracking.enabled
     trainer.modeled = costs if spec.measure.modeled else None
     if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
         trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at))
     t = spec.tracking
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
+    if trainer.dp is not None:
+        tags["workbench.world_size"] = str(trainer.dp.world_size)
     tracker = Tracker(
-        t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t.enabled,
+        t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t_enabled,
         tags=tags, parent_run_id=parent_run_id, run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Optional
 
 import typer
@@ -16,12 +18,16 @@ def run(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.kind=ngram drafter.k=5"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved spec and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel ranks on this machine, started by torch.distributed's "
+                              "launcher (torchrun); needs grpo.backend=deepspeed. One MLflow run, logged by rank 0."),
 ) -> None:
     """Run one experiment: GRPO training whose rollouts come from the speculative rollout engine."""
     resolved = _load(spec, overrides)
     if dry_run:
         console.print(Syntax(resolved.to_yaml(), "yaml", theme="ansi_dark", background_color="default"))
         return
+    if nproc > 1:
+        raise typer.Exit(_launch(resolved, nproc, [a for a in [spec, *(overrides or [])] if a] + (["--quiet"] if quiet else [])))
     from workbench.experiment import run_experiment
 
     try:
@@ -31,3 +37,22 @@ def run(
         raise typer.Exit(130)
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
+
+
+def _launch(resolved, nproc: int, args: list[str]) -> int:
+    """``wb run --nproc N``: hand the ranks to torch.distributed's elastic launcher (torchrun
+    ``--standalone``: one node, a free port), each running ``wb run`` with the same arguments;
+    returns its exit code (non-zero if any rank failed; the launcher stops the others)."""
+    from workbench.grpo.distributed import check_distributed_spec, launched_world_size
+
+    if launched_world_size() > 1:
+        _fail(f"--nproc {nproc}: this process is already one of {launched_world_size()} launched ranks; drop --nproc")
+    if resolved.grpo.backend != "deepspeed":
+        _fail(f"--nproc {nproc}: data-parallel ranks train under DeepSpeed; add grpo.backend=deepspeed")
+    try:
+        check_distributed_spec(resolved, nproc)
+    except ValueError as e:
+        _fail(str(e))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "workbench.cli", "run", *args]
+    return subprocess.call(cmd)

@@ -22,13 +22,14 @@ class OnlineAdaptation:
         ValueError: the drafter kind has no weights to adapt (names drafter.online.enabled).
     """
 
-    def __init__(self, drafter, spec, seed: int):
+    def __init__(self, drafter, spec, seed: int, reduce_grads=None):
         if not drafter.trainable:
             raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
                              "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
         self.drafter, self.spec = drafter, spec
         self.buffer = DraftBuffer(spec.buffer_size)
-        self.opt = DraftOptimizer(drafter, spec.lr)
+        # reduce_grads: data-parallel ranks average the drafter's gradients, so drafters stay identical
+        self.opt = DraftOptimizer(drafter, spec.lr, reduce_grads=reduce_grads)
         self.generator = torch.Generator().manual_seed(seed)
 
     def update(self, step: int, batch: DraftBatch) -> dict[str, float]:

@@ -10,9 +10,9 @@ options (arXiv 2503.14476, 2503.20783).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -21,8 +21,10 @@ from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
 from drafters.training import MasterAdamW, capture_hidden
 from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.grpo.batch import pack_rollouts, sequence_logprobs
 from workbench.drafter_init import build_init
 from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
+from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size, shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
 from workbench.grpo.online import OnlineAdaptation
 from workbench.grpo.mismatch import logprob_gaps
@@ -52,52 +54,6 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-@dataclass
-class RolloutBatch:
-    """A step's rollouts as padded tensors for the trainer. N = prompts_per_step * group_size."""
-
-    input_ids: torch.Tensor  # (N, L) prompt + completion, right-padded
-    completion_mask: torch.Tensor  # (N, L-1) 1 where the *next* token is a completion token
-    rollout_logp: torch.Tensor  # (N, L-1) engine's log p of those tokens (0 elsewhere)
-    rewards: torch.Tensor  # (N,)
-    completions: list[str] = field(default_factory=list)
-
-
-def pack_rollouts(prompts: list[list[int]], out: RolloutOutput, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Concatenate prompt + completion per row and right-pad.
-
-    Returns input_ids (N, L), completion mask (N, L-1) and rollout logp (N, L-1), aligned with the
-    next-token targets ``input_ids[:, 1:]`` (right padding keeps causal logits exact).
-    """
-    seqs = [p + c for p, c in zip(prompts, out.tokens)]
-    L = max(map(len, seqs))
-    N = len(seqs)
-    ids = torch.full((N, L), pad_id, dtype=torch.long)
-    mask = torch.zeros(N, L - 1)
-    logp = torch.zeros(N, L - 1)
-    for i, (p, c, lp) in enumerate(zip(prompts, out.tokens, out.logprobs)):
-        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-        mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
-        logp[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(lp)
-    return ids.to(device), mask.to(device), logp.to(device)
-
-
-def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_batch: int, keep_logits: list | None = None) -> torch.Tensor:
-    """log pi(token_t | <t) for input_ids[:, 1:] (N, L-1), in micro-batches. Grad follows caller's mode.
-
-    ``keep_logits``: if a list, each micro-batch's full logits (n, L, V) are appended to it, detached
-    (what online drafter adaptation learns from).
-    """
-    parts = []
-    for i in range(0, input_ids.shape[0], micro_batch):
-        ids = input_ids[i : i + micro_batch]
-        full = model(ids).logits  # (n, L, V)
-        if keep_logits is not None:
-            keep_logits.append(full.detach().float())
-        parts.append(token_logprobs(full[:, :-1], ids[:, 1:], temperature))
-    return torch.cat(parts)
-
-
 def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dict[str, float]:
     """Per-step paired speedups from the step's timings ``m`` (which hold ``timing_s/gen``,
     ``timing_s/gen_autoregressive`` and ``timing_s/step``, seconds) and the autoregressive arm's counters.
@@ -123,25 +79,33 @@ class GRPOTrainer:
     def __init__(self, spec: ExperimentSpec, progress: bool = True):
         self.spec = spec
         self.device = resolve_device(spec.model.device)
+        # Data-parallel ranks (grpo.backend=deepspeed; workbench.grpo.distributed): None in one process.
+        check_distributed_spec(spec, launched_world_size())
+        self.dp = DataParallel.start(spec, self.device.type) if spec.grpo.backend == "deepspeed" else None
+        if self.dp is not None:
+            self.device = self.dp.device(self.device)
+        rank = self.dp.rank if self.dp else 0
         dtype = getattr(torch, spec.model.dtype)
         random.seed(spec.seed)
-        torch.manual_seed(spec.seed)
-        self.generator = torch.Generator(self.device).manual_seed(spec.seed)
+        torch.manual_seed(spec.seed)  # the same on every rank; each rank samples on its own stream:
+        self.generator = torch.Generator(self.device).manual_seed(spec.seed + rank)
 
-        path = resolve_model(spec.model.target, progress=progress, what="model.target")
-        self.policy, self.tokenizer = load_model(path, device=self.device, dtype=dtype)
-        self.policy.train()
-        self.ref = None
-        if spec.grpo.beta > 0:
-            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
-        self.rollout_model = LeanLM.from_hf(self.policy, what="model.target")  # refuses an unsupported architecture, before any run opens
-        self.rollout_model.fixed_attention_length = spec.rollout.fixed_attention_length
-        # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
-        self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
+        with self.main_first():  # rank 0 builds missing models and drafter inits into the cache
+            path = resolve_model(spec.model.target, progress=progress, what="model.target")
+            self.policy, self.tokenizer = load_model(path, device=self.device, dtype=dtype)
+            self.policy.train()
+            self.ref = None
+            if spec.grpo.beta > 0:
+                self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            self.rollout_model = LeanLM.from_hf(self.policy, what="model.target")  # refuses an unsupported architecture, before any run opens
+            self.rollout_model.fixed_attention_length = spec.rollout.fixed_attention_length
+            # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
+            self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
         target_ref = DrafterTarget(self.rollout_model, self.tokenizer, init_path=self.drafter_init_path)
         self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
-        self.online = OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed) if spec.drafter.online.enabled and self.drafter else None
+        self.online = (OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed, reduce_grads=self.dp.average_grads if self.dp else None)
+                       if spec.drafter.online.enabled and self.drafter else None)
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
         if spec.rollout.cuda_graphs and self.device.type != "cuda":
             raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {self.device}; "
@@ -160,9 +124,16 @@ class GRPOTrainer:
         self.is_async, self.target_path = spec.grpo.async_.enabled, path
         if self.is_async:
             check_async_spec(spec)  # the worker itself starts with the first step (not while cost curves are measured)
-        self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET)
-        # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32)
-        self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
+        self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET + rank)
+        # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32); under
+        # DeepSpeed its engine owns the optimiser (ZeRO-sharded) and the forward (`self.forward`)
+        self.optimizer = self.train_engine = None
+        self.forward = self.policy
+        if self.dp is None:
+            self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
+        else:
+            n_local = spec.grpo.prompts_per_step // self.dp.world_size * spec.grpo.group_size
+            self.forward = self.train_engine = self.dp.wrap_policy(self.policy, spec, n_local)
         r = spec.rollout
         self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)
 
@@ -179,6 +150,18 @@ class GRPOTrainer:
         # caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
         self.modeled = None
 
+    def main_first(self):
+        """Rank 0 first, then the others (building into the shared cache); a no-op in one process."""
+        return self.dp.main_first() if self.dp is not None else contextlib.nullcontext()
+
+    def _weights_to_rollout_model(self) -> None:
+        """Copy the policy's weights into the rollout engine (gathered from ZeRO-3 shards) and the drafter."""
+        ctx = self.dp.gathered(self.policy, self.spec.grpo.zero_stage) if self.dp else contextlib.nullcontext()
+        with ctx:
+            self.rollout_model.load_weights(self.policy)
+        if self.drafter is not None:
+            self.drafter.sync(self.rollout_model)
+
     # ------------------------------------------------------------------ stages
 
     def _sync_rollouts(self, step: int, stage):
@@ -188,9 +171,7 @@ class GRPOTrainer:
         with stage("data"):
             rows, prompts, group_ids = self._step_prompts()
         with stage("prepare"):
-            self.rollout_model.load_weights(self.policy)
-            if self.drafter is not None:
-                self.drafter.sync(self.rollout_model)
+            self._weights_to_rollout_model()
         paired, paired_first = None, step % 2 == 0  # which arm opens alternates per step (and per round inside)
         with stage("gen"):
             if self.paired_engine is None:
@@ -207,9 +188,12 @@ class GRPOTrainer:
 
     def _step_prompts(self) -> tuple[list[dict], list[list[int]], list[int]]:
         """The next step's prompt rows, its N = prompts_per_step * G token-id prompts (groups
-        contiguous) and their group ids."""
+        contiguous) and their group ids; with data-parallel ranks, this rank's share of the groups
+        (every rank draws the same rows, as one process would, and keeps its slice)."""
         G = self.spec.grpo.group_size
         rows = self._next_prompts()
+        if self.dp is not None:
+            rows = rows[shard_range(len(rows), self.dp.rank, self.dp.world_size)]
         prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
         return rows, [p for p in prompt_ids for _ in range(G)], [i for i in range(len(rows)) for _ in range(G)]
 
@@ -292,7 +276,7 @@ class GRPOTrainer:
                 if self.online is not None:
                     logits: list[torch.Tensor] = []
                     with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
-                        old_logp = sequence_logprobs(self.policy, ids, temp, g.micro_batch_size, keep_logits=logits)
+                        old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
                     draft_batch = DraftBatch(
                         ids, torch.nn.functional.pad(mask, (0, 1)), torch.cat(logits), {i: torch.cat(h) for i, h in cap.hidden.items()}
                     )  # loss mask (N, L): position p's next token is a completion token
@@ -311,14 +295,16 @@ class GRPOTrainer:
         m = timer.end_step()
         if self.is_async:
             m.update(async_m)
+        if self.modeled is not None:  # this rank's rollouts (averaged over ranks below)
+            m.update(self.modeled.metrics(out))
+        if self.dp is not None:  # the whole step's rollouts, rewards and slowest-rank timings, on every rank
+            m, out, rewards, paired = self.dp.gather_step(m, out, rewards, paired if self.paired_engine else None)
         n_tok = out.counters.num_generated_tokens
         m.update(out.counters.metrics())
         if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
             m.update(out.counters.k_metrics())
         if self.paired_engine is not None:
             m.update(paired_metrics(m, paired.counters, paired_first))
-        if self.modeled is not None:
-            m.update(self.modeled.metrics(out))
         if self.spec.rollout.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update({
@@ -351,18 +337,24 @@ class GRPOTrainer:
         nats, mean over completion tokens).
         """
         g = self.spec.grpo
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
         N = ids.shape[0]
         total_tok = mask.sum().clamp_min(1)
+        world = 1
+        if self.dp is not None:  # weights over the whole step's batch; DeepSpeed averages gradients over ranks
+            world = self.dp.world_size
+            total_tok = self.dp.sum([float(mask.sum())])[0].clamp_min(1).to(mask.device, mask.dtype)
+            N *= world  # every rank holds the same number of sequences
         temp = self.sampling.temperature or 1.0
         loss_sum, acc = 0.0, {"clip_frac": 0.0, "kl": 0.0}
         a = g.async_
         use_is = self.is_async and a.importance_sampling == "truncated"
         is_sum = is_capped = 0.0
         gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
-        for i in range(0, N, g.micro_batch_size):
+        for i in range(0, ids.shape[0], g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
-            full = self.policy(ids[sl]).logits  # (n, L, V)
+            full = self.forward(ids[sl]).logits  # (n, L, V)
             logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
             old = logp.detach() if old_logp is None else old_logp[sl]
             # asynchronous GRPO: the rollouts' behaviour policy is older than pi_old (truncated IS)
@@ -377,17 +369,28 @@ class GRPOTrainer:
                 is_capped += float(((isw >= a.is_cap) * m_sl).sum())
             # Weight so the micro-batch sum equals the full-batch aggregate.
             w = (mask[sl].sum() / total_tok) if g.loss_agg == "token_mean" else (ids[sl].shape[0] / N)
-            (loss * w).backward()
+            if self.train_engine is None:
+                (loss * w).backward()
+            else:  # x world: DeepSpeed's mean over ranks then equals the whole batch's sum; step() acts at the last micro-batch
+                self.train_engine.backward(loss * w * world, scale_wrt_gas=False)
+                self.train_engine.step()
             loss_sum += loss.item() * float(w)
             acc["clip_frac"] += st["clip_frac"] * float(w)
             acc["kl"] += st["kl"] * float(w)
             gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm)
-        self.optimizer.step()
-        out = {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": float(grad_norm),
-               "gen/logprob_abs_diff": float(gap_sum / total_tok), "gen/logprob_truncation_abs_diff": float(trunc_sum / total_tok)}
+        if self.train_engine is None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm))
+            self.optimizer.step()
+        else:  # DeepSpeed clipped at gradient_clipping = grpo.max_grad_norm
+            grad_norm = float(self.train_engine.get_global_grad_norm() or 0.0)
+        gap_sum, trunc_sum = float(gap_sum), float(trunc_sum)
+        if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
+            loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
+                [loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped]).tolist()
+        out = {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": grad_norm,
+               "gen/logprob_abs_diff": gap_sum / float(total_tok), "gen/logprob_truncation_abs_diff": trunc_sum / float(total_tok)}
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
             out.update({"async/is_weight_mean": is_sum / float(total_tok), "async/is_capped_frac": is_capped / float(total_tok)})
         return out
@@ -397,9 +400,7 @@ class GRPOTrainer:
         """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used)."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
-        self.rollout_model.load_weights(self.policy)
-        if self.drafter is not None:
-            self.drafter.sync(self.rollout_model)
+        self._weights_to_rollout_model()
         prompts = [encode_prompt(self.tokenizer, p) for p in self.eval_data["prompt"]]
         sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id)
         out = self.engine.generate(prompts, sp, self.generator)

@@ -191,6 +191,12 @@ class GRPOSpec(_Section):
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
     async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async", description="asynchronous GRPO (grpo.async.*)")
+    backend: Literal["single", "deepspeed"] = Field(
+        "single", description="single: one process trains the policy; deepspeed: data-parallel ranks (wb run --nproc N, "
+        "torchrun or deepspeed launchers) each generate their share of the prompt groups, and the policy trains under "
+        "DeepSpeed ZeRO (gloo on CPU, NCCL on CUDA)")
+    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage with grpo.backend=deepspeed (2: optimizer "
+                            "state and gradients sharded; 3: parameters too, gathered for the prepare stage's weight sync)")
 
 
 class MeasureSpec(_Section):
