@@ -140,6 +140,20 @@ def test_stages_and_alpha_from_mlflow(tmp_path):
     assert r.exit_code == 0, r.output
     assert "draft_model" in r.output
 
+    # --async-run: the async model's gen and train side from a run on each side's share of the machine
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(run_name="shared"):
+        for step in (1, 2, 3):
+            mlflow.log_metrics({"timing_s/gen": 20.0, "timing_s/train": 8.0}, step=step)
+    mlflow.set_tracking_uri(None)
+    r = CliRunner().invoke(app, ["project", "--run", "r1", "--async-run", "shared", "--tracking-uri", uri, "--k", "3",
+                                 "--staleness", "1", "--cv", "0"], terminal_width=300)
+    assert r.exit_code == 0, r.output
+    assert "shared cores" in r.output and "gen 20.00 s ‖ train side 8.00 s" in r.output
+    assert "20.00 (0.75×)" in r.output  # staleness 1: max(20, 8) s against the synchronous 11 + 4 s
+    r = CliRunner().invoke(app, ["project", "--run", "r1", "--async-run", "nope", "--tracking-uri", uri])
+    assert r.exit_code == 2 and "--async-run" in r.output
+
 
 @pytest.mark.parametrize("args,option", [
     (["--gen", "10", "--batch", "0"], "--batch"),

@@ -33,6 +33,7 @@ def project(
     batch: int = typer.Option(256, "--batch", min=1, help="Rows decoded together (tokens in flight per decode step)."),
     staleness: int = typer.Option(3, "--staleness", min=0, help="Async model: show staleness 1..N."),
     cv: float = typer.Option(0.2, "--cv", min=0.0, help="Async model: coefficient of variation of the per-step gen time."),
+    async_run: Optional[str] = typer.Option(None, "--async-run", help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead of the projection's stages (a device per side)."),
     seeds: bool = typer.Option(False, "--seeds", help="Check the step model against DESIGN.md §6's published stage times and speedups, and exit (1 on a failed check)."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="Check the model on a measured sweep (MLflow sweep name): predicted vs measured step speedup per point."),
     costs: Optional[str] = typer.Option(None, "--costs", help="--sweep: step costs and lengths from a --save-costs JSON instead of the engine microbenchmark."),
@@ -129,8 +130,17 @@ def project(
         cost_desc = "memory-bound (verification = 1 target step)"
     rows = perf.project(stages, alphas, cs, k_list, cost, batch)
     best = perf.best_k(rows)
-    overlap = perf.async_overlap(stages["gen"], sum(stages.values()) - stages["gen"], {d: r.gen_s for d, r in best.items()}, staleness, cv)
-    render.projection(console, stages, cost_desc, batch, rows, best, overlap, cv)
+    gen_a, side_a, where = stages["gen"], sum(stages.values()) - stages["gen"], "a device per side"
+    spec_gens = {d: r.gen_s for d, r in best.items()}
+    if async_run:  # worker and trainer share the machine: each side's stage times on its share of it
+        try:
+            shared, _ = perf.stages_from_mlflow(async_run, tracking_uri)
+        except ValueError as e:
+            _fail(f"--async-run: {e}")
+        gen_a, side_a, where = shared["gen"], sum(shared.values()) - shared["gen"], f"shared cores, stages of run {async_run}"
+        spec_gens = {d: g * gen_a / stages["gen"] for d, g in spec_gens.items()}  # each drafter's gen speedup, carried over
+    overlap = perf.async_overlap(gen_a, side_a, spec_gens, staleness, cv)
+    render.projection(console, stages, cost_desc, batch, rows, best, overlap, cv, async_sides=(gen_a, side_a, where))
 
 
 def _floats(text: str | None, what: str) -> list[float] | None:

@@ -15,8 +15,10 @@ from workbench.perf.sweep_check import SweepCheck
 
 
 def projection(console: Console, stages: dict[str, float], cost_desc: str, batch: int, rows: list[Projection],
-               best: dict[str, Projection], overlap: list[tuple[int, float, dict[str, float]]], cv: float) -> None:
-    """The synchronous table (every drafter × k, * = best k), the async table (per staleness) and the best k."""
+               best: dict[str, Projection], overlap: list[tuple[int, float, dict[str, float]]], cv: float,
+               async_sides: tuple[float, float, str] | None = None) -> None:
+    """The synchronous table (every drafter × k, * = best k), the async table (per staleness; its gen
+    and train side from ``async_sides`` (gen s, train side s, where) when given) and the best k."""
     step = sum(stages.values())
     console.print(f"step {step:.2f} s = " + " + ".join(f"{k} {v:.2f}" for k, v in stages.items() if v) + f"; cost model: {cost_desc}; batch {batch}", highlight=False)
     t = Table(title="synchronous step: projected speedups (Leviathan, S = E[N] / (k·c + verify))")
@@ -27,8 +29,9 @@ def projection(console: Console, stages: dict[str, float], cost_desc: str, batch
         t.add_row(r.drafter, f"{r.k}{mark}", f"{r.alpha:.3f}", f"{r.c:.3g}", f"{r.expected_tokens:.2f}", f"{r.verify_ratio:.2f}",
                   f"{r.gen_speedup:.2f}", f"{r.gen_s:.2f}", f"{r.step_s:.2f}", f"{r.step_speedup:.2f}")
     console.print(t)
-    train_side = step - stages["gen"]
-    a = Table(title=f"asynchronous overlap (gen ‖ train side {train_side:.2f} s, gen cv {cv}): mean step s (× vs sync autoregressive {step:.2f} s)")
+    gen_a, train_side, where = async_sides or (stages["gen"], step - stages["gen"], "a device per side")
+    a = Table(title=f"asynchronous overlap ({where}: gen {gen_a:.2f} s ‖ train side {train_side:.2f} s, gen cv {cv}): "
+                    f"mean step s (× vs sync autoregressive {step:.2f} s)")
     a.add_column("staleness")
     a.add_column("autoregressive")
     for d, r in best.items():
