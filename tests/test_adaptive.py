@@ -66,6 +66,39 @@ def test_a_shut_off_drafter_is_probed_again():
     assert chosen.count(0) >= 6 and 1 in chosen  # mostly plain steps, one probe every 4
 
 
+def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the_estimates():
+    p = AdaptiveK(3, LINEAR, FREE, probe_every=2, max_probe_every=8, p0=0.05)
+    for _ in range(30):
+        p.update(3, 64, 64, [0, 0, 0])
+    before = p.survival()
+    chosen = []
+    for _ in range(40):
+        k = p.choose(64)
+        chosen.append(k)
+        p.update(k, 64, 64 if k else 0, [0] * k)
+    probes = [i for i, k in enumerate(chosen) if k]
+    assert [b - a for a, b in zip(probes, probes[1:])][:3] == [5, 9, 9]  # intervals 2, 4, 8 (capped) plain steps + the probe
+    assert p.survival()[2] <= before[2] + 1e-9  # the probes brought no acceptance
+    now = p.survival()
+    p.update(0, 64, 0, [])
+    assert p.survival() == now  # a plain step says nothing about acceptance: no forgetting
+
+
+def test_measured_step_times_correct_the_cost_curves():
+    """Curves say one draft is nearly free (FLAT); the steps say a k_t = 1 step takes 3 plain steps'
+    time: with measurements the policy stops speculating at that bin, without it keeps going."""
+    kw = dict(prior=0.0, p0=0.5)
+    for measured, expect in ((True, 0), (False, 1)):
+        p = AdaptiveK(1, FLAT, FREE, measured=measured, **kw)
+        p.update(1, 64, 64, [32])  # acceptance 0.5: E[N] = 1.5 at k_t = 1
+        p.observe(0, 64, 1.0)
+        p.observe(1, 64, 3.0)
+        assert p.choose(64) == expect
+    assert p.scale(64, 1) == 3.0 and p.scale(40, 1) == 3.0 and p.scale(8, 1) == 3.0  # its bin, else the k_t's
+    p.observe(1, 8, 1.0)
+    assert p.scale(8, 1) == 1.0 and p.scale(64, 1) == 3.0 and p.ratio_k[1] == pytest.approx(0.8 * 3 + 0.2 * 1)
+
+
 class Scripted:
     """Plays a fixed sequence of k_t (zeros included: plain decode steps, back to back)."""
 

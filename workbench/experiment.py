@@ -99,7 +99,8 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
         t_enabled = spec.tracking.enabled
     trainer.modeled = costs if spec.measure.modeled else None
     if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
-        trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at))
+        trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at,
+                                       measured=spec.drafter.adaptive_measured_steps))
     t = spec.tracking
     tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(tags or {})}
     if trainer.dp is not None:

@@ -12,6 +12,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+import time
+
 import torch
 
 from workbench.rollout.counters import SpecCounters
@@ -161,8 +163,9 @@ class RolloutEngine:
         state = self._retire(state, done.tolist(), cache, finished)
         yield  # prefill done
 
+        observe = getattr(self.k_policy, "observe", None)  # a policy that learns from measured step times
         while state.n > 0:
-            n = state.n
+            n, t0 = state.n, time.perf_counter()
             k_t = (self.k_policy.choose(n) if self.k_policy is not None else k) if self.drafter is not None else 0
             last = state.tokens.gather(1, (state.lens - 1)[:, None])  # (n, 1) not yet in the cache
             start = state.lens - 1
@@ -212,6 +215,8 @@ class RolloutEngine:
             if self.drafter is not None:
                 self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (n,)
             state = self._retire(state, done_h, cache, finished)
+            if observe is not None:  # the host read above waited for the device: wall time is the step's
+                observe(k_t, n, time.perf_counter() - t0)
             yield  # one verification (or decode) step done
 
         return _collect(finished, B, counters)

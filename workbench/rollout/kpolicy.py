@@ -27,6 +27,9 @@ class KPolicy(Protocol):
         counts the rows whose draft at position i was accepted (and emitted)."""
         ...
 
+    # Optional: ``observe(k_t, num_rows, seconds)``, the step's measured wall time (the engine calls
+    # it when the policy has it; seconds from the step's start to its end, host read included).
+
 
 def expected_emitted(survival: list[float], k_t: int, draft_share: float = 1.0) -> float:
     """Expected tokens a row emits in a step at k_t: 1 + share · Σ_{i<k_t} survival[i].
@@ -37,15 +40,27 @@ def expected_emitted(survival: list[float], k_t: int, draft_share: float = 1.0) 
     return 1.0 + draft_share * sum(survival[:k_t])
 
 
+def modeled_step_s(n: int, k_t: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float]) -> float:
+    """Seconds of one step of n rows at k_t from the cost curves: the target's forward with
+    n · (k_t + 1) tokens in flight plus the drafter's k_t steps (none at k_t = 0)."""
+    return target_s(n * (k_t + 1)) + (drafter_s(n, k_t) if k_t else 0.0)
+
+
 def best_k(n: int, survival: list[float], draft_share: float, target_s: Callable[[float], float],
-           drafter_s: Callable[[int, int], float], k_max: int) -> int:
+           drafter_s: Callable[[int, int], float], k_max: int, scale: Callable[[int, int], float] | None = None) -> int:
     """The k_t in 0..k_max with the most expected tokens per second for a batch of n rows:
-    n · E[N(k_t)] / (target_s(n · (k_t + 1)) + drafter_s(n, k_t)), k_t = 0 being a plain decode
-    step (n / target_s(n)). Ties go to the smaller k_t."""
+    n · E[N(k_t)] / step_s(n, k_t), k_t = 0 being a plain decode step; step_s is
+    :func:`modeled_step_s` times ``scale(n, k_t)`` (measured / modeled, 1 without it). Ties go to
+    the smaller k_t."""
     def rate(k_t: int) -> float:
-        secs = target_s(n * (k_t + 1)) + (drafter_s(n, k_t) if k_t else 0.0)
+        secs = modeled_step_s(n, k_t, target_s, drafter_s) * (scale(n, k_t) if scale else 1.0)
         return n * expected_emitted(survival, k_t, draft_share) / max(secs, 1e-12)
     return max(range(k_max + 1), key=lambda k_t: (rate(k_t), -k_t))
+
+
+def size_bin(n: int) -> int:
+    """Power-of-two bin of a batch size: rows in (b/2, b] -> b."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 class AdaptiveK:
@@ -58,24 +73,40 @@ class AdaptiveK:
 
     Estimates: survival[i] = (decayed accepted-through-i counts + prior·p0^(i+1)) / (decayed counts
     of rows that drafted at position i + prior), made non-increasing in i; counts decay by ``decay``
-    per step (exponential forgetting), so the prior regains weight while k_t = 0 and the policy
-    returns to speculating (after at most ``probe_every`` plain steps it drafts one token anyway).
+    per speculative step (exponential forgetting). A plain step (k_t = 0) says nothing about
+    acceptance and leaves them as they are; instead, after ``probe_every`` plain steps in a row the
+    policy drafts one token (a probe), and each probe that does not bring speculation back doubles
+    the interval (up to ``max_probe_every``): a drafter that does not pay costs ever less to watch.
+
+    Step times are measured, not only modeled: the engine reports each step's wall time
+    (:meth:`observe`), and the cost curves' seconds for (n, k_t) are scaled by the measured /
+    modeled ratio of that k_t in that batch-size bin (an exponential average; the k_t's ratio over
+    all bins where the bin has none yet), so what the curves leave out (sampling, the drafter's
+    bookkeeping, Python) enters the choice. The choice then depends on the machine's timing: still
+    exact (k_t depends only on earlier steps), but not reproducible bit for bit across runs.
 
     Args:
         k_max: the largest k_t (drafter.k).
         target_s: seconds of a target forward with T tokens in flight.
         drafter_s: seconds the drafter spends per step at (n rows, k_t).
         prior: pseudo-count of the prior; p0: its per-position acceptance (optimistic by default).
+        measured: use the measured step times (False: the cost curves alone, reproducible).
+        time_weight: weight of a new measurement in the exponential average of the ratios.
     """
 
     def __init__(self, k_max: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float],
-                 decay: float = 0.9, prior: float = 4.0, p0: float = 0.7, probe_every: int = 8):
+                 decay: float = 0.9, prior: float = 4.0, p0: float = 0.7, probe_every: int = 8,
+                 max_probe_every: int = 128, measured: bool = True, time_weight: float = 0.2):
         self.k_max, self.target_s, self.drafter_s = k_max, target_s, drafter_s
         self.decay, self.prior, self.p0, self.probe_every = decay, prior, p0, probe_every
+        self.max_probe_every, self.measured, self.time_weight = max_probe_every, measured, time_weight
         self.accepted = [0.0] * k_max  # decayed rows whose drafts 0..i were all accepted
         self.reached = [0.0] * k_max  # decayed rows that drafted at position i
         self.drafted, self.rows = 0.0, 0.0  # decayed rows with >= 1 draft, rows in steps with k_t >= 1
         self.plain_steps = 0  # consecutive k_t = 0 steps
+        self.interval = probe_every  # plain steps before the next probe
+        self.ratio: dict[tuple[int, int], float] = {}  # (size bin, k_t) -> measured / modeled step seconds
+        self.ratio_k: dict[int, float] = {}  # k_t -> the same over all bins
 
     def survival(self) -> list[float]:
         out, prev = [], 1.0
@@ -88,20 +119,38 @@ class AdaptiveK:
     def draft_share(self) -> float:
         return (self.drafted + self.prior) / (self.rows + self.prior)
 
+    def scale(self, num_rows: int, k_t: int) -> float:
+        """Measured / modeled step seconds for (n, k_t): its bin's, else the k_t's, else 1."""
+        return self.ratio.get((size_bin(num_rows), k_t), self.ratio_k.get(k_t, 1.0))
+
     def choose(self, num_rows: int) -> int:
-        k_t = best_k(num_rows, self.survival(), self.draft_share(), self.target_s, self.drafter_s, self.k_max)
-        if k_t == 0 and self.plain_steps >= self.probe_every:
+        k_t = best_k(num_rows, self.survival(), self.draft_share(), self.target_s, self.drafter_s, self.k_max,
+                     self.scale if self.measured else None)
+        if k_t > 0:
+            self.interval = self.probe_every  # speculation pays again: back to the base interval
+        elif self.plain_steps >= self.interval:
             k_t = 1  # keep measuring acceptance: one draft token
+            self.interval = min(2 * self.interval, self.max_probe_every)
         return k_t
 
+    def observe(self, k_t: int, num_rows: int, seconds: float) -> None:
+        """The measured wall time of a step of ``num_rows`` rows at ``k_t`` (seconds)."""
+        modeled = modeled_step_s(num_rows, k_t, self.target_s, self.drafter_s)
+        if modeled <= 0 or seconds <= 0:
+            return
+        r, w = seconds / modeled, self.time_weight
+        for table, key in ((self.ratio, (size_bin(num_rows), k_t)), (self.ratio_k, k_t)):
+            table[key] = r if key not in table else (1 - w) * table[key] + w * r
+
     def update(self, k_t: int, num_rows: int, num_drafts: int, accepted_per_pos: list[int]) -> None:
-        self.plain_steps = self.plain_steps + 1 if k_t == 0 else 0
+        if k_t == 0:  # no evidence about acceptance: the estimates stay
+            self.plain_steps += 1
+            return
+        self.plain_steps = 0
         d = self.decay
         self.accepted = [a * d for a in self.accepted]
         self.reached = [r * d for r in self.reached]
         self.drafted, self.rows = self.drafted * d, self.rows * d
-        if k_t == 0:
-            return
         self.drafted += num_drafts
         self.rows += num_rows
         for i in range(k_t):

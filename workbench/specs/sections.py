@@ -100,6 +100,10 @@ class DrafterSpec(_Section):
         "from the live batch size, the measured forward and drafter costs and running acceptance estimates "
         "(workbench.rollout.kpolicy.AdaptiveK); k is then the maximum; ignored with kind none",
     )
+    adaptive_measured_steps: bool = Field(
+        True, description="adaptive: correct the cost curves by the steps' measured wall times (what the curves leave "
+        "out: sampling, drafter bookkeeping, Python); false: the curves alone, so the k_t sequence is reproducible",
+    )
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram: longest suffix to match")
     suffix_decoding_max_tree_depth: int = Field(
