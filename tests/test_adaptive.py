@@ -78,7 +78,7 @@ def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the
         p.update(k, 64, 64 if k else 0, [0] * k)
     probes = [i for i, k in enumerate(chosen) if k]
     assert [b - a for a, b in zip(probes, probes[1:])][:3] == [5, 9, 9]  # intervals 2, 4, 8 (capped) plain steps + the probe
-    assert p.survival()[2] <= before[2] + 1e-9  # the probes brought no acceptance
+    assert max(p.survival()) < 0.01 and max(before) < 0.01  # the probes brought no acceptance
     now = p.survival()
     p.update(0, 64, 0, [])
     assert p.survival() == now  # a plain step says nothing about acceptance: no forgetting
