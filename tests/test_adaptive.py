@@ -55,7 +55,7 @@ def test_estimates_converge_to_the_streams_acceptance():
 
 
 def test_a_shut_off_drafter_is_probed_again():
-    p = AdaptiveK(3, LINEAR, FREE, probe_every=4, p0=0.05)
+    p = AdaptiveK(3, LINEAR, FREE, probe_every=4, p0=0.05, measured=False)
     for _ in range(30):
         p.update(3, 64, 64, [0, 0, 0])  # nothing ever accepted
     chosen = []
@@ -67,7 +67,7 @@ def test_a_shut_off_drafter_is_probed_again():
 
 
 def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the_estimates():
-    p = AdaptiveK(3, LINEAR, FREE, probe_every=2, max_probe_every=8, p0=0.05)
+    p = AdaptiveK(3, LINEAR, FREE, probe_every=2, max_probe_every=8, p0=0.05, measured=False)
     for _ in range(30):
         p.update(3, 64, 64, [0, 0, 0])
     before = p.survival()
@@ -94,9 +94,17 @@ def test_measured_step_times_correct_the_cost_curves():
         p.observe(0, 64, 1.0)
         p.observe(1, 64, 3.0)
         assert p.choose(64) == expect
-    assert p.scale(64, 1) == 3.0 and p.scale(40, 1) == 3.0 and p.scale(8, 1) == 3.0  # its bin, else the k_t's
+    assert p.scale(64, 1) == 3.0 and p.scale(40, 1) == 3.0  # its bin's
+    assert p.scale(64, 2) == 1.0 and p.scale(8, 1) == 3.0  # else the bin's plain step's, else the k_t's over all bins
     p.observe(1, 8, 1.0)
     assert p.scale(8, 1) == 1.0 and p.scale(64, 1) == 3.0 and p.ratio_k[1] == pytest.approx(0.8 * 3 + 0.2 * 1)
+
+
+def test_each_batch_size_bin_starts_with_a_measured_plain_step():
+    p = AdaptiveK(2, FLAT, FREE, p0=0.99)  # the prior alone would speculate fully
+    assert p.choose(64) == 0  # bin 64 not measured yet
+    p.observe(0, 64, 1.0)
+    assert p.choose(64) == 2 and p.choose(3) == 0  # bin 64 anchored; bin 4 is new
 
 
 class Scripted:

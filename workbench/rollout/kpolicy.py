@@ -47,14 +47,16 @@ def modeled_step_s(n: int, k_t: int, target_s: Callable[[float], float], drafter
 
 
 def best_k(n: int, survival: list[float], draft_share: float, target_s: Callable[[float], float],
-           drafter_s: Callable[[int, int], float], k_max: int, scale: Callable[[int, int], float] | None = None) -> int:
+           drafter_s: Callable[[int, int], float], k_max: int, scale: Callable[[int, int], float] | None = None,
+           margin: float = 0.0) -> int:
     """The k_t in 0..k_max with the most expected tokens per second for a batch of n rows:
     n · E[N(k_t)] / step_s(n, k_t), k_t = 0 being a plain decode step; step_s is
-    :func:`modeled_step_s` times ``scale(n, k_t)`` (measured / modeled, 1 without it). Ties go to
-    the smaller k_t."""
+    :func:`modeled_step_s` times ``scale(n, k_t)`` (measured / modeled, 1 without it). A k_t > 0
+    must beat plain decoding by ``margin`` (a share: 0.1 = 10 %) to be chosen. Ties go to the
+    smaller k_t."""
     def rate(k_t: int) -> float:
         secs = modeled_step_s(n, k_t, target_s, drafter_s) * (scale(n, k_t) if scale else 1.0)
-        return n * expected_emitted(survival, k_t, draft_share) / max(secs, 1e-12)
+        return n * expected_emitted(survival, k_t, draft_share) / max(secs, 1e-12) / (1.0 + margin if k_t else 1.0)
     return max(range(k_max + 1), key=lambda k_t: (rate(k_t), -k_t))
 
 
@@ -80,9 +82,11 @@ class AdaptiveK:
 
     Step times are measured, not only modeled: the engine reports each step's wall time
     (:meth:`observe`), and the cost curves' seconds for (n, k_t) are scaled by the measured /
-    modeled ratio of that k_t in that batch-size bin (an exponential average; the k_t's ratio over
-    all bins where the bin has none yet), so what the curves leave out (sampling, the drafter's
-    bookkeeping, Python) enters the choice. The choice then depends on the machine's timing: still
+    modeled ratio of that k_t in that batch-size bin (an exponential average; the bin's plain
+    step's ratio where that k_t has none yet), so what the curves leave out (sampling, the
+    drafter's bookkeeping, Python) enters the choice. The first step at each batch-size bin is a
+    plain one, so every comparison is anchored at a measured plain step of that size (the ratio
+    varies with the batch size: fixed per-step costs weigh more in the tail). The choice then depends on the machine's timing: still
     exact (k_t depends only on earlier steps), but not reproducible bit for bit across runs.
 
     Args:
@@ -92,14 +96,19 @@ class AdaptiveK:
         prior: pseudo-count of the prior; p0: its per-position acceptance (optimistic by default).
         measured: use the measured step times (False: the cost curves alone, reproducible).
         time_weight: weight of a new measurement in the exponential average of the ratios.
+        margin: the expected gain over plain decoding a k_t > 0 needs (0.1 = 10 %). Why: per-step
+            tokens per second overstate what speculation saves a batch (its longest row sets the
+            generation's length, and a row's accepted tokens vary), and near break-even the
+            estimates' noise decides; measured on the quickstart, break-even by the model was a
+            0.88x generation.
     """
 
     def __init__(self, k_max: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float],
                  decay: float = 0.9, prior: float = 4.0, p0: float = 0.7, probe_every: int = 8,
-                 max_probe_every: int = 128, measured: bool = True, time_weight: float = 0.2):
+                 max_probe_every: int = 128, measured: bool = True, time_weight: float = 0.2, margin: float = 0.1):
         self.k_max, self.target_s, self.drafter_s = k_max, target_s, drafter_s
         self.decay, self.prior, self.p0, self.probe_every = decay, prior, p0, probe_every
-        self.max_probe_every, self.measured, self.time_weight = max_probe_every, measured, time_weight
+        self.max_probe_every, self.measured, self.time_weight, self.margin = max_probe_every, measured, time_weight, margin
         self.accepted = [0.0] * k_max  # decayed rows whose drafts 0..i were all accepted
         self.reached = [0.0] * k_max  # decayed rows that drafted at position i
         self.drafted, self.rows = 0.0, 0.0  # decayed rows with >= 1 draft, rows in steps with k_t >= 1
@@ -120,12 +129,17 @@ class AdaptiveK:
         return (self.drafted + self.prior) / (self.rows + self.prior)
 
     def scale(self, num_rows: int, k_t: int) -> float:
-        """Measured / modeled step seconds for (n, k_t): its bin's, else the k_t's, else 1."""
-        return self.ratio.get((size_bin(num_rows), k_t), self.ratio_k.get(k_t, 1.0))
+        """Measured / modeled step seconds for (n, k_t): its bin's; else the bin's plain step's (the
+        curves' relative costs, anchored at this batch size's measured plain step); else the k_t's
+        over all bins; else 1."""
+        b = size_bin(num_rows)
+        return self.ratio.get((b, k_t), self.ratio.get((b, 0), self.ratio_k.get(k_t, 1.0)))
 
     def choose(self, num_rows: int) -> int:
+        if self.measured and (size_bin(num_rows), 0) not in self.ratio:
+            return 0  # a batch size not seen yet: first measure what plain decoding costs at it
         k_t = best_k(num_rows, self.survival(), self.draft_share(), self.target_s, self.drafter_s, self.k_max,
-                     self.scale if self.measured else None)
+                     self.scale if self.measured else None, self.margin)
         if k_t > 0:
             self.interval = self.probe_every  # speculation pays again: back to the base interval
         elif self.plain_steps >= self.interval:
