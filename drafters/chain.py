@@ -195,6 +195,9 @@ def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restric
     return total, stats
 
 
+MAX_PENDING = 32  # plain steps whose chain entries may wait for the next propose
+
+
 class ChainDrafter(Drafter):
     """Drafter over a :class:`ChainNet` (``mtp``, ``eagle3``): reads the target's hidden states.
 
@@ -213,6 +216,9 @@ class ChainDrafter(Drafter):
         self.cache: KVCache | None = None  # one layer, shared by the modules: (B, T_max, Hkv, D) per row and position
         self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
         self._len_at_propose: int | None = None  # max(lens) at this step's propose (host), for accept
+        # plain steps' entries (k_t = 0: adaptive speculation), written at the next propose in one
+        # forward: ({layer: (B, 1, H)}, tokens (B, 1), positions (B, 1)) per step
+        self._pending: list[tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]] = []
         self.net.requires_grad_(False)
 
     @property
@@ -235,6 +241,7 @@ class ChainDrafter(Drafter):
         self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
+        self._pending = []
         t_max = ctx.tokens.shape[1]
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
         U, B = rows.shape[0], index.shape[0]
@@ -264,13 +271,33 @@ class ChainDrafter(Drafter):
         start = ctx.lens - num_emitted - 1  # (B,) position of the verification's column 0
         pos = start[:, None] + torch.arange(T, device=start.device)  # (B, k+1)
         toks = ctx.tokens.gather(1, pos + 1)  # (B, k+1) token s+1 of entry s
+        if self._len_at_propose is None:  # a plain step (k_t = 0): its entry waits for the next propose
+            # (why: a policy that decodes plainly should not pay a drafter forward per step, and rows
+            # that finish before the drafter is asked again never pay for theirs)
+            self._pending.append(({i: h.clone() for i, h in hidden.items()}, toks, pos))
+            if len(self._pending) >= MAX_PENDING:  # bounds the memory held (B x MAX_PENDING x H per layer)
+                self._flush(None)  # (max(pos) read off the device: every row may have finished this step)
+            return
         # max(pos) + 1 = the longest row before the step - 1 + T, known on the host since propose
         before, self._len_at_propose = self._len_at_propose, None
         self._feed_real(self.net.fuse(hidden), toks, pos, num_emitted - 1, None if before is None else before - 1 + T)
 
+    def _flush(self, tk: int | None) -> None:
+        """Write the plain steps' pending entries (consecutive positions per row) in one forward;
+        ``tk``: max(pos) + 1 if known on the host."""
+        if not self._pending:
+            return
+        hidden = {i: torch.cat([p[0][i] for p in self._pending], 1) for i in self._pending[0][0]}  # (B, m, H) each
+        toks = torch.cat([p[1] for p in self._pending], 1)  # (B, m)
+        pos = torch.cat([p[2] for p in self._pending], 1)  # (B, m)
+        self._pending = []
+        last = torch.full((toks.shape[0],), toks.shape[1] - 1, dtype=torch.long, device=toks.device)
+        self._feed_real(self.net.fuse(hidden), toks, pos, last, tk)
+
     @torch.no_grad()
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         assert self.cache is not None and self.last_out is not None, "start() must run before propose()"
+        self._flush(None if ctx.max_len is None else ctx.max_len - 1)  # the last plain entry sits at lens - 2
         self._len_at_propose = ctx.max_len  # for accept's attention span (None: read it there)
         o = self.last_out
         logits = self.net.head(0, o)  # (B, Vd)
@@ -292,6 +319,8 @@ class ChainDrafter(Drafter):
         if self.cache is not None:
             self.cache.select(rows)
             self.last_out = self.last_out.index_select(0, rows)
+            self._pending = [({i: h.index_select(0, rows) for i, h in hd.items()}, t.index_select(0, rows), p.index_select(0, rows))
+                             for hd, t, p in self._pending]
 
     # -- training (drafter init and online adaptation)
     def train_parameters(self) -> list[nn.Parameter]:

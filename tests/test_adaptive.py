@@ -157,6 +157,36 @@ def test_draft_model_catches_up_after_plain_steps_as_if_it_had_drafted(target_lm
     assert m["spec/acceptance_rate"] == 1.0  # a stale draft cache would propose other tokens
 
 
+@pytest.mark.parametrize("kind", ["mtp", "eagle3"])
+@pytest.mark.parametrize("max_pending", [2, 32])
+def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(target_lm, draft_lm, kind, max_pending, monkeypatch):
+    """The chain drafters write plain steps' entries at the next propose (or every max_pending
+    steps) in one forward: the proposals, so the acceptance counts, equal writing them each step."""
+    import drafters.chain as chain
+
+    def proposals(cap):
+        monkeypatch.setattr(chain, "MAX_PENDING", cap)
+        torch.manual_seed(0)  # the chain's (random) weights
+        d = _drafter(kind, target_lm, draft_lm)
+        seen, real = [], d.propose
+
+        def record(ctx, k):
+            prop = real(ctx, k)
+            seen.append((prop.tokens, prop.probs))
+            return prop
+
+        d.propose = record
+        RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0, 0, 0, 3, 0, 2])).generate(PROMPTS * 2, greedy(eos=None, max_new=30))
+        return seen
+
+    each_step = proposals(1)  # flushed at once: the entry written in the plain step itself
+    deferred = proposals(max_pending)
+    assert len(deferred) == len(each_step) > 3
+    for (t1, q1), (t2, q2) in zip(each_step, deferred):
+        assert torch.equal(t1, t2)
+        torch.testing.assert_close(q1, q2, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("kind,script", [("draft_model", [2, 0]), ("draft_model", [0, 1]), ("ngram", [0, 2])])
 def test_sampled_rollouts_with_k_varying_per_step_follow_the_target(kind, script):
     target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
