@@ -195,7 +195,8 @@ def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restric
     return total, stats
 
 
-MAX_PENDING = 32  # plain steps whose chain entries may wait for the next propose
+MAX_PENDING = 1024  # plain steps whose chain entries may wait for the next propose ...
+MAX_PENDING_BYTES = 256 << 20  # ... and the memory their hidden states may hold
 
 
 class ChainDrafter(Drafter):
@@ -217,7 +218,8 @@ class ChainDrafter(Drafter):
         self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
         self._len_at_propose: int | None = None  # max(lens) at this step's propose (host), for accept
         # plain steps' entries (k_t = 0: adaptive speculation), written at the next propose in one
-        # forward: ({layer: (B, 1, H)}, tokens (B, 1), positions (B, 1)) per step
+        # forward (or once MAX_PENDING / MAX_PENDING_BYTES is reached):
+        # ({layer: (B, 1, H)}, tokens (B, 1), positions (B, 1)) per step
         self._pending: list[tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]] = []
         self.net.requires_grad_(False)
 
@@ -275,7 +277,8 @@ class ChainDrafter(Drafter):
             # (why: a policy that decodes plainly should not pay a drafter forward per step, and rows
             # that finish before the drafter is asked again never pay for theirs)
             self._pending.append(({i: h.clone() for i, h in hidden.items()}, toks, pos))
-            if len(self._pending) >= MAX_PENDING:  # bounds the memory held (B x MAX_PENDING x H per layer)
+            held = len(self._pending) * sum(h.numel() * h.element_size() for h in hidden.values())
+            if len(self._pending) >= MAX_PENDING or held >= MAX_PENDING_BYTES:
                 self._flush(None)  # (max(pos) read off the device: every row may have finished this step)
             return
         # max(pos) + 1 = the longest row before the step - 1 + T, known on the host since propose

@@ -158,7 +158,7 @@ def test_draft_model_catches_up_after_plain_steps_as_if_it_had_drafted(target_lm
 
 
 @pytest.mark.parametrize("kind", ["mtp", "eagle3"])
-@pytest.mark.parametrize("max_pending", [2, 32])
+@pytest.mark.parametrize("max_pending", [2, 1024])
 def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(target_lm, draft_lm, kind, max_pending, monkeypatch):
     """The chain drafters write plain steps' entries at the next propose (or every max_pending
     steps) in one forward: the proposals, so the acceptance counts, equal writing them each step."""
