@@ -10,6 +10,9 @@ accepted token except possibly the last accepted draft (when n == k) and never t
 bonus token; feeding two tokens covers both cases (one of them is recomputed when n < k).
 Stale entries past a row's length are never read (position mask) and get overwritten. So it
 needs nothing from ``accept``: every ``propose`` reads the verified tokens from its fresh context.
+
+The prompts' prefill is lazy (at the first ``propose``); plain steps before a propose (k_t = 0,
+adaptive speculation) are counted and their tokens fed with the next propose's two.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class DraftModelDrafter(Drafter):
         self.hf = hf  # trainable transformers copy (init and online distillation); proposals use ``model``
         self.tokenizer = tokenizer
         self.cache: KVCache | None = None
+        self._prompts: torch.Tensor | None = None  # (U, P) distinct prompts until the lazy prefill
+        self._index: torch.Tensor | None = None  # (B,) each row's distinct prompt
+        self._t_max = 0
         # steps since the last propose that emitted a token without one (k_t = 0, adaptive
         # speculation): their tokens are not in the draft cache yet, the next propose feeds them
         self._missed, self._proposed = 0, False
@@ -55,22 +61,31 @@ class DraftModelDrafter(Drafter):
         return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
-        t_max = ctx.tokens.shape[1]
+        """Remember the distinct prompts; their prefill runs at the first ``propose`` (lazy: a
+        batch that adaptive speculation decodes plainly to the end never pays a draft forward)."""
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
-        self.cache = self.model.new_cache(rows.shape[0], t_max, capacity=index.shape[0])
-        # Prefill each distinct prompt once (right-padded; padding positions get overwritten
-        # before any read), then copy its cache rows to the rows that share it.
         P = int(ctx.prompt_lens.max())
-        zeros = torch.zeros(rows.shape[0], dtype=torch.long, device=ctx.tokens.device)
-        self.model(ctx.tokens[rows, :P], zeros, self.cache, logits_col=zeros, max_start=0)
-        if rows.shape[0] < index.shape[0]:
-            self.cache.select(index)
+        self._prompts = ctx.tokens[rows, :P].clone()  # (U, P) right-padded
+        self._index, self._t_max = index, ctx.tokens.shape[1]  # (B,): each row's distinct prompt
+        self.cache = None
         self._missed, self._proposed = 0, False
+
+    def _prefill(self) -> None:
+        """Prefill each distinct prompt once (right-padded; padding positions get overwritten before
+        any read), then copy its cache rows to the rows of the batch that share it."""
+        U = self._prompts.shape[0]
+        self.cache = self.model.new_cache(U, self._t_max, capacity=max(U, self._index.shape[0]))
+        zeros = torch.zeros(U, dtype=torch.long, device=self._prompts.device)
+        self.model(self._prompts, zeros, self.cache, logits_col=zeros, max_start=0)
+        self.cache.select(self._index)  # (also when U == B: rows may have left since start)
+        self._prompts = None
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         """k drafts per row sampled from q: tokens (B, k), q (B, k, V). Feeds tokens lens-2, lens-1
         first (plus one earlier token per step that emitted without a proposal, k_t = 0)."""
-        assert self.cache is not None, "start() must run before propose()"
+        if self.cache is None:
+            assert self._prompts is not None, "start() must run before propose()"
+            self._prefill()  # the plain steps before (self._missed) are fed below, from position prompt_len - 1
         B = ctx.lens.shape[0]
         T = 2 + self._missed  # the draft cache is valid below lens - T
         start = (ctx.lens - T).clamp_min(0)  # (B,) (clamped: finished rows riding along in a bucket)
@@ -101,6 +116,8 @@ class DraftModelDrafter(Drafter):
     def select(self, rows: torch.Tensor) -> None:
         if self.cache is not None:
             self.cache.select(rows)
+        elif self._prompts is not None:  # not prefilled yet: the rows keep their distinct prompts
+            self._index = self._index[rows]
 
     # -- training: forward KL(target || draft) at temperature 1 on the target's logits
     def train_parameters(self) -> list[torch.nn.Parameter]:

@@ -157,6 +157,28 @@ def test_draft_model_catches_up_after_plain_steps_as_if_it_had_drafted(target_lm
     assert m["spec/acceptance_rate"] == 1.0  # a stale draft cache would propose other tokens
 
 
+def test_draft_model_prefills_lazily_and_never_runs_when_every_step_is_plain(target_lm, draft_lm, monkeypatch):
+    calls = []
+    d = DraftModelDrafter(draft_lm)
+    real = LeanLM.forward
+    monkeypatch.setattr(LeanLM, "forward", lambda self, *a, **kw: (calls.append(self is d.model), real(self, *a, **kw))[1])
+    RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0])).generate(PROMPTS, greedy(eos=None, max_new=8))
+    assert calls and not any(calls)  # the target ran; the draft model never did
+
+
+def test_draft_model_lazy_prefill_follows_rows_that_left_before_the_first_proposal(target_lm):
+    """Rows that finish during plain steps leave before the draft model's prefill: the prefill must
+    still give each remaining row its own prompt (self-drafting: every draft then is accepted)."""
+    ar = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy(eos=None, max_new=12))
+    eos = ar.tokens[0][2]  # row 0 (and its copy) stop at their third token, the others later or not
+    ref = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy(eos=eos, max_new=12))
+    assert len({len(t) for t in ref.tokens}) > 1  # rows do leave at different steps
+    out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3, k_policy=Scripted([0, 0, 0, 0, 3])).generate(
+        PROMPTS * 2, greedy(eos=eos, max_new=12))
+    assert out.tokens == ref.tokens
+    assert out.counters.metrics()["spec/acceptance_rate"] == 1.0
+
+
 @pytest.mark.parametrize("kind", ["mtp", "eagle3"])
 @pytest.mark.parametrize("max_pending", [2, 1024])
 def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(target_lm, draft_lm, kind, max_pending, monkeypatch):
