@@ -221,6 +221,7 @@ class ChainDrafter(Drafter):
         # forward (or once MAX_PENDING / MAX_PENDING_BYTES is reached):
         # ({layer: (B, 1, H)}, tokens (B, 1), positions (B, 1)) per step
         self._pending: list[tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]] = []
+        self._lazy: dict | None = None  # the prompts' entries until the first propose (see start)
         self.net.requires_grad_(False)
 
     @property
@@ -243,25 +244,35 @@ class ChainDrafter(Drafter):
         self.last_out = out[torch.arange(out.shape[0], device=out.device), col]  # (B, H)
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
-        self._pending = []
-        t_max = ctx.tokens.shape[1]
+        """Keep what the prompts' entries are made of; they are written at the first ``propose``
+        (lazy: a batch that adaptive speculation decodes plainly to the end never runs the chain)."""
+        self._pending, self.cache, self.last_out = [], None, None
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
-        U, B = rows.shape[0], index.shape[0]
-        w = next(self.net.parameters())
-        self.cache = KVCache(self.net.cfg, U, t_max, w.device, w.dtype, num_layers=1)
         P = int(ctx.prompt_lens.max())
-        pos = torch.arange(P, device=ctx.tokens.device)[None, :].expand(U, P)
-        feat = self.net.fuse({i: h[:, :P] for i, h in hidden.items()})  # (U, P, H)
-        # Entry s reads token s+1; the entry at prompt_len-1 reads the first sampled token.
-        self._feed_real(feat, ctx.tokens[rows, 1 : P + 1], pos, ctx.prompt_lens[rows] - 1)
-        if U < B:
-            # Prefix sharing: entries < prompt_len-1 depend on the prompt alone; copy them, then
-            # rewrite each row's entry at prompt_len-1 with its own first sampled token.
-            self.cache.select(index)
-            col = ctx.prompt_lens - 1  # (B,)
-            last_feat = feat[index, col][:, None]  # (B, 1, H)
-            first_tok = ctx.tokens.gather(1, ctx.prompt_lens[:, None])  # (B, 1)
-            self._feed_real(last_feat, first_tok, col[:, None], torch.zeros_like(col))
+        self._lazy = {
+            "feat": self.net.fuse({i: h[:, :P] for i, h in hidden.items()}),  # (U, P, H)
+            "toks": ctx.tokens[rows, 1 : P + 1].clone(),  # (U, P): entry s reads token s+1
+            "last_u": ctx.prompt_lens[rows] - 1,  # (U,)
+            "t_max": ctx.tokens.shape[1],
+            # per row of the batch (follow ``select``): its distinct prompt, its prompt's last
+            # position and its own first sampled token
+            "index": index, "col": ctx.prompt_lens - 1, "first": ctx.tokens.gather(1, ctx.prompt_lens[:, None]),
+        }
+
+    def _prefill(self) -> None:
+        """Write the distinct prompts' entries once (prefix sharing: entries < prompt_len-1 depend
+        on the prompt alone), copy them to the rows sharing each prompt, then rewrite each row's
+        entry at prompt_len-1, which reads its own first sampled token."""
+        z, self._lazy = self._lazy, None
+        U, P = z["toks"].shape
+        w = next(self.net.parameters())
+        self.cache = KVCache(self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1)
+        pos = torch.arange(P, device=w.device)[None, :].expand(U, P)  # (U, P)
+        self._feed_real(z["feat"], z["toks"], pos, z["last_u"])
+        index, col = z["index"], z["col"]  # (B,), (B,)
+        self.cache.select(index)
+        last_feat = z["feat"][index, col][:, None]  # (B, 1, H)
+        self._feed_real(last_feat, z["first"], col[:, None], torch.zeros_like(col))
 
     def accept(self, ctx: DraftContext, num_emitted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
         """Write the verified positions' real entries. The verification fed positions
@@ -288,6 +299,8 @@ class ChainDrafter(Drafter):
     def _flush(self, tk: int | None) -> None:
         """Write the plain steps' pending entries (consecutive positions per row) in one forward;
         ``tk``: max(pos) + 1 if known on the host."""
+        if self._lazy is not None:
+            self._prefill()
         if not self._pending:
             return
         hidden = {i: torch.cat([p[0][i] for p in self._pending], 1) for i in self._pending[0][0]}  # (B, m, H) each
@@ -299,7 +312,7 @@ class ChainDrafter(Drafter):
 
     @torch.no_grad()
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
-        assert self.cache is not None and self.last_out is not None, "start() must run before propose()"
+        assert self.cache is not None or self._lazy is not None, "start() must run before propose()"
         self._flush(None if ctx.max_len is None else ctx.max_len - 1)  # the last plain entry sits at lens - 2
         self._len_at_propose = ctx.max_len  # for accept's attention span (None: read it there)
         o = self.last_out
@@ -319,9 +332,13 @@ class ChainDrafter(Drafter):
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
 
     def select(self, rows: torch.Tensor) -> None:
+        if self._lazy is not None:  # not prefilled yet: the remaining rows keep their prompts' entries
+            for key in ("index", "col", "first"):
+                self._lazy[key] = self._lazy[key].index_select(0, rows)
         if self.cache is not None:
             self.cache.select(rows)
             self.last_out = self.last_out.index_select(0, rows)
+        if self._pending:
             self._pending = [({i: h.index_select(0, rows) for i, h in hd.items()}, t.index_select(0, rows), p.index_select(0, rows))
                              for hd, t, p in self._pending]
 

@@ -182,9 +182,13 @@ def test_draft_model_lazy_prefill_follows_rows_that_left_before_the_first_propos
 @pytest.mark.parametrize("kind", ["mtp", "eagle3"])
 @pytest.mark.parametrize("max_pending", [2, 1024])
 def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(target_lm, draft_lm, kind, max_pending, monkeypatch):
-    """The chain drafters write plain steps' entries at the next propose (or every max_pending
-    steps) in one forward: the proposals, so the acceptance counts, equal writing them each step."""
+    """The chain drafters write the prompts' entries at the first propose and plain steps' entries
+    at the next propose (or every max_pending steps) in one forward: the proposals, so the
+    acceptance counts, equal writing them each step, also when rows leave during plain steps."""
     import drafters.chain as chain
+
+    ar = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy(eos=None, max_new=30))
+    eos = ar.tokens[0][2]  # row 0 (and its copy) stop at their third token: before the first proposal
 
     def proposals(cap):
         monkeypatch.setattr(chain, "MAX_PENDING", cap)
@@ -198,15 +202,26 @@ def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(t
             return prop
 
         d.propose = record
-        RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0, 0, 0, 3, 0, 2])).generate(PROMPTS * 2, greedy(eos=None, max_new=30))
-        return seen
+        out = RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0, 0, 0, 3, 0, 2])).generate(PROMPTS * 2, greedy(eos=eos, max_new=30))
+        return seen, out
 
-    each_step = proposals(1)  # flushed at once: the entry written in the plain step itself
-    deferred = proposals(max_pending)
+    each_step, out = proposals(1)  # flushed at once: the entries written in the plain step itself
+    deferred, _ = proposals(max_pending)
+    assert len({len(t) for t in out.tokens}) > 1  # rows left at different steps
     assert len(deferred) == len(each_step) > 3
     for (t1, q1), (t2, q2) in zip(each_step, deferred):
         assert torch.equal(t1, t2)
         torch.testing.assert_close(q1, q2, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["mtp", "eagle3"])
+def test_chain_never_runs_when_every_step_is_plain(target_lm, draft_lm, kind, monkeypatch):
+    torch.manual_seed(0)
+    d = _drafter(kind, target_lm, draft_lm)
+    calls = []
+    monkeypatch.setattr(d, "_feed_real", lambda *a, **kw: calls.append(1))
+    RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0])).generate(PROMPTS, greedy(eos=None, max_new=8))
+    assert not calls
 
 
 @pytest.mark.parametrize("kind,script", [("draft_model", [2, 0]), ("draft_model", [0, 1]), ("ngram", [0, 2])])
