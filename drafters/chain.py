@@ -268,11 +268,12 @@ class ChainDrafter(Drafter):
         w = next(self.net.parameters())
         self.cache = KVCache(self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1)
         pos = torch.arange(P, device=w.device)[None, :].expand(U, P)  # (U, P)
-        self._feed_real(z["feat"], z["toks"], pos, z["last_u"])
+        # tk = P: the prompts' positions are < P, known on the host (no device read in a step)
+        self._feed_real(z["feat"], z["toks"], pos, z["last_u"], P)
         index, col = z["index"], z["col"]  # (B,), (B,)
         self.cache.select(index)
         last_feat = z["feat"][index, col][:, None]  # (B, 1, H)
-        self._feed_real(last_feat, z["first"], col[:, None], torch.zeros_like(col))
+        self._feed_real(last_feat, z["first"], col[:, None], torch.zeros_like(col), P)
 
     def accept(self, ctx: DraftContext, num_emitted: torch.Tensor, hidden: dict[int, torch.Tensor]) -> None:
         """Write the verified positions' real entries. The verification fed positions

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from workbench.specs import load_spec
 from workbench.sweep.claims import ClaimLost, Heartbeat, claim_point, point_state
-from workbench.sweep.store import SweepStore
+from workbench.sweep.store import SweepStore, store_open_lock
 from workbench.tags import TAG_HEARTBEAT, TAG_POINT, TAG_STALE, TAG_WORKER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,8 +243,9 @@ def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     client, victim, deadline = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"), None, time.time() + 180
     while victim is None and time.time() < deadline:
         try:
-            points, _ = children(client, "kill")
-        except Exception:  # noqa: BLE001 - the store is being created
+            with store_open_lock(f"sqlite:///{tmp_path}/mlflow.db"):  # never migrate the new store beside a worker
+                points, _ = children(client, "kill")
+        except Exception:  # noqa: BLE001 - the experiment is being created
             points = []
         for r in points:
             pid = int(r.data.tags[TAG_WORKER].split(":")[1])

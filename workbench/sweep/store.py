@@ -12,6 +12,30 @@ from workbench.sweep.results import Outcome, Row
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP
 
 
+def store_open_lock(uri: str) -> Any:
+    """A context that serializes the first opening of a sqlite MLflow store on this machine: MLflow
+    migrates a new store's schema on first use, and two processes doing so at once make the loser
+    raise (alembic's "expected to match one row", or sqlite's "table ... already exists"). A file
+    lock (filelock, a dependency of torch) in the temp folder, keyed by the database path (sqlite
+    files are shared on one machine only); a no-op context for other stores.
+
+    Raises:
+        filelock.Timeout: the lock was held for 600 s.
+    """
+    import contextlib
+    import hashlib
+    import tempfile
+
+    from filelock import FileLock
+    from sqlalchemy.engine import make_url
+
+    db = make_url(uri).database if uri.startswith("sqlite:") else None
+    if not db or db == ":memory:":
+        return contextlib.nullcontext()
+    key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
+    return FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600)
+
+
 RACES = ("UNIQUE constraint", "IntegrityError", "Duplicate entry", "duplicate key", "database is locked")
 
 
@@ -70,25 +94,11 @@ class SweepStore:
 
     @classmethod
     def open(cls, spec: ExperimentSpec, name: str) -> "SweepStore":
-        """The store, opened once at a time per sqlite file on this machine. Workers started together
-        on a new sqlite MLflow store would race through its schema migrations (the loser raises
-        alembic's "expected to match one row") and the experiment's creation, so on sqlite the
-        opening is serialized by a file lock (filelock, a dependency of torch) in the temp folder,
-        keyed by the database path: sqlite files are shared on one machine only."""
-        import hashlib
-        import tempfile
-
-        from filelock import FileLock
-        from sqlalchemy.engine import make_url
-
+        """The store, opened under :func:`store_open_lock` (workers started together on a new sqlite
+        store would otherwise race through its schema migrations and the experiment's creation)."""
         from workbench.tracking import resolve_tracking_uri
 
-        uri = resolve_tracking_uri(spec.tracking.tracking_uri)
-        db = make_url(uri).database if uri.startswith("sqlite:") else None
-        if not db or db == ":memory:":
-            return cls(spec, name)
-        key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
-        with FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600):
+        with store_open_lock(resolve_tracking_uri(spec.tracking.tracking_uri)):
             return cls(spec, name)
 
     def _parents(self) -> list[Any]:
