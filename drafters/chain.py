@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from drafters.pending import PendingSteps
 from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal
 from workbench.rollout.layers import (
     MLP,
@@ -218,9 +219,9 @@ class ChainDrafter(Drafter):
         self.last_out: torch.Tensor | None = None  # (B, H) output of each row's last real entry
         self._len_at_propose: int | None = None  # max(lens) at this step's propose (host), for accept
         # plain steps' entries (k_t = 0: adaptive speculation), written at the next propose in one
-        # forward (or once MAX_PENDING / MAX_PENDING_BYTES is reached):
-        # ({layer: (B, 1, H)}, tokens (B, 1), positions (B, 1)) per step
-        self._pending: list[tuple[dict[int, torch.Tensor], torch.Tensor, torch.Tensor]] = []
+        # forward (or once MAX_PENDING / MAX_PENDING_BYTES is reached): per step the hidden states
+        # {layer: (B, 1, H)}, "tok" (B, 1) the token each entry reads and "pos" (B, 1) its position
+        self._pending = PendingSteps(MAX_PENDING, MAX_PENDING_BYTES)
         self._lazy: dict | None = None  # the prompts' entries until the first propose (see start)
         self.net.requires_grad_(False)
 
@@ -246,7 +247,8 @@ class ChainDrafter(Drafter):
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         """Keep what the prompts' entries are made of; they are written at the first ``propose``
         (lazy: a batch that adaptive speculation decodes plainly to the end never runs the chain)."""
-        self._pending, self.cache, self.last_out = [], None, None
+        self.cache, self.last_out = None, None
+        self._pending.clear()
         rows, index = ctx.distinct_prompts()  # (U,), (B,)
         P = int(ctx.prompt_lens.max())
         self._lazy = {
@@ -288,9 +290,7 @@ class ChainDrafter(Drafter):
         if self._len_at_propose is None:  # a plain step (k_t = 0): its entry waits for the next propose
             # (why: a policy that decodes plainly should not pay a drafter forward per step, and rows
             # that finish before the drafter is asked again never pay for theirs)
-            self._pending.append(({i: h.clone() for i, h in hidden.items()}, toks, pos))
-            held = len(self._pending) * sum(h.numel() * h.element_size() for h in hidden.values())
-            if len(self._pending) >= MAX_PENDING or held >= MAX_PENDING_BYTES:
+            if self._pending.add({**hidden, "tok": toks, "pos": pos}):
                 self._flush(None)  # (max(pos) read off the device: every row may have finished this step)
             return
         # max(pos) + 1 = the longest row before the step - 1 + T, known on the host since propose
@@ -304,10 +304,8 @@ class ChainDrafter(Drafter):
             self._prefill()
         if not self._pending:
             return
-        hidden = {i: torch.cat([p[0][i] for p in self._pending], 1) for i in self._pending[0][0]}  # (B, m, H) each
-        toks = torch.cat([p[1] for p in self._pending], 1)  # (B, m)
-        pos = torch.cat([p[2] for p in self._pending], 1)  # (B, m)
-        self._pending = []
+        hidden = self._pending.take()  # {layer: (B, m, H)}, "tok", "pos": (B, m)
+        toks, pos = hidden.pop("tok"), hidden.pop("pos")
         last = torch.full((toks.shape[0],), toks.shape[1] - 1, dtype=torch.long, device=toks.device)
         self._feed_real(self.net.fuse(hidden), toks, pos, last, tk)
 
@@ -339,9 +337,7 @@ class ChainDrafter(Drafter):
         if self.cache is not None:
             self.cache.select(rows)
             self.last_out = self.last_out.index_select(0, rows)
-        if self._pending:
-            self._pending = [({i: h.index_select(0, rows) for i, h in hd.items()}, t.index_select(0, rows), p.index_select(0, rows))
-                             for hd, t, p in self._pending]
+        self._pending.select(rows)
 
     # -- training (drafter init and online adaptation)
     def train_parameters(self) -> list[nn.Parameter]:

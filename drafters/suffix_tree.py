@@ -204,6 +204,13 @@ class SuffixBatch:
     own tokens, its siblings' tokens generated so far and the prompt's earlier rollouts. Only tokens
     given to :meth:`append` enter a trie: a sibling's token is never read before it is generated.
 
+    Lazy per prompt: :meth:`append` only records the tokens; a prompt's trie is built, and its
+    rows' (finished ones included) new tokens are added, when one of its rows is next asked for a
+    proposal. A trie's counts do not depend on the order in which its sequences grew, so the
+    proposals equal adding every token at once; but a batch that adaptive speculation decodes
+    plainly (k_t = 0) never pays for the tries, and one that speculates only in its long tail pays
+    only for the prompts still generating there.
+
     Building costs O((P + H) * max_depth) node visits per distinct prompt (P prompt tokens, H history
     tokens of it; the prompt is added once with weight = its sequences), each appended token
     O(max_depth), each :meth:`propose` O(max_depth * k) at worst.
@@ -211,47 +218,62 @@ class SuffixBatch:
 
     def __init__(self, history: RolloutHistory, prompts: list[Sequence[int]], max_depth: int):
         self.history, self.max_depth = history, max_depth
-        self.keys = [tuple(p) for p in prompts]  # (B,) each row's prompt
-        rows_of: dict[tuple[int, ...], int] = {}
-        for key in self.keys:
-            rows_of[key] = rows_of.get(key, 0) + 1
-        self.tries: dict[tuple[int, ...], SuffixTrie] = {}
-        start: dict[tuple[int, ...], Cursor] = {}
-        for key, n_rows in rows_of.items():
-            trie = self.tries[key] = SuffixTrie(max_depth)
-            old = history.rollouts(key)
-            start[key] = trie.extend_many([], key, weight=n_rows + len(old))
-            for completion in old:
-                trie.extend_many(start[key], completion)
-        self.cursors: list[Cursor] = [start[key] for key in self.keys]  # (B,)
-        self.completions: list[list[int]] = [[] for _ in self.keys]  # (B,) generated so far
-        self.finished: list[tuple[tuple[int, ...], list[int]]] = []  # rows that left: (prompt, completion)
+        self.rows = [_Row(tuple(p)) for p in prompts]  # (B,) the live rows
+        self.of_prompt: dict[tuple[int, ...], list[_Row]] = {}  # every row of each prompt, finished ones too
+        for row in self.rows:
+            self.of_prompt.setdefault(row.key, []).append(row)
+        self.tries: dict[tuple[int, ...], SuffixTrie] = {}  # built at a prompt's first proposal
+        self.finished: list[_Row] = []  # rows that left, in the order they did
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.rows)
 
     def append(self, row: int, tokens: Iterable[int]) -> None:
-        """Row ``row`` generated ``tokens`` (in order). O(len(tokens) * max_depth)."""
-        tokens = list(tokens)
-        self.cursors[row] = self.tries[self.keys[row]].extend_many(self.cursors[row], tokens)
-        self.completions[row] += tokens
+        """Row ``row`` generated ``tokens`` (in order): recorded, added to the trie when needed. O(len(tokens))."""
+        self.rows[row].completion += tokens
+
+    def _sync(self, key: tuple[int, ...]) -> SuffixTrie:
+        """The prompt's trie with every token its rows have generated so far."""
+        rows = self.of_prompt[key]
+        trie = self.tries.get(key)
+        if trie is None:
+            trie = self.tries[key] = SuffixTrie(self.max_depth)
+            old = self.history.rollouts(key)
+            start = trie.extend_many([], key, weight=len(rows) + len(old))
+            for completion in old:
+                trie.extend_many(start, completion)
+            for r in rows:
+                r.cursor = start
+        for r in rows:
+            if r.added < len(r.completion):
+                r.cursor = trie.extend_many(r.cursor, r.completion[r.added :])
+                r.added = len(r.completion)
+        return trie
 
     def propose(self, row: int, k: int, max_spec_factor: float, min_token_prob: float) -> Draft:
-        return speculate(self.tries[self.keys[row]], self.cursors[row], k, max_spec_factor, min_token_prob)
+        r = self.rows[row]
+        return speculate(self._sync(r.key), r.cursor, k, max_spec_factor, min_token_prob)
 
     def select(self, keep: Sequence[int]) -> None:
-        """Keep rows ``keep`` (in that order); the others finished. A finished row stays in its trie
-        (its siblings still draft from it) and enters the history at :meth:`finish`."""
+        """Keep rows ``keep`` (in that order); the others finished. A finished row stays in its
+        prompt's corpus (its siblings still draft from it) and enters the history at :meth:`finish`."""
         kept = set(keep)
-        self.finished += [(self.keys[b], self.completions[b]) for b in range(len(self.keys)) if b not in kept]
-        self.keys = [self.keys[b] for b in keep]
-        self.cursors = [self.cursors[b] for b in keep]
-        self.completions = [self.completions[b] for b in keep]
+        self.finished += [r for b, r in enumerate(self.rows) if b not in kept]
+        self.rows = [self.rows[b] for b in keep]
 
     def finish(self) -> None:
         """End of the batch: the finished rows go into the history, in the order they finished (rows
         still generating, of a batch abandoned midway, do not); the tries are dropped."""
-        for key, completion in self.finished:
-            self.history.add(key, completion)
-        self.finished, self.tries = [], {}
-        self.keys, self.cursors, self.completions = [], [], []
+        for r in self.finished:
+            self.history.add(r.key, r.completion)
+        self.finished, self.tries, self.rows, self.of_prompt = [], {}, [], {}
+
+
+@dataclass
+class _Row:
+    """One rollout of a batch: its prompt, its completion so far, and how much of it is in the trie."""
+
+    key: tuple[int, ...]
+    completion: list[int] = field(default_factory=list)
+    cursor: Cursor = field(default_factory=list)  # in its prompt's trie, after `added` tokens
+    added: int = 0

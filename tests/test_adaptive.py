@@ -54,33 +54,38 @@ def test_estimates_converge_to_the_streams_acceptance():
     assert p.draft_share() == pytest.approx(1.0, abs=0.01)
 
 
-def test_a_shut_off_drafter_is_probed_again():
-    p = AdaptiveK(3, LINEAR, FREE, probe_every=4, p0=0.05, measured=False)
-    for _ in range(30):
-        p.update(3, 64, 64, [0, 0, 0])  # nothing ever accepted
+TAIL = lambda T: 1.0 + 0.1 * T  # noqa: E731  (a fixed cost per forward plus a cost per token in flight)
+
+
+def _plays(p, n, steps):
     chosen = []
-    for _ in range(10):
-        k = p.choose(64)
+    for _ in range(steps):
+        k = p.choose(n)
         chosen.append(k)
-        p.update(k, 64, 64 if k else 0, [0] * k)
+        p.update(k, n, n if k else 0, [0] * k)
+    return chosen
+
+
+def test_a_shut_off_drafter_is_probed_again_where_a_probe_is_cheap():
+    p = AdaptiveK(3, TAIL, FREE, probe_every=4, p0=0.05, measured=False)
+    for _ in range(30):
+        p.update(3, 1, 1, [0, 0, 0])  # nothing ever accepted
+    chosen = _plays(p, 1, 10)  # one row: a one-draft probe costs 9 % more than a plain step
     assert chosen.count(0) >= 6 and 1 in chosen  # mostly plain steps, one probe every 4
+    assert _plays(p, 64, 200) == [0] * 200  # 64 rows: a probe would cost 87 % more, none is made
 
 
 def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the_estimates():
-    p = AdaptiveK(3, LINEAR, FREE, probe_every=2, max_probe_every=8, p0=0.05, measured=False)
+    p = AdaptiveK(3, TAIL, FREE, probe_every=2, max_probe_every=8, p0=0.05, measured=False)
     for _ in range(30):
-        p.update(3, 64, 64, [0, 0, 0])
+        p.update(3, 1, 1, [0, 0, 0])
     before = p.survival()
-    chosen = []
-    for _ in range(40):
-        k = p.choose(64)
-        chosen.append(k)
-        p.update(k, 64, 64 if k else 0, [0] * k)
+    chosen = _plays(p, 1, 40)
     probes = [i for i, k in enumerate(chosen) if k]
     assert [b - a for a, b in zip(probes, probes[1:])][:3] == [5, 9, 9]  # intervals 2, 4, 8 (capped) plain steps + the probe
-    assert max(p.survival()) < 0.01 and max(before) < 0.01  # the probes brought no acceptance
+    assert max(p.survival()) < 0.02 and max(before) < 0.02  # the probes brought no acceptance
     now = p.survival()
-    p.update(0, 64, 0, [])
+    p.update(0, 1, 0, [])
     assert p.survival() == now  # a plain step says nothing about acceptance: no forgetting
 
 
@@ -96,6 +101,8 @@ def test_measured_step_times_correct_the_cost_curves():
         assert p.choose(64) == expect
     assert p.scale(64, 1) == 3.0 and p.scale(40, 1) == 3.0  # its bin's
     assert p.scale(64, 2) == 1.0 and p.scale(8, 1) == 3.0  # else the bin's plain step's, else the k_t's over all bins
+    p.observe(1, 8, 1.0)  # the step chosen last (k_t = 1 after plain steps) was a switch: not measured
+    assert p.scale(8, 1) == 3.0
     p.observe(1, 8, 1.0)
     assert p.scale(8, 1) == 1.0 and p.scale(64, 1) == 3.0 and p.ratio_k[1] == pytest.approx(0.8 * 3 + 0.2 * 1)
 
@@ -105,6 +112,24 @@ def test_each_batch_size_bin_starts_with_a_measured_plain_step():
     assert p.choose(64) == 0  # bin 64 not measured yet
     p.observe(0, 64, 1.0)
     assert p.choose(64) == 2 and p.choose(3) == 0  # bin 64 anchored; bin 4 is new
+
+
+def test_the_cached_choice_is_recomputed_after_speculative_steps_and_every_refresh_steps():
+    p = AdaptiveK(1, FLAT, FREE, p0=0.99, refresh=4)
+    p.observe(0, 64, 1.0)  # (1 step since the cache was made)
+    assert p.choose(64) == 1
+    p.observe(1, 64, 1.0)  # (2) a switch from plain steps: not measured
+    assert p.choose(64) == 1
+    p.observe(1, 64, 50.0)  # (3) k_t = 1 measured 50x dearer than modeled
+    assert p.choose(64) == 1  # cached until `refresh` steps have passed
+    p.observe(1, 64, 50.0)  # (4)
+    assert p.choose(64) == 0  # recomputed
+    q = AdaptiveK(2, FLAT, FREE, p0=0.99)
+    q.observe(0, 64, 1.0)
+    assert q.choose(64) == 2
+    for _ in range(20):
+        q.update(2, 64, 64, [0, 0])  # nothing accepted: the cached choice goes at once
+    assert q.choose(64) == 0
 
 
 class Scripted:
