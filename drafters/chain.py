@@ -220,7 +220,7 @@ class ChainDrafter(Drafter):
         self._len_at_propose: int | None = None  # max(lens) at this step's propose (host), for accept
         # plain steps' entries (k_t = 0: adaptive speculation), written at the next propose in one
         # forward (or once MAX_PENDING / MAX_PENDING_BYTES is reached): per step the hidden states
-        # {layer: (B, 1, H)}, "tok" (B, 1) the token each entry reads and "pos" (B, 1) its position
+        # {"h": (B, 1, L*H)}, the hidden states of the L layers it reads, concatenated
         self._pending = PendingSteps(MAX_PENDING, MAX_PENDING_BYTES)
         self._lazy: dict | None = None  # the prompts' entries until the first propose (see start)
         self.net.requires_grad_(False)
@@ -283,36 +283,42 @@ class ChainDrafter(Drafter):
         the entries at start..ctx.lens-2 are real (their next token was emitted); the one at
         ctx.lens-2 (column num_emitted-1) feeds draft 1 of the next step. Entries past it read
         rejected drafts: never attended to, overwritten by the next step (see module doc)."""
+        if self._len_at_propose is None:  # a plain step (k_t = 0): its entry waits for the next propose
+            # (why: a policy that decodes plainly should not pay a drafter forward per step, and rows
+            # that finish before the drafter is asked again never pay for theirs). Only the hidden
+            # states are held, in one tensor: positions and tokens follow from the lengths at the flush.
+            if self._pending.add({"h": torch.cat([hidden[i] for i in self.hidden_layers], -1)}):  # (B, 1, L*H)
+                self._flush(ctx, None)  # (max(pos) read off the device: every row may have finished this step)
+            return
         T = next(iter(hidden.values())).shape[1]  # k + 1
         start = ctx.lens - num_emitted - 1  # (B,) position of the verification's column 0
         pos = start[:, None] + torch.arange(T, device=start.device)  # (B, k+1)
         toks = ctx.tokens.gather(1, pos + 1)  # (B, k+1) token s+1 of entry s
-        if self._len_at_propose is None:  # a plain step (k_t = 0): its entry waits for the next propose
-            # (why: a policy that decodes plainly should not pay a drafter forward per step, and rows
-            # that finish before the drafter is asked again never pay for theirs)
-            if self._pending.add({**hidden, "tok": toks, "pos": pos}):
-                self._flush(None)  # (max(pos) read off the device: every row may have finished this step)
-            return
         # max(pos) + 1 = the longest row before the step - 1 + T, known on the host since propose
         before, self._len_at_propose = self._len_at_propose, None
         self._feed_real(self.net.fuse(hidden), toks, pos, num_emitted - 1, None if before is None else before - 1 + T)
 
-    def _flush(self, tk: int | None) -> None:
-        """Write the plain steps' pending entries (consecutive positions per row) in one forward;
-        ``tk``: max(pos) + 1 if known on the host."""
+    def _flush(self, ctx: DraftContext, tk: int | None) -> None:
+        """Write the m held plain steps' entries in one forward; ``tk``: max(pos) + 1 if known on the
+        host. Each plain step emitted one token per live row, so with L = ctx.lens the held entries
+        sit at positions L-1-m .. L-2 and read the tokens after them (a finished row riding along
+        in a batch-size bucket emitted none: its entries land lower, clamped at 0; never read)."""
         if self._lazy is not None:
             self._prefill()
         if not self._pending:
             return
-        hidden = self._pending.take()  # {layer: (B, m, H)}, "tok", "pos": (B, m)
-        toks, pos = hidden.pop("tok"), hidden.pop("pos")
-        last = torch.full((toks.shape[0],), toks.shape[1] - 1, dtype=torch.long, device=toks.device)
+        h = self._pending.take()["h"]  # (B, m, L*H)
+        m, H = h.shape[1], h.shape[2] // len(self.hidden_layers)
+        hidden = dict(zip(self.hidden_layers, h.split(H, -1)))  # {layer: (B, m, H)}
+        pos = ((ctx.lens - 1 - m)[:, None] + torch.arange(m, device=h.device)).clamp_min(0)  # (B, m)
+        toks = ctx.tokens.gather(1, pos + 1)  # (B, m) token s+1 of entry s
+        last = torch.full((toks.shape[0],), m - 1, dtype=torch.long, device=toks.device)
         self._feed_real(self.net.fuse(hidden), toks, pos, last, tk)
 
     @torch.no_grad()
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         assert self.cache is not None or self._lazy is not None, "start() must run before propose()"
-        self._flush(None if ctx.max_len is None else ctx.max_len - 1)  # the last plain entry sits at lens - 2
+        self._flush(ctx, None if ctx.max_len is None else ctx.max_len - 1)  # the last plain entry sits at lens - 2
         self._len_at_propose = ctx.max_len  # for accept's attention span (None: read it there)
         o = self.last_out
         logits = self.net.head(0, o)  # (B, Vd)

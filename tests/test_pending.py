@@ -1,15 +1,22 @@
 """drafters.pending.PendingSteps: held plain steps equal the naive per-step bookkeeping."""
 
+import pytest
 import torch
 
 from drafters.pending import PendingSteps
 
 
-def test_held_columns_follow_rows_that_leave_and_grow_past_the_first_capacity():
+@pytest.mark.parametrize("runs", [(12,), (12, 5, 12, 20)])
+def test_held_columns_follow_rows_that_leave_and_grow_past_the_first_capacity(runs):
+    """Several runs on one object (its buffers are reused while they fit; the last run outgrows them)."""
     g = torch.Generator().manual_seed(0)
     held = PendingSteps(max_steps=1000, max_bytes=1 << 30)
+    for n in runs:
+        _one_run(held, n, g)
+
+
+def _one_run(held, n, g):
     naive: list[dict] = []  # per step {name: (n, 1, ...)}, re-selected on every selection
-    n = 12
     for step in range(40):  # > 16: the buffers double at least once
         cols = {7: torch.randn(n, 1, 5, generator=g), "tok": torch.randint(0, 99, (n, 1), generator=g)}
         assert not held.add(cols)
