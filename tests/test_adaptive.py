@@ -132,6 +132,35 @@ def test_the_cached_choice_is_recomputed_after_speculative_steps_and_every_refre
     assert q.choose(64) == 0
 
 
+def test_a_switch_is_made_only_where_the_next_steps_repay_its_measured_catch_up():
+    """Curves: a step costs 1 s whatever k_t (FLAT), acceptance 0.5 (E[N] = 1.5 at k_t = 1): a
+    speculative step saves 0.5 s. A switch measured 3 s over its step: 8 steps repay it (4 s), 4 do not."""
+    for horizon, expect in ((8, 1), (4, 0)):
+        p = AdaptiveK(1, FLAT, FREE, prior=0.0, p0=0.5, switch_horizon=horizon)
+        p.update(1, 64, 64, [32])
+        p.observe(0, 64, 1.0)  # plain step: ratio 1
+        assert p.choose(64) == 1  # no switch measured yet: switch (and measure it)
+        p.observe(1, 64, 4.0)  # the switch: 3 s over the expected 1 s
+        assert p.switch_s == 3.0 and p.scale(64, 1) == 1.0  # kept apart from the per-step ratios
+        assert p.choose(64) == 1  # no switch now: already speculating
+        p.update(1, 64, 64, [32])
+        p.observe(1, 64, 1.0)
+        p.update(0, 64, 0, [])
+        p._prev = (0, 64)  # a plain step came between
+        assert p.choose(64) == expect
+
+
+def test_no_probe_where_a_switch_makes_it_dear():
+    p = AdaptiveK(3, TAIL, FREE, probe_every=1, p0=0.05)
+    for _ in range(30):
+        p.update(3, 1, 1, [0, 0, 0])
+    p.observe(0, 1, TAIL(1))  # bin 1 anchored, ratio 1
+    assert 1 in _plays(p, 1, 4)  # a probe costs 0.1 s over a 1.1 s plain step
+    p.switch_s = 1.0  # as if measured: a switch (so a probe) costs 1 s more
+    p._memo = {}
+    assert _plays(p, 1, 20) == [0] * 20
+
+
 class Scripted:
     """Plays a fixed sequence of k_t (zeros included: plain decode steps, back to back)."""
 

@@ -90,9 +90,11 @@ class AdaptiveK:
     drafter's bookkeeping, Python) enters the choice. The first step at each batch-size bin is a
     plain one, so every comparison is anchored at a measured plain step of that size (the ratio
     varies with the batch size: fixed per-step costs weigh more in the tail). The first speculative
-    step after plain ones (or at a new batch) is not measured: its drafter catches up once on what
-    the plain steps emitted (draft_model's and the chain's lazy prefill, suffix's appends), a cost
-    of the switch, not of every step at that k_t. The choice then depends on the machine's timing:
+    step after plain ones (or at a new batch) is a switch: its drafter catches up once on what the
+    plain steps emitted (draft_model's and the chain's lazy prefill, suffix's tries), a cost of the
+    switch, not of every step at that k_t. Its excess over the expected step is kept apart
+    (``switch_s``, an exponential average) and a switch is made only where the next
+    ``switch_horizon`` steps' expected savings repay it, a probe only where it stays cheap with it. The choice then depends on the machine's timing:
     still exact (k_t depends only on earlier steps), but not reproducible bit for bit across runs.
 
     The choice for a batch size is cached, recomputed after every speculative step (new acceptance
@@ -106,6 +108,7 @@ class AdaptiveK:
         prior: pseudo-count of the prior; p0: its per-position acceptance (optimistic by default).
         probe_max_cost: the most a probe step may cost over a plain step (0.25 = 25 %).
         refresh: steps after which a cached choice is recomputed.
+        switch_horizon: speculative steps whose expected savings must repay a switch's catch-up.
         measured: use the measured step times (False: the cost curves alone, reproducible).
         time_weight: weight of a new measurement in the exponential average of the ratios.
         margin: the expected gain over plain decoding a k_t > 0 needs (0.1 = 10 %). Why: per-step
@@ -118,11 +121,14 @@ class AdaptiveK:
     def __init__(self, k_max: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float],
                  decay: float = 0.9, prior: float = 4.0, p0: float = 0.7, probe_every: int = 8,
                  max_probe_every: int = 128, measured: bool = True, time_weight: float = 0.2, margin: float = 0.1,
-                 probe_max_cost: float = 0.25, refresh: int = 16):
+                 probe_max_cost: float = 0.25, refresh: int = 16, switch_horizon: int = 8):
         self.k_max, self.target_s, self.drafter_s = k_max, target_s, drafter_s
-        self.probe_max_cost, self.refresh = probe_max_cost, refresh
-        self._memo: dict[int, tuple[int, bool]] = {}  # rows -> (best k_t, whether a probe is cheap there)
+        self.probe_max_cost, self.refresh, self.switch_horizon = probe_max_cost, refresh, switch_horizon
+        self.switch_s: float | None = None  # seconds a switch costs over its expected step (None: not measured yet)
+        # rows -> (best k_t, seconds it saves per step, a probe's extra seconds, a plain step's seconds)
+        self._memo: dict[int, tuple[int, float, float, float]] = {}
         self._since_refresh = 0
+        self._modeled: dict[tuple[int, int], float] = {}
         self._prev = (0, 0)  # (k_t, rows) of the last choice
         self._switch = False  # the chosen step is the first speculative one after plain steps
         self.decay, self.prior, self.p0, self.probe_every = decay, prior, p0, probe_every
@@ -153,17 +159,28 @@ class AdaptiveK:
         b = size_bin(num_rows)
         return self.ratio.get((b, k_t), self.ratio.get((b, 0), self.ratio_k.get(k_t, 1.0)))
 
+    def modeled(self, num_rows: int, k_t: int) -> float:
+        """:func:`modeled_step_s` of (n, k_t), cached (the curves are fixed; an interpolation costs ~5 us)."""
+        key = (num_rows, k_t)
+        if key not in self._modeled:
+            self._modeled[key] = modeled_step_s(num_rows, k_t, self.target_s, self.drafter_s)
+        return self._modeled[key]
+
     def step_s(self, num_rows: int, k_t: int) -> float:
         """Expected seconds of a step of ``num_rows`` rows at ``k_t``: the curves, times the measured ratio."""
-        secs = modeled_step_s(num_rows, k_t, self.target_s, self.drafter_s)
+        secs = self.modeled(num_rows, k_t)
         return secs * self.scale(num_rows, k_t) if self.measured else secs
 
     def choose(self, num_rows: int) -> int:
         k_t = self._choose(num_rows)
-        prev_k, prev_n = self._prev
-        self._switch = k_t > 0 and (prev_k == 0 or num_rows > prev_n)  # (more rows than before: a new batch)
+        self._switch = k_t > 0 and self._switching(num_rows)
         self._prev = (k_t, num_rows)
         return k_t
+
+    def _switching(self, num_rows: int) -> bool:
+        """Whether speculating now is a switch: after a plain step, or at a new batch (more rows than before)."""
+        prev_k, prev_n = self._prev
+        return prev_k == 0 or num_rows > prev_n
 
     def _choose(self, num_rows: int) -> int:
         if self.measured and (size_bin(num_rows), 0) not in self.ratio:
@@ -171,14 +188,20 @@ class AdaptiveK:
         if self._since_refresh >= self.refresh:
             self._memo, self._since_refresh = {}, 0
         if num_rows not in self._memo:
-            k_best = best_k(num_rows, self.survival(), self.draft_share(), self.target_s, self.drafter_s, self.k_max,
+            surv, share = self.survival(), self.draft_share()
+            k_best = best_k(num_rows, surv, share, self.target_s, self.drafter_s, self.k_max,
                             self.scale if self.measured else None, self.margin)
-            cheap = self.step_s(num_rows, 1) <= (1.0 + self.probe_max_cost) * self.step_s(num_rows, 0)
-            self._memo[num_rows] = (k_best, cheap)
-        k_t, probe_is_cheap = self._memo[num_rows]
+            plain = self.step_s(num_rows, 0)
+            saved = expected_emitted(surv, k_best, share) * plain - self.step_s(num_rows, k_best)  # per step, seconds
+            probe_extra = self.step_s(num_rows, 1) - plain if self.k_max else float("inf")
+            self._memo[num_rows] = (k_best, saved, probe_extra, plain)
+        k_t, saved, probe_extra, plain = self._memo[num_rows]
+        switch_s = (self.switch_s or 0.0) if self.measured else 0.0  # (unmeasured: the first switch measures it)
+        if k_t > 0 and self._switching(num_rows) and self.switch_horizon * saved < switch_s:
+            k_t = 0  # the catch-up would cost more than speculation saves soon
         if k_t > 0:
             self.interval = self.probe_every  # speculation pays again: back to the base interval
-        elif self.plain_steps >= self.interval and probe_is_cheap and self.k_max > 0:
+        elif self.plain_steps >= self.interval and probe_extra + switch_s <= self.probe_max_cost * plain:
             k_t = 1  # keep measuring acceptance: one draft token
             self.interval = min(2 * self.interval, self.max_probe_every)
         return k_t
@@ -186,11 +209,17 @@ class AdaptiveK:
     def observe(self, k_t: int, num_rows: int, seconds: float) -> None:
         """The measured wall time of a step of ``num_rows`` rows at ``k_t`` (seconds)."""
         self._since_refresh += 1
-        modeled = modeled_step_s(num_rows, k_t, self.target_s, self.drafter_s)
+        modeled = self.modeled(num_rows, k_t)
         switch, self._switch = self._switch, False
-        if modeled <= 0 or seconds <= 0 or (k_t > 0 and switch):
-            return  # (a switch's step includes the drafter's one-off catch-up)
-        r, w = seconds / modeled, self.time_weight
+        if modeled <= 0 or seconds <= 0:
+            return
+        w = self.time_weight
+        if k_t > 0 and switch:  # its excess over the expected step is the drafter's one-off catch-up
+            excess = max(seconds - self.step_s(num_rows, k_t), 0.0)
+            self.switch_s = excess if self.switch_s is None else (1 - w) * self.switch_s + w * excess
+            self._memo = {}
+            return
+        r = seconds / modeled
         for table, key in ((self.ratio, (size_bin(num_rows), k_t)), (self.ratio_k, k_t)):
             table[key] = r if key not in table else (1 - w) * table[key] + w * r
 
