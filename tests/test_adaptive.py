@@ -150,6 +150,22 @@ def test_a_switch_is_made_only_where_the_next_steps_repay_its_measured_catch_up(
         assert p.choose(64) == expect
 
 
+def test_steps_left_are_learned_from_earlier_batches_per_batch_size_bin():
+    p = AdaptiveK(2, FLAT, FREE, switch_horizon=8)
+    assert p.steps_left(64) == 8  # no batch seen whole yet
+    batch = [64] * 10 + [8, 7, 5] + [1, 1]  # steps at bins 64, 8, 1
+    for n in batch:
+        p.choose(n)
+    p.choose(64)  # a new batch: the last one's counts are folded in
+    assert p.steps_at == {64: 10, 8: 3, 1: 2}
+    assert p.steps_left(64) == 9 + 3 + 2  # one of bin 64's ten steps already taken
+    assert p.steps_left(3) == 2 and p.steps_left(1) == 2  # bin 4 was skipped: only bin 1's steps
+    for n in [64] * 5 + [1] * 4:
+        p.choose(n)
+    p.choose(64)
+    assert p.steps_at[64] == pytest.approx(0.8 * 10 + 0.2 * 6) and p.steps_at[8] == pytest.approx(0.8 * 3)
+
+
 def test_no_probe_where_a_switch_makes_it_dear():
     p = AdaptiveK(3, TAIL, FREE, probe_every=1, p0=0.05)
     for _ in range(30):

@@ -93,8 +93,10 @@ class AdaptiveK:
     step after plain ones (or at a new batch) is a switch: its drafter catches up once on what the
     plain steps emitted (draft_model's and the chain's lazy prefill, suffix's tries), a cost of the
     switch, not of every step at that k_t. Its excess over the expected step is kept apart
-    (``switch_s``, an exponential average) and a switch is made only where the next
-    ``switch_horizon`` steps' expected savings repay it, a probe only where it stays cheap with it. The choice then depends on the machine's timing:
+    (``switch_s``, an exponential average) and a switch is made only where the expected savings of
+    the steps the batch has left repay it (:meth:`steps_left`: learned from earlier batches, how
+    many steps a batch spends at each batch-size bin), a probe only where it stays cheap with it.
+    The choice then depends on the machine's timing:
     still exact (k_t depends only on earlier steps), but not reproducible bit for bit across runs.
 
     The choice for a batch size is cached, recomputed after every speculative step (new acceptance
@@ -108,7 +110,7 @@ class AdaptiveK:
         prior: pseudo-count of the prior; p0: its per-position acceptance (optimistic by default).
         probe_max_cost: the most a probe step may cost over a plain step (0.25 = 25 %).
         refresh: steps after which a cached choice is recomputed.
-        switch_horizon: speculative steps whose expected savings must repay a switch's catch-up.
+        switch_horizon: the steps left assumed before a first batch has been seen whole.
         measured: use the measured step times (False: the cost curves alone, reproducible).
         time_weight: weight of a new measurement in the exponential average of the ratios.
         margin: the expected gain over plain decoding a k_t > 0 needs (0.1 = 10 %). Why: per-step
@@ -131,6 +133,8 @@ class AdaptiveK:
         self._modeled: dict[tuple[int, int], float] = {}
         self._prev = (0, 0)  # (k_t, rows) of the last choice
         self._switch = False  # the chosen step is the first speculative one after plain steps
+        self.steps_at: dict[int, float] = {}  # size bin -> steps a batch spends there (average over batches)
+        self._batch_steps: dict[int, int] = {}  # the same, this batch so far
         self.decay, self.prior, self.p0, self.probe_every = decay, prior, p0, probe_every
         self.max_probe_every, self.measured, self.time_weight, self.margin = max_probe_every, measured, time_weight, margin
         self.accepted = [0.0] * k_max  # decayed rows whose drafts 0..i were all accepted
@@ -171,7 +175,30 @@ class AdaptiveK:
         secs = self.modeled(num_rows, k_t)
         return secs * self.scale(num_rows, k_t) if self.measured else secs
 
+    def steps_left(self, num_rows: int) -> float:
+        """Steps the batch has left at ``num_rows`` live rows: the average steps earlier batches
+        spent at this size bin (less those spent here already) and at every smaller one;
+        ``switch_horizon`` before a batch has been seen whole."""
+        if not self.steps_at:
+            return float(self.switch_horizon)
+        b = size_bin(num_rows)
+        here = max(self.steps_at.get(b, 0.0) - self._batch_steps.get(b, 0), 0.0)
+        return max(here + sum(v for bin_, v in self.steps_at.items() if bin_ < b), 1.0)
+
+    def _count_step(self, num_rows: int) -> None:
+        """Count the step in its size bin; at a new batch (more rows than before) fold the last
+        batch's counts into ``steps_at`` (bins it skipped count 0)."""
+        if num_rows > self._prev[1] and self._batch_steps:
+            w = self.time_weight
+            for b in set(self.steps_at) | set(self._batch_steps):
+                n = self._batch_steps.get(b, 0)
+                self.steps_at[b] = n if b not in self.steps_at else (1 - w) * self.steps_at[b] + w * n
+            self._batch_steps = {}
+        b = size_bin(num_rows)
+        self._batch_steps[b] = self._batch_steps.get(b, 0) + 1
+
     def choose(self, num_rows: int) -> int:
+        self._count_step(num_rows)
         k_t = self._choose(num_rows)
         self._switch = k_t > 0 and self._switching(num_rows)
         self._prev = (k_t, num_rows)
@@ -197,8 +224,8 @@ class AdaptiveK:
             self._memo[num_rows] = (k_best, saved, probe_extra, plain)
         k_t, saved, probe_extra, plain = self._memo[num_rows]
         switch_s = (self.switch_s or 0.0) if self.measured else 0.0  # (unmeasured: the first switch measures it)
-        if k_t > 0 and self._switching(num_rows) and self.switch_horizon * saved < switch_s:
-            k_t = 0  # the catch-up would cost more than speculation saves soon
+        if k_t > 0 and self._switching(num_rows) and self.steps_left(num_rows) * saved < switch_s:
+            k_t = 0  # the catch-up would cost more than speculation saves in what is left of the batch
         if k_t > 0:
             self.interval = self.probe_every  # speculation pays again: back to the base interval
         elif self.plain_steps >= self.interval and probe_extra + switch_s <= self.probe_max_cost * plain:
