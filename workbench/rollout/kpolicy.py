@@ -96,8 +96,8 @@ class AdaptiveK:
     (``switch_s``, an exponential average) and a switch is made only where the expected savings of
     the steps the batch has left repay it (:meth:`steps_left`: learned from earlier batches, how
     many steps a batch spends at each batch-size bin), a probe only where it stays cheap with it.
-    The choice then depends on the machine's timing:
-    still exact (k_t depends only on earlier steps), but not reproducible bit for bit across runs.
+    The choice then depends on the machine's timing: still exact (k_t depends only on earlier
+    steps), but not reproducible bit for bit across runs.
 
     The choice for a batch size is cached, recomputed after every speculative step (new acceptance
     counts) and every ``refresh`` steps (the measured ratios drift slowly): best_k costs ~30 us, 1.5 %
