@@ -18,10 +18,11 @@ history in each.
 The maths (counts, the best-scoring greedy continuation over match lengths, ``max_spec_factor``,
 ``min_token_prob``, the tree depth) is in :mod:`drafters.suffix_tree`; this module converts the
 engine's tensors to token lists and back. Drafts are deterministic (q = one-hot, ``probs`` None),
-so rejection sampling stays exact; a row may get 0..k drafts. Host cost per verification step:
-O(rows * (max_depth + k)) trie steps for the proposals and O(emitted tokens * max_depth) for the
-appends, in Python; building the tries at ``start`` costs O((prompt + history tokens) * max_depth)
-per distinct prompt.
+so rejection sampling stays exact; a row may get 0..k drafts. Host cost, in Python: every step
+reads the emitted tokens and records them (O(emitted tokens)); a proposal costs O(max_depth + k)
+trie steps per row, after its prompt's trie has taken in the tokens recorded since (O(tokens *
+max_depth)), and is first built at the prompt's first proposal of the batch (O((prompt + history
+tokens) * max_depth)). A batch decoded plainly (adaptive k_t = 0) never builds a trie.
 """
 
 from __future__ import annotations
