@@ -107,6 +107,14 @@ class GRPOTrainer:
         self.online = (OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed, reduce_grads=self.dp.average_grads if self.dp else None)
                        if spec.drafter.online.enabled and self.drafter else None)
         self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        # rollout.backend=vllm: vLLM generates (colocated, weights reloaded each prepare); the workbench
+        # engine above stays for nothing but the drafter's own bookkeeping (online adaptation trains it)
+        self.vllm = None
+        if spec.rollout.backend == "vllm":
+            from workbench.vllm.backend import VLLMBackend
+
+            self.vllm = VLLMBackend(spec, path, self.device.type, self.drafter, self.drafter_init_path,
+                                    self.rollout_model.cfg, paired=bool(spec.paired))
         if spec.rollout.cuda_graphs and self.device.type != "cuda":
             raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {self.device}; "
                              "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
@@ -116,7 +124,8 @@ class GRPOTrainer:
         # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
         # the same batch-size buckets, so both arms run at the same captured sizes.
         self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size,
-                                           retire_buckets=self.engine.retire_buckets) if spec.paired else None
+                                           retire_buckets=self.engine.retire_buckets) if spec.paired and self.vllm is None else None
+        self.is_paired = bool(spec.paired)
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
         self.worker: RolloutWorker | None = None
         self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> (rows, prompts, group ids)
@@ -161,6 +170,10 @@ class GRPOTrainer:
             self.rollout_model.load_weights(self.policy)
         if self.drafter is not None:
             self.drafter.sync(self.rollout_model)
+        if self.vllm is not None:  # in place, as NeMo RL's refit; the adapted drafter too (never lost on refit)
+            self.vllm.load_weights(self.policy)
+            if self.online is not None and self.vllm.has_drafter_model:
+                self.vllm.load_drafter(self.drafter)
 
     # ------------------------------------------------------------------ stages
 
@@ -173,6 +186,10 @@ class GRPOTrainer:
         with stage("prepare"):
             self._weights_to_rollout_model()
         paired, paired_first = None, step % 2 == 0  # which arm opens alternates per step (and per round inside)
+        if self.vllm is not None:  # request seeds from the run's seed and the step
+            out, paired = self.vllm.step_rollouts(self.timer, self.policy, prompts, self.sampling,
+                                                  self.spec.seed * 1_000_003 + step, PAIRED_SEED_OFFSET, paired_first)
+            return rows, prompts, out, paired, paired_first
         with stage("gen"):
             if self.paired_engine is None:
                 out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
@@ -237,6 +254,9 @@ class GRPOTrainer:
         """Stop the rollout worker of asynchronous GRPO (idempotent; nothing to do otherwise)."""
         if self.worker is not None:
             self.worker.close()
+        if self.vllm is not None:
+            self.vllm.close()
+            self.vllm = None
 
     def _next_prompts(self) -> list[dict]:
         rows = []
@@ -303,7 +323,7 @@ class GRPOTrainer:
         m.update(out.counters.metrics())
         if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
             m.update(out.counters.k_metrics())
-        if self.paired_engine is not None:
+        if self.is_paired and not self.is_async:
             m.update(paired_metrics(m, paired.counters, paired_first))
         if self.spec.rollout.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
@@ -403,7 +423,7 @@ class GRPOTrainer:
         self._weights_to_rollout_model()
         prompts = [encode_prompt(self.tokenizer, p) for p in self.eval_data["prompt"]]
         sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id)
-        out = self.engine.generate(prompts, sp, self.generator)
+        out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, self.generator)
         texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
         correct = [self.task.reward(c, a) for c, a in zip(texts, self.eval_data["answer"])]
         return {"eval/accuracy": sum(correct) / len(correct)}

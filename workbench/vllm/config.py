@@ -1,0 +1,114 @@
+"""The spec -> vLLM's engine arguments and ``speculative_config`` (pure; no vLLM import).
+
+Names are vLLM's (``num_speculative_tokens``, ``prompt_lookup_min/max``, ``suffix_decoding_*``,
+``draft_sample_method``); what vLLM cannot run from a workbench spec is refused here, before any
+engine starts or any MLflow run opens, with the field to change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+GiB = 1 << 30
+
+
+def check_vllm_spec(spec) -> None:
+    """Refuse spec combinations the vLLM backend does not run.
+
+    Raises:
+        ValueError: names the field and the fix.
+    """
+    r, d, g = spec.rollout, spec.drafter, spec.grpo
+    if r.compile or r.cuda_graphs:
+        raise ValueError("rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "
+                         "rollout.vllm.enforce_eager=false to let vLLM compile and capture graphs")
+    if d.kind != "none" and d.adaptive:
+        raise ValueError("drafter.adaptive chooses k per step inside the workbench engine; vLLM fixes "
+                         "num_speculative_tokens per engine: set drafter.adaptive=false or rollout.backend=workbench")
+    if g.async_.enabled:
+        raise ValueError("grpo.async.enabled: the asynchronous rollout worker runs the workbench engine; "
+                         "set grpo.async.enabled=false with rollout.backend=vllm")
+    if g.backend != "single":
+        raise ValueError("grpo.backend=deepspeed with rollout.backend=vllm is not supported yet (one colocated engine "
+                         "per process); set grpo.backend=single")
+    if r.fixed_attention_length:
+        raise ValueError("rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm")
+    speculative_config(d, draft_folder="-", check_only=True)
+
+
+def speculative_config(d, draft_folder: str | None, draft_sample_method: str | None = None,
+                       check_only: bool = False) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
+
+    draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
+    trained; eagle3: the head exported in vLLM's layout by ``drafters.eagle3_vllm.export_eagle3``).
+
+    Raises:
+        ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without
+            ``arctic-inference`` installed; each names drafter.kind.
+    """
+    k = d.k
+    if d.kind == "none":
+        return None
+    if d.kind == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k,
+                "prompt_lookup_min": d.prompt_lookup_min, "prompt_lookup_max": d.prompt_lookup_max}
+    if d.kind == "suffix":
+        if importlib.util.find_spec("arctic_inference") is None:
+            raise ValueError("drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
+                             "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
+                             "or use rollout.backend=workbench, whose suffix drafter is built in")
+        return {"method": "suffix", "num_speculative_tokens": k,
+                "suffix_decoding_max_tree_depth": d.suffix_decoding_max_tree_depth,
+                "suffix_decoding_max_spec_factor": d.suffix_decoding_max_spec_factor,
+                "suffix_decoding_min_token_prob": d.suffix_decoding_min_token_prob,
+                "suffix_decoding_max_cached_requests": d.suffix_decoding_max_cached_requests}
+    if d.kind == "mtp":
+        raise ValueError("drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
+                         "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
+                         "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench")
+    if d.kind in ("draft_model", "eagle3"):
+        cfg = {"method": d.kind, "model": draft_folder, "num_speculative_tokens": k}
+        if draft_sample_method is not None:
+            cfg["draft_sample_method"] = draft_sample_method
+        return cfg
+    raise ValueError(f"drafter.kind={d.kind!r} has no vLLM speculative method; use rollout.backend=workbench")
+
+
+def engine_kwargs(spec, device_type: str, seed: int) -> dict[str, Any]:
+    """``LLM(**kwargs)`` for the spec's target (the model folder is added by the caller).
+
+    logprobs_mode ``processed_logprobs``: the log-probs of the distribution sampled from (after
+    temperature, top-k, top-p), the quantity the workbench engine returns and the trainer compares
+    (``gen/logprob_abs_diff``). CPU: the KV cache is sized in bytes from ``cpu_kvcache_space_gib``.
+    """
+    r, v = spec.rollout, spec.rollout.vllm
+    kw: dict[str, Any] = {
+        "dtype": spec.model.dtype, "seed": seed, "enforce_eager": v.enforce_eager,
+        "max_num_seqs": v.max_num_seqs or r.max_batch_size, "tensor_parallel_size": v.tensor_parallel_size,
+        "disable_log_stats": False,  # the spec-decode counters come from its stat loggers
+        "logprobs_mode": "processed_logprobs",
+    }
+    if device_type == "cpu":
+        kw["kv_cache_memory_bytes"] = int(v.cpu_kvcache_space_gib * GiB)
+    else:
+        kw["gpu_memory_utilization"] = v.gpu_memory_utilization
+    return kw
+
+
+def sampling_kwargs(sampling, seed: int | None, logprobs: bool = True) -> dict[str, Any]:
+    """``vllm.SamplingParams(**kwargs)`` from the workbench's ``SamplingParams`` (temperature 0 = greedy;
+    top_k 0 = off, vLLM's -1 / 0). ``seed``: the request's own seed (reproducible per row)."""
+    kw: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k or 0,
+                          "max_tokens": sampling.max_new_tokens, "seed": seed, "detokenize": False}
+    if sampling.eos_token_id is not None:
+        kw["stop_token_ids"] = [sampling.eos_token_id]
+    if logprobs:
+        kw["logprobs"] = 0  # the sampled token's log-prob only
+    return kw
+
+
+def request_seeds(base: int, n: int) -> list[int]:
+    """Per-request seeds for one generation: distinct, reproducible from ``base`` (a 63-bit mix)."""
+    return [(base * 1_000_003 + i * 7_919 + 12_345) % (1 << 62) for i in range(n)]

