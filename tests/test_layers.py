@@ -82,7 +82,7 @@ LAYERS = {
         "workbench.runs", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.progress",
         "workbench.drafter_init", "workbench.vllm"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
-        "workbench.perf", "workbench.ui"),
+        "workbench.perf", "workbench.simulate", "workbench.ui"),
     4: ("workbench.cli",),
 }
 

@@ -12,6 +12,7 @@ from workbench.cli import (  # noqa: F401 (registers the commands)
     project,
     report,
     run,
+    simulate,
     sweep,
     tune,
     ui,

@@ -1,0 +1,21 @@
+"""``wb simulate``: project speculative and asynchronous RL to the models and clusters users train on.
+
+One concept per module, pure maths apart from reading YAML:
+
+- :mod:`~workbench.simulate.presets`: model shapes (Qwen3-8B, Qwen3-235B-A22B, any HF ``config.json``)
+  and GPUs (H100, H200, B200, GB200) from their published numbers;
+- :mod:`~workbench.simulate.scenario`: the typed scenario, YAML and dotted overrides;
+- :mod:`~workbench.simulate.costs`: one forward on a replica, term by term (weights, KV cache,
+  attention, MoE experts touched, TP/EP communication);
+- :mod:`~workbench.simulate.rollout`: the gen stage (continuous batching, the long tail, KV capacity,
+  verification and drafter steps);
+- :mod:`~workbench.simulate.step`: logprob, train, the synchronous and asynchronous step, best k;
+- :mod:`~workbench.simulate.run`: calibration of one unknown, variants, sweep grids;
+- :mod:`~workbench.simulate.plots`: speedup vs k, e2e speedup vs GPUs and staleness.
+"""
+
+from workbench.simulate.run import ALIASES, Fit, Row, calibrate, run, solve_monotone
+from workbench.simulate.scenario import Scenario, load_scenario
+from workbench.simulate.step import StepResult, simulate
+
+__all__ = ["ALIASES", "Fit", "Row", "Scenario", "StepResult", "calibrate", "load_scenario", "run", "simulate", "solve_monotone"]

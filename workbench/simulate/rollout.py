@@ -1,0 +1,196 @@
+"""The gen stage of one step: rows on replicas, continuous batching, rows leaving as they finish.
+
+Each of the ``replicas`` generation replicas gets an equal share of the step's prompts × G rows
+(shuffled, dealt round-robin). A replica admits queued rows while fewer than ``max_num_seqs`` are in
+flight and their KV cache at their *final* length fits (an oracle admission: no preemption); each
+admission costs a prefill forward over the prompts, which emits the first token. Every step then
+advances each live row by E tokens (E = 1 autoregressive; E = E[N](k) speculative, the expected
+tokens per verification step, so a row of L tokens takes ceil((L − 1) / E) steps: deterministic
+per row, the variance of acceptance ignored, DESIGN.md §4), and a row leaves when done, so the
+batch shrinks into the long tail (as :mod:`workbench.perf.simulate` counts it) and a queued row
+takes its place. A step's seconds come from :func:`workbench.simulate.costs.forward_cost` at the
+live rows' summed context, which grows by rows · E per step; between two events (a row leaving)
+the rows are fixed and the step time is integrated with Simpson's rule. The gen stage lasts until
+the slowest replica is done.
+
+A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (1 token
+per row each; EAGLE-3's / MTP's layer attends over the same context with its own KV cache;
+``ngram`` costs host seconds only), each with its fixed overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
+from workbench.perf.simulate import tokens_per_step
+from workbench.simulate.costs import active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, weight_bytes_resident
+from workbench.simulate.scenario import ModelShape, Scenario, Speculation
+
+# ------------------------------------------------------------------ acceptance
+
+
+def acceptance_length(spec: Speculation, k: int) -> float:
+    """E[N] at k, tokens per verification step (bonus included). ``acceptance_length`` measured at k
+    is taken as is; at an unmeasured k, α is fitted at the nearest measured k and E[N] = (1 − α^(k+1)) /
+    (1 − α). ``per_position`` rates r_i: 1 + Σ_{i<k} r_i, positions past the list extended with
+    α^(i+1), α fitted to the rates. ``alpha``: (1 − α^(k+1)) / (1 − α) (Leviathan et al. 2023)."""
+    if spec.drafter == "none" or k <= 0:
+        return 1.0
+    if spec.acceptance_length is not None:
+        if k in spec.acceptance_length:
+            return float(spec.acceptance_length[k])
+        near = min(spec.acceptance_length, key=lambda j: (abs(j - k), j))
+        return expected_tokens(alpha_from_acceptance_length(spec.acceptance_length[near], near), k)
+    if spec.per_position is not None:
+        r = list(spec.per_position[:k])
+        a = alpha_from_per_position(spec.per_position)
+        r += [a ** (i + 1) for i in range(len(r), k)]
+        return tokens_per_step(r)
+    return expected_tokens(float(spec.alpha), k)
+
+
+# ------------------------------------------------------------------ lengths and drafters
+
+
+def response_lengths(sc: Scenario) -> np.ndarray:
+    """prompts × G response lengths (tokens, 1..max): lognormal with the given mean and cv (the mean
+    before the cut at ``max``), or resampled from the given lengths; seeded by workload.seed."""
+    w, r = sc.workload, sc.workload.response
+    n = w.prompts * w.group_size
+    rng = np.random.default_rng(w.seed)
+    if r.kind == "lengths":
+        src = np.asarray(r.lengths, dtype=float)
+        x = rng.permutation(src) if src.size == n else rng.choice(src, size=n)
+    elif r.cv == 0:
+        x = np.full(n, r.mean)
+    else:
+        s2 = math.log(1 + r.cv**2)
+        x = rng.lognormal(math.log(r.mean) - s2 / 2, math.sqrt(s2), n)
+    return np.clip(np.rint(x), 1, r.max).astype(np.int64)
+
+
+def drafter_shape(sc: Scenario) -> ModelShape | None:
+    """The drafter's shape: eagle3 / mtp = ``draft_layers`` decoder layers of the target's width with
+    an LM head over the draft vocabulary (eagle3: + the fused 3H→H fc; its input embedding is the
+    target's); draft_model = ``drafter_model``; ngram / none: no GPU model."""
+    s, m = sc.speculation, sc.model
+    if s.drafter == "draft_model":
+        return sc.drafter_model
+    if s.drafter not in ("eagle3", "mtp"):
+        return None
+    vocab = (s.draft_vocab or m.vocab) if s.drafter == "eagle3" else m.vocab
+    base = ModelShape(layers=s.draft_layers, hidden=m.hidden, intermediate=m.intermediate, heads=m.heads, kv_heads=m.kv_heads,
+                      head_dim=m.head_dim, vocab=vocab, tied_embeddings=True, bytes_per_param=m.bytes_per_param, kv_bytes=m.kv_bytes)
+    fc = 3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden  # eagle3 fc 3H→H; mtp eh_proj 2H→H
+    n = active_params(base) + fc
+    return base.model_copy(update={"total_params": n, "active_params": n})
+
+
+# ------------------------------------------------------------------ one replica
+
+
+StepFn = Callable[[float, float], float]  # (rows, summed context) -> seconds of one step
+
+
+def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: float, per_step: float,
+                 step_s: StepFn, prefill_s: Callable[[int], float]) -> tuple[float, float, int]:
+    """(seconds, row-steps, steps) of one replica generating ``lengths`` (module doc): continuous
+    batching under ``max_rows`` rows and ``capacity`` KV tokens, ``per_step`` tokens per row per step.
+
+    Raises:
+        ValueError: one row (prompt + its length) does not fit the KV cache.
+    """
+    queue = [int(x) for x in lengths]
+    qi, t, row_steps, steps = 0, 0.0, 0.0, 0
+    left = np.zeros(0)
+    ctx = np.zeros(0)
+    need = np.zeros(0)
+    while True:
+        reserved = float(need.sum())
+        new = []
+        while qi < len(queue) and len(left) + len(new) < max_rows and reserved + prompt + queue[qi] <= capacity:
+            reserved += prompt + queue[qi]
+            new.append(queue[qi])
+            qi += 1
+        if new:
+            t += prefill_s(len(new))
+            arr = np.asarray(new, dtype=float)
+            left = np.concatenate([left, np.ceil((arr - 1) / per_step)])
+            ctx = np.concatenate([ctx, np.full(len(new), prompt + 1.0)])
+            need = np.concatenate([need, prompt + arr])
+        keep = left > 0
+        if not keep.all():
+            left, ctx, need = left[keep], ctx[keep], need[keep]
+            continue  # freed rows: admit from the queue first
+        if left.size == 0:
+            if qi < len(queue):
+                raise ValueError(f"a row of {prompt + queue[qi]} tokens does not fit the KV cache ({capacity:.0f} tokens per "
+                                 "replica): use more GPUs per replica (gen.tp) or a shorter response.max")
+            return t, row_steps, steps
+        n = float(left.min())
+        rows = float(left.size)
+        c0 = float(ctx.sum())
+        c1 = c0 + rows * per_step * (n - 1)
+        t += n * (step_s(rows, c0) + 2 * step_s(rows, (c0 + c1) / 2) + step_s(rows, c1)) / 4
+        row_steps += n * rows
+        steps += int(n)
+        left = left - n
+        ctx = ctx + per_step * n
+
+
+# ------------------------------------------------------------------ the gen stage
+
+
+@dataclass
+class GenResult:
+    """The gen stage of one step on ``replicas`` replicas, one arm (k = 0: autoregressive)."""
+
+    k: int
+    seconds: float  # slowest replica
+    mean_replica_s: float
+    tokens_per_step: float  # E[N]
+    replicas: int
+    rows_in_flight: float  # mean live rows per step (row-steps / steps) on the slowest replica
+    steps: int  # steps of the slowest replica
+    max_rows: int
+
+
+def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray | None = None) -> GenResult:
+    """Seconds of the gen stage with speculation length ``k`` (0 = autoregressive) on ``gpus``
+    generating GPUs (default: the whole cluster)."""
+    m, hw, g, s = sc.model, sc.hardware, sc.gen, sc.speculation
+    k = 0 if s.drafter == "none" else k
+    gpus = sc.cluster.gpus if gpus is None else gpus
+    replicas = max(gpus // g.tp, 1)
+    lengths = response_lengths(sc) if lengths is None else lengths
+    d = drafter_shape(sc) if k else None
+    cap = kv_capacity_tokens(m, hw, g, weight_bytes_resident(d) if d else 0.0, kv_bytes_per_token(d) if d else 0.0)
+    max_rows = g.max_num_seqs
+    E = acceptance_length(s, k)
+    prompt = sc.workload.prompt_len
+
+    def step_s(rows: float, context: float) -> float:
+        t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds
+        if k and d is not None:
+            t += k * forward_cost(d, hw, g, rows, 1, context, g.draft_overhead).seconds
+        elif k:
+            t += k * g.draft_overhead + s.ngram_step_s
+        return t
+
+    def prefill_s(n: int) -> float:
+        t = forward_cost(m, hw, g, n, prompt, n * prompt / 2, g.step_overhead_s).seconds
+        return t + (forward_cost(d, hw, g, n, prompt, n * prompt / 2).seconds if d is not None else 0.0)
+
+    order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))
+    times = []
+    for r in range(replicas):
+        part = lengths[order[r::replicas]]
+        if part.size:
+            times.append(replica_time(part, prompt, max_rows, cap, E, step_s, prefill_s))
+    slow = max(times, key=lambda x: x[0])
+    return GenResult(k, slow[0], float(np.mean([x[0] for x in times])), E, replicas, slow[1] / max(slow[2], 1), slow[2], max_rows)
