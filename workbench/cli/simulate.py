@@ -63,8 +63,9 @@ def simulate(
         for col in ("variant", "quantity", "predicted", "reference", "error"):
             t.add_column(col, justify="left" if col in ("variant", "quantity") else "right")
         for r in refs:
+            label = " ".join([r.variant, *(f"{k.split('.')[-1]}={v}" for k, v in r.point.items())])
             for n, (p, ref, e) in r.errors.items():
-                t.add_row(r.variant, n, f"{p:.2f}", f"{ref:.2f}", _pct(e))
+                t.add_row(label, n, f"{p:.2f}", f"{ref:.2f}", _pct(e))
         console.print(t)
     if json_out:
         rec = {"scenario": base.name, "overrides": overrides, "sweep": axes,
