@@ -62,6 +62,8 @@ def to_vllm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             raise ValueError(f"eagle3 export: {k!r} has no counterpart in vLLM's EAGLE-3 layout (one decoder layer only)")
         out[name] = v.detach().cpu().contiguous()
     d2t = state["d2t"].long().cpu()
+    if d2t.shape[0] == state["t2d"].shape[0] and bool((d2t == torch.arange(d2t.shape[0])).all()):
+        return out  # the full vocabulary in order: vLLM then has no draft_id_to_target_id (it refuses a d2t)
     out["d2t"] = d2t - torch.arange(d2t.shape[0])  # (Vd,) offsets
     out["t2d"] = state["t2d"].cpu() >= 0  # (V,) bool
     return out

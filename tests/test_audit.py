@@ -54,6 +54,20 @@ def test_goodness_of_fit_pools_and_detects():
     assert goodness_of_fit(torch.tensor([10.0]), torch.tensor([10.0]))[2] == 1.0
 
 
+def test_goodness_of_fit_one_cell_left_tests_the_mass_outside_it():
+    # the exact law puts ~all mass on one token: Pearson has one cell; the rows that fell elsewhere
+    # are tested against the mass outside it (binomial). 2600 of 3000 rows on a token of p = 1e-6:
+    # the case vLLM-CPU's sampled speculation produced, which the pooled test used to pass
+    e = torch.tensor([3000 * (1 - 2e-6), 3000 * 1e-6, 3000 * 1e-6], dtype=torch.float64)
+    stat, df, p = goodness_of_fit(torch.tensor([400.0, 2600, 0]), e)
+    assert p < 1e-12 and df == 1 and stat == 2600
+    assert goodness_of_fit(torch.tensor([3000.0, 0, 0]), e)[2] > 0.5  # exact rows: nothing outside the cell
+    # outside mass 1 %: 30 rows expected; 31 is fine, 80 is not
+    e2 = torch.tensor([2970.0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2])
+    assert goodness_of_fit(torch.tensor([2969.0] + [2.0] * 15 + [0.0] * 0), e2)[2] > 0.05
+    assert goodness_of_fit(torch.tensor([2920.0, 80] + [0.0] * 14), e2)[2] < 1e-6
+
+
 def test_expected_counts_equal_the_row_by_row_sum(models):
     """Distinct rows weighted by their counts give the same E_t(v) as summing p over every row."""
     target, _ = models

