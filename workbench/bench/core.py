@@ -63,6 +63,8 @@ class BenchConfig:
     compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
     cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
+    vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
+    only_vllm: bool = False  # the vLLM table alone
 
 
 def fit_alpha(rates_per_pos: list[float]) -> float | None:
@@ -347,17 +349,28 @@ class Bench:
 
     def run(self, progress: Callable[[str], None] = lambda s: None) -> dict:
         resident = torch.cuda.memory_allocated(self.device) / 2**20 if self.device.type == "cuda" else None
-        progress("autoregressive vs transformers generate()")
-        self.results["ar"] = self.run_ar()
-        progress("speculative vs transformers assisted generation")
-        self.results["assisted"] = self.run_assisted()
-        progress("performance model per drafter and k")
-        self.results["model"] = self.run_model()
+        if not self.cfg.only_vllm:
+            progress("autoregressive vs transformers generate()")
+            self.results["ar"] = self.run_ar()
+            progress("speculative vs transformers assisted generation")
+            self.results["assisted"] = self.run_assisted()
+            progress("performance model per drafter and k")
+            self.results["model"] = self.run_model()
+        vllm_meta = {}
+        if self.cfg.vllm:
+            from workbench.bench.vllm import run_vllm
+            from workbench.vllm.env import build_id
+
+            progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
+            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k)
+            b = build_id()
+            vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {
             "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
             "repeats": self.cfg.repeats, "compile": self.cfg.compile, "cuda_graphs": self.cfg.cuda_graphs,
             "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
             "resident_mib": resident, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
+            **vllm_meta,
         }
         return self.results
 

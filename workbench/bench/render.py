@@ -64,7 +64,9 @@ def to_markdown(r: dict) -> str:
              f"target `{meta.get('target')}`, draft `{meta.get('draft')}` in {meta.get('dtype', 'float32')}, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
              f"median of {meta.get('repeats')} runs interleaved with the row's contender, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
              f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}{resident}.", ""]
-    lines += _ar_table(r)
+    from workbench.bench.vllm import vllm_markdown
+
+    lines += _ar_table(r) if r.get("ar") else []
     peaks = _has_peaks(r)
     lines += ["", "## Speculative (draft_model), batch 1: ours vs transformers assisted generation", "",
               "| k | ours spec tok/s | ours AR tok/s | transformers assisted tok/s | ours / assisted | acceptance length |"
@@ -93,6 +95,7 @@ def to_markdown(r: dict) -> str:
             lines.append(f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | {_f(x['acceptance_length'])} | "
                          f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_f(x['efficiency'])} |"
                          + (f" {_f(x.get('spec_peak_mib'), 0)} |" if peaks else ""))
+    lines += vllm_markdown(r.get("vllm", []), meta)
     return "\n".join(lines) + "\n"
 
 

