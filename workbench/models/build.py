@@ -38,16 +38,21 @@ def build_preset(preset: ModelPreset, final: Path, tokenizer_src: Path, teacher_
     """Train ``preset`` into ``final`` (atomically) with its tokenizer and build_info.json; returns ``final``.
 
     tokenizer_src: the folder whose tokenizer files are copied (the shared tokenizer for a target,
-    the target's folder for a draft). teacher_dir: the built target of a draft (required for drafts;
-    ValueError if missing).
+    the target's folder for a draft). teacher_dir: the built target of a draft, or the built source
+    of a grown target (``recipe.grow_from``); required for both (ValueError if missing).
     """
     if preset.role == "draft" and teacher_dir is None:
         raise ValueError(f"preset {preset.name}: a draft needs its built target ({preset.distill_from}) as teacher_dir")
+    if preset.recipe.grow_from and teacher_dir is None:
+        raise ValueError(f"preset {preset.name}: a grown target needs its built source ({preset.recipe.grow_from}) as teacher_dir")
     t0 = time.time()
     tok = load_tokenizer(tokenizer_src)
     if preset.role == "draft":
         teacher, _ = load_model(teacher_dir)
         model, info = distill.distill_draft(preset, tok, teacher, progress)
+    elif preset.recipe.grow_from:
+        source, _ = load_model(teacher_dir, dtype="float32")
+        model, info = pretrain.train_target(preset, tok, progress, source=source)
     else:
         model, info = pretrain.train_target(preset, tok, progress)
     info = dict(

@@ -1,7 +1,8 @@
 """What determines a built model's weights, as the hash in its folder name.
 
 A preset's folder is ``<name>-<preset_hash>``: the hash covers its config and recipe, the shared
-tokenizer, the task data version, BUILD_VERSION and, for drafts, the teacher's hash. So a changed
+tokenizer, the task data version, BUILD_VERSION and, for drafts, the teacher's hash (for a grown
+target, its source's hash). So a changed
 recipe or training code names a new folder, and a stale folder (in the cache or shipped in the
 package, see :mod:`workbench.models.layout`) is never used for the new recipe.
 """
@@ -17,6 +18,8 @@ from workbench.tasks import get_task
 # Bump when the training code changes in a way that changes weights (not needed for recipe or
 # config changes: those are hashed themselves). 3: transformers' lr schedule (warmup from 0).
 BUILD_VERSION = 3
+# Bump when workbench.models.grow changes the weights it makes (hashed into grown targets only).
+GROW_VERSION = 1
 TOKENIZER_VOCAB = 512
 TOKENIZER_CORPUS = dict(task_n=4000, task_seed=1234, general_n=1000, general_seed=1234)
 
@@ -35,7 +38,7 @@ def tokenizer_hash() -> str:
 
 
 def preset_hash(preset: ModelPreset) -> str:
-    """10 hex chars of sha256(config + recipe + tokenizer + data version + BUILD_VERSION [+ teacher hash])."""
+    """10 hex chars of sha256(config + recipe + tokenizer + data version + BUILD_VERSION [+ teacher or source hash])."""
     key = dict(
         preset=preset.to_dict(),
         tokenizer=tokenizer_hash(),
@@ -44,4 +47,7 @@ def preset_hash(preset: ModelPreset) -> str:
     )
     if preset.distill_from:
         key["teacher"] = preset_hash(get_preset(preset.distill_from))
+    if preset.recipe.grow_from:  # a grown target's weights start from its source's
+        key["grown_from"] = preset_hash(get_preset(preset.recipe.grow_from))
+        key["grow_version"] = GROW_VERSION
     return short_hash(key)

@@ -70,6 +70,13 @@ class Recipe:
     final_eval_prompts: int = 0  # targets: a larger held-out eval after training, for build_info (0 = off)
     max_new_tokens: int = 96
     seed: int = 0
+    grow_from: str | None = None  # targets: start from this target preset grown into the config (workbench.models.grow)
+    grow_jitter: float = 0.1  # grow_from: relative spread of the split fractions (symmetry breaking; 0 = even)
+
+
+# Recipe fields added after presets were shipped: hashed only when they are in use (grow_from set),
+# so adding them left every existing preset's hash, and its shipped folder, as it was.
+GROW_FIELDS = ("grow_from", "grow_jitter")
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,11 @@ class ModelPreset:
         return {**BASE_CONFIG, **self.config}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "config": self.config_kwargs(), "recipe": asdict(self.recipe)}
+        recipe = asdict(self.recipe)
+        if recipe["grow_from"] is None:
+            for f in GROW_FIELDS:
+                del recipe[f]
+        return {"name": self.name, "role": self.role, "config": self.config_kwargs(), "recipe": recipe}
 
 
 def _llama(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int) -> dict[str, Any]:
@@ -137,6 +148,17 @@ PRESETS: dict[str, ModelPreset] = {
             Recipe(steps=500, batch_size=32, lr=3e-3, warmup_steps=20, seq_source="arith_chain_long", distill_from="tiny-long",
                    eval_prompts=128, max_new_tokens=192),
             "long-tail CPU draft: 1 layer distilled from tiny-long",
+        ),
+        ModelPreset(
+            "membound", "target", _llama(512, 8, 16, 8, 1536),
+            Recipe(steps=24, batch_size=16, lr=1e-4, warmup_steps=8, eval_every=24, eval_prompts=64, final_eval_prompts=128,
+                   grow_from="tiny", grow_jitter=0.1),
+            "memory-bound CPU target (issue #22, ~25 M params): tiny grown 4x wider, 2x deeper (Net2Net), then trained on",
+        ),
+        ModelPreset(
+            "membound-draft", "draft", _llama(512, 1, 16, 8, 1536),
+            Recipe(steps=100, batch_size=16, lr=3e-3, warmup_steps=10, distill_from="membound", eval_prompts=128),
+            "memory-bound CPU draft: 1 layer distilled from membound",
         ),
         ModelPreset(
             "small", "target", _llama(768, 12, 12, 4, 3072),

@@ -1,4 +1,5 @@
-"""The target recipe: pretrain a Llama from scratch on gold task text until a sampled-accuracy target."""
+"""The target recipe: pretrain a Llama (from scratch, or grown from a built target) on gold task text
+until a sampled-accuracy target or a step count."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workbench.models.batches import collate, eval_items, train_items
 from workbench.models.config import make_config
-from workbench.models.evaluate import sampled_accuracy
+from workbench.models.evaluate import draft_agreement, sampled_accuracy
+from workbench.models.grow import grow_into
 from workbench.models.losses import completion_ce
 from workbench.models.presets import ModelPreset
 from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
@@ -18,8 +20,16 @@ from workbench.progress import progress_bar
 EVAL_TEMPERATURE = 1.0  # the RL sampling temperature: the accuracy GRPO starts from
 
 
-def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bool = False) -> tuple[LlamaForCausalLM, dict]:
-    """Pretrain a target from scratch on gold prompt+solution text; stop at the accuracy target.
+def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bool = False,
+                 source: LlamaForCausalLM | None = None) -> tuple[LlamaForCausalLM, dict]:
+    """Pretrain a target on gold prompt+solution text; stop at the accuracy target.
+
+    From scratch, or (``r.grow_from``) from ``source``, the built grow_from target, grown
+    function-preservingly into the preset's config (:func:`workbench.models.grow.grow_into`) and
+    trained on from there; info then also records the growth (``growth``: factors and the max
+    |logit difference| from the source on the held-out eval texts before training, float
+    tolerance) and ``source_agreement`` after training (top-1 agreement and alpha of the trained
+    target with its source on those texts: how far training moved it from a copy).
 
     Fresh generated examples every step (train partition only, so build-time eval prompts are
     held out). Sampled accuracy (temperature 1) on r.eval_prompts held-out prompts every
@@ -30,6 +40,12 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
     r = preset.recipe
     torch.manual_seed(r.seed)
     model = LlamaForCausalLM(make_config(preset, tok))
+    growth = None
+    if r.grow_from:
+        if source is None:
+            raise ValueError(f"preset {preset.name}: grows from {r.grow_from}; pass the built {r.grow_from} as source")
+        growth = grow_into(model, source, r.grow_jitter, r.seed)
+        growth["max_abs_logit_diff"] = _max_logit_diff(model, source, tok, r.seq_source, r.eval_prompts)
     model.train()
     opt = adamw(model.parameters(), r.lr, r.weight_decay)
     sched = warmup_cosine(opt, r.warmup_steps, r.steps)
@@ -58,6 +74,10 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
         # prompts other than the stop-check ones, which selected the stopping point (selection bias)
         final_items = eval_items(r.seq_source, r.eval_prompts + r.final_eval_prompts)[r.eval_prompts :]
         final_acc = sampled_accuracy(model, tok, final_items, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed + 1)
+    extra = {}
+    if growth is not None:
+        ids, mask = collate(tok, eval_items(r.seq_source, r.eval_prompts))
+        extra = dict(grow_from=r.grow_from, growth=growth, source_agreement=draft_agreement(model, source, ids, mask))
     info = dict(
         steps=step,
         seconds=round(time.time() - t0, 1),
@@ -70,5 +90,18 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
         eval_temperature=EVAL_TEMPERATURE,
         target_accuracy=r.target_accuracy,
         eval_history=history,
+        **extra,
     )
     return model, info
+
+
+@torch.no_grad()
+def _max_logit_diff(model: LlamaForCausalLM, source: LlamaForCausalLM, tok: PreTrainedTokenizerFast, task: str, n: int) -> float:
+    """max |logit(model) - logit(source)| over n held-out gold texts (all positions): 0 up to float
+    rounding for a function-preserving growth."""
+    ids, _ = collate(tok, eval_items(task, n))
+    was = model.training
+    model.eval()
+    diff = (model(input_ids=ids).logits - source.eval()(input_ids=ids).logits).abs().max().item()
+    model.train(was)
+    return float(f"{diff:.3g}")

@@ -82,6 +82,7 @@ def _build(name: str, final: Path, progress: bool) -> None:
     resolve builds again) rather than a mix of old and new.
     """
     preset = get_preset(name)
-    teacher = resolve_model(preset.distill_from, progress=progress) if preset.distill_from else None
+    parent = preset.distill_from or preset.recipe.grow_from  # a draft's teacher, a grown target's source
+    teacher = resolve_model(parent, progress=progress) if parent else None
     shutil.rmtree(final, ignore_errors=True)
     build.build_preset(preset, final, teacher or tokenizer_dir(), teacher, progress)
