@@ -85,10 +85,10 @@ def hf_greedy_tests(spec, arms: dict[str, VLLMArm], prompts: list[list[int]], ma
     return tests
 
 
-def record_verdicts(res: AuditResult, methods: list[str]) -> dict[str, str]:
+def record_verdicts(res: AuditResult, methods: list[str], cpu_expand_fix: bool = False) -> dict[str, str]:
     """Record one verdict per audited method (pass = every test of that method passed); returns
     method -> verdict key. The evidence kept: worst p-value, its test and detail, n, detectable shift."""
-    build = build_id()
+    build = build_id(cpu_expand_fix)
     keys = {}
     for m in methods:
         ts = [t for t in res.tests if t.drafter == m]

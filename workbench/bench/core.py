@@ -363,7 +363,7 @@ class Bench:
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
             self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k)
-            b = build_id()
+            b = build_id(self.spec.rollout.vllm.cpu_expand_fix)
             vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {
             "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,

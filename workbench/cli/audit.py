@@ -91,7 +91,7 @@ def audit(
     if on_vllm:
         from workbench.audit.vllm_arms import record_verdicts
 
-        for method, key in record_verdicts(res, list(drafters)).items():
+        for method, key in record_verdicts(res, list(drafters), s.rollout.vllm.cpu_expand_fix).items():
             ok = all(t.passed for t in res.tests if t.drafter == method)
             console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
         for arm in drafters.values():

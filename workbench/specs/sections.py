@@ -48,6 +48,10 @@ class VLLMSpec(_Section):
         1.0, gt=0.0, description="CPU only: KV-cache space in GiB (vLLM's kv_cache_memory_bytes; what VLLM_CPU_KVCACHE_SPACE sets)")
     draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
         None, description="vLLM speculative_config.draft_sample_method (draft_model/eagle3); null = vLLM's default")
+    cpu_expand_fix: bool = Field(
+        False, description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
+        "of speculative verification uninitialised (the cause of its inexact sampled speculation; workbench/vllm/cpu_fix.py); "
+        "audit verdicts are kept per build with and without it")
     allow_unaudited_speculation: bool = Field(
         False, description="run sampled speculation (temperature > 0) on a vLLM build whose `wb audit rollout.backend=vllm` "
         "verdict for this method is a fail or missing; the run is tagged workbench.vllm.unaudited=true")

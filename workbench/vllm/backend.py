@@ -78,7 +78,7 @@ class VLLMBackend:
     def __init__(self, spec, target_path, device_type: str, drafter=None, init_path=None, target_cfg=None, paired: bool = False):
         check_vllm_spec(spec)
         self.spec, self.kind = spec, spec.drafter.kind
-        self.build = build_id()
+        self.build = build_id(spec.rollout.vllm.cpu_expand_fix)
         self.tags = {"workbench.vllm.build": f"vllm=={self.build['vllm']} platform={self.build['platform']}",
                      **check_speculation_allowed(spec, self.build)}
         self._work = tempfile.TemporaryDirectory(prefix="wb-vllm-")

