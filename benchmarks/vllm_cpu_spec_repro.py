@@ -13,7 +13,7 @@ with (a): two-sample chi-square and total variation. Exact implementations give 
 uniform and TV of a few percent at N=4000 (sampling noise); the CPU build gives p = 0 and TV
 near 1 for the speculative methods.
 
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 python benchmarks/vllm_cpu_spec_repro.py [--n 4000]
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 python benchmarks/vllm_cpu_spec_repro.py [--n 4000] [--apply-fix]
 
 Output of one run on the 2-core x86_64 VM: benchmarks/vllm-cpu-spec-repro.md.
 """
@@ -44,7 +44,7 @@ def write_model(folder: str) -> None:
 def sample(folder: str, n: int, speculative: dict | None, tokens: int = 4) -> list[list[int]]:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, seed=0,
+    llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, seed=0, disable_log_stats=False,
               speculative_config=speculative, kv_cache_memory_bytes=1 << 29, max_num_seqs=256)
     sp = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=tokens, ignore_eos=True, detokenize=False)
     prompt = {"prompt_token_ids": [1, 20, 21, 22, 23, 24, 25, 26]}
@@ -76,7 +76,19 @@ def compare(a: list[list[int]], b: list[list[int]], pos: int) -> tuple[float, fl
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4000)
+    ap.add_argument("--apply-fix", action="store_true", help="first make vllm/utils/cpu_triton_utils.py's _expand_kernel_impl "
+                    "write its result into the float output (the cause: it fills an int64 copy and drops it)")
     args = ap.parse_args()
+    if args.apply_fix:
+        import torch
+        import vllm.utils.cpu_triton_utils as cpu_tl
+
+        def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+            counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+            vals = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+            output.copy_(vals.repeat_interleave(counts, output_size=output.numel()).to(output.dtype))
+
+        cpu_tl._expand_kernel_impl = expand
     import torch
     import transformers
     import vllm
@@ -87,7 +99,7 @@ def main() -> None:
         arms = {"draft_model (self-draft, k=3)": {"method": "draft_model", "model": folder, "num_speculative_tokens": 3},
                 "ngram (k=3)": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}}
         print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
-              f"{platform.machine()}, n={args.n} per arm, temperature 1")
+              f"{platform.machine()}, n={args.n} per arm, temperature 1{', WITH the expand fix' if args.apply_fix else ''}")
         print("| arm | position | two-sample chi-square p vs plain | total variation vs plain |")
         print("|---|---|---|---|")
         half = args.n // 2  # plain vs plain: what sampling noise alone gives

@@ -113,6 +113,29 @@ def test_shipped_verdicts_parse():
     assert all("passed" in v for v in data.values())
 
 
+def test_expand_into_writes_float_outputs_in_place():
+    """The fix of vLLM-CPU's expand wrapper: per-request values expanded to their tokens, written
+    into the given (uninitialised) float tensor, GREEDY-style replacement applied."""
+    from workbench.vllm.cpu_fix import expand_into
+
+    out = torch.full((6,), float("nan"))
+    expand_into(out, torch.tensor([0.7, -1.0, 1.3]), torch.tensor([2, 5, 6], dtype=torch.int32), -1.0, 1.0)
+    assert out.tolist() == pytest.approx([0.7, 0.7, 1.0, 1.0, 1.0, 1.3])
+    ints = torch.empty(3, dtype=torch.int64)
+    expand_into(ints, torch.tensor([4, 9]), torch.tensor([1, 3]), 0, 0)
+    assert ints.tolist() == [4, 9, 9]
+
+
+def test_fix_is_part_of_the_build_and_the_stock_cpu_build_ships_failed():
+    from workbench.vllm.verdicts import SHIPPED
+
+    shipped = json.loads(SHIPPED.read_text())
+    for m in ("ngram", "draft_model", "eagle3"):
+        assert shipped[f"vllm==0.32.0 platform=cpu machine=x86_64 method={m}"]["passed"] is False
+    assert shipped["vllm==0.32.0 platform=cpu machine=x86_64 method=none"]["passed"] is True
+    assert not any("expand_fix" in k for k in shipped)  # the fix is audited by its user, at the power they choose
+
+
 # ----------------------------------------------------------------- with vLLM installed
 
 # find_spec, not an import: importing vLLM sets process-wide state (threads, its environment) that
