@@ -113,6 +113,13 @@ for set in $SETS; do
     run_set
   fi
   FILES+=("$OUT/$name.json")
+  # ours vs vLLM (rollout.backend=vllm's engine; README "Rollouts in vLLM") where vllm is installed:
+  # plain and greedy speculative draft_model, paired with 95 % CIs (not in smoke mode)
+  if [[ "$SMOKE" != 1 ]] && $PYTHON -c "import vllm" >/dev/null 2>&1; then
+    $WB bench quickstart "${EXTRA[@]}" --device "$DEVICE" --dtype "$DTYPE" "${MODEL[@]}" rollout.vllm.enforce_eager=false \
+      --vllm draft_model --only-vllm --batch-sizes 1,8,64 --max-new-tokens 64 --repeats 5 --out "$OUT" --name "$name-vllm" \
+      || echo "gpu.sh: the vLLM comparison failed for $set" >&2
+  fi
 done
 
 $WB bench-summary "${FILES[@]}" --out "$OUT/gpu-$SLUG-summary.md" \
