@@ -268,8 +268,12 @@ def test_audit_finds_vllm_cpu_sampled_speculation_inexact(tmp_path, monkeypatch)
     from workbench import cli
     from workbench.vllm.verdicts import user_file
 
+    from workbench.cli import common
+
+    # Rich reads COLUMNS once, when the console is made: widen it so that each table row is one line
+    monkeypatch.setattr(common.console, "width", 240)
     r = CliRunner().invoke(cli.app, ["audit", "quickstart", "rollout.backend=vllm", "--drafters", "ngram", "--samples", "3000",
-                                     "--prompts", "1"], env={"COLUMNS": "240"})
+                                     "--prompts", "1"])
     rows = {tuple(line.split("│")[1:4]) for line in r.output.splitlines() if line.count("│") > 4}
     results = {(d.strip(), t.strip()): line for line in r.output.splitlines() if line.count("│") > 4
                for d, t in [line.split("│")[1:3]]}

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -163,3 +163,26 @@ class StageTimer:
         for k, v in [*self._stages.items(), ("other", other)]:
             out[f"timing_frac/{k}"] = v / step if step > 0 else 0.0
         return out
+
+
+class Timing(NamedTuple):
+    """One contender's measurement: median seconds per call, the last call's output, and its peak
+    CUDA memory in MiB (None off CUDA)."""
+
+    seconds: float
+    out: object
+    peak_mib: float | None
+
+
+def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:
+    """One device-synchronised call of ``fn`` (:func:`workbench.timing.timed`): seconds, output and,
+    on CUDA, the peak memory the call allocated above what was allocated before it (KV caches,
+    activations, compile workspaces and CUDA-graph pools; the resident weights are not counted),
+    in MiB, from ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``."""
+    if device is None or torch.device(device).type != "cuda":
+        return Timing(*timed(fn, device), None)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    dt, out = timed(fn, device)
+    return Timing(dt, out, (torch.cuda.max_memory_allocated(device) - before) / 2**20)

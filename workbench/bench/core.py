@@ -31,7 +31,7 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
@@ -48,7 +48,7 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.specs import ExperimentSpec
 from workbench.tasks.loading import load_task_data
-from workbench.timing import TimeSpent, timed
+from workbench.timing import TimeSpent, Timing, measure, timed  # noqa: F401 (Timing: part of the bench API)
 
 
 @dataclass
@@ -89,29 +89,6 @@ def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens
     no_draft = undrafted / (counters.num_drafts + undrafted)
     S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
     return (max_new_tokens - 1) / (S * (k * c + verify_cost))
-
-
-class Timing(NamedTuple):
-    """One contender's measurement: median seconds per call, the last call's output, and its peak
-    CUDA memory in MiB (None off CUDA)."""
-
-    seconds: float
-    out: object
-    peak_mib: float | None
-
-
-def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:
-    """One device-synchronised call of ``fn`` (:func:`workbench.timing.timed`): seconds, output and,
-    on CUDA, the peak memory the call allocated above what was allocated before it (KV caches,
-    activations, compile workspaces and CUDA-graph pools; the resident weights are not counted),
-    in MiB, from ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``."""
-    if device is None or torch.device(device).type != "cuda":
-        return Timing(*timed(fn, device), None)
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    dt, out = timed(fn, device)
-    return Timing(dt, out, (torch.cuda.max_memory_allocated(device) - before) / 2**20)
 
 
 def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,

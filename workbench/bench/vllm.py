@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from workbench.bench.core import measure
+from workbench.timing import measure
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
 

@@ -50,7 +50,9 @@ class Recipe:
     with fresh generated examples every step; linear warmup then cosine decay to 10 % of lr
     (transformers' schedule, see workbench.models.schedule);
     every `eval_every` steps, sampled accuracy on `eval_prompts` held-out prompts; stop at
-    `target_accuracy` (None = train all `steps`).
+    `target_accuracy` (None = train all `steps`; eval_every 0: no evaluation before the final one).
+    Grown targets (`grow_from`): the built `grow_from` target grown function-preservingly into this
+    config (workbench.models.grow) is where training starts.
     Drafts: forward KL(target || draft) at temperature 1 on the same kind of text, teacher-forced
     on the gold prompt+solution (the target is never sampled during distillation), starting from
     the target's embeddings and first layers where the shapes match.

@@ -18,6 +18,7 @@ from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
 from workbench.progress import progress_bar
 
 EVAL_TEMPERATURE = 1.0  # the RL sampling temperature: the accuracy GRPO starts from
+GROWTH_CHECK_TEXTS = 16  # grown targets: held-out texts of the growth check and the source agreement (2 forwards each)
 
 
 def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bool = False,
@@ -27,13 +28,14 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
     From scratch, or (``r.grow_from``) from ``source``, the built grow_from target, grown
     function-preservingly into the preset's config (:func:`workbench.models.grow.grow_into`) and
     trained on from there; info then also records the growth (``growth``: factors and the max
-    |logit difference| from the source on the held-out eval texts before training, float
-    tolerance) and ``source_agreement`` after training (top-1 agreement and alpha of the trained
-    target with its source on those texts: how far training moved it from a copy).
+    |logit difference| from the source on GROWTH_CHECK_TEXTS held-out eval texts before training,
+    float tolerance) and ``source_agreement`` after training (top-1 agreement and alpha of the
+    trained target with its source on those texts: how far training moved it from a copy).
 
     Fresh generated examples every step (train partition only, so build-time eval prompts are
     held out). Sampled accuracy (temperature 1) on r.eval_prompts held-out prompts every
-    r.eval_every steps; stops once it is >= r.target_accuracy (after r.min_steps) or at r.steps.
+    r.eval_every steps and at the last (none with eval_every 0: then only the final eval runs);
+    stops once it is >= r.target_accuracy (after r.min_steps) or at r.steps.
     Returns (model in eval mode, info dict for build_info.json: steps, seconds, stop_reason,
     final_loss, eval_accuracy, final_eval_accuracy, eval_history, ...).
     """
@@ -45,7 +47,7 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
         if source is None:
             raise ValueError(f"preset {preset.name}: grows from {r.grow_from}; pass the built {r.grow_from} as source")
         growth = grow_into(model, source, r.grow_jitter, r.seed)
-        growth["max_abs_logit_diff"] = _max_logit_diff(model, source, tok, r.seq_source, r.eval_prompts)
+        growth["max_abs_logit_diff"] = _max_logit_diff(model, source, tok, r.seq_source, GROWTH_CHECK_TEXTS)
     model.train()
     opt = adamw(model.parameters(), r.lr, r.weight_decay)
     sched = warmup_cosine(opt, r.warmup_steps, r.steps)
@@ -60,7 +62,7 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
             loss = completion_ce(model, ids, mask)
             optimizer_step(model, opt, sched, loss)
             loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
-            if step % r.eval_every == 0 or step == r.steps:
+            if r.eval_every and (step % r.eval_every == 0 or step == r.steps):
                 acc = sampled_accuracy(model, tok, evals, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed)
                 history.append({"step": step, "loss": round(loss_ema, 4), "accuracy": acc, "seconds": round(time.time() - t0, 1)})
                 model.train()
@@ -76,7 +78,7 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
         final_acc = sampled_accuracy(model, tok, final_items, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed + 1)
     extra = {}
     if growth is not None:
-        ids, mask = collate(tok, eval_items(r.seq_source, r.eval_prompts))
+        ids, mask = collate(tok, eval_items(r.seq_source, GROWTH_CHECK_TEXTS))
         extra = dict(grow_from=r.grow_from, growth=growth, source_agreement=draft_agreement(model, source, ids, mask))
     info = dict(
         steps=step,
