@@ -15,10 +15,12 @@ from workbench.stats import ratio_ci
 runner = CliRunner()
 
 
-def fake_sweep(client, name, points):
+def fake_sweep(client, name, points, stored="per_step"):
     """A sweep as `wb sweep` logs it, 4 GRPO steps per point (step 1: warm-up). ``points``: dicts with
     kind, k, seed, gen_s, reward, optional ratios (paired speedup/gen of steps 2-4; absent: unpaired)
-    and params (extra params, also axis tags)."""
+    and params (extra params, also axis tags). ``stored``: ``per_step`` (``speedup/gen_per_step``, and
+    ``speedup/gen`` as the running estimate: not ratios) or ``before_per_step`` (issue #22's older
+    stores: the per-step ratios under ``speedup/gen``)."""
     exp = client.create_experiment(f"wb-{name}")
     parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
     for p in points:
@@ -32,7 +34,11 @@ def fake_sweep(client, name, points):
         if kind != "none":
             metrics |= {"spec/acceptance_length": [2.0, 2.1, 2.2, 2.3], "spec/acceptance_rate_pos_0": [0.7] * 4}
         if "ratios" in p:
-            metrics |= {"speedup/gen": [9.0, *p["ratios"]], "speedup/step": [9.0, *[1 + (r - 1) / 3 for r in p["ratios"]]]}
+            ratios = {"speedup/gen": [9.0, *p["ratios"]], "speedup/step": [9.0, *[1 + (r - 1) / 3 for r in p["ratios"]]]}
+            if stored == "per_step":
+                metrics |= {f"{k}_per_step": v for k, v in ratios.items()} | {k: [40.0] * 4 for k in ratios}
+            else:
+                metrics |= ratios
         axes = {"drafter.kind": kind, "drafter.k": str(k) if k else "-", "seed": str(seed), **extra}
         tags = {"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.sweep.point": f"{kind}{k}{seed}{extra}",
                 **{f"workbench.axis.{a}": str(v) for a, v in axes.items()}}
@@ -44,13 +50,14 @@ FAST = {0: [1.98, 2.05, 2.01], 1: [1.95, 2.03, 2.0], 2: [2.02, 1.97, 2.04]}  # e
 SLOW = {0: [1.31, 1.28, 1.3], 1: [1.27, 1.33, 1.29], 2: [1.3, 1.32, 1.26]}  # eagle3 k=4
 
 
-def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeypatch):
+@pytest.mark.parametrize("stored", ["per_step", "before_per_step"])
+def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeypatch, stored):
     import matplotlib.axes
 
     points = [{"kind": "none", "seed": s, "gen_s": 1.0, "reward": 0.5} for s in range(3)]
     points += [{"kind": "eagle3", "k": 2, "seed": s, "gen_s": 0.5, "reward": 0.5, "ratios": FAST[s]} for s in range(3)]
     points += [{"kind": "eagle3", "k": 4, "seed": s, "gen_s": 0.8, "reward": 0.5, "ratios": SLOW[s]} for s in range(3)]
-    fake_sweep(store, "dec", points)
+    fake_sweep(store, "dec", points, stored)
     bars = []
     real = matplotlib.axes.Axes.errorbar
     monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", lambda self, x, y, yerr=None, **kw: bars.append(yerr) or real(self, x, y, yerr=yerr, **kw))
@@ -171,6 +178,8 @@ def test_ui_print_url_compares_the_last_sweep(micro):
     line = next(x for x in res.output.splitlines() if "compare-runs" in x)
     assert line.startswith('http://127.0.0.1:5123/#/compare-runs?runs=["') and "&experiments=[" in line
     assert line.count(",") >= 2  # 3 child runs
+    plot = next(x for x in res.output.splitlines() if x.startswith("k vs speedup: "))  # the sweep's k=1,2 plot on its parent
+    assert plot.startswith("k vs speedup: http://127.0.0.1:5123/#/experiments/") and plot.endswith("/artifactPath/speedup_vs_k.png")
     res = runner.invoke(app, ["ui", "--print-url", "--sweep", "nope"])
     assert res.exit_code == 2
 

@@ -97,10 +97,15 @@ def test_mean_leaves_out_measure_warmup_steps(store, warmup, expected):
     assert RunReader().get("w").run_id == rid  # by name too
 
 
-def test_paired_ci_from_the_per_step_history(store):
+@pytest.mark.parametrize("stored", ["per_step", "before_per_step"])
+def test_paired_ci_from_the_per_step_history(store, stored):
+    """From ``speedup/gen_per_step`` (the running estimate ``speedup/gen`` beside it is not read), or,
+    in a run stored before those keys, from the per-step ``speedup/gen`` itself."""
     exp = store.create_experiment("paired")
     ratios = [1.2, 1.3, 1.25, 1.35]
-    rid = log_run(store, exp, "p", {"drafter.kind": "ngram", "drafter.k": "2"}, {"speedup/gen": [9.0, *ratios]})
+    metrics = ({"speedup/gen_per_step": [9.0, *ratios], "speedup/gen": [9.0, 1.2, 1.25, 1.25, 1.27]} if stored == "per_step"
+               else {"speedup/gen": [9.0, *ratios]})
+    rid = log_run(store, exp, "p", {"drafter.kind": "ngram", "drafter.k": "2"}, metrics)
     unpaired = log_run(store, exp, "u", {"drafter.kind": "ngram", "drafter.k": "2"}, {"timing_s/gen": [1.0, 1.0]})
     reader = RunReader()
     ci = reader.get(rid).paired_ci("speedup/gen")

@@ -9,9 +9,14 @@ from workbench.stats import (
     RatioCI,
     after_warmup,
     decide,
+    geometric_mean,
     paired_ratios,
     paired_summary,
+    per_step_key,
+    per_step_ratios,
     ratio_ci,
+    ratio_source,
+    running_speedups,
     step_ratios,
     two_sample,
 )
@@ -84,13 +89,41 @@ def test_decide_treats_unknown_intervals_as_overlapping():
 
 
 def test_paired_summary_skips_warmup_and_unpaired_runs():
-    hist = [{"speedup/gen": 5.0, "speedup/step": 3.0}, {"speedup/gen": 1.1, "speedup/step": 1.05},
-            {"speedup/gen": 1.3, "speedup/step": 1.15}]
+    hist = [{"speedup/gen_per_step": 5.0, "speedup/step_per_step": 3.0}, {"speedup/gen_per_step": 1.1, "speedup/step_per_step": 1.05},
+            {"speedup/gen_per_step": 1.3, "speedup/step_per_step": 1.15}]
+    for h in hist:  # the running estimates logged beside them are not ratios: never read as such
+        h["speedup/gen"], h["speedup/step"] = 77.0, 77.0
     s = paired_summary(hist, warmup=1)
     assert s["speedup/gen_mean"] == pytest.approx(math.sqrt(1.1 * 1.3))
     assert s["speedup/gen_n"] == 2
     assert s["speedup/step_mean"] == pytest.approx(math.sqrt(1.05 * 1.15))
     assert paired_summary([{"timing_s/gen": 1.0}]) == {}
+
+
+def test_paired_summary_reads_runs_stored_before_the_per_step_keys():
+    """Before issue #22 part 4 the per-step ratios were logged as ``speedup/gen`` itself."""
+    old = [{"speedup/gen": 5.0, "speedup/step": 3.0}, {"speedup/gen": 1.1, "speedup/step": 1.05}, {"speedup/gen": 1.3, "speedup/step": 1.15}]
+    assert per_step_ratios(old, "speedup/gen") == [5.0, 1.1, 1.3]
+    assert paired_summary(old, warmup=1)["speedup/gen_mean"] == pytest.approx(math.sqrt(1.1 * 1.3))
+    assert ratio_source({"speedup/gen", "speedup/gen_per_step"}, "speedup/gen") == "speedup/gen_per_step"
+    assert ratio_source({"speedup/gen"}, "speedup/gen") == "speedup/gen" and per_step_key("speedup/step") == "speedup/step_per_step"
+
+
+def test_running_speedups_end_on_the_runs_estimate():
+    """``speedup/gen`` logged each step = geometric mean of the per-step ratios so far after warm-up
+    (all of them inside the warm-up), so its last value is the run's ``speedup/gen_mean``."""
+    ratios = [5.0, 1.1, 1.3, 0.9, 1.2]
+    hist, logged = [], []
+    for r in ratios:
+        hist.append({"speedup/gen_per_step": r, "speedup/step_per_step": 1 + (r - 1) / 2})
+        hist[-1].update(running_speedups(hist, warmup=1))
+        logged.append(hist[-1]["speedup/gen"])
+    assert logged[0] == pytest.approx(5.0) and logged[1] == pytest.approx(1.1) and logged[2] == pytest.approx(math.sqrt(1.1 * 1.3))
+    summary = paired_summary(hist, warmup=1)
+    assert logged[-1] == pytest.approx(summary["speedup/gen_mean"], rel=1e-12)
+    assert hist[-1]["speedup/step"] == pytest.approx(summary["speedup/step_mean"], rel=1e-12)
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert running_speedups([{"timing_s/gen": 1.0}]) == {}  # not paired
 
 
 def test_two_sample_detects_a_shift_and_not_noise():

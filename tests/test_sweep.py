@@ -178,7 +178,7 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
     assert res.exit_code == 0, res.output
     parent, children = _sweep_runs(store, "s1")
     assert parent.info.status == "FINISHED" and parent.data.tags["workbench.axis.drafter.k"] == "1,2"
-    assert "results.json" in {a.path for a in store.list_artifacts(parent.info.run_id)}
+    assert {"results.json", "speedup_vs_k.png"} <= {a.path for a in store.list_artifacts(parent.info.run_id)}  # k=1,2: a curve
     assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
     by_k = {c.data.tags["workbench.axis.drafter.k"]: c for c in children}
     assert set(by_k) == {"-", "1", "2"} and by_k["-"].data.params["drafter.kind"] == "none"
@@ -187,7 +187,7 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
     assert by_k["-"].data.params["measure.paired"] == "True"  # the sweep turns pairing on (spec: null)
     for k in ("1", "2"):
         c = by_k[k]
-        hist = store.get_metric_history(c.info.run_id, "speedup/gen")
+        hist = store.get_metric_history(c.info.run_id, "speedup/gen_per_step")
         assert sorted(x.step for x in hist) == [1, 2]  # one paired ratio per GRPO step
         ar = {x.step: x.value for x in store.get_metric_history(c.info.run_id, "timing_s/gen_autoregressive")}
         gen = {x.step: x.value for x in store.get_metric_history(c.info.run_id, "timing_s/gen")}
@@ -195,6 +195,7 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
         m = c.data.metrics
         assert m["speedup/gen_mean"] == pytest.approx(ar[2] / gen[2])  # micro: 2 steps, warm-up step 1 left out
         assert m["speedup/gen_n"] == 1 and "speedup/step_mean" in m
+        assert m["speedup/gen"] == pytest.approx(m["speedup/gen_mean"])  # the column MLflow shows: the run's estimate
     path = store.download_artifacts(parent.info.run_id, "results.json")
     rows = json.loads(open(path).read())["rows"]
     assert [r["speedup/gen"]["paired"] for r in rows if not r["baseline"]] == [True, True]
@@ -258,8 +259,10 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
 # ----------------------------------------------------------------------------- paired results, ties, repeats
 
 
-def _outcomes(plan, ratios_of):
-    """Outcomes with synthetic 4-step histories whose paired speedup/gen per step is ratios_of(point)."""
+def _outcomes(plan, ratios_of, stored="per_step"):
+    """Outcomes with synthetic 4-step histories whose paired speedup/gen per step is ratios_of(point):
+    as logged now (``speedup/gen_per_step`` beside a running estimate ``speedup/gen`` that must not be
+    read as ratios), or ``stored="before_per_step"``: the per-step ratios under ``speedup/gen``."""
     from workbench.sweep.results import Outcome
 
     out = []
@@ -267,23 +270,43 @@ def _outcomes(plan, ratios_of):
         hist = [{"timing_s/gen": 1.0, "timing_s/step": 2.0, "reward/mean": 0.5} for _ in range(4)]
         if not p.is_baseline:
             for h, r in zip(hist, ratios_of(p)):
-                h["speedup/gen"], h["speedup/step"] = r, 1 + (r - 1) / 2
+                if stored == "per_step":
+                    h["speedup/gen_per_step"], h["speedup/step_per_step"] = r, 1 + (r - 1) / 2
+                    h["speedup/gen"] = h["speedup/step"] = 50.0
+                else:
+                    h["speedup/gen"], h["speedup/step"] = r, 1 + (r - 1) / 2
         out.append(Outcome(p, "ok", "run", hist, 1))
     return out
 
 
-def test_best_is_called_only_when_its_interval_clears_the_rest():
+@pytest.mark.parametrize("stored", ["per_step", "before_per_step"])
+def test_best_is_called_only_when_its_interval_clears_the_rest(stored):
     from workbench.sweep import results_json
 
     plan = plan_sweep("micro", ["k=1,2,3"])
     sep = {1: [9, 1.10, 1.12, 1.11], 2: [9, 1.50, 1.52, 1.51], 3: [9, 1.30, 1.31, 1.29]}  # step 1 is warm-up
-    res = results_json("s", plan, _outcomes(plan, lambda p: sep[p.spec.drafter.k]))
+    res = results_json("s", plan, _outcomes(plan, lambda p: sep[p.spec.drafter.k], stored))
     assert res["best"] == "draft_model k=2" and res["tie"] == []
     wide = {1: [9, 1.10, 1.12, 1.11], 2: [9, 1.35, 1.45, 1.40], 3: [9, 1.30, 1.31, 1.29]}  # k=2 noisy: reaches k=3
-    res = results_json("s", plan, _outcomes(plan, lambda p: wide[p.spec.drafter.k]))
+    res = results_json("s", plan, _outcomes(plan, lambda p: wide[p.spec.drafter.k], stored))
     assert res["best"] is None and res["tie"] == ["draft_model k=2", "draft_model k=3"]
     k2 = [r for r in res["rows"] if r["label"] == "draft_model k=2"][0]["speedup/gen"]
     assert k2["ci95_low"] < 1.29 < k2["ci95_high"] and k2["n"] == 3
+
+
+def test_speedup_vs_k_plot_of_the_sweep_rows(tmp_path):
+    """The parent run's ``speedup_vs_k.png`` (MLflow's compare page cannot be linked to k vs speedup)."""
+    from workbench.sweep import sweep_rows
+    from workbench.sweep.plot import speedup_lines, speedup_vs_k_png
+
+    plan = plan_sweep("micro", ["k=1,2,3"])
+    rows = sweep_rows(_outcomes(plan, lambda p: [9, 1.1 * p.spec.drafter.k, 1.12 * p.spec.drafter.k, 1.11 * p.spec.drafter.k]))
+    lines = speedup_lines(rows)
+    assert list(lines) == ["draft_model"] and [k for k, _, _ in lines["draft_model"]] == [1, 2, 3]  # baseline left out
+    assert lines["draft_model"][1][1].mean == pytest.approx((1.1 * 1.12 * 1.11) ** (1 / 3) * 2)
+    assert speedup_vs_k_png(rows, tmp_path / "p.png") == tmp_path / "p.png" and (tmp_path / "p.png").stat().st_size > 0
+    one = sweep_rows(_outcomes(plan_sweep("micro", ["k=2"]), lambda p: [9, 1.1, 1.2, 1.3]))
+    assert speedup_vs_k_png(one, tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()  # one point: no curve
 
 
 def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):

@@ -120,9 +120,11 @@ T975_1 = 12.706204736  # Student t quantile 0.975 with 1 degree of freedom
 
 
 def test_objective_score_is_the_paired_geometric_mean_after_warmup():
-    hist = [{"speedup/gen": 5.0, "speedup/step": 9.0, "gen/tokens_per_s": 1.0},
-            {"speedup/gen": 2.0, "speedup/step": 1.0, "gen/tokens_per_s": 100.0},
-            {"speedup/gen": 8.0, "speedup/step": 4.0, "gen/tokens_per_s": 200.0}]
+    hist = [{"speedup/gen_per_step": 5.0, "speedup/step_per_step": 9.0, "gen/tokens_per_s": 1.0},
+            {"speedup/gen_per_step": 2.0, "speedup/step_per_step": 1.0, "gen/tokens_per_s": 100.0},
+            {"speedup/gen_per_step": 8.0, "speedup/step_per_step": 4.0, "gen/tokens_per_s": 200.0}]
+    for h in hist:  # the running estimates beside the ratios: not what the objective reads
+        h["speedup/gen"] = h["speedup/step"] = 66.0
     s = objective_score("speedup_gen", hist)  # step 1 = warm-up, dropped: sqrt(2 * 8) = 4
     # logs ln 2, ln 8: sd = sqrt(2) ln 2, half-width = t * sd / sqrt(2) = t ln 2
     assert (s.value, s.n) == (pytest.approx(4.0), 2)
@@ -154,11 +156,11 @@ class FakeTrial:
 def test_pruning_hook_reports_running_paired_value_after_warmup():
     trial = FakeTrial(prune_at=2)
     hook = pruning_hook(trial, "speedup_gen", warmup=1)
-    hook(1, {"speedup/gen": 5.0})
+    hook(1, {"speedup/gen_per_step": 5.0})
     assert trial.reported == []  # warm-up step: nothing to report yet
-    hook(2, {"speedup/gen": 2.0})
+    hook(2, {"speedup/gen_per_step": 2.0})
     with pytest.raises(TrialPrunedStop) as e:
-        hook(3, {"speedup/gen": 8.0})
+        hook(3, {"speedup/gen_per_step": 8.0})
     assert trial.reported == [(2, 2.0), (3, pytest.approx(4.0))]  # running geometric mean
     assert isinstance(e.value, optuna.TrialPruned) and isinstance(e.value, EarlyStop)
     assert e.value.tags == {"workbench.pruned": "true"} and e.value.step == 3 and e.value.score.low < 4 < e.value.score.high
@@ -209,7 +211,7 @@ def fake_runner(calls, slow_after=None, delay=0.0, fail_first=None):
                 time.sleep(delay)
                 m = {"timing_s/gen": 1 / speed, "gen/tokens_per_s": 10 * speed * JITTER[step], "reward/mean": 0.5}
                 if spec.paired:
-                    m.update({"speedup/gen": speed * JITTER[step], "speedup/step": (1 + speed) / 2 * JITTER[step]})
+                    m.update({"speedup/gen_per_step": speed * JITTER[step], "speedup/step_per_step": (1 + speed) / 2 * JITTER[step]})
                 tr.log_metrics(m, step=step)
                 hist.append(m)
                 if on_step:

@@ -24,7 +24,7 @@ from workbench.rollout.kpolicy import AdaptiveK
 from workbench.models.tokenizer import encode_prompt
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
-from workbench.stats import paired_summary
+from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
 from workbench.tracking import Tracker
 
 STAGE_ORDER = ("data", "prepare", "gen", "gen_exposed", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
@@ -129,6 +129,8 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
                 if spec.grpo.eval_every and (step % spec.grpo.eval_every == 0 or step == spec.grpo.steps):
                     bar.update(task, stage="eval")
                     metrics.update(_timed_eval(trainer))
+                # speedup/gen, speedup/step: the run's estimate so far (its last value = speedup/gen_mean)
+                metrics.update(running_speedups([*result.history, metrics], spec.measure.warmup_steps))
                 tracker.log_metrics(metrics, step=step)
                 if samples:
                     tracker.log_samples(samples, step=step)
@@ -219,7 +221,7 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")
-    for key in ("speedup/gen", "speedup/step"):
+    for key in PAIRED_SPEEDUPS:
         if result.paired.get(f"{key}_mean") is not None:
             table.add_row(f"{key} (paired, 95 % CI)", fmt_ci(result.paired, key))
     modeled = result.mean("speedup/gen_modeled", skip_first=True)

@@ -4,7 +4,7 @@
     parent = reader.find_parent("workbench.sweep", "cmp")  # newest parent run of sweep "cmp"
     runs = reader.children(parent.run_id)                  # RunRecords, one per point, histories loaded
     runs[0].mean("timing_s/gen")                           # mean after warm-up
-    runs[0].paired_ci("speedup/gen")                       # paired speedup, 95 % CI (workbench.stats)
+    runs[0].paired_ci("speedup/gen")                       # paired speedup, 95 % CI (from speedup/gen_per_step)
     runs[0].last("reward/mean")                            # value at the last logged step
     baseline_for(runs[3], runs)                            # its autoregressive baseline, or None
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.stats import RatioCI, after_warmup, ratio_ci
+from workbench.stats import RatioCI, after_warmup, ratio_ci, ratio_source
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT
 
 POS_PREFIX = "spec/acceptance_rate_pos_"
@@ -109,9 +109,10 @@ class RunRecord:
         return sum(vals) / len(vals) if vals else None
 
     def paired_ci(self, key: str = "speedup/gen") -> RatioCI | None:
-        """The run's paired speedup ``key`` (per-step ratios after warm-up) with its 95 % interval;
-        None if the run was not paired."""
-        vals = [v for v in self.series(key) if v > 0]
+        """The run's paired speedup ``key`` (``speedup/gen`` or ``speedup/step``) with its 95 % interval,
+        from its per-step ratios ``{key}_per_step`` after warm-up (a run stored before issue #22: the
+        per-step ``key`` itself, workbench.stats.ratio_source); None if the run was not paired."""
+        vals = [v for v in self.series(ratio_source(self.history, key)) if v > 0]
         return ratio_ci(vals) if vals else None
 
 

@@ -6,6 +6,12 @@ times the speculative generation and a plain autoregressive generation of the *s
 the same process, back to back (the order alternating per step). One step gives one paired ratio
 r_i = t_autoregressive / t_speculative; a run gives n of them after warm-up.
 
+Metric names (issue #22): the per-step ratios are ``speedup/gen_per_step`` and
+``speedup/step_per_step``; ``speedup/gen`` and ``speedup/step``, the columns users sort MLflow's
+runs table by (it shows a metric's last value), are the run's running estimate, logged every step,
+whose last value is the run's ``speedup/gen_mean`` (:func:`running_speedups`). Runs stored before
+then logged the per-step ratios as ``speedup/gen``: readers fall back to it (:func:`ratio_source`).
+
 The run's speedup is the geometric mean exp(mean(log r_i)) with a Student-t 95 % interval on the
 log-ratios (ratios are multiplicative and skewed; their logs are close to symmetric, and the
 interval maps back to a ratio interval that never goes below 0). A best point is called only when
@@ -19,7 +25,7 @@ two-sample test. No torch, no MLflow.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
@@ -78,7 +84,7 @@ def ratio_ci(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioCI
         raise ValueError(f"ratios must be > 0, got {min(ratios)}")
     logs = [math.log(r) for r in ratios]
     n = len(logs)
-    m = sum(logs) / n
+    m = sum(logs) / n  # exp(m) = geometric_mean(ratios), the same arithmetic
     if n < 2:
         return RatioCI(math.exp(m), None, None, n, None)
     sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
@@ -162,17 +168,61 @@ def two_sample(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, powe
     return TwoSample(ma - mb, p, z * se, len(a), len(b))
 
 
-PAIRED_KEYS = ("speedup/gen", "speedup/step")  # per-step paired ratios logged by the GRPO loop
+PAIRED_SPEEDUPS = ("speedup/gen", "speedup/step")  # the names users read: the run's estimate (see paired_summary)
+PER_STEP_SUFFIX = "_per_step"
+
+
+def per_step_key(name: str) -> str:
+    """The per-step paired ratio behind paired speedup ``name``: ``speedup/gen`` -> ``speedup/gen_per_step``."""
+    return f"{name}{PER_STEP_SUFFIX}"
+
+
+PAIRED_KEYS = tuple(per_step_key(n) for n in PAIRED_SPEEDUPS)  # per-step paired ratios logged by the GRPO loop
+
+
+def ratio_source(keys: Container[str], name: str) -> str:
+    """Which logged key holds the per-step ratios of paired speedup ``name`` among ``keys``:
+    ``{name}_per_step``; runs stored before it existed (issue #22) logged the per-step ratios
+    under ``name`` itself, so that is read when the per-step key is absent."""
+    key = per_step_key(name)
+    return key if key in keys else name
+
+
+def per_step_ratios(history: Sequence[Mapping[str, float]], name: str) -> list[float]:
+    """The per-step paired ratios of ``name`` (e.g. ``speedup/gen``) in a per-step ``history``, in
+    step order, warm-up included (:func:`ratio_source` picks the key; old runs are read too)."""
+    key = ratio_source({k for h in history for k in h}, name)
+    return [h[key] for h in history if key in h]
+
+
+def geometric_mean(ratios: Sequence[float]) -> float:
+    """exp(mean(log r)) of ratios > 0 (the point estimate of :func:`ratio_ci`'s interval)."""
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def running_speedups(history: Sequence[Mapping[str, float]], warmup: int = 1) -> dict[str, float]:
+    """Each paired speedup's running estimate after the last step of ``history`` (a live run's
+    steps so far, the current one last): ``speedup/gen`` / ``speedup/step`` = geometric mean of the
+    per-step ratios ``{name}_per_step`` after ``warmup`` steps (:func:`after_warmup`; all of them
+    while the run is still inside its warm-up). Logged every step, its last value is the run's
+    estimate, ``{name}_mean`` of :func:`paired_summary` (MLflow's tables show a metric's last
+    value). Empty when the run is not paired."""
+    out: dict[str, float] = {}
+    for name in PAIRED_SPEEDUPS:
+        vals = after_warmup([h[per_step_key(name)] for h in history if per_step_key(name) in h], warmup)
+        if vals:
+            out[name] = geometric_mean(vals)
+    return out
 
 
 def paired_summary(history: Sequence[Mapping[str, float]], warmup: int = 1) -> dict[str, float | None]:
-    """A run's paired speedups: for each of PAIRED_KEYS present in the per-step ``history``, the
-    geometric mean and 95 % interval of its values after ``warmup`` steps, as
-    ``speedup/gen_mean``, ``speedup/gen_ci95_low``, ``..._ci95_high``, ``..._ci95_halfwidth``, ``..._n``.
-    Empty when the run was not paired."""
+    """A run's paired speedups: for each of PAIRED_SPEEDUPS whose per-step ratios (PAIRED_KEYS) are in
+    the per-step ``history``, the geometric mean and 95 % interval of the ratios after ``warmup``
+    steps, as ``speedup/gen_mean``, ``speedup/gen_ci95_low``, ``..._ci95_high``,
+    ``..._ci95_halfwidth`` (relative), ``..._n`` (steps). Empty when the run was not paired."""
     out: dict[str, float | None] = {}
-    for key in PAIRED_KEYS:
-        vals = after_warmup([h[key] for h in history if key in h], warmup)
+    for name in PAIRED_SPEEDUPS:
+        vals = after_warmup(per_step_ratios(history, name), warmup)
         if vals:
-            out.update(ratio_ci(vals).as_metrics(key))
+            out.update(ratio_ci(vals).as_metrics(name))
     return out

@@ -5,7 +5,12 @@
     wb ui --print-url             # print the URLs and exit; no server
 
 The comparison view is MLflow's compare-runs route (a hash route of the UI app, MLflow 3):
-``http://HOST:PORT/#/compare-runs?runs=["id",...]&experiments=["id",...]``.
+``http://HOST:PORT/#/compare-runs?runs=["id",...]&experiments=["id",...]``. Those two are the only
+parameters the page reads: its scatter plot opens on the first param against the first metric
+(the axes are page state, with no URL parameter to preselect them), so k against speedup cannot be
+linked to. Pick ``drafter.k`` and ``speedup/gen`` in its X/Y selectors (``speedup/gen``'s last value
+is the run's paired estimate), or open the plot a sweep logs on its parent run
+(``speedup_vs_k.png``, :mod:`workbench.sweep.plot`), whose URL ``wb ui`` prints (:func:`artifact_url`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,21 @@ def compare_url(base: str, run_ids: list[str], experiment_ids: list[str]) -> str
 
 def experiment_url(base: str, experiment_id: str) -> str:
     return f"{base}/#/experiments/{experiment_id}"
+
+
+def artifact_url(base: str, experiment_id: str, run_id: str, path: str) -> str:
+    """The run page opened on artifact ``path`` (MLflow 3's ``/experiments/ID/runs/ID/artifactPath/PATH`` route)."""
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}/artifactPath/{path}"
+
+
+def has_artifact(store: str, run_id: str, path: str) -> bool:
+    """Whether run ``run_id`` holds a top-level artifact ``path`` (False when the store cannot say)."""
+    from mlflow import MlflowClient
+
+    try:
+        return path in {f.path for f in MlflowClient(tracking_uri=store).list_artifacts(run_id)}
+    except Exception:  # noqa: BLE001 - an unreachable artifact store: just do not offer the link
+        return False
 
 
 def find_group(store: str, name: str | None = None):

@@ -18,15 +18,19 @@ def ui(
     print_url: bool = typer.Option(False, "--print-url", "--no-server", help="Print the URLs and exit; start no server."),
     open_browser: bool = typer.Option(False, "--open", help="Open the comparison view in a web browser once the server is up."),
 ) -> None:
-    """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep."""
+    """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep
+    and its k vs speedup plot (speedup_vs_k.png on the sweep's parent run)."""
     import subprocess
 
+    from workbench.sweep.plot import PLOT_NAME
     from workbench.ui import (
+        artifact_url,
         base_url,
         compare_url,
         default_store,
         experiment_url,
         find_group,
+        has_artifact,
         server_command,
         wait_ready,
     )
@@ -51,6 +55,9 @@ def ui(
             url = compare_url(base, [k.run_id for k in kids], [k.experiment_id for k in kids])
             console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
             console.print(url, highlight=False, soft_wrap=True)
+            console.print("(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X and Y)", highlight=False)
+        if has_artifact(store, parent.run_id, PLOT_NAME):
+            console.print(f"k vs speedup: {artifact_url(base, parent.experiment_id, parent.run_id, PLOT_NAME)}", highlight=False, soft_wrap=True)
         console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
     if print_url:
         return

@@ -58,15 +58,17 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
     """Per-step paired speedups from the step's timings ``m`` (which hold ``timing_s/gen``,
     ``timing_s/gen_autoregressive`` and ``timing_s/step``, seconds) and the autoregressive arm's counters.
 
-    ``speedup/gen`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not of
-    time per token, because the stage time is what the step pays (a batch decodes until its longest
+    ``speedup/gen_per_step`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not
+    of time per token, because the stage time is what the step pays (a batch decodes until its longest
     row ends, so time is not proportional to tokens) and both arms sample the same law, so their
-    expected work is equal. ``speedup/step`` = (step - gen + gen_ar) / step (workbench.stats.step_ratios).
+    expected work is equal. ``speedup/step_per_step`` = (step - gen + gen_ar) / step
+    (workbench.stats.step_ratios). The run's estimates ``speedup/gen`` / ``speedup/step`` are
+    computed from these by the run loop (workbench.stats.running_speedups).
     """
     gen, ar_s, step = m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]
     return {
-        "speedup/gen": ar_s / max(gen, 1e-9),
-        "speedup/step": (step - gen + ar_s) / max(step, 1e-9),
+        "speedup/gen_per_step": ar_s / max(gen, 1e-9),
+        "speedup/step_per_step": (step - gen + ar_s) / max(step, 1e-9),
         "gen_autoregressive/num_tokens": float(ar.num_generated_tokens),
         "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
         "gen_autoregressive/first": float(ar_first),

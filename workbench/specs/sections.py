@@ -233,7 +233,8 @@ class MeasureSpec(_Section):
 
     paired: bool | None = Field(
         None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "
-        "speculative one (outputs discarded), and log the paired speedup/gen with its CI; null = on in wb sweep and "
+        "speculative one (outputs discarded), and log the paired speedup/gen (running estimate; per step: "
+        "speedup/gen_per_step) with its CI; null = on in wb sweep and "
         "wb tune, off in wb run",
     )
     warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")

@@ -61,7 +61,7 @@ class TuneSpec(_Section):
     study_name: str | None = Field(None, description="Optuna study name; default <spec name>-tune; re-use it to resume")
     storage: str = Field("sqlite:///optuna.db", description="Optuna RDB storage: any SQLAlchemy URL (several workers may share it)")
     objective: Literal["gen_tokens_per_s", "speedup_gen", "speedup_step"] = Field(
-        "speedup_gen", description="gen/tokens_per_s, or the paired speedup (geometric mean of per-step speedup/gen or speedup/step after warm-up)"
+        "speedup_gen", description="gen/tokens_per_s, or the paired speedup (geometric mean of the per-step speedup/gen_per_step or speedup/step_per_step after warm-up)"
     )
     direction: Literal["maximize"] = "maximize"
     sampler: Literal["tpe", "random", "grid"] = Field("tpe", description="seeded by the spec's seed")

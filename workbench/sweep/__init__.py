@@ -8,7 +8,8 @@ The argument grammar (``KEY=LOW..HIGH``, ``KEY=A,B,C``, ``KEY=VALUE``, aliases `
 
 MLflow: one parent run per sweep (tag ``workbench.sweep`` = name), one child run per point
 (``workbench.axis.<key>`` tags, ``workbench.sweep.point`` = hash of the point's resolved spec),
-``speedup/gen`` and ``speedup/step`` logged on each child, ``results.json`` on the parent.
+``speedup/gen`` and ``speedup/step`` (the point's running estimate; per-step ratios ``..._per_step``)
+logged on each child, ``results.json`` and ``speedup_vs_k.png`` on the parent.
 Re-running with the same ``--name`` resumes: children already FINISHED are skipped. Several processes
 with the same ``--name`` share the sweep, each point claimed by one of them: :mod:`workbench.sweep.claims`.
 """

@@ -4,8 +4,9 @@ Pure functions over what `wb sweep` ran (or read back on resume); the Rich table
 ``results.json`` the parent run keeps. Rules (DESIGN.md §8, issue #6):
 
 - A point's speedup is its *paired* measurement: per step, autoregressive gen s / speculative gen
-  s of the same prompts in the same process (``speedup/gen``, ``speedup/step``), summarised by the
-  geometric mean and a 95 % interval on the log-ratios (workbench.stats). A point run with
+  s of the same prompts in the same process (``speedup/gen_per_step``, ``speedup/step_per_step``;
+  older runs: per-step ``speedup/gen``, ``speedup/step``), summarised by the geometric mean and a
+  95 % interval on the log-ratios (workbench.stats). A point run with
   ``measure.paired=false`` falls back to its baseline's mean seconds / its own (marked ``~``, no
   interval: a ratio of timings taken minutes apart).
 - Repeats: points that differ only in ``seed`` (``seed=0..4`` or ``--repeats N``) are one row; their
@@ -23,7 +24,7 @@ from rich import box
 from rich.table import Table
 
 from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
-from workbench.stats import Decision, RatioCI, after_warmup, decide, ratio_ci
+from workbench.stats import Decision, RatioCI, after_warmup, decide, per_step_ratios, ratio_ci
 
 SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "timing_s/gen_autoregressive", "spec/acceptance_length", "spec/acceptance_rate")
 
@@ -70,9 +71,11 @@ class Outcome:
     def summary(self) -> dict[str, float | None]:
         return summarize(self.history, self.warmup)
 
-    def ratios(self, key: str) -> list[float]:
-        """The point's per-step paired ratios ``key`` after warm-up (empty when not paired)."""
-        return after_warmup([h[key] for h in self.history if key in h], self.warmup)
+    def ratios(self, name: str) -> list[float]:
+        """The point's per-step paired ratios of speedup ``name`` (``speedup/gen``: the logged
+        ``speedup/gen_per_step``, or an older run's per-step ``speedup/gen``) after warm-up (empty
+        when not paired)."""
+        return after_warmup(per_step_ratios(self.history, name), self.warmup)
 
 
 @dataclass

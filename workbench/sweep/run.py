@@ -3,13 +3,16 @@ shared by any number of workers with the same name (claims: `workbench.sweep.cla
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 
 from workbench.sweep.claims import CLAIM_TIMEOUT_S, POLL_S, SETTLE_S, ClaimLost, Heartbeat, PointState, claim_point, worker_id
 from workbench.sweep.grid import Point, SweepPlan
+from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
 from workbench.sweep.results import Outcome, results_json, sweep_rows
 from workbench.sweep.store import SweepStore
 from workbench.tags import TAG_AXIS, TAG_ERROR, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP, TAG_WORKER
@@ -153,7 +156,7 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
     skipped. Several processes with one name share the sweep: each point is claimed by one worker
     (`workbench.sweep.claims`; a claim whose heartbeat is older than ``claim_timeout`` s is taken
     over), a worker with nothing left to claim waits for the others' live claims, then every worker
-    writes the same ``results.json`` read back from the store and ends the parent FINISHED if every
+    writes the same ``results.json`` (and ``speedup_vs_k.png``) read back from the store and ends the parent FINISHED if every
     point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
     parent KILLED (a worker still running later ends it again) and is re-raised. With
     ``tracking.enabled: false`` nothing is logged, claimed or resumable.
@@ -186,8 +189,19 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
         if status == "DONE":
             status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
         w.log_unpaired(outcomes)
-        store.close(status, results_json(name, plan, outcomes))
+        with tempfile.TemporaryDirectory() as tmp:
+            store.close(status, results_json(name, plan, outcomes), _plot(outcomes, Path(tmp), name, console))
     return SweepResult(name, store.parent_id, outcomes, status, store.tracking_uri, len(w.mine))
+
+
+def _plot(outcomes: list[Outcome], folder: Path, name: str, console: Console) -> Path | None:
+    """``speedup_vs_k.png`` of the sweep's rows in ``folder`` (workbench.sweep.plot), or None: too few
+    points, or drawing failed (a warning; the sweep's results do not depend on its picture)."""
+    try:
+        return speedup_vs_k_png(sweep_rows(outcomes), folder / PLOT_NAME, name)
+    except Exception as e:  # noqa: BLE001 - e.g. a broken matplotlib backend
+        console.print(f"[yellow]warning:[/] {PLOT_NAME} not drawn: {type(e).__name__}: {e}")
+        return None
 
 
 def _run_alone(plan: SweepPlan, name: str, console: Console, progress: bool) -> SweepResult:

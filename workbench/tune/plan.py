@@ -11,7 +11,7 @@ from workbench.specs import set_dotted
 from workbench.tune.space import check_params, edge_values
 
 DEFAULT_TUNE_SPEC = "tune"
-PAIRED_KEY = {"speedup_gen": "speedup/gen", "speedup_step": "speedup/step"}  # objective -> per-step paired ratio
+PAIRED_KEY = {"speedup_gen": "speedup/gen_per_step", "speedup_step": "speedup/step_per_step"}  # objective -> per-step paired ratio
 OBJECTIVES = ("gen_tokens_per_s", *PAIRED_KEY)
 
 

@@ -43,7 +43,8 @@ def objective_score(objective: str, history: list[dict[str, float]], warmup: int
     """The objective of a run from its per-step metrics; None when they hold nothing to compute it.
 
     ``speedup_gen`` / ``speedup_step``: geometric mean and 95 % interval of the per-step paired
-    ``speedup/gen`` / ``speedup/step`` after ``warmup`` steps (`workbench.stats`); exactly 1.0 for
+    ratios ``speedup/gen_per_step`` / ``speedup/step_per_step`` after ``warmup`` steps
+    (`workbench.stats`; the same value as the run's last ``speedup/gen`` / ``speedup/step``); exactly 1.0 for
     ``drafter_kind == "none"`` (plain decoding is the autoregressive side). ``gen_tokens_per_s``: mean
     ``gen/tokens_per_s`` after warm-up.
 
