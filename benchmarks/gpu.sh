@@ -16,14 +16,19 @@
 #                small-draft`) or leave this set out (GPU_BENCH_SETS=qwen3-0.6b).
 #   qwen3-0.6b   a random checkpoint of Qwen3-0.6B's shape (`wb models init qwen3`): 28 layers,
 #                hidden 1024, 16 heads, 8 kv heads, head_dim 128, MLP 3072, tied embeddings, q/k norm,
-#                rope_theta 1e6. Unlike the real checkpoint: random weights (acceptance rates are
-#                not those of a trained model: read speedups beside the acceptance length), the
-#                workbench's own tokenizer and vocabulary (512 ids, not 151936: the lm_head is ~0.5 M
-#                parameters instead of ~155 M, so a step costs less than the real model's), 512
-#                positions instead of 40960. Its draft for draft_model: a random 2-layer qwen3 of the
-#                same width. eagle3 drafts over the full vocabulary here (drafter.draft_vocab_size=512):
-#                a random target spreads its samples over the whole vocabulary, so the usual V/4
-#                draft vocabulary would cap acceptance at what a real model never shows.
+#                rope_theta 1e6, and the real vocabulary of 151936 ids (`--vocab-size`: a ~155 M
+#                parameter lm_head, float32 probabilities, top-p sorts and drafters' q tensors at
+#                real size; issue #24). Unlike the real checkpoint: random weights (acceptance rates
+#                are not those of a trained model: read speedups beside the acceptance length), the
+#                workbench's own tokenizer (prompts use its 512 ids; the model samples all 151936),
+#                512 positions instead of 40960. Its draft for draft_model: a random 2-layer qwen3 of
+#                the same width and vocabulary. eagle3 drafts over the full vocabulary here
+#                (drafter.draft_vocab_size=151936): a random target spreads its samples over the
+#                whole vocabulary, so a reduced draft vocabulary would cap acceptance at what a
+#                real model never shows.
+#   qwen3-tiny   (smoke) the same code path on the CPU: 2 small layers, the full 151936-id vocabulary.
+# The --cuda-graphs runs set TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1, so a graph torch would skip
+# (workbench/rollout/graphs.py) fails the run loudly instead of running un-graphed.
 #
 # Usage (from anywhere; runs from the checkout holding this script):
 #   bash benchmarks/gpu.sh                  # the GPU set, on cuda
@@ -48,6 +53,7 @@ PYTHON=${PYTHON:-python}
 WB=${WB:-"$PYTHON -m workbench.cli"}
 OUT=${GPU_BENCH_OUT:-benchmarks}
 DTYPE=bfloat16
+QWEN3_VOCAB=151936  # Qwen3's vocabulary (config.json vocab_size), for both qwen3 sets
 
 if [[ "$SMOKE" == 1 ]]; then
   DEVICE=cpu
@@ -92,13 +98,15 @@ for set in $SETS; do
     small) MODEL=(--target small --draft small-draft); EXTRA=() ;;
     micro) MODEL=(--target micro --draft micro-draft); EXTRA=() ;;
     qwen3-0.6b)
-      init_qwen3 qwen3-0.6b --layers 28 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --seed 0
-      init_qwen3 qwen3-0.6b-draft --layers 2 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --seed 1
-      MODEL=(--target "$MODELS/qwen3-0.6b" --draft "$MODELS/qwen3-0.6b-draft"); EXTRA=(drafter.draft_vocab_size=512) ;;
+      init_qwen3 qwen3-0.6b --layers 28 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --vocab-size "$QWEN3_VOCAB" --seed 0
+      init_qwen3 qwen3-0.6b-draft --layers 2 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 128 --intermediate 3072 --vocab-size "$QWEN3_VOCAB" --seed 1
+      MODEL=(--target "$MODELS/qwen3-0.6b" --draft "$MODELS/qwen3-0.6b-draft"); EXTRA=(drafter.draft_vocab_size="$QWEN3_VOCAB") ;;
     qwen3-tiny)
-      init_qwen3 qwen3-tiny --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --seed 0
-      init_qwen3 qwen3-tiny-draft --layers 1 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --seed 1
-      MODEL=(--target "$MODELS/qwen3-tiny" --draft "$MODELS/qwen3-tiny-draft"); EXTRA=(drafter.draft_vocab_size=512) ;;
+      init_qwen3 qwen3-tiny --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --vocab-size "$QWEN3_VOCAB" --seed 0
+      init_qwen3 qwen3-tiny-draft --layers 1 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 128 --vocab-size "$QWEN3_VOCAB" --seed 1
+      # eagle3's head over 32000 ids (Qwen3 EAGLE3 heads' draft vocabulary) keeps the smoke run short;
+      # its q tensors still span all 151936 ids
+      MODEL=(--target "$MODELS/qwen3-tiny" --draft "$MODELS/qwen3-tiny-draft"); EXTRA=(drafter.draft_vocab_size=32000) ;;
     *) echo "gpu.sh: unknown set $set (allowed: small, qwen3-0.6b, micro, qwen3-tiny)" >&2; exit 2 ;;
   esac
   name="gpu-$SLUG-$set"
@@ -108,7 +116,8 @@ for set in $SETS; do
       --drafters draft_model,eagle3 "${BENCH[@]}" "$@" --out "$OUT" --name "$name"
   }
   if [[ ${#OURS[@]} -gt 0 ]]; then
-    run_set "${OURS[@]}" || { echo "gpu.sh: ${OURS[*]} failed for $set; re-running with --compile" >&2; run_set --compile; }
+    # a cudagraph torch would skip (graphs.py) fails here instead of silently running un-graphed
+    TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 run_set "${OURS[@]}" || { echo "gpu.sh: ${OURS[*]} failed for $set; re-running with --compile" >&2; run_set --compile; }
   else
     run_set
   fi

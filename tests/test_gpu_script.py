@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
-    env = os.environ | {"GPU_BENCH_OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"GPU_BENCH_OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+                        "GPU_BENCH_MODELS": str(tmp_path / "models")}
     env.pop("WB", None)
     res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smoke"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -25,6 +26,8 @@ def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
         assert "ours / best transformers" in (tmp_path / f"{name}.md").read_text()
     qwen3 = json.loads((tmp_path / "gpu-cpu-qwen3-tiny.json").read_text())
     assert "qwen3-tiny" in qwen3["meta"]["target"] and "--target" in qwen3["command"]
+    for name in ("qwen3-tiny", "qwen3-tiny-draft"):  # Qwen3's real vocabulary, small layers (issue #24)
+        assert json.loads((tmp_path / "models" / name / "config.json").read_text())["vocab_size"] == 151936
     summary = (tmp_path / "gpu-cpu-summary.md").read_text()
     assert "## gpu-cpu-micro" in summary and "## gpu-cpu-qwen3-tiny" in summary and "eagle3 best k" in summary
 

@@ -65,6 +65,10 @@ def models_init(
     intermediate: Optional[int] = typer.Option(None, "--intermediate", min=1, help="MLP intermediate size (default 2 × hidden)."),
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    vocab_size: Optional[int] = typer.Option(
+        None, "--vocab-size", min=1,
+        help="Widen the model's vocabulary to this many ids (e.g. 151936, Qwen3's) beyond the tokenizer's; the extra "
+             "ids get random embeddings: a real-size LM head and probabilities, for benchmarks."),
 ) -> None:
     """Write a random checkpoint of a real architecture with the workbench's tokenizer (to try a shape:
     model.target=OUT or drafter.model=OUT).
@@ -80,4 +84,24 @@ def models_init(
                                  kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate)
     except ValueError as e:
         _fail(str(e))
+    if vocab_size is not None:
+        _widen_vocab(path, vocab_size, seed, dtype)
     console.print(f"[green]{arch}[/] random checkpoint -> {path}; use it with model.target={path} (or drafter.model={path})")
+
+
+def _widen_vocab(path, vocab_size: int, seed: int, dtype: str) -> None:
+    """Resize the checkpoint's embeddings (and untied LM head) in ``path`` to ``vocab_size`` rows.
+
+    Why: the workbench's tokenizer has 512 ids, which hides what a real vocabulary costs (an LM head
+    of ~155 M parameters, float32 probabilities and top-p sorts over 151,936 ids: issue #24). The
+    tokenizer never produces the extra ids; a random model samples them like any other."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    if vocab_size < model.config.vocab_size:
+        _fail(f"--vocab-size {vocab_size} is below the tokenizer's {model.config.vocab_size} ids")
+    torch.manual_seed(seed + 1)  # the extra rows: deterministic, apart from the base weights' draws
+    # mean_resizing=False: plain random rows (initializer_range), as the rest of the random model
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    model.save_pretrained(path)

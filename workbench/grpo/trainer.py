@@ -42,6 +42,7 @@ from workbench.timing import StageTimer
 
 
 PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
+EVAL_SEED_OFFSET = 2_000_003  # evaluation's RNG stream (a fresh one per evaluate): seed + this
 
 
 def resolve_device(name: str) -> torch.device:
@@ -418,13 +419,20 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used)."""
+        """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used).
+        Training's later rollouts stay as without it: its own generator (fresh, seed + EVAL_SEED_OFFSET)
+        and the drafter's fixed k, so held-out acceptance stays out of the adaptive-k policy's estimates."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
         self._weights_to_rollout_model()
         prompts = [encode_prompt(self.tokenizer, p) for p in self.eval_data["prompt"]]
         sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id)
-        out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, self.generator)
+        gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
+        policy, self.engine.k_policy = self.engine.k_policy, None
+        try:
+            out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, gen)
+        finally:
+            self.engine.k_policy = policy
         texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
         correct = [self.task.reward(c, a) for c, a in zip(texts, self.eval_data["answer"])]
         return {"eval/accuracy": sum(correct) / len(correct)}

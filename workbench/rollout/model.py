@@ -131,9 +131,11 @@ class LeanLM(nn.Module):
         return self
 
     def enable_compile(self, cuda_graphs: bool = False) -> None:
-        """Run plain forwards (no hidden states, no ``logits_col``: decode and verification steps)
-        through ``torch.compile`` (inductor, dynamic shapes) of :func:`lm_forward`, the function the
-        eager forward runs, over fused q/k/v and gate/up weights.
+        """Run decode and verification steps (every forward without ``logits_col``, hidden states
+        requested or not) through ``torch.compile`` (inductor, dynamic shapes) of :func:`lm_forward`,
+        the function the eager forward runs, over fused q/k/v and gate/up weights. Steps that
+        return the drafter's hidden states (mtp, eagle3) are compiled too, so their target runs
+        as compiled as the autoregressive baseline's (issue #24, item 1).
 
         The first calls of each new shape class compile (tens of seconds on CPU; a C++ compiler is
         needed there); afterwards a small model's step is one fused kernel sequence instead of ~100
@@ -143,23 +145,32 @@ class LeanLM(nn.Module):
         trees) and lease KV caches from a :class:`workbench.rollout.graphs.StaticCachePool`, so
         graphs that write the cache in place can be replayed (see that module). Has no effect on
         the CPU beyond those (torch records graphs only for CUDA tensors).
+
+        Idempotent: a second call with the same ``cuda_graphs`` changes nothing, and a call with
+        the other one keeps the fused weights (same storage), so graphs recorded over them stay
+        valid (``wb bench`` calls it once per drafter and k).
         """
-        self._fuse_weights()
-        self.__dict__["_flat"] = self._flat_weights(fused=True)
-        # Target and draft share lm_forward's compile cache, and batch 1 / one token per row
+        if "_fused" not in self.__dict__:
+            self._fuse_weights()
+            self.__dict__["_flat"] = self._flat_weights(fused=True)
+        # Target and draft share compiled_step's compile cache, and batch 1 / one token per row
         # are specialised graphs, so a benchmark meets > 8 variants; past TorchDynamo's default
         # limit of 8 it silently runs eager. Raised as vLLM does (its compilation config).
         cfg = torch._dynamo.config
         name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
         setattr(cfg, name, max(getattr(cfg, name), 64))
-        # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
+        if "_compiled" in self.__dict__ and self.cuda_graphs == cuda_graphs:
+            return  # already compiled in this mode: keep the callable, its graphs and the cache pool
         if cuda_graphs:
             # one graph per (batch bucket, tokens per row, attention span): more than torch's
             # default warning threshold of 8, by design (workbench.rollout.graphs)
             torch._inductor.config.triton.cudagraph_dynamic_shape_warn_limit = None
             self.__dict__["_pool"] = StaticCachePool()
+        else:
+            self.__dict__.pop("_pool", None)
         mode = "reduce-overhead" if cuda_graphs else None
-        self.__dict__["_compiled"] = torch.compile(lm_forward, dynamic=True, fullgraph=True, mode=mode)
+        # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
+        self.__dict__["_compiled"] = torch.compile(compiled_step, dynamic=True, fullgraph=True, mode=mode)
 
     @property
     def cuda_graphs(self) -> bool:
@@ -194,6 +205,7 @@ class LeanLM(nn.Module):
                 for leaf in t if isinstance(t, tuple) else (t,):
                     if leaf is not None:
                         torch._dynamo.mark_static(leaf)  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
+                        _mark_static_address(leaf)
         return flat
 
     def _fuse_weights(self) -> None:
@@ -262,13 +274,20 @@ class LeanLM(nn.Module):
             need = cache.max_len
         eps = self.cfg.rms_norm_eps
         compiled = self.__dict__.get("_compiled")
-        if compiled is not None and not hidden_layers and logits_col is None:
+        if compiled is not None and logits_col is None:
             # attend over the cache up to the longest row, rounded up to a multiple of 32 (128 under
-            # CUDA graphs) so the compiled graph sees few distinct lengths
+            # CUDA graphs) so the compiled graph sees few distinct lengths. The hidden layers are a
+            # constant of the graph (one graph per drafter's layers), as flags (see compiled_step).
             m = GRAPH_ATTENTION_MULTIPLE if self.cuda_graphs else 32
             tk = min(cache.max_len, -(-need // m) * m)
-            return compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, (), None, self.windows)
-        # eager: the weights read afresh from the modules on every call, attention over exactly `need` positions
+            want = tuple(i in hidden_layers for i in range(self.cfg.num_layers + 1))
+            logits, hidden = compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, want, self.windows)
+            if hidden and self.cuda_graphs:
+                # a replay overwrites its outputs, and drafters keep hidden states past the next step
+                hidden = {i: h.clone() for i, h in hidden.items()}
+            return logits, hidden
+        # eager (prefill with logits_col, or not compiled): the weights read afresh from the modules
+        # on every call, attention over exactly `need` positions
         return lm_forward(eps, self._flat_weights(), input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
 
 
@@ -284,6 +303,15 @@ def _fuse(params: list[nn.Parameter]) -> torch.Tensor:
     return fused
 
 
+def _mark_static_address(t: torch.Tensor) -> None:
+    """Tell cudagraph trees that ``t``'s storage never moves (the weights are synced in place), so a
+    replay reads it where it is instead of copying it into a graph input first; unguarded: a tensor
+    that did move (``.to()``, a replaced weight) makes torch re-record the graph, not recompile."""
+    mark = getattr(torch._dynamo, "mark_static_address", None)  # torch >= 2.2
+    if mark is not None:
+        mark(t, guard=False)
+
+
 def _replaced(layer: nn.Module, fused: tuple, f_bias: torch.Tensor | None) -> bool:
     """Whether a layer's q/k/v or gate/up parameters no longer view its fused tensors (``fused``,
     ``f_bias``: its entries of ``LeanLM._fused`` and ``_fused_bias``), i.e. were replaced instead
@@ -292,6 +320,19 @@ def _replaced(layer: nn.Module, fused: tuple, f_bias: torch.Tensor | None) -> bo
     ptr = lambda t: t.data_ptr()  # noqa: E731
     return (ptr(a.q_proj.weight) != ptr(f_qkv) or ptr(layer.mlp.gate_proj.weight) != ptr(f_gu)
             or (f_bias is not None and ptr(a.q_proj.bias) != ptr(f_bias)))
+
+
+def compiled_step(
+    eps: float, W: list, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, tk: int,
+    want: tuple[bool, ...], windows: tuple = (),
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """:func:`lm_forward` of a decode or verification step, as ``enable_compile`` compiles it:
+    ``want[i]`` (one flag per layer and one for the last layer's output) says whether hidden state
+    i is returned. Flags, not the layer indices: under ``dynamic=True`` TorchDynamo makes integer
+    inputs symbolic, and ``i in (0, 2)`` over symbolic ints came out False (no hidden states at
+    all; torch 2.13), while booleans stay constants of the graph."""
+    layers = tuple(i for i, w in enumerate(want) if w)
+    return lm_forward(eps, W, input_ids, start_pos, ks, vs, tk, layers, None, windows)
 
 
 def lm_forward(
