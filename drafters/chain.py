@@ -268,11 +268,13 @@ class ChainDrafter(Drafter):
         z, self._lazy = self._lazy, None
         U, P = z["toks"].shape
         w = next(self.net.parameters())
-        self.cache = KVCache(self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1)
+        index, col = z["index"], z["col"]  # (B,), (B,)
+        # capacity B: the expansion to the batch's rows below, and every retirement after it, stay
+        # in these buffers (KVCache.select compacts in place)
+        self.cache = KVCache(self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1, capacity=max(U, index.shape[0]))
         pos = torch.arange(P, device=w.device)[None, :].expand(U, P)  # (U, P)
         # tk = P: the prompts' positions are < P, known on the host (no device read in a step)
         self._feed_real(z["feat"], z["toks"], pos, z["last_u"], P)
-        index, col = z["index"], z["col"]  # (B,), (B,)
         self.cache.select(index)
         last_feat = z["feat"][index, col][:, None]  # (B, 1, H)
         self._feed_real(last_feat, z["first"], col[:, None], torch.zeros_like(col), P)

@@ -3,7 +3,8 @@
 One code path for CPU and CUDA. A batch of prompts is prefilled once; then every step either
 decodes one token per row (no drafter) or verifies k drafts per row in one target forward and
 emits each row's own number of tokens (ragged acceptance, DESIGN.md §4). Rows that finish leave
-the batch (the cache and the drafter drop them), so no row waits for or is cut back to another.
+the batch (the cache and the drafter drop them, compacting their caches in place: ``KVCache.select``),
+so no row waits for or is cut back to another.
 """
 
 from __future__ import annotations
@@ -247,7 +248,8 @@ class RolloutEngine:
 
     def _retire(self, state: "_BatchState", done: list, cache, finished: list) -> "_BatchState":
         """Drop finished rows (``done``: host flags, one per row) from the batch, the cache and the
-        drafter; their tokens are kept as device slices in ``finished`` (no read here).
+        drafter; their tokens are kept as device slices in ``finished`` (no read here). The caches
+        move the kept rows to the front of their own buffers (no second whole cache: issue #24).
 
         With ``retire_buckets`` the batch shrinks only to those sizes: finished rows stay (emitting
         nothing) until the live rows fit the next smaller size, which is then filled up with

@@ -220,40 +220,59 @@ class KVCache:
     easily. Row b's entry at position s is valid once written; entries past a row's verified
     length are stale and never read (:func:`position_mask`), and the next write overwrites them.
 
-    ``base``: per-layer (keys, values) buffers (B_alloc >= B, T_max, Hkv, D) to live in instead of
-    fresh ones (:class:`workbench.rollout.graphs.StaticCachePool`): the cache is then their first B
-    rows, ``select`` copies the kept rows to the front instead of reallocating, and every view is
-    marked a static address, so CUDA graphs that write the cache in place stay valid.
+    The views live in the first B rows of per-layer buffers (B_alloc >= B, T_max, Hkv, D):
+    ``select`` copies the kept rows to the front of the same buffers and narrows the views, so
+    retiring finished rows allocates one layer's kept rows at a time (a gather before the write,
+    freed at once), never a second whole cache (issue #24, item 3: ``index_select`` over every
+    layer built the new cache before the old one was freed, doubling peak KV memory). The buffers
+    are only freed with the cache, so memory stays at the batch's start size until it ends.
+
+    ``capacity``: rows to allocate (>= ``batch``), the most ``select`` may grow the cache to without
+    reallocating (a prefill of U distinct prompts expands to the B rows that share them).
+    ``base``: per-layer (keys, values) buffers to live in instead of fresh ones
+    (:class:`workbench.rollout.graphs.StaticCachePool`); every view is then marked a static
+    address, so CUDA graphs that write the cache in place stay valid.
     """
 
     def __init__(self, cfg: Any, batch: int, max_len: int, device, dtype, num_layers: int | None = None,
-                 base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None):
-        shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+                 base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None, capacity: int | None = None):
         n = cfg.num_layers if num_layers is None else num_layers
         self.max_len = max_len
-        self.base = base
+        self.static = base is not None  # pooled buffers: addresses are static inputs of CUDA graphs
         if base is None:
-            self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
-            self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
-        else:
-            self._views(batch)
+            shape = (max(batch, capacity or batch), max_len, cfg.num_kv_heads, cfg.head_dim)
+            base = ([torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
+                    [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)])
+        self.base = base
+        self.capacity = base[0][0].shape[0] if base[0] else max(batch, capacity or batch)  # rows the buffers hold
+        self._views(batch)
 
     def _views(self, rows: int) -> None:
         self.k = [b[:rows] for b in self.base[0]]  # (rows, T_max, Hkv, D) views: same addresses
         self.v = [b[:rows] for b in self.base[1]]
-        for t in self.k + self.v:
-            torch._dynamo.mark_static_address(t)
+        if self.static:
+            for t in self.k + self.v:
+                torch._dynamo.mark_static_address(t)
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only ``rows`` (LongTensor of row indices), e.g. when finished sequences leave."""
-        if self.base is None:
-            self.k = [t.index_select(0, rows) for t in self.k]
-            self.v = [t.index_select(0, rows) for t in self.v]
-            return
+        """Keep only ``rows`` (R,) long row indices, in place: row j becomes old row ``rows[j]``
+        (finished sequences leave; or, R > B, a prefilled prompt is copied to the rows sharing it).
+
+        Layer by layer, the kept rows are gathered (one layer's (R, T_max, Hkv, D), freed before
+        the next layer) and written to the buffers' first R rows; gathered first, so overlapping
+        source and destination rows copy correctly. Growing past ``capacity`` reallocates the
+        buffers (not for pooled ones, whose addresses CUDA graphs hold).
+        """
         n = rows.shape[0]
-        for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
-            for t, b in zip(views, bufs):
-                b[:n] = t.index_select(0, rows)  # gathered first, so overlapping rows copy correctly
+        if n > self.capacity:
+            if self.static:
+                raise ValueError(f"KVCache.select: {n} rows exceed the pooled buffers' {self.capacity} (lease with capacity=)")
+            self.base = ([t.index_select(0, rows) for t in self.k], [t.index_select(0, rows) for t in self.v])
+            self.capacity = n
+        else:
+            for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
+                for t, b in zip(views, bufs):
+                    b[:n] = t.index_select(0, rows)
         self._views(n)
 
     def kv_fn(self, layer: int, pos: torch.Tensor, tk: int | None = None) -> KVFn:

@@ -224,7 +224,8 @@ class LeanLM(nn.Module):
 
     def new_cache(self, batch: int, max_len: int, capacity: int | None = None) -> KVCache:
         """A KV cache of ``batch`` rows and ``max_len`` positions; ``capacity``: the most rows its
-        ``select`` may expand it to (prefix sharing), needed when caches come from the static pool.
+        ``select`` may expand it to in place (prefix sharing); required when caches come from the
+        static pool, and saves a reallocation otherwise.
 
         Raises:
             ValueError: ``max_len`` beyond ``max_position_embeddings`` (names rollout.max_new_tokens).
@@ -237,7 +238,7 @@ class LeanLM(nn.Module):
         w = self.lm_head.weight
         if self.cuda_graphs:
             return self.__dict__["_pool"].lease(self.cfg, batch, max_len, w.device, w.dtype, capacity=capacity)
-        return KVCache(self.cfg, batch, max_len, w.device, w.dtype)
+        return KVCache(self.cfg, batch, max_len, w.device, w.dtype, capacity=capacity)
 
     @torch.no_grad()
     def forward(
