@@ -4,8 +4,8 @@ windows), speculative decoding on them, compiled = eager, the chain drafters on 
 refusals by field name, bfloat16, and `wb run` end to end on a random Qwen3 checkpoint.
 
 Checkpoints: tests/arch_cases.py (sharp random weights: with transformers' init a skipped bias or
-q/k norm would change nothing). Float32 parity is atol 1e-4 (measured: 0 on a full prefill, ~1e-6
-through the cache). The bfloat16 tolerance is transformers' own bfloat16 error: the engine in
+q/k norm would change nothing). Float32 parity through the cache is atol 2e-5 (FP32_ATOL; measured
+on the 2-core CPU: 4.8e-6 to 7.2e-6 per family, 1.3e-5 for qwen3-yarn; 0 on a full prefill). The bfloat16 tolerance is transformers' own bfloat16 error: the engine in
 bfloat16 may differ from transformers in bfloat16 by no more than transformers in bfloat16 differs
 from transformers in float32 on the same tokens (measured there: 0.15-0.38 on logits of scale ~14,
 about 2^-8 relative per rounding through two layers), because a different but equally valid order
@@ -87,6 +87,8 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 # ---------------------------------------------------------------- float32 parity
 
+FP32_ATOL = 2e-5  # README's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
+
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_config_is_read_with_its_distinguishing_field(ckpt, case):
@@ -110,7 +112,7 @@ def test_logits_match_transformers_through_the_cache(ckpt, case):
     80: past llama3's original_max_position_embeddings (16) and the sliding windows (8)."""
     hf = load_hf(ckpt(case))
     lm = LeanLM.from_hf(hf)
-    assert max_diff(stepped_logits(lm, SEQS), hf_logits(hf, SEQS)) <= 1e-4
+    assert max_diff(stepped_logits(lm, SEQS), hf_logits(hf, SEQS)) <= FP32_ATOL
 
 
 def hf_greedy(hf, prompts: list[list[int]], max_new: int) -> list[list[int]]:

@@ -114,15 +114,26 @@ def test_biased_sampler_fails(models):
     assert "pos 1" in failed and "greedy" in failed
 
 
-def test_cli_micro():
+def test_cli_micro(monkeypatch):
     """`wb audit` end to end on the micro presets, on any machine (the presets are built on first use
-    into the test session's cache, or taken from the shipped ones)."""
+    into the test session's cache, or taken from the shipped ones), with adaptive k and retire buckets.
+
+    Power: 4000 rows per drafter (was 300, which could only see a ~15 % shift): 5 drafters x 4
+    tests at a family-wise 1e-3 detect a 4.2 % shift of one token's probability near 0.5 with
+    power 0.9 (the CLI prints it); the audit's sampling is ~2 s of the test on one core, the rest
+    is loading and building the drafters. The biased sampler below is caught at 2000 rows (its
+    shift is tens of percent)."""
     from workbench import cli
+    from workbench.cli import common
     from workbench.models import resolve_model
 
     resolve_model("micro"), resolve_model("micro-draft")
-    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "300", "--max-new-tokens", "3", "--prompts", "1"])
+    monkeypatch.setattr(common.console, "width", 250)  # lines read below unwrapped (COLUMNS is read once, at import)
+    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "4000", "--max-new-tokens", "3", "--prompts", "1",
+                                     "--adaptive", "--buckets"])
     assert r.exit_code == 0, r.output
+    assert "detectable shift at n=4000: 4.2 %" in r.output and "engine: adaptive+buckets" in r.output
+    assert "engine paths: " in r.output and "k_t [0, 1]" in r.output  # adaptive k reached (plain steps and drafts)
     assert "draft_model" in r.output and "ngram" in r.output and "pass" in r.output
     assert "skipped" not in r.output, r.output  # every drafter kind audited, none skipped for a missing preset
     r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"])

@@ -45,13 +45,18 @@ therefore extends each task prompt with the target's own sampled completion up t
 position where the target is uncertain (most frequent token < 95 % in a small autoregressive
 pilot), so the tested positions carry entropy.
 
+Engine paths: by default each drafter runs in a bare engine (k every step, rows retired at once);
+:class:`~workbench.audit.engines.EngineOptions` (``wb audit --adaptive --buckets --compile``) turns
+on adaptive k, retire buckets and ``torch.compile``, so the audit reaches the paths runs take.
+
 A sampler can be injected (``rejection_fn``) to check that the audit catches a biased engine, e.g.
 :func:`accept_all_rejection_sample`, which accepts every draft.
 """
 
+from workbench.audit.engines import EngineOptions
 from workbench.audit.law import (END, AuditResult, AuditTest, accept_all_rejection_sample, detectable_shift, exact_joint2,
                                  expected_counts, goodness_of_fit, informative_prompts, plan, position_counts,
                                  required_samples, run_audit, summary_rows)
 
-__all__ = ["END", "AuditResult", "AuditTest", "accept_all_rejection_sample", "detectable_shift", "exact_joint2", "expected_counts",
+__all__ = ["END", "AuditResult", "EngineOptions", "AuditTest", "accept_all_rejection_sample", "detectable_shift", "exact_joint2", "expected_counts",
            "goodness_of_fit", "informative_prompts", "plan", "position_counts", "required_samples", "run_audit", "summary_rows"]

@@ -13,6 +13,7 @@ from unittest import mock
 import torch
 from scipy import stats
 
+from workbench.audit.engines import EngineOptions, build_engine
 from workbench.rollout.drafter import Drafter
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.engine import RolloutEngine
@@ -92,9 +93,10 @@ def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.T
     for i in range(0, uniq.shape[0], chunk):
         u = uniq[i : i + chunk]
         c = u.shape[0]
-        cache = target.new_cache(1, P + T + 1)
-        cache.k, cache.v = [x.clone() for x in base.k], [x.clone() for x in base.v]
-        cache.select(torch.zeros(c, dtype=torch.long, device=dev))  # (1, ...) -> (c, ...)
+        cache = target.new_cache(1, P + T + 1, capacity=c)
+        for dst, src in zip(cache.k + cache.v, base.k + base.v):
+            dst.copy_(src)  # the prompt's entries
+        cache.select(torch.zeros(c, dtype=torch.long, device=dev))  # (1, ...) -> (c, ...) in place
         inp = u[:, : T - 1].clamp_min(0).to(dev)  # (c, T-1)
         logits, _ = target(inp, torch.full((c,), P, device=dev), cache)  # (c, T-1, V): p of tokens 1..T-1
         p = probs_from_logits(logits, sp).double()
@@ -174,6 +176,10 @@ class AuditResult:
     shift: float  # detectable shift at n (1-df, p = 0.5, power 0.9)
     acceptance: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    # per drafter, the sampled generations' steps as (rows in the forward, k_t): whether the audited
+    # engine chose k per step and retired rows (to capture sizes) is read off these
+    steps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
     @property
     def passed(self) -> bool:
@@ -222,6 +228,7 @@ def run_audit(
     skipped: dict[str, str] | None = None,
     greedy_prompts: list[list[int]] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    engine: EngineOptions | None = None,
 ) -> AuditResult:
     """Audit every drafter in ``drafters`` (name -> instance) against the target (a LeanLM).
 
@@ -231,7 +238,8 @@ def run_audit(
 
     n: rows per drafter and prompt (None: :func:`required_samples` for a 1 % shift, capped by
     ``max_samples``). rejection_fn: replaces the engine's rejection sampler (to check that the
-    audit catches a biased sampler).
+    audit catches a biased sampler). engine: adaptive k, retire buckets, compile for the workbench
+    engine (:class:`workbench.audit.engines.EngineOptions`; default: none of them).
     """
     t0 = time.perf_counter()
     say = on_progress or (lambda s: None)
@@ -239,7 +247,8 @@ def run_audit(
     m, a, n_req = plan(len(drafters), len(prompts), T, alpha)
     if n is None:
         n = n_req if not max_samples else min(n_req, max_samples)
-    res = AuditResult([], dict(skipped or {}), n, n_req, alpha, a, m, detectable_shift(n, a))
+    opts = engine or EngineOptions()
+    res = AuditResult([], dict(skipped or {}), n, n_req, alpha, a, m, detectable_shift(n, a), engine=opts)
     greedy_sp = SamplingParams(0.0, 1.0, 0, max(T, 16), sampling.eos_token_id)
     patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
     V = target.cfg.vocab_size
@@ -247,11 +256,12 @@ def run_audit(
         joint = exact_joint2(target, prompt, sampling, sampling.eos_token_id) if T >= 2 else None
         for di, (name, drafter) in enumerate(drafters.items()):
             say(f"prompt {pi}: {name} k={k}, {n} rows")
-            eng = _engine(target, drafter, k, batch)
+            eng = _engine(target, drafter, k, batch, n, opts)
             gen = torch.Generator(target.lm_head.weight.device).manual_seed(seed + 1000 * pi + di + 1)
             with patch:
                 out = eng.generate([prompt] * n, sampling, gen)
             c = out.counters
+            res.steps.setdefault(name, []).extend(zip(c.rows_per_forward, c.k_per_step))
             acc = res.acceptance.setdefault(name, 0.0)
             res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / len(prompts)
             lens = torch.tensor([len(x) for x in out.tokens])
@@ -272,7 +282,7 @@ def run_audit(
                 res.tests.append(AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}"))
     ar_greedy = RolloutEngine(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
     for name, drafter in drafters.items():
-        eng = _engine(target, drafter, k, batch)
+        eng = _engine(target, drafter, k, batch, len(greedy_prompts or prompts), opts)
         with patch:
             sv = eng.generate(greedy_prompts or prompts, greedy_sp).tokens
         bad = [i for i, (x, y) in enumerate(zip(sv, ar_greedy)) if x != y]
@@ -281,9 +291,10 @@ def run_audit(
     return res
 
 
-def _engine(target, drafter, k: int, batch: int):
-    """What generates an audited arm: the value itself if it is an engine, else the workbench engine with it."""
-    return drafter if hasattr(drafter, "generate") else RolloutEngine(target, drafter, k=k, max_batch_size=batch)
+def _engine(target, drafter, k: int, batch: int, rows: int, opts: EngineOptions):
+    """What generates an audited arm: the value itself if it is an engine, else the workbench engine
+    with it (``rows``: the generation's rows, for the adaptive policy's costs)."""
+    return drafter if hasattr(drafter, "generate") else build_engine(target, drafter, k, batch, rows, opts)
 
 
 def summary_rows(res: AuditResult) -> list[tuple[str, str, str, str, str]]:

@@ -21,6 +21,9 @@ def audit(
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole verification step."),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
     drafters_opt: Optional[str] = typer.Option(None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."),
+    adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive."),
+    buckets: bool = typer.Option(False, "--buckets", help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs."),
+    compile_: bool = typer.Option(False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."),
     biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
 ) -> None:
     """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
@@ -31,7 +34,7 @@ def audit(
     Example: wb audit micro --samples 2000
     """
     from drafters import DRAFTERS
-    from workbench.audit import accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
+    from workbench.audit import EngineOptions, accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
     from workbench.audit.setup import audit_setup
     from workbench.grpo.trainer import resolve_device
     from workbench.rollout.sampling import SamplingParams
@@ -58,9 +61,11 @@ def audit(
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
+    opts = EngineOptions(adaptive or s.drafter.adaptive, buckets or r.cuda_graphs, compile_ or r.compile or r.cuda_graphs)
     console.print(
         f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
-        f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}{' [red](biased sampler)[/]' if biased else ''}\n"
+        f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}, engine: {opts.label()}"
+        f"{' [red](biased sampler)[/]' if biased else ''}\n"
         f"{m} chi-square tests against the target's exact law, Bonferroni: each at {a:.1e} (family-wise false-alarm rate {alpha:g}); "
         f"n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per drafter and prompt; using n={n}",
         highlight=False,
@@ -70,7 +75,7 @@ def audit(
         contexts = informative_prompts(lm, prompt_ids, sp, seed=s.seed)
         res = run_audit(lm, drafters, contexts, sp, k=kk, n=n, alpha=alpha, skipped=skipped, greedy_prompts=all_ids,
                         rejection_fn=accept_all_rejection_sample if biased else None,
-                        on_progress=lambda msg: status.update(msg))
+                        on_progress=lambda msg: status.update(msg), engine=opts)
         if on_vllm:
             from workbench.audit.vllm_arms import hf_greedy_tests
 
@@ -88,6 +93,9 @@ def audit(
                   + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts), highlight=False)
     if res.acceptance:
         console.print("acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False)
+    if opts.adaptive or opts.buckets:  # what the options reached: k chosen per step, batch sizes stepped through
+        console.print("engine paths: " + "; ".join(
+            f"{d} k_t {sorted({k_t for _, k_t in st})}, rows {sorted({r for r, _ in st}, reverse=True)}" for d, st in res.steps.items()), highlight=False)
     if on_vllm:
         from workbench.audit.vllm_arms import record_verdicts
 
