@@ -107,6 +107,22 @@ def test_tie_unpaired_fallback_baseline_rule_and_reward_difference(store):
     assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html
 
 
+def test_training_signal_per_backend(store):
+    """Runs over rollout.backend=workbench,vllm: each backend's drafter is tested against its own backend's
+    autoregressive runs, and vLLM's autoregressive runs against the workbench engine's."""
+    wb_, vl = {"rollout.backend": "workbench"}, {"rollout.backend": "vllm"}
+    points = [{"kind": "none", "seed": s, "gen_s": 1.0, "reward": 0.2, "params": wb_} for s in range(3)]
+    points += [{"kind": "none", "seed": s, "gen_s": 1.2, "reward": 0.7, "params": vl} for s in range(3)]
+    points += [{"kind": "eagle3", "k": 2, "seed": s, "gen_s": 1.0, "reward": 0.7, "params": vl} for s in range(3)]
+    fake_sweep(store, "be", points)
+    _, rep = make_report("be", "out")
+    sig = rep.markdown.read_text().split("## Training signal with and without speculation")[1].split("\n## ")[0]
+    rows = [line.split(" | ")[0] for line in sig.splitlines() if line.startswith("| ") and "runs" not in line and "---" not in line]
+    assert rows == ["| none (workbench)", "| none (vllm)", "| eagle3 (vllm)"]
+    assert "**eagle3 (vllm) vs none (vllm)**: no difference detected" in sig
+    assert "**none (vllm) vs none (workbench): difference detected**" in sig and "none (vllm) − none (workbench) = +0.5" in sig
+
+
 SWEEP = ["drafter=ngram", "k=1,2", "grpo.steps=3", "grpo.eval_every=0", "rollout.max_new_tokens=24", "grpo.group_size=2"]
 
 

@@ -145,13 +145,15 @@ def plot_rewards(t: Target, out: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     cmap = plt.get_cmap("tab10")
     for i, (kind, rs) in enumerate(groups.items()):
-        color = "black" if kind == "none" else cmap(i % 10)
+        ar = kind.startswith("none")
+        name = kind.replace("none", "autoregressive", 1) if ar else kind
+        color = "black" if kind in ("none", "none (workbench)") else cmap(i % 10)
         many = len(rs) > 1
         for j, r in enumerate(rs):
             pts = r.history[REWARD]
             ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, lw=0.8 if many else 1.6, alpha=0.35 if many else 1.0,
-                    ls="-" if kind == "none" else "--", marker=None if many else "o", ms=3,
-                    label=None if many else f"{'autoregressive' if kind == 'none' else kind} (1 run)")
+                    ls="-" if ar else "--", marker=None if many else "o", ms=3,
+                    label=None if many else f"{name} (1 run)")
         if many:  # mean ± sd across the kind's runs, per step
             by: dict[int, list[float]] = {}
             for r in rs:
@@ -160,7 +162,7 @@ def plot_rewards(t: Target, out: Path) -> str | None:
             steps = sorted(by)
             mean = [sum(by[s]) / len(by[s]) for s in steps]
             sd = [math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0 for s, m in zip(steps, mean)]
-            ax.plot(steps, mean, color=color, lw=2.2, label=f"{'autoregressive' if kind == 'none' else kind} ({len(rs)} runs, mean ± sd)")
+            ax.plot(steps, mean, color=color, lw=2.2, label=f"{name} ({len(rs)} runs, mean ± sd)")
             ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
     _finish(ax, "RL step", REWARD, "reward with and without speculation (should overlap: training unchanged)")
     return _save(fig, out / "reward_curves.png")

@@ -138,13 +138,30 @@ def stage_table_md(t: Target) -> str:
 # ----------------------------------------------------------------------------- training signal
 
 
+BACKEND = "rollout.backend"
+
+
+def _backend(r: RunRecord) -> str:
+    return r.params.get(BACKEND, "workbench")
+
+
 def reward_groups(t: Target) -> dict[str, list[RunRecord]]:
-    """FINISHED runs with a ``reward/mean`` history by drafter kind (``none`` first, then by name)."""
+    """FINISHED runs with a ``reward/mean`` history by drafter kind (``none`` first, then by name).
+
+    When the runs span several rollout backends (``rollout.backend=workbench,vllm``) the groups are
+    ``kind (backend)``: a vLLM run's reward is compared with its own backend's autoregressive runs.
+    """
+    many = len({_backend(r) for r in t.runs}) > 1
     groups: dict[str, list[RunRecord]] = {}
     for r in t.runs:
         if r.status == "FINISHED" and r.history.get(REWARD):
-            groups.setdefault(r.kind, []).append(r)
-    return dict(sorted(groups.items(), key=lambda kv: (kv[0] != "none", kv[0])))
+            groups.setdefault(f"{r.kind} ({_backend(r)})" if many else r.kind, []).append(r)
+    return dict(sorted(groups.items(), key=lambda kv: (_backend(kv[1][0]) != "workbench", kv[1][0].kind != "none", kv[0])))
+
+
+def _base_of(label: str) -> str:
+    """The autoregressive group a group is tested against: ``none`` of the same backend."""
+    return "none" + label[label.index(" ("):] if " (" in label else "none"
 
 
 def _mean_sd(vals: list[float]) -> str:
@@ -156,20 +173,21 @@ def _mean_sd(vals: list[float]) -> str:
     return f"{m:.3f} ± {math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)):.3f}"
 
 
-def compare_rewards(kind: str, spec: list[float], base: list[float], sweep_spec: str) -> str:
-    """One plain-language line: the Welch test of final rewards ``kind`` vs ``none``, or the sweep to run."""
-    fix = f"run `wb sweep {sweep_spec} drafter=none,{kind} seed=0..4`"
+def compare_rewards(kind: str, spec: list[float], base: list[float], sweep_spec: str, base_name: str = "none") -> str:
+    """One plain-language line: the Welch test of final rewards ``kind`` vs ``base_name``, or the sweep to run."""
+    what = kind.split(" (")[0] if base_name.startswith("none") else "none"
+    fix = f"run `wb sweep {sweep_spec} drafter=none,{what} seed=0..4`"
     if len(spec) < 2 or len(base) < 2:
-        return (f"- **{kind} vs none**: too few runs to test ({len(spec)} {kind}, {len(base)} none; a test needs ≥ 2 per "
-                f"side): {fix}.")
+        return (f"- **{kind} vs {base_name}**: too few runs to test ({len(spec)} {kind}, {len(base)} {base_name}; a test "
+                f"needs ≥ 2 per side): {fix}.")
     ts = two_sample(spec, base, ALPHA, POWER)
-    n = f"n={ts.n_a}" if ts.n_a == ts.n_b else f"n={ts.n_a} ({kind}) and {ts.n_b} (none)"
+    n = f"n={ts.n_a}" if ts.n_a == ts.n_b else f"n={ts.n_a} ({kind}) and {ts.n_b} ({base_name})"
     if ts.p_value is not None and ts.p_value < ALPHA:
-        return (f"- **{kind} vs none: difference detected** (p={ts.p_value:.3g}): {kind} − none = {ts.diff:+.3f} final "
-                "reward. Speculative decoding is exact, so this points at a bug (`wb audit`) or at runs that differ in "
-                "more than the drafter.")
-    return (f"- **{kind} vs none**: no difference detected (p={ts.p_value:.2g}; {kind} − none = {ts.diff:+.3f}); with "
-            f"{n} runs per side a difference of ≥ {ts.min_detectable:.3f} would have been detected "
+        return (f"- **{kind} vs {base_name}: difference detected** (p={ts.p_value:.3g}): {kind} − {base_name} = "
+                f"{ts.diff:+.3f} final reward. Speculative decoding is exact and backends sample the same law, so this "
+                "points at a bug (`wb audit`) or at runs that differ in more than the drafter or backend.")
+    return (f"- **{kind} vs {base_name}**: no difference detected (p={ts.p_value:.2g}; {kind} − {base_name} = "
+            f"{ts.diff:+.3f}); with {n} runs per side a difference of ≥ {ts.min_detectable:.3f} would have been detected "
             f"{POWER * 100:.0f} % of the time (alpha {ALPHA}).")
 
 
@@ -182,11 +200,15 @@ def training_signal_md(t: Target) -> list[str]:
     rows = [[kind, str(len(rs)), _mean_sd([r.last(REWARD) for r in rs]), _mean_sd([r.tail_mean(REWARD, TAIL) for r in rs])]
             for kind, rs in groups.items()]
     out = [md_table(["drafter", "runs", "final reward (mean ± sd)", f"last {TAIL} steps (mean ± sd)"], rows, {1, 2, 3}), "",
-           "FINISHED runs grouped by `drafter.kind`, pooled over seeds, k and the other axes; final reward: the last "
-           f"step's `{REWARD}`. Welch two-sample test of the final rewards against `drafter.kind=none`:", ""]
-    base = [r.last(REWARD) for r in groups.get("none", [])]
-    kinds = [k for k in groups if k != "none"]
-    out += [compare_rewards(k, [r.last(REWARD) for r in groups[k]], base, sweep_spec) for k in kinds]
-    if not kinds:
+           "FINISHED runs grouped by `drafter.kind` (and `rollout.backend` where runs differ in it), pooled over seeds, k "
+           f"and the other axes; final reward: the last step's `{REWARD}`. Welch two-sample test of the final rewards "
+           "against `drafter.kind=none` of the same backend (and each backend's `none` against the workbench engine's):", ""]
+    final = {g: [r.last(REWARD) for r in rs] for g, rs in groups.items()}
+    kinds = [g for g in groups if not g.startswith("none")]
+    out += [compare_rewards(g, final[g], final.get(_base_of(g), []), sweep_spec, _base_of(g)) for g in kinds]
+    # another backend's autoregressive runs against the workbench engine's: the backend changes no law
+    others = [g for g in groups if g.startswith("none (") and g != "none (workbench)"]
+    out += [compare_rewards(g, final[g], final.get("none (workbench)", []), sweep_spec, "none (workbench)") for g in others]
+    if not kinds and not others:
         out.append(f"- no speculative run to compare: run `wb sweep {sweep_spec} drafter=none,eagle3 seed=0..4`.")
     return out
