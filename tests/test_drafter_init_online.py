@@ -119,3 +119,18 @@ def test_init_folder_depends_on_the_target_dtype():
     bf16 = init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=bfloat16"]), path)
     assert f32 is not None and bf16 is not None and f32 != bf16
     assert init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=float32"]), path) == f32
+
+
+def test_init_seed_shares_one_drafter_across_run_seeds():
+    """drafter.init.seed pins the init (a seed sweep reuses one drafter); null keeps the run's seed, and
+    the folder of a null init seed is the one existing caches have (the key is unchanged)."""
+    from workbench.drafter_init import init_folder, init_seed
+    from workbench.models import resolve_model
+    from workbench.specs.load import load_spec
+
+    path = resolve_model("micro", what="model.target")
+    f = lambda *o: init_folder(load_spec("micro", ["drafter.kind=eagle3", *o]), path)  # noqa: E731
+    assert f("seed=1") != f("seed=0")  # null: one drafter per run seed, as before
+    assert f("seed=1", "drafter.init.seed=0") == f("seed=0") == f("seed=0", "drafter.init.seed=0")
+    assert f("seed=3", "drafter.init.seed=7") == f("seed=7")
+    assert init_seed(load_spec("micro", ["seed=5"])) == 5 and init_seed(load_spec("micro", ["seed=5", "drafter.init.seed=2"])) == 2

@@ -42,6 +42,12 @@ ARCH_FIELDS = {
 HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
 
 
+def init_seed(spec: ExperimentSpec) -> int:
+    """The seed of the drafter init: ``drafter.init.seed``, or the run's ``seed`` when it is null."""
+    s = spec.drafter.init.seed
+    return spec.seed if s is None else s
+
+
 def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     """Checkpoint folder for the spec's drafter init, or None when there is nothing to initialise
     (``init.data`` none, or a drafter kind without weights)."""
@@ -54,9 +60,9 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {
         "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(), "data": data},
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
-        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": spec.seed,
+        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": init_seed(spec),
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
     }
@@ -78,9 +84,9 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     data = d.init_data()
     if data == "in_domain":
         # seed+1: other prompts than the GRPO run's first ones, from the same (train) split
-        prompts = load_task_data(t.name, "train", n, spec.seed + 1, t.path, t.prompt_field, t.answer_field)["prompt"]
+        prompts = load_task_data(t.name, "train", n, init_seed(spec) + 1, t.path, t.prompt_field, t.answer_field)["prompt"]
     elif data == "chat":
-        prompts = load_general_prompts(n, spec.seed)["prompt"]
+        prompts = load_general_prompts(n, init_seed(spec))["prompt"]
     else:
         try:
             ds = _load_user_file(data, _default_cache_dir())
@@ -110,7 +116,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     prompts = init_prompts(spec, tokenizer)
     r = spec.rollout
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id)
-    gen = torch.Generator(device).manual_seed(spec.seed + 1)
+    gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
     out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size).generate(prompts, sp, gen)
     seqs = [p + c for p, c in zip(prompts, out.tokens)]
 
@@ -134,7 +140,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
 
     with progress_bar(progress) as bar:
         task = bar.add_task(f"init {d.kind} ({d.init_data()})", total=d.init.steps, info="")
-        fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=spec.seed,
+        fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=init_seed(spec),
             on_step=lambda s, st: bar.update(task, completed=s + 1,
                                              info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
     after = evaluate(drafter, held)

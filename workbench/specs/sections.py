@@ -97,6 +97,10 @@ class DrafterInitSpec(_Section):
     steps: int = Field(400, ge=0, description="optimiser steps")
     lr: float = Field(2e-3, gt=0.0, description="peak AdamW lr (warmup then cosine)")
     batch_size: int = Field(16, ge=1, description="sequences per optimiser step")
+    seed: int | None = Field(
+        None, description="seed of the init data's prompts, sampling and training; null = the run's `seed` (a "
+        "`seed=0..4` sweep then trains one drafter per seed; set 0 to share one drafter across the seeds)",
+    )
 
     @field_validator("data", mode="before")
     @classmethod
