@@ -50,3 +50,4 @@ def test_cli_models_init_vocab_size(tmp_path):
     assert model.get_input_embeddings().weight.shape[0] == 1000
     r = CliRunner().invoke(app, ["models", "init", "llama", "--layers", "1", "--hidden", "32", "--vocab-size", "10", str(tmp_path / "n")])
     assert r.exit_code == 2 and "--vocab-size 10" in " ".join(r.output.split())
+    assert not (tmp_path / "n").exists()  # refused before anything was written

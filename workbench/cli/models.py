@@ -81,7 +81,8 @@ def models_init(
         _fail(f"--dtype: {dtype!r}; allowed values: float32, bfloat16, float16")
     try:
         path = random_checkpoint(arch, out, seed=seed, dtype=dtype, layers=layers, hidden=hidden, heads=heads,
-                                 kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate)
+                                 kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
+                                 min_vocab=vocab_size)
     except ValueError as e:
         _fail(str(e))
     if vocab_size is not None:
@@ -98,9 +99,7 @@ def _widen_vocab(path, vocab_size: int, seed: int, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    if vocab_size < model.config.vocab_size:
-        _fail(f"--vocab-size {vocab_size} is below the tokenizer's {model.config.vocab_size} ids")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))  # vocab_size checked before writing
     torch.manual_seed(seed + 1)  # the extra rows: deterministic, apart from the base weights' draws
     # mean_resizing=False: plain random rows (initializer_range), as the rest of the random model
     model.resize_token_embeddings(vocab_size, mean_resizing=False)

@@ -54,15 +54,18 @@ def shape_config(arch: str, vocab_size: int, layers: int = 2, hidden: int = 128,
     return MistralConfig(**common, sliding_window=max_positions, tie_word_embeddings=False)
 
 
-def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "float32", tokenizer=None, **shape: Any) -> Path:
+def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "float32", tokenizer=None,
+                      min_vocab: int | None = None, **shape: Any) -> Path:
     """Write a random ``arch`` model and the tokenizer to ``out`` (``save_pretrained``); return the folder.
 
     ``shape``: :func:`shape_config`'s keyword arguments (layers, hidden, heads, kv_heads, ...).
     ``tokenizer``: default the workbench's shared tokenizer (the embedded presets' one), so the
-    folder can be a target or a draft beside them.
+    folder can be a target or a draft beside them. ``min_vocab``: a vocabulary the caller will widen
+    the model to; refused before any weights are written when it is below the tokenizer's ids.
 
     Raises:
-        ValueError: see :func:`shape_config`; ``out`` exists and is not empty.
+        ValueError: see :func:`shape_config`; ``out`` exists and is not empty; ``min_vocab`` below the
+            tokenizer's ids (``out`` is then left as it was found).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,6 +74,7 @@ def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "f
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty: give a new folder")
+    existed = out.exists()
     out.mkdir(parents=True, exist_ok=True)
     (tokenizer or shared_tokenizer()).save_pretrained(out)
     shape_config(arch, 8, **shape).save_pretrained(out)  # the model type, which AutoTokenizer reads
@@ -78,6 +82,12 @@ def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "f
     # e.g. Qwen2's adds <|endoftext|>), so the model's vocabulary covers what the folder's tokenizer makes.
     tok = AutoTokenizer.from_pretrained(out)
     special = {k: getattr(tok, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if getattr(tok, k) is not None}
+    if min_vocab is not None and min_vocab < len(tok):
+        for f in out.iterdir():  # nothing half-written stays behind
+            f.unlink()
+        if not existed:
+            out.rmdir()
+        raise ValueError(f"--vocab-size {min_vocab} is below the tokenizer's {len(tok)} ids: give at least {len(tok)}")
     cfg = shape_config(arch, len(tok), special=special, **shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg).to(getattr(torch, dtype))
