@@ -164,7 +164,9 @@ def plot_rewards(t: Target, out: Path) -> str | None:
             sd = [math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0 for s, m in zip(steps, mean)]
             ax.plot(steps, mean, color=color, lw=2.2, label=f"{name} ({len(rs)} runs, mean ± sd)")
             ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
-    _finish(ax, "RL step", REWARD, "reward with and without speculation (should overlap: training unchanged)")
+    title = ("reward per drafter and rollout backend (should overlap: same law)" if any(" (" in g for g in groups)
+             else "reward with and without speculation (should overlap: training unchanged)")
+    _finish(ax, "RL step", REWARD, title)
     return _save(fig, out / "reward_curves.png")
 
 
