@@ -184,6 +184,22 @@ def test_random_effects_by_hand():
     assert r.half_width == pytest.approx(math.exp(t2 * se) - 1, rel=1e-6) and r.ratio_ci().n == 3
 
 
+def test_prediction_interval_uses_the_plain_standard_error():
+    # y 0.0, 0.2, 0.5 with v 0.01, 0.02, 0.04: w 100, 50, 25 (Σ 175), fixed mean 22.5/175,
+    # Q = Σ w (y - fixed)², C = 175 - (100² + 50² + 25²)/175 = 100, tau² = (Q - 2) / C
+    y, v = [0.0, 0.2, 0.5], [0.01, 0.02, 0.04]
+    fixed = 22.5 / 175
+    tau2 = (sum(wi * (yi - fixed) ** 2 for wi, yi in zip((100, 50, 25), y)) - 2) / 100
+    w = [1 / (x + tau2) for x in v]
+    mu = sum(wi * yi for wi, yi in zip(w, y)) / sum(w)
+    q_hk = sum(wi * (yi - mu) ** 2 for wi, yi in zip(w, y)) / 2
+    r = random_effects(y, v)
+    assert tau2 > 0 and r.tau == pytest.approx(math.sqrt(tau2)) and abs(q_hk - 1) > 0.05  # HK's se is not SE here
+    assert r.high == pytest.approx(math.exp(mu + 4.302653 * math.sqrt(max(q_hk, 1) / sum(w))), rel=1e-6)
+    hp = 12.706205 * math.sqrt(tau2 + 1 / sum(w) + 0.07 / 3)  # Higgins et al. 2009: SE² = 1/Σw, t on n-2 df
+    assert r.pred_high == pytest.approx(math.exp(mu + hp), rel=1e-6) and r.pred_low == pytest.approx(math.exp(mu - hp), rel=1e-6)
+
+
 def test_no_between_run_spread_reduces_to_the_fixed_effect_interval():
     # y 0.10, 0.11 with v 0.01, 0.04: w 100, 25, fixed mean 0.102, Q = 0.002 < n - 1, so tau² = 0;
     # HKSJ's q = 0.002 is floored at 1: se = sqrt(1 / 125), the fixed-effect one, on t(1)

@@ -259,9 +259,10 @@ def random_effects(y: Sequence[float], v: Sequence[float], confidence: float = C
     """A random-effects interval over runs from their log estimates ``y`` and variances ``v``
     (:func:`run_log_estimate`): tau² by :func:`dersimonian_laird_tau2`, mu ± t_{n-1} * se by
     :func:`hartung_knapp`, mapped back to ratios. Prediction interval for a new run's estimate (Higgins,
-    Thompson & Spiegelhalter 2009, J R Stat Soc A 172:137, eq. 12, t on n-2 df): mu ± t_{n-2} *
-    sqrt(tau² + se² + v̄), v̄ = mean(v), because what a user compares is a repeat's *estimate*, which
-    carries its own step noise on top of the new run's true speedup; None below 3 runs.
+    Thompson & Spiegelhalter 2009, J R Stat Soc A 172:137, section 6.2, t on n-2 df): mu ± t_{n-2} *
+    sqrt(tau² + SE² + v̄), SE² = 1 / Σ 1/(v + tau²) (their SE of mu, not the Hartung-Knapp one),
+    v̄ = mean(v), because what a user compares is a repeat's *estimate*, which carries its own step
+    noise on top of the new run's true speedup; None below 3 runs.
 
     Raises:
         ValueError: fewer than 2 runs, unequal lengths, or a variance <= 0 (a single run has no
@@ -279,7 +280,8 @@ def random_effects(y: Sequence[float], v: Sequence[float], confidence: float = C
     h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
     pred = (None, None)
     if n >= 3:
-        hp = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * math.sqrt(tau2 + se * se + sum(v) / n)
+        se2 = 1 / sum(1 / (x + tau2) for x in v)
+        hp = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * math.sqrt(tau2 + se2 + sum(v) / n)
         pred = (math.exp(mu - hp), math.exp(mu + hp))
     return RunsCI(math.exp(mu), math.exp(mu - h), math.exp(mu + h), *pred, math.sqrt(tau2), n, math.exp(h) - 1.0)
 
