@@ -259,7 +259,7 @@ def random_effects(y: Sequence[float], v: Sequence[float], confidence: float = C
     """A random-effects interval over runs from their log estimates ``y`` and variances ``v``
     (:func:`run_log_estimate`): tau² by :func:`dersimonian_laird_tau2`, mu ± t_{n-1} * se by
     :func:`hartung_knapp`, mapped back to ratios. Prediction interval for a new run's estimate (Higgins,
-    Thompson & Spiegelhalter 2009, J R Stat Soc A 172:137, section 6.2, t on n-2 df): mu ± t_{n-2} *
+    Thompson & Spiegelhalter 2009, J R Stat Soc A 172:137, t on n-2 df): mu ± t_{n-2} *
     sqrt(tau² + SE² + v̄), SE² = 1 / Σ 1/(v + tau²) (their SE of mu, not the Hartung-Knapp one),
     v̄ = mean(v), because what a user compares is a repeat's *estimate*, which carries its own step
     noise on top of the new run's true speedup; None below 3 runs.
