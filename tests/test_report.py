@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from test_runs import log_run
 from workbench.cli import app
 from workbench.report import make_report, markdown_to_html
-from workbench.stats import ratio_ci
+from workbench.stats import ratio_ci, runs_ci
 
 runner = CliRunner()
 
@@ -64,12 +64,16 @@ def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeyp
     t, rep = make_report("dec", "out")
     md = rep.markdown.read_text()
     assert [r.point.label for r in t.rows] == ["autoregressive", "eagle3 k=2", "eagle3 k=4"]  # 3 seeds -> one row each
-    fast = ratio_ci([x for s in range(3) for x in FAST[s]])  # pooled per-step ratios of the 3 repeats
+    fast = runs_ci([FAST[s] for s in range(3)])  # 3 repeats: the random-effects interval over the runs
     row = next(line for line in md.splitlines() if line.startswith("| eagle3 | 2 |"))
     assert f"{fast.mean:.2f}× [{fast.low:.2f}, {fast.high:.2f}] ★" in row and "| 3 |" in row
+    pooled = ratio_ci([x for s in range(3) for x in FAST[s]])  # what the row showed before issue #22 part 5
+    assert f"[{pooled.low:.2f}, {pooled.high:.2f}]" not in row
+    assert f"- eagle3 k=2: 3 runs, between-run spread τ = " in md and "95 % prediction interval" in md
+    assert "not of a repeat" in md  # the note: what a single run's CI covers
     assert sum("★" in line for line in md.splitlines() if line.startswith("| ")) == 1
     assert "best speedup: eagle3 k=2" in md and "tie:" not in md
-    assert "| drafter | k | acc.len | acc.rate | gen s | step s | gen× [95 % CI] | step× [95 % CI] | reward | n | status | runs |" in md
+    assert "| drafter | k | acc.len | acc.rate | gen s | step s | gen× [95 % CI] | step× [95 % CI] | τ | reward | n | status | runs |" in md
     assert "| none | - |" in md and "~" not in row
     assert "| **total** |" in md and "| gen |" in md and "| autoregressive (s) | eagle3 k=2 (s) | speedup |" in md
     # error bars: the paired points' CIs (lower, upper distances > 0), gen and step panels
@@ -102,6 +106,12 @@ def test_tie_unpaired_fallback_baseline_rule_and_reward_difference(store):
     sig = md.split("## Training signal with and without speculation")[1].split("\n## ")[0]
     assert "**eagle3 vs none: difference detected** (p=" in sig and "eagle3 − none = +0." in sig
     assert "ngram vs none**: no difference detected" in sig
+    mtp = next(line for line in md.splitlines() if line.startswith("| mtp |"))  # one run: its per-step CI, no τ
+    one = ratio_ci([1.1, 1.1, 1.12])
+    head = next(line for line in md.splitlines() if line.startswith("| drafter |"))
+    tau = [c.strip() for c in head.split("|")].index("τ")
+    assert f"{one.mean:.2f}× [{one.low:.2f}, {one.high:.2f}]" in mtp and mtp.split("|")[tau].strip() == "-"
+    assert "- eagle3 k=2 grpo.group_size=4: 2 runs" in md and "no prediction interval for a new run below 3 runs" in md
     assert "mtp vs none**: too few runs to test (1 mtp, 2 none" in sig and "`wb sweep tie drafter=none,mtp seed=0..4`" in sig
     html = open("out/report.html").read()
     assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html

@@ -9,6 +9,8 @@ from workbench.stats import (
     RatioCI,
     after_warmup,
     decide,
+    dersimonian_laird_tau2,
+    hartung_knapp,
     geometric_mean,
     paired_ratios,
     paired_summary,
@@ -16,6 +18,9 @@ from workbench.stats import (
     per_step_ratios,
     ratio_ci,
     ratio_source,
+    random_effects,
+    run_log_estimate,
+    runs_ci,
     running_speedups,
     step_ratios,
     two_sample,
@@ -136,3 +141,95 @@ def test_two_sample_detects_a_shift_and_not_noise():
     assert same.min_detectable == pytest.approx(2.801585 * math.sqrt(2 * 0.00025 / 5), rel=1e-5)
     with pytest.raises(ValueError, match="seed"):
         two_sample([1.0], [1.0, 2.0])
+
+
+# ----------------------------------------------------------------------------- a random-effects interval over runs
+
+# BCG vaccine trials (Colditz et al. 1994; metafor's dat.bcg): tpos, tneg, cpos, cneg per trial.
+BCG = [(4, 119, 11, 128), (6, 300, 29, 274), (3, 228, 11, 209), (62, 13536, 248, 12619), (33, 5036, 47, 5761),
+       (180, 1361, 372, 1079), (8, 2537, 10, 619), (505, 87886, 499, 87892), (29, 7470, 45, 7232), (17, 1699, 65, 1600),
+       (186, 50448, 141, 27197), (5, 2493, 3, 2338), (27, 16886, 29, 17825)]
+
+
+def bcg_log_risk_ratios():
+    """metafor's escalc(measure="RR"): yi = log risk ratio, vi = 1/a - 1/(a+b) + 1/c - 1/(c+d)."""
+    y = [math.log((a / (a + b)) / (c / (c + d))) for a, b, c, d in BCG]
+    v = [1 / a - 1 / (a + b) + 1 / c - 1 / (c + d) for a, b, c, d in BCG]
+    return y, v
+
+
+def test_random_effects_match_metafor_on_the_bcg_example():
+    """Published outputs: rma(yi, vi, method="DL") gives tau² 0.3088 and estimate -0.7141 (metafor's
+    tests/testthat/test_misc_metan_vs_rma.uni_with_dat.bcg.r, checked against Stata's metan);
+    rma(yi, vi, test="knha") (REML tau² 0.3132) gives estimate -0.7145, se 0.1808, 95 % CI
+    [-1.1084, -0.3206] on t(12) (metafor README)."""
+    y, v = bcg_log_risk_ratios()
+    assert dersimonian_laird_tau2(y, v) == pytest.approx(0.3088, abs=5e-5)
+    assert math.log(random_effects(y, v).mean) == pytest.approx(-0.7141, abs=5e-5)
+    mu, se = hartung_knapp(y, v, 0.3132)
+    assert mu == pytest.approx(-0.7145, abs=5e-5) and se == pytest.approx(0.1808, abs=5e-5)
+    t12 = 2.178813  # t_{0.975, 12}
+    assert (mu - t12 * se, mu + t12 * se) == (pytest.approx(-1.1084, abs=1e-4), pytest.approx(-0.3206, abs=1e-4))
+
+
+def test_random_effects_by_hand():
+    # y 0.1, 0.2, 0.3 with v 0.001 each: w 1000, Q = 1000 * 0.02 = 20, C = 3000 - 3e6/3000 = 2000,
+    # tau² = (20 - 2) / 2000 = 0.009; weights 1/0.01 = 100, mu 0.2, q = 100 * 0.02 / 2 = 1, se = sqrt(1/300)
+    r = random_effects([0.1, 0.2, 0.3], [0.001] * 3)
+    se, t2, t1 = math.sqrt(1 / 300), 4.302653, 12.706205  # t_{0.975, 2}, t_{0.975, 1}
+    assert r.tau == pytest.approx(math.sqrt(0.009)) and r.n == 3 and r.mean == pytest.approx(math.exp(0.2))
+    assert (r.low, r.high) == (pytest.approx(math.exp(0.2 - t2 * se), rel=1e-6), pytest.approx(math.exp(0.2 + t2 * se), rel=1e-6))
+    hp = t1 * math.sqrt(0.009 + se * se + 0.001)  # a new run's estimate: tau² + se² + its own step noise
+    assert (r.pred_low, r.pred_high) == (pytest.approx(math.exp(0.2 - hp), rel=1e-6), pytest.approx(math.exp(0.2 + hp), rel=1e-6))
+    assert r.half_width == pytest.approx(math.exp(t2 * se) - 1, rel=1e-6) and r.ratio_ci().n == 3
+
+
+def test_prediction_interval_uses_the_plain_standard_error():
+    # y 0.0, 0.2, 0.5 with v 0.01, 0.02, 0.04: w 100, 50, 25 (Σ 175), fixed mean 22.5/175,
+    # Q = Σ w (y - fixed)², C = 175 - (100² + 50² + 25²)/175 = 100, tau² = (Q - 2) / C
+    y, v = [0.0, 0.2, 0.5], [0.01, 0.02, 0.04]
+    fixed = 22.5 / 175
+    tau2 = (sum(wi * (yi - fixed) ** 2 for wi, yi in zip((100, 50, 25), y)) - 2) / 100
+    w = [1 / (x + tau2) for x in v]
+    mu = sum(wi * yi for wi, yi in zip(w, y)) / sum(w)
+    q_hk = sum(wi * (yi - mu) ** 2 for wi, yi in zip(w, y)) / 2
+    r = random_effects(y, v)
+    assert tau2 > 0 and r.tau == pytest.approx(math.sqrt(tau2)) and abs(q_hk - 1) > 0.05  # HK's se is not SE here
+    assert r.high == pytest.approx(math.exp(mu + 4.302653 * math.sqrt(max(q_hk, 1) / sum(w))), rel=1e-6)
+    hp = 12.706205 * math.sqrt(tau2 + 1 / sum(w) + 0.07 / 3)  # Higgins et al. 2009: SE² = 1/Σw, t on n-2 df
+    assert r.pred_high == pytest.approx(math.exp(mu + hp), rel=1e-6) and r.pred_low == pytest.approx(math.exp(mu - hp), rel=1e-6)
+
+
+def test_no_between_run_spread_reduces_to_the_fixed_effect_interval():
+    # y 0.10, 0.11 with v 0.01, 0.04: w 100, 25, fixed mean 0.102, Q = 0.002 < n - 1, so tau² = 0;
+    # HKSJ's q = 0.002 is floored at 1: se = sqrt(1 / 125), the fixed-effect one, on t(1)
+    r = random_effects([0.10, 0.11], [0.01, 0.04])
+    h = 12.706205 * math.sqrt(1 / 125)
+    assert r.tau == 0.0 and r.mean == pytest.approx(math.exp(0.102))
+    assert r.low == pytest.approx(math.exp(0.102 - h), rel=1e-6) and r.high == pytest.approx(math.exp(0.102 + h), rel=1e-6)
+    assert r.pred_low is None and r.pred_high is None  # a prediction interval needs >= 3 runs (t on n - 2 df)
+
+
+def test_runs_ci_sees_the_spread_that_pooled_steps_do_not():
+    """Three runs with tight steps but different levels (1.20, 1.30, 1.40): the pooled per-step interval
+    is narrow around 1.30 and misses the runs' spread; the random-effects one spans it."""
+    runs = [[1.19, 1.21, 1.20, 1.205], [1.29, 1.31, 1.30, 1.295], [1.39, 1.41, 1.40, 1.405]]
+    pooled, re = ratio_ci([x for r in runs for x in r]), runs_ci(runs)
+    assert re.tau > 0.05 and re.high - re.low > 2 * (pooled.high - pooled.low)
+    assert re.low < 1.2 and re.high > 1.4 and re.mean == pytest.approx(pooled.mean, rel=0.01)
+    m, var = run_log_estimate(runs[0])
+    assert m == pytest.approx(sum(math.log(x) for x in runs[0]) / 4)
+    assert var == pytest.approx(sum((math.log(x) - m) ** 2 for x in runs[0]) / 3 / 4)
+
+
+def test_random_effects_refuse_what_they_cannot_estimate():
+    with pytest.raises(ValueError, match="per-step"):
+        random_effects([0.1], [0.01])  # one run: no between-run spread, its per-step CI is all there is
+    with pytest.raises(ValueError):
+        random_effects([0.1, 0.2], [0.01])
+    with pytest.raises(ValueError, match="> 0"):
+        random_effects([0.1, 0.2], [0.01, 0.0])
+    with pytest.raises(ValueError, match=">= 2 ratios"):
+        run_log_estimate([1.2])
+    with pytest.raises(ValueError, match="all equal"):
+        run_log_estimate([1.2, 1.2, 1.2])

@@ -1,6 +1,7 @@
 """`wb sweep`: grammar, planning (baselines, dedup, validation), MLflow parent/child runs, resume."""
 
 import json
+import math
 
 import pytest
 from mlflow import MlflowClient
@@ -8,6 +9,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.sweep import SweepError, expand_grid, parse_axis, parse_sweep_args, plan_sweep, speedup, summarize
+from workbench.stats import ratio_ci
 from workbench.tracking import Tracker
 
 runner = CliRunner()
@@ -314,12 +316,20 @@ def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
 
     plan = plan_sweep("micro", ["k=2"], repeats=3)
     assert sorted(p.spec.seed for p in plan.points) == [0, 0, 1, 1, 2, 2]  # a baseline per seed, then the points
-    by_seed = {0: [9, 1.2, 1.2, 1.2], 1: [9, 1.3, 1.3, 1.3], 2: [9, 1.4, 1.4, 1.4]}
+    by_seed = {0: [9, 1.19, 1.21, 1.2], 1: [9, 1.29, 1.31, 1.3], 2: [9, 1.39, 1.41, 1.4]}  # tight steps, spread runs
     outcomes = _outcomes(plan, lambda p: by_seed[p.spec.seed])
     rows = sweep_rows(outcomes)
     assert len(rows) == 2 and len(rows[1].outcomes) == 3
-    assert rows[1].gen.n == 9 and rows[1].gen.mean == pytest.approx((1.2 * 1.3 * 1.4) ** (1 / 3))
-    assert "seed" not in results_json("s", plan, outcomes)["rows"][1]["axes"]  # repeats are pooled, not an axis column
+    # 3 runs: the random-effects interval over them (n = runs), which spans the runs the pooled steps' CI misses
+    pooled = ratio_ci([x for s in by_seed.values() for x in s[1:]])
+    assert rows[1].gen.n == 3 and rows[1].gen.mean == pytest.approx(pooled.mean, rel=1e-3) and rows[1].gen_runs.tau > 0.05
+    assert rows[1].gen.low < 1.2 < pooled.low and rows[1].gen.high > 1.4 > pooled.high and rows[1].step_runs is not None
+    res = results_json("s", plan, outcomes)["rows"][1]
+    assert "seed" not in res["axes"]  # repeats are one row, not an axis column
+    assert res["speedup/gen"]["interval"] == "runs" and res["speedup/gen"]["tau"] == pytest.approx(rows[1].gen_runs.tau)
+    assert res["speedup/gen"]["pred95_low"] < rows[1].gen.low  # a new run's estimate: wider than the mean's CI
+    flat = sweep_rows(_outcomes(plan, lambda p: [9, 1.2, 1.2, 1.2]))[1]  # no within-run variance: steps pooled
+    assert flat.gen_runs is None and flat.gen.n == 9
     with pytest.raises(SweepError, match="--repeats"):
         plan_sweep("micro", ["seed=0,1"], repeats=2)
     from rich.console import Console
@@ -328,3 +338,4 @@ def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
     con.print(results_table(plan, outcomes, "t"))
     text = con.export_text()
     assert "1.30× [" in text and "tie for best" not in text  # one speculative row: nothing to tie with
+    assert f"{math.expm1(rows[1].gen_runs.tau) * 100:.1f} %" in text and "not of a repeat" in " ".join(text.split())  # τ column, caption

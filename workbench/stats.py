@@ -18,6 +18,13 @@ interval maps back to a ratio interval that never goes below 0). A best point is
 its interval's lower end lies above every other point's upper end; otherwise the points whose
 intervals reach the top one's are a tie.
 
+That interval covers the noise of the steps *within* a run, not of a repeat: two runs of one setting
+(another seed, or the same one minutes later) differ by more than their per-step intervals allow
+(issue #22 part 5: 5 seeds of one membound point gave 1.16-1.34x, each with a CI of +-1-7 %). Over
+n >= 2 runs the speedup is therefore a random-effects estimate (:func:`runs_ci`): each run's mean
+log ratio and its variance, a between-run variance tau² (DerSimonian-Laird), and a Hartung-Knapp
+interval on n-1 df, with a prediction interval for a new run's estimate.
+
 Pure functions (lists of floats in, floats out); scipy supplies the t and normal quantiles and the
 two-sample test. No torch, no MLflow.
 """
@@ -166,6 +173,127 @@ def two_sample(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, powe
     p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
     return TwoSample(ma - mb, p, z * se, len(a), len(b))
+
+
+# ----------------------------------------------------------------------------- repeats: a random-effects interval
+
+
+@dataclass(frozen=True)
+class RunsCI:
+    """A speedup over n >= 2 runs of one setting (seeds or repeats), random-effects on log ratios.
+
+    ``mean`` = exp(mu), the geometric-mean speedup a repeat of the setting would average to;
+    ``low``/``high``: its two-sided Hartung-Knapp interval; ``pred_low``/``pred_high``: where a new
+    run's own estimate (its ``speedup/gen_mean``) should fall (None below 3 runs); ``tau``: the
+    between-run standard deviation of the log speedup (0.06 = runs spread by about ±6 %, beyond
+    their step noise); ``half_width``: exp(half-width in log space) - 1, as in RatioCI; ``n``: runs.
+    """
+
+    mean: float
+    low: float
+    high: float
+    pred_low: float | None
+    pred_high: float | None
+    tau: float
+    n: int
+    half_width: float
+
+    def ratio_ci(self) -> RatioCI:
+        """The interval as a RatioCI (``n`` = runs) for tables, plots and :func:`decide`."""
+        return RatioCI(self.mean, self.low, self.high, self.n, self.half_width)
+
+
+def run_log_estimate(ratios: Sequence[float]) -> tuple[float, float]:
+    """One run's estimate for :func:`random_effects`: (mean log ratio, its variance s²/m), m = the
+    run's per-step ratios, s their log sd (log units; the per-run CI of :func:`ratio_ci` is built from
+    the same two numbers).
+
+    Raises:
+        ValueError: fewer than 2 ratios (no within-run variance), a ratio <= 0, or all ratios equal
+            (a zero variance would give the run infinite weight).
+    """
+    if len(ratios) < 2 or any(not (r > 0) for r in ratios):
+        raise ValueError(f"a run's estimate needs >= 2 ratios > 0, got {list(ratios)[:4]}")
+    logs = [math.log(r) for r in ratios]
+    m = sum(logs) / len(logs)
+    var = sum((x - m) ** 2 for x in logs) / (len(logs) - 1) / len(logs)
+    if not var > 0:
+        raise ValueError("a run whose per-step ratios are all equal has no within-run variance")
+    return m, var
+
+
+def dersimonian_laird_tau2(y: Sequence[float], v: Sequence[float]) -> float:
+    """Between-run variance tau² (units of y²) by DerSimonian & Laird (1986, Control Clin Trials 7:177):
+    max(0, (Q - (n-1)) / (Σw - Σw²/Σw)), w = 1/v, Q = Σ w (y - ȳ_w)², ȳ_w the inverse-variance mean.
+
+    Raises:
+        ValueError: fewer than 2 runs, unequal lengths, or a variance <= 0.
+    """
+    if len(y) != len(v) or len(y) < 2:
+        raise ValueError(f"tau² needs >= 2 runs with one variance each, got {len(y)} estimates and {len(v)} variances")
+    if any(not (x > 0) for x in v):
+        raise ValueError("within-run variances must be > 0")
+    w = [1 / x for x in v]
+    sw = sum(w)
+    fixed = sum(wi * yi for wi, yi in zip(w, y)) / sw
+    q = sum(wi * (yi - fixed) ** 2 for wi, yi in zip(w, y))
+    return max(0.0, (q - (len(y) - 1)) / (sw - sum(wi * wi for wi in w) / sw))
+
+
+def hartung_knapp(y: Sequence[float], v: Sequence[float], tau2: float) -> tuple[float, float]:
+    """(mu, se): the random-effects mean of y with weights 1/(v + tau²) and its Hartung-Knapp-Sidik-
+    Jonkman standard error sqrt(q / Σw), q = Σ w (y - mu)² / (n-1) (IntHout et al. 2014, BMC Med Res
+    Methodol 14:25), to be used with a t quantile on n-1 df. q is floored at 1 (the "ad hoc"
+    modification, Röver, Knapp & Friede 2015, BMC Med Res Methodol 15:99): with 2-3 runs whose step
+    noise differs, q < 1 by chance would make the interval narrower than the fixed-effect one, i.e.
+    claim less between-run noise than none. Units: y's; validation as :func:`dersimonian_laird_tau2`.
+    """
+    w = [1 / (x + tau2) for x in v]
+    sw = sum(w)
+    mu = sum(wi * yi for wi, yi in zip(w, y)) / sw
+    q = sum(wi * (yi - mu) ** 2 for wi, yi in zip(w, y)) / (len(y) - 1)
+    return mu, math.sqrt(max(q, 1.0) / sw)
+
+
+def random_effects(y: Sequence[float], v: Sequence[float], confidence: float = CONFIDENCE) -> RunsCI:
+    """A random-effects interval over runs from their log estimates ``y`` and variances ``v``
+    (:func:`run_log_estimate`): tau² by :func:`dersimonian_laird_tau2`, mu ± t_{n-1} * se by
+    :func:`hartung_knapp`, mapped back to ratios. Prediction interval for a new run's estimate (Higgins,
+    Thompson & Spiegelhalter 2009, J R Stat Soc A 172:137, t on n-2 df): mu ± t_{n-2} *
+    sqrt(tau² + SE² + v̄), SE² = 1 / Σ 1/(v + tau²) (their SE of mu, not the Hartung-Knapp one),
+    v̄ = mean(v), because what a user compares is a repeat's *estimate*, which carries its own step
+    noise on top of the new run's true speedup; None below 3 runs.
+
+    Raises:
+        ValueError: fewer than 2 runs, unequal lengths, or a variance <= 0 (a single run has no
+            between-run spread to estimate: use its per-step :func:`ratio_ci`, which covers only the
+            noise of steps within that run).
+    """
+    from scipy import stats
+
+    if len(y) < 2:
+        raise ValueError("a random-effects interval needs >= 2 runs; one run's per-step CI covers only the noise of its "
+                         "steps, not a repeat's: run more seeds (seed=0..2)")
+    tau2 = dersimonian_laird_tau2(y, v)
+    n = len(y)
+    mu, se = hartung_knapp(y, v, tau2)
+    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    pred = (None, None)
+    if n >= 3:
+        se2 = 1 / sum(1 / (x + tau2) for x in v)
+        hp = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * math.sqrt(tau2 + se2 + sum(v) / n)
+        pred = (math.exp(mu - hp), math.exp(mu + hp))
+    return RunsCI(math.exp(mu), math.exp(mu - h), math.exp(mu + h), *pred, math.sqrt(tau2), n, math.exp(h) - 1.0)
+
+
+def runs_ci(runs: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> RunsCI:
+    """:func:`random_effects` of runs given as their per-step ratios (after warm-up), one list per run.
+
+    Raises:
+        ValueError: fewer than 2 runs, or a run :func:`run_log_estimate` refuses.
+    """
+    est = [run_log_estimate(r) for r in runs]
+    return random_effects([m for m, _ in est], [v for _, v in est], confidence)
 
 
 PAIRED_SPEEDUPS = ("speedup/gen", "speedup/step")  # the names users read: the run's estimate (see paired_summary)

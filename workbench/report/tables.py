@@ -16,7 +16,7 @@ import math
 from workbench.report.target import Target, axis_value, label, row_mean, row_runs, short
 from workbench.runs import RunRecord
 from workbench.stats import RatioCI, two_sample
-from workbench.sweep.results import REPEAT_KEY, Row
+from workbench.sweep.results import INTERVAL_NOTE, REPEAT_KEY, Row, fmt_tau
 
 STAGES = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other")
 REWARD = "reward/mean"
@@ -25,7 +25,7 @@ ALPHA, POWER, TAIL = 0.05, 0.8, 3
 RESULTS_NOTE = (
     "acc.len / acc.rate / gen s / step s: means after warm-up (`measure.warmup_steps`, 1 by default), over the row's "
     "runs; gen× / step×: paired speedup (autoregressive s / speculative s of the same prompts in the same step), "
-    "geometric mean [95 % CI]; runs that differ only in `seed` are one row (n runs), their per-step ratios pooled; "
+    f"geometric mean [95 % CI]; runs that differ only in `seed` are one row (n runs); the CI: {INTERVAL_NOTE}; "
     "`~`: unpaired run, its baseline run's s / its s (same setting only, no CI); reward: last step's `reward/mean`, "
     "mean over the row's runs; ★ best gen× only when its CI clears every other row's, ≈ tied for best."
 )
@@ -73,7 +73,7 @@ def results_table_md(t: Target) -> str:
     dec = t.decision
     axes = [a for a in t.axes if a not in ("drafter.kind", REPEAT_KEY)]
     header = ["drafter", *[short(a) for a in axes], "acc.len", "acc.rate", "gen s", "step s", "gen× [95 % CI]",
-              "step× [95 % CI]", "reward", "n", "status", "runs"]
+              "step× [95 % CI]", "τ", "reward", "n", "status", "runs"]
     out = []
     for r in t.rows:
         run, name = r.point.run, label(r)
@@ -83,18 +83,35 @@ def results_table_md(t: Target) -> str:
             run.kind, *[axis_value(run, a) for a in axes],
             fmt_num(row_mean(r, "spec/acceptance_length"), ".2f"), fmt_num(row_mean(r, "spec/acceptance_rate"), ".2f"),
             fmt_num(row_mean(r, "timing_s/gen")), fmt_num(row_mean(r, "timing_s/step")),
-            fmt_ci(r.gen, r.paired) + mark, fmt_ci(r.step, r.paired),
+            fmt_ci(r.gen, r.paired) + mark, fmt_ci(r.step, r.paired), fmt_tau(r.gen_runs),
             fmt_num(sum(finals) / len(finals) if finals else None), str(len(r.ok)),
             ", ".join(sorted({x.status.lower() for x in row_runs(r, ok=False)})),
             " ".join(f"`{x.run_id[:8]}`" for x in row_runs(r, ok=False)),
         ])
-    table = md_table(header, out, right=set(range(1 + len(axes), 1 + len(axes) + 8)))
+    table = md_table(header, out, right=set(range(1 + len(axes), 1 + len(axes) + 9)))
     v = verdict(t)
+    repeats = repeat_lines(t)
+    if repeats:
+        v += ("\n\n" if v else "") + "\n".join(repeats)
     missing = [label(r) for r in t.rows if not r.point.is_baseline and r.gen is None and r.ok]
     if missing:
         v += ("\n\n" if v else "") + (f"No speedup for {', '.join(missing)}: not paired and no FINISHED `drafter.kind=none` "
                                          "run of the same setting (another setting's baseline is never used).")
     return table + (f"\n\n{v}" if v else "")
+
+
+def repeat_lines(t: Target) -> list[str]:
+    """Per row with a random-effects estimate: its runs, τ, and where a new run's own estimate should
+    fall (95 % prediction interval, Higgins et al. 2009; from 3 runs)."""
+    out = []
+    for r in t.rows:
+        re = r.gen_runs
+        if re is None:
+            continue
+        pred = (f"a new run's gen× should read {re.pred_low:.2f}–{re.pred_high:.2f} (95 % prediction interval)"
+                if re.pred_low is not None else "no prediction interval for a new run below 3 runs")
+        out.append(f"- {label(r)}: {re.n} runs, between-run spread τ = {fmt_tau(re)}; {pred}.")
+    return (["Repeats (gen×):", ""] + out) if out else []
 
 
 # ----------------------------------------------------------------------------- stage times

@@ -9,14 +9,19 @@ Pure functions over what `wb sweep` ran (or read back on resume); the Rich table
   95 % interval on the log-ratios (workbench.stats). A point run with
   ``measure.paired=false`` falls back to its baseline's mean seconds / its own (marked ``~``, no
   interval: a ratio of timings taken minutes apart).
-- Repeats: points that differ only in ``seed`` (``seed=0..4`` or ``--repeats N``) are one row; their
-  per-step ratios are pooled into one interval, the other columns are means over the repeats.
+- Repeats: points that differ only in ``seed`` (``seed=0..4`` or ``--repeats N``) are one row, the
+  other columns means over the repeats. With >= 2 runs the row's speedup is the random-effects
+  estimate over its runs (workbench.stats.runs_ci: a run's per-step interval covers the noise of its
+  steps, not a repeat's, issue #22 part 5) and ``τ`` their between-run spread; a row with one run, or
+  a run too short for a within-run variance (< 2 steps after warm-up), keeps the per-step interval
+  of its (pooled) ratios.
 - Best: the row with the highest speedup is marked best only when its interval's lower end is above
   every other row's upper end; otherwise the rows whose intervals reach it are named as a tie.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +29,7 @@ from rich import box
 from rich.table import Table
 
 from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
-from workbench.stats import Decision, RatioCI, after_warmup, decide, per_step_ratios, ratio_ci
+from workbench.stats import Decision, RatioCI, RunsCI, after_warmup, decide, per_step_ratios, ratio_ci, runs_ci
 
 SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "timing_s/gen_autoregressive", "spec/acceptance_length", "spec/acceptance_rate")
 
@@ -86,6 +91,8 @@ class Row:
     gen: RatioCI | None = None
     step: RatioCI | None = None
     paired: bool = True  # False: the ~ fallback against the baseline run
+    gen_runs: RunsCI | None = None  # the random-effects estimate behind ``gen`` when the row has >= 2 runs
+    step_runs: RunsCI | None = None
 
     @property
     def point(self) -> Any:
@@ -110,16 +117,40 @@ def group_repeats(outcomes: list[Outcome]) -> list[Row]:
     return list(rows.values())
 
 
+def over_runs(per_run: list[list[float]]) -> RunsCI | None:
+    """The random-effects estimate over the runs' per-step ratios (runs without ratios left out), or
+    None when fewer than 2 runs have them or a run has no within-run variance (< 2 steps after
+    warm-up, or all equal): the caller then pools the steps, as for a single run."""
+    runs = [x for x in per_run if x]
+    if len(runs) < 2:
+        return None
+    try:
+        return runs_ci(runs)
+    except ValueError:
+        return None
+
+
+def paired_interval(per_run: list[list[float]]) -> tuple[RatioCI | None, RunsCI | None]:
+    """A row's paired speedup from its runs' per-step ratios: (interval shown, random-effects estimate
+    behind it or None): over runs when :func:`over_runs` gives one, else the per-step interval of the
+    pooled ratios; (None, None) without ratios."""
+    runs = over_runs(per_run)
+    if runs is not None:
+        return runs.ratio_ci(), runs
+    steps = [x for r in per_run for x in r]
+    return (ratio_ci(steps) if steps else None), None
+
+
 def fill_speedups(rows: list[Row]) -> None:
-    """Each speculative row's gen/step speedup: pooled paired ratios, else the ~ baseline fallback."""
+    """Each speculative row's gen/step speedup: paired (:func:`paired_interval`), else the ~ baseline fallback."""
     base = {o.point.key: o for r in rows for o in r.ok if o.point.is_baseline}
     for r in rows:
         if r.point.is_baseline or not r.ok:
             continue
-        gen = [x for o in r.ok for x in o.ratios("speedup/gen")]
-        step = [x for o in r.ok for x in o.ratios("speedup/step")]
-        if gen:
-            r.gen, r.step, r.paired = ratio_ci(gen), (ratio_ci(step) if step else None), True
+        r.gen, r.gen_runs = paired_interval([o.ratios("speedup/gen") for o in r.ok])
+        if r.gen is not None:
+            r.step, r.step_runs = paired_interval([o.ratios("speedup/step") for o in r.ok])
+            r.paired = True
             continue
         r.paired = False  # not paired: a ratio of means against the baseline run(s), no interval
         pairs = [(base.get(o.point.baseline_key), o) for o in r.ok]
@@ -145,6 +176,17 @@ def fmt_ratio(ci: RatioCI | None, paired: bool = True) -> str:
     return f"{ci.mean:.2f}×" + (f" [{ci.low:.2f}, {ci.high:.2f}]" if ci.low is not None else "")
 
 
+def fmt_tau(runs: RunsCI | None) -> str:
+    """The between-run spread τ of a row over runs as a percentage (``6.1 %``: exp(τ) - 1), ``-`` without one."""
+    return "-" if runs is None else f"{math.expm1(runs.tau) * 100:.1f} %"
+
+
+# What a row's interval covers (issue #22 part 5), for the sweep table's caption and the report's note.
+INTERVAL_NOTE = ("n ≥ 2 runs: a random-effects 95 % CI over the runs (DerSimonian–Laird τ², Hartung–Knapp t on n−1 "
+                 "df), τ: their between-run spread; n = 1: the run's per-step CI, which covers the noise of steps "
+                 "within this run, not of a repeat (seed=0..2 for a claim that must survive one)")
+
+
 def _fmt(v: float | None, spec: str = ".3f") -> str:
     return "-" if v is None else f"{v:{spec}}"
 
@@ -155,14 +197,14 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
     tie = set(dec.tied)
     caption = ("acc.len/acc.rate/gen s/step s: means after warm-up; 1st→last: acc.len at step 1 and the last step; "
                "gen×/step×: paired speedup (autoregressive s / speculative s, same prompts, same steps), geometric mean "
-               "[95 % CI]; ~: unpaired (baseline run's s / point s, no CI); n: repeats (seeds) pooled; "
+               f"[95 % CI]: {INTERVAL_NOTE}; ~: unpaired (baseline run's s / point s, no CI); n: runs (seeds); "
                "reward: last step")
     if dec.best:
         caption += "; ★ best gen× (its CI clears every other point's)"
     elif dec.tied:
         caption += f"; ≈ tie for best gen× (95 % CIs overlap): {', '.join(dec.tied)}"
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False, caption=caption)
-    numeric = ("acc.len", "1st→last", "acc.rate", "gen s", "step s", "gen×", "step×", "reward", "n")
+    numeric = ("acc.len", "1st→last", "acc.rate", "gen s", "step s", "gen×", "step×", "τ", "reward", "n")
     cols = [a for a in axes if a.key not in ("drafter.kind", REPEAT_KEY)]
     for c in ["drafter", *[a.name for a in cols], *numeric, "status"]:
         table.add_column(c, justify="right" if c in numeric else "left", no_wrap=c != "status")
@@ -181,17 +223,24 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
             f"{_fmt(first, '.2f')}→{_fmt(last, '.2f')}" if first is not None else "-",
             _fmt(r.mean("spec/acceptance_rate"), ".2f"),
             _fmt(r.mean("timing_s/gen")), _fmt(r.mean("timing_s/step")),
-            fmt_ratio(r.gen, r.paired) + mark, fmt_ratio(r.step, r.paired),
+            fmt_ratio(r.gen, r.paired) + mark, fmt_ratio(r.step, r.paired), fmt_tau(r.gen_runs),
             _fmt(r.mean("reward/final")), str(len(r.ok)), status,
             style="bold" if name == dec.best else None,
         )
     return table
 
 
-def _ci_json(ci: RatioCI | None, paired: bool) -> dict[str, Any]:
+def _ci_json(ci: RatioCI | None, paired: bool, runs: RunsCI | None = None) -> dict[str, Any]:
+    """A row's speedup; ``interval``: ``runs`` (random-effects over the row's runs, ``n`` = runs, with
+    ``tau`` in log units and the ``pred95_*`` interval for a new run's estimate) or ``steps`` (the
+    per-step interval, ``n`` = steps)."""
     if ci is None:
         return {"mean": None}
-    return {"mean": ci.mean, "ci95_low": ci.low, "ci95_high": ci.high, "ci95_halfwidth": ci.half_width, "n": ci.n, "paired": paired}
+    out = {"mean": ci.mean, "ci95_low": ci.low, "ci95_high": ci.high, "ci95_halfwidth": ci.half_width, "n": ci.n,
+           "paired": paired, "interval": "runs" if runs else "steps"}
+    if runs:
+        out |= {"tau": runs.tau, "pred95_low": runs.pred_low, "pred95_high": runs.pred_high}
+    return out
 
 
 def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row], label) -> dict[str, Any]:
@@ -204,7 +253,7 @@ def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row
         "rows": [
             {"label": label(r), "baseline": r.point.is_baseline, "drafter.kind": r.point.spec.drafter.kind,
              "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
-             "speedup/gen": _ci_json(r.gen, r.paired), "speedup/step": _ci_json(r.step, r.paired),
+             "speedup/gen": _ci_json(r.gen, r.paired, r.gen_runs), "speedup/step": _ci_json(r.step, r.paired, r.step_runs),
              "points": [{"point": o.point.key, "seed": o.point.spec.seed, "status": o.status, "run_id": o.run_id,
                          "error": o.error, **o.summary} for o in r.outcomes]}
             for r in rows
