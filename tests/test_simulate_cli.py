@@ -21,7 +21,7 @@ reference: {gen_ar: 1.0}
 """
 
 
-def test_cli_sweep_json_plot(tmp_path):
+def test_cli_sweep_json_plot(store, tmp_path):
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY)
     out, png = tmp_path / "out.json", tmp_path / "out.png"
@@ -32,9 +32,29 @@ def test_cli_sweep_json_plot(tmp_path):
     assert len(rec["rows"]) == 4 and {r["point"]["speculation.k"] for r in rec["rows"]} == {"1", "2"}
     assert rec["rows"][0]["reference"]["gen_ar"]["reference"] == 1.0
     assert png.stat().st_size > 1000
+    # the MLflow record: one run in experiment "simulate", tagged, the scenario's fields as params, a metric per grid row
+    runs = store.search_runs([store.get_experiment_by_name("simulate").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.tags["workbench.simulate.kind"] == "scenario"
+    r = runs[0]
+    assert r.data.params["workload.prompts"] == "4" and r.data.params["hardware.preset"] == "gb200"
+    assert r.data.params["simulate.sweep"] == "k=1,2 gpus=2,4"
+    hist = store.get_metric_history(r.info.run_id, "simulate/gen_speedup")
+    assert [m.step for m in hist] == [0, 1, 2, 3] and [m.value for m in hist] == pytest.approx([x["gen_speedup"] for x in rec["rows"]])
+    assert {a.path for a in store.list_artifacts(r.info.run_id)} == {"simulate.json", "points.json", "out.png"}
 
 
-def test_cli_bad_key_exits_2(tmp_path):
+def test_cli_failed_simulate_is_marked_failed(store, tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY + "calibration: {unknown: flops_efficiency, gen_s: 1.0e-9}\n")  # no efficiency <= 1 is that fast
+    res = runner.invoke(app, ["simulate", str(p)])
+    assert res.exit_code == 2 and "calibration" in res.output
+    (r,) = store.search_runs([store.get_experiment_by_name("simulate").experiment_id])
+    assert r.info.status == "FAILED" and "calibration" in r.data.tags["workbench.simulate.error"]
+    assert runner.invoke(app, ["simulate", str(p), "--no-track"]).exit_code == 2
+    assert len(store.search_runs([r.info.experiment_id])) == 1
+
+
+def test_cli_bad_key_exits_2(store, tmp_path):
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY)
     res = runner.invoke(app, ["simulate", str(p), "gen.tpp=2"])

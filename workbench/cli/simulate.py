@@ -18,19 +18,48 @@ def _pct(x: float) -> str:
 
 @app.command()
 def simulate(
-    scenario: str = typer.Argument(..., help="Scenario YAML, or a name under experiments/scenarios/ (qwen3-8b-gb200)."),
+    scenario: Optional[str] = typer.Argument(None, help="Scenario YAML, or a name under experiments/scenarios/ (qwen3-8b-gb200); "
+                                             "omit with --from-sweep."),
     items: Optional[list[str]] = typer.Argument(None, help="KEY=VALUE overrides (dotted keys; aliases k, gpus, staleness, tp); "
                                                 "KEY=A,B or KEY=LOW..HIGH sweep that key."),
     sweep: Optional[list[str]] = typer.Option(None, "--sweep", help="Sweep axis KEY=A,B or KEY=LOW..HIGH (repeatable; more axes may follow as arguments)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write every row (inputs, stage seconds, speedups, errors vs reference) as JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a plot: gen speedup vs k, e2e speedup vs GPUs and staleness."),
+    from_sweep: Optional[str] = typer.Option(None, "--from-sweep", help="Check the model on a workbench sweep in MLflow instead: this "
+                                             "machine's measured cost curves as the hardware, the sweep's acceptance and lengths as the "
+                                             "workload; one unknown fitted per drafter at --calibrate-k, every other k predicted."),
+    calibrate_k: int = typer.Option(3, "--calibrate-k", min=1, help="--from-sweep: the k whose measured paired gen speedup fits the unknown."),
+    unknown: str = typer.Option("verify_overhead_s", "--unknown", help="--from-sweep: verify_overhead_s | step_overhead_s | draft_overhead_s."),
+    costs: Optional[Path] = typer.Option(None, "--costs", help="--from-sweep: measured-hardware JSON (--save-costs) instead of the local cost-curve cache."),
+    save_costs: Optional[Path] = typer.Option(None, "--save-costs", help="--from-sweep: write the measured hardware used as JSON."),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", min=1, help="--from-sweep: prompt tokens (default: from the task's prompts)."),
+    draws: int = typer.Option(32, "--draws", min=1, help="--from-sweep: GRPO steps of lengths and acceptance drawn (fixed seed)."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow store read (--from-sweep) and written (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    experiment: str = typer.Option("simulate", "--experiment", help="MLflow experiment of the simulate run."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="MLflow run name."),
+    no_track: bool = typer.Option(False, "--no-track", help="Log no MLflow run."),
 ) -> None:
-    """Project rollout, step and end-to-end speedups of speculative decoding (and async RL) on a cluster.
+    """Project rollout, step and end-to-end speedups of speculative decoding (and async RL) on a cluster,
+    or check the model on a measured sweep (--from-sweep). Each call is one MLflow run (tag workbench.simulate=true).
 
     Examples: wb simulate qwen3-8b-gb200 |
     wb simulate experiments/scenarios/qwen3-235b-gb200.yaml --sweep gpus=512,2048 staleness=0,1,2 k=3,5 |
-    wb simulate qwen3-8b-gb200 hardware.preset=h100-sxm k=1..7 --plot k.png
+    wb simulate qwen3-8b-gb200 hardware.preset=h100-sxm k=1..7 --plot k.png |
+    wb simulate --from-sweep membound-k --calibrate-k 3
     """
+    from workbench.simulate.record import simulate_run
+
+    track = dict(tracking_uri=tracking_uri, experiment=experiment, enabled=not no_track)
+    if from_sweep:
+        if scenario or items or sweep:
+            _fail("--from-sweep checks a measured sweep: give no scenario, overrides or --sweep with it")
+        from workbench.cli.simulate_sweep import sweep_check
+
+        sweep_check(from_sweep, calibrate_k, unknown, costs, save_costs, prompt_len, draws, json_out, plot,
+                    dict(track, run_name=run_name or f"check {from_sweep} k={calibrate_k}"))
+        return
+    if scenario is None:
+        _fail("give a scenario (a YAML file or a name under experiments/scenarios/), or --from-sweep NAME")
     from workbench.simulate import load_scenario, run
     from workbench.specs import SpecError
 
@@ -39,14 +68,47 @@ def simulate(
     axes = [a for a in args if _is_axis(a)]
     try:
         raw, base = load_scenario(scenario, [_unalias(o) for o in overrides])
-        with console.status("simulating") as st:
-            fit, rows = run(raw, base, axes, progress=lambda m: st.update(f"simulating {m}"))
     except (SpecError, ValueError) as e:
         _fail(str(e))
+    try:
+        with simulate_run(**track, run_name=run_name or base.name, kind="scenario") as tr:
+            with console.status("simulating") as st:
+                fit, rows = run(raw, base, axes, progress=lambda m: st.update(f"simulating {m}"))
+            _render(base.name, fit, rows)
+            rec = {"scenario": base.name, "overrides": overrides, "sweep": axes,
+                   "calibration": fit.__dict__ if fit else None, "rows": [r.record() for r in rows]}
+            if json_out:
+                json_out.write_text(json.dumps(rec, indent=1))
+                console.print(f"wrote {json_out}")
+            from workbench.simulate.plots import plot_rows
+            from workbench.simulate.record import log_scenario
+
+            if plot:
+                console.print(f"wrote {plot_rows(rows, plot)}")
+            log_scenario(tr, raw, overrides, axes, fit, rows, rec)
+            _log_plot(tr, plot, lambda p: plot_rows(rows, p))
+    except (SpecError, ValueError) as e:
+        _fail(str(e))
+    if tr.run_id:
+        console.print(f"MLflow run {tr.run_id} ({tr.tracking_uri}, experiment {experiment})", highlight=False)
+
+
+def _log_plot(tr, plot: Optional[Path], make) -> None:
+    """Log ``plot`` (or one made in a temporary folder) as the run's ``plot.png``."""
+    if not tr.active:
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        src = plot if plot else make(Path(d) / "plot.png")
+        tr.log_artifact(src)
+
+
+def _render(name: str, fit, rows) -> None:
     if fit:
         console.print(f"calibrated [bold]{fit.key}[/] = {fit.value:.4g} on {fit.variant or 'the base'} ({fit.arm} gen "
                       f"{fit.measured_gen_s:g} s); everything else below is predicted", highlight=False)
-    table = Table(title=f"wb simulate {base.name}")
+    table = Table(title=f"wb simulate {name}")
     for col in ("variant", "point", "GPUs", "k", "E[N]", "gen AR s", "gen spec s", "rollout ×", "step AR s", "step spec s",
                 "step ×", "stale", "e2e ×", "best k"):
         table.add_column(col, justify="left" if col in ("variant", "point") else "right")
@@ -67,16 +129,6 @@ def simulate(
             for n, (p, ref, e) in r.errors.items():
                 t.add_row(label, n, f"{p:.2f}", f"{ref:.2f}", _pct(e))
         console.print(t)
-    if json_out:
-        rec = {"scenario": base.name, "overrides": overrides, "sweep": axes,
-               "calibration": fit.__dict__ if fit else None, "rows": [r.record() for r in rows]}
-        json_out.write_text(json.dumps(rec, indent=1))
-        console.print(f"wrote {json_out}")
-    if plot:
-        from workbench.simulate.plots import plot_rows
-
-        console.print(f"wrote {plot_rows(rows, plot)}")
-
 
 def _is_axis(item: str) -> bool:
     """KEY=A,B or KEY=LOW..HIGH (a sweep axis); KEY=VALUE and KEY=[..] are overrides."""

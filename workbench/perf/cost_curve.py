@@ -37,13 +37,12 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass
 
 import torch
 
 from workbench.cache import cache_dir
 from workbench.perf.analytic import CostModel
-from workbench.perf.simulate import fit_affine
+from workbench.perf.simulate import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
 from workbench.timing import TimeSpent, timed
 
@@ -170,31 +169,6 @@ def forward_curve(lm, rows_max: int, t_max: int, ctx: int, label: str, progress:
         curve = measure_forward_curve(lm, rows_max, t_max, ctx, reps, lambda i, info: bar.update(task, completed=i, info=info))
     _save(key, {"key": fields, "tokens": curve.tokens, "seconds": curve.seconds, **_when(t0)})
     return curve, False
-
-
-@dataclass
-class DrafterCost:
-    """Seconds the drafter spends per verification step (all k draft steps) at n rows in flight."""
-
-    kind: str
-    k: int
-    how: str  # what was measured (shown in docs / tables)
-    curve: CostModel | None = None  # draft_model: the draft model's forward curve
-    a: float = 0.0  # otherwise a + b·n seconds per verification step
-    b: float = 0.0
-
-    def step(self, n: float) -> float:
-        return self.step_at(n, self.k)
-
-    def step_at(self, n: float, k_t: int) -> float:
-        """Seconds per verification step at n rows drafting k_t tokens: draft_model from its curve,
-        d(2n) + (k_t-1)·d(n); the others' measured a + b·n (at k) scaled by k_t / k (per-draft cost
-        assumed constant: an approximation for ngram and suffix, whose match cost barely depends on k)."""
-        if k_t <= 0:
-            return 0.0
-        if self.curve is not None:
-            return self.curve.time(2 * n) + (k_t - 1) * self.curve.time(n)
-        return (self.a + self.b * n) * k_t / max(self.k, 1)
 
 
 @torch.no_grad()

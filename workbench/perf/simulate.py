@@ -8,7 +8,9 @@ combine into a prediction.
   per-position acceptance rates (accepts form a prefix, so P(emit ≥ i+2) = r_i); no geometric α.
 - Steps: a batch runs until its slowest row has its tokens (rows leave as they finish), so its
   verification steps are E[max over rows], not tokens / E[N] (Leviathan et al. 2023 is per row).
-- Cost: one engine step with n rows in flight costs a + b·n seconds (:class:`StepCost`).
+- Cost: one engine step with n rows in flight costs a + b·n seconds (:class:`StepCost`); the
+  drafter's own seconds per verification step (:class:`DrafterCost`, measured by
+  :mod:`workbench.perf.cost_curve`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from workbench.perf.analytic import CostModel
 
 
 def tokens_per_step(per_pos: list[float]) -> float:
@@ -106,3 +110,28 @@ class StepCost:
     @classmethod
     def from_json(cls, d: dict) -> "StepCost":
         return cls(float(d["prefill_s"]), float(d["a_s"]), float(d["b_s"]), {int(n): float(v) for n, v in d.get("grid_s", {}).items()})
+
+
+@dataclass
+class DrafterCost:
+    """Seconds the drafter spends per verification step (all k draft steps) at n rows in flight."""
+
+    kind: str
+    k: int
+    how: str  # what was measured (shown in docs / tables)
+    curve: CostModel | None = None  # draft_model: the draft model's forward curve
+    a: float = 0.0  # otherwise a + b·n seconds per verification step
+    b: float = 0.0
+
+    def step(self, n: float) -> float:
+        return self.step_at(n, self.k)
+
+    def step_at(self, n: float, k_t: int) -> float:
+        """Seconds per verification step at n rows drafting k_t tokens: draft_model from its curve,
+        d(2n) + (k_t-1)·d(n); the others' measured a + b·n (at k) scaled by k_t / k (per-draft cost
+        assumed constant: an approximation for ngram and suffix, whose match cost barely depends on k)."""
+        if k_t <= 0:
+            return 0.0
+        if self.curve is not None:
+            return self.curve.time(2 * n) + (k_t - 1) * self.curve.time(n)
+        return (self.a + self.b * n) * k_t / max(self.k, 1)

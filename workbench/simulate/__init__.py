@@ -11,7 +11,11 @@ One concept per module, pure maths apart from reading YAML:
   verification and drafter steps);
 - :mod:`~workbench.simulate.step`: logprob, train, the synchronous and asynchronous step, best k;
 - :mod:`~workbench.simulate.run`: calibration of one unknown, variants, sweep grids;
-- :mod:`~workbench.simulate.plots`: speedup vs k, e2e speedup vs GPUs and staleness.
+- :mod:`~workbench.simulate.plots`: speedup vs k, e2e speedup vs GPUs and staleness, a sweep check;
+- :mod:`~workbench.simulate.measured`: the machine a sweep ran on as the hardware (cached cost curves);
+- :mod:`~workbench.simulate.from_sweep`: a sweep in MLflow as workload, acceptance and measurements;
+- :mod:`~workbench.simulate.cpu`: ``--from-sweep``: one unknown fitted at one k, every other k predicted;
+- :mod:`~workbench.simulate.record`: the MLflow run of every ``wb simulate``.
 """
 
 from workbench.simulate.run import ALIASES, Fit, Row, calibrate, run, solve_monotone

@@ -1,4 +1,5 @@
-"""Plots of ``wb simulate`` results (matplotlib, Agg): gen speedup vs k, e2e speedup vs GPUs and staleness."""
+"""Plots of ``wb simulate`` results (matplotlib, Agg): gen speedup vs k, e2e speedup vs GPUs and staleness;
+measured vs predicted speedups of a sweep check (``--from-sweep``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,35 @@ def plot_rows(rows: list[Row], path: str | Path) -> Path:
     b.set_xlabel("GPUs")
     b.set_ylabel("e2e speedup vs sync autoregressive")
     b.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_check(chk, path: str | Path) -> Path:
+    """``wb simulate --from-sweep``: per drafter, the measured paired gen speedup with its 95 % CI
+    (error bars) and the predicted one (line; the calibration k ringed) against k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, kind in enumerate(dict.fromkeys(r.kind for r in chk.rows)):
+        rs = sorted((r for r in chk.rows if r.kind == kind), key=lambda r: r.k)
+        c = f"C{i}"
+        ks = [r.k for r in rs]
+        ax.errorbar(ks, [r.measured for r in rs], yerr=[[r.measured - r.low for r in rs], [r.high - r.measured for r in rs]],
+                    fmt="o", color=c, capsize=3, label=f"{kind} measured [95 % CI]")
+        ax.plot(ks, [r.predicted for r in rs], "-", color=c, label=f"{kind} predicted")
+        ax.plot([r.k for r in rs if r.calibration], [r.predicted for r in rs if r.calibration], "o", mfc="none", ms=12, color=c)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("k (draft tokens per verification)")
+    ax.set_ylabel("gen speedup (paired)")
+    ax.set_title(f"{chk.sweep}: {chk.unknown} fitted at k={chk.calibrate_k} (ringed)", fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)

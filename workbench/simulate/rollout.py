@@ -57,21 +57,28 @@ def acceptance_length(spec: Speculation, k: int) -> float:
 # ------------------------------------------------------------------ lengths and drafters
 
 
+def lognormal_lengths(n: int, mean: float, cv: float, max_len: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` response lengths (tokens, 1..max_len): lognormal with ``mean`` and coefficient of variation
+    ``cv`` (the mean before the cut at ``max_len``; cv = 0: all ``mean``), rounded to whole tokens."""
+    if cv == 0:
+        x = np.full(n, float(mean))
+    else:
+        s2 = math.log(1 + cv**2)
+        x = rng.lognormal(math.log(mean) - s2 / 2, math.sqrt(s2), n)
+    return np.clip(np.rint(x), 1, max_len).astype(np.int64)
+
+
 def response_lengths(sc: Scenario) -> np.ndarray:
-    """prompts × G response lengths (tokens, 1..max): lognormal with the given mean and cv (the mean
-    before the cut at ``max``), or resampled from the given lengths; seeded by workload.seed."""
+    """prompts × G response lengths (tokens, 1..max): lognormal with the given mean and cv
+    (:func:`lognormal_lengths`), or resampled from the given lengths; seeded by workload.seed."""
     w, r = sc.workload, sc.workload.response
     n = w.prompts * w.group_size
     rng = np.random.default_rng(w.seed)
     if r.kind == "lengths":
         src = np.asarray(r.lengths, dtype=float)
         x = rng.permutation(src) if src.size == n else rng.choice(src, size=n)
-    elif r.cv == 0:
-        x = np.full(n, r.mean)
-    else:
-        s2 = math.log(1 + r.cv**2)
-        x = rng.lognormal(math.log(r.mean) - s2 / 2, math.sqrt(s2), n)
-    return np.clip(np.rint(x), 1, r.max).astype(np.int64)
+        return np.clip(np.rint(x), 1, r.max).astype(np.int64)
+    return lognormal_lengths(n, r.mean, r.cv, r.max, rng)
 
 
 def drafter_shape(sc: Scenario) -> ModelShape | None:

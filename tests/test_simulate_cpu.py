@@ -1,0 +1,156 @@
+"""wb simulate --from-sweep: each term against hand-computed cases, the measured hardware file and the
+cost-curve cache lookup, and the check end to end through the CLI on a hand-logged MLflow sweep
+(whose run record is FINISHED, or FAILED when the check raises)."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from test_runs import log_run
+from workbench.cli import app
+from workbench.perf.analytic import CostModel
+from workbench.perf.simulate import DrafterCost
+from workbench.simulate.cpu import ArmTime, arm_time, fit_unknown, row_steps
+from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, fit_length_cv
+from workbench.simulate.measured import MeasuredHardware, from_cache
+
+runner = CliRunner()
+MS = 1e-3
+FLAT = {"tokens": [1, 1000], "seconds": [MS, MS]}  # every forward 1 ms, whatever the tokens in flight
+
+
+def test_row_steps_hand_cases():
+    rng = np.random.default_rng(0)
+    L = np.array([1, 2, 5, 9])
+    assert row_steps(L, np.array([1.0]), rng).tolist() == [0, 1, 4, 8]  # autoregressive: L - 1
+    assert row_steps(L, np.array([0.0, 1.0]), rng).tolist() == [0, 1, 2, 4]  # 2 tokens a step: ceil((L-1)/2)
+    assert row_steps(L, np.array([0.0, 0.0, 0.0, 1.0]), rng).tolist() == [0, 1, 1, 2]  # 4 a step
+
+
+def test_chunk_forwards_and_length_cv():
+    assert chunk_forwards(np.array([3, 5, 2, 2]), 2) == (5 - 1) + (2 - 1)
+    assert fit_length_cv(20.0, 4 * 19, rows=16, chunk=4, max_len=96) == 0.0  # constant lengths: each batch 19 forwards
+    cv = fit_length_cv(20.0, 4 * 24, rows=16, chunk=4, max_len=96)  # a longer tail needs spread
+    assert 0.1 < cv < 1.0
+    wl = SweepWorkload("s", "", 16, 4, 96, 20.0, 96.0, cv=cv)
+    assert np.mean([chunk_forwards(L, 4) for L in wl.lengths(200)]) == pytest.approx(96.0, rel=0.02)
+
+
+def test_arm_time_by_hand():
+    """rows 4 of 9 tokens in one batch, 1 ms forwards, prompt 1 token (prefill 1 ms), ngram free."""
+    hw = MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=3": DrafterCost("ngram", 3, "", a=0.5 * MS)})
+    wl = SweepWorkload("s", "", 4, 4, 96, 9.0, 8.0, prompt_len=1)
+    lengths = wl.lengths(2)
+    ar = arm_time(wl, hw, lengths, None)
+    assert (ar.base, ar.forwards) == pytest.approx((9 * MS, 8))  # prefill + 8 decode steps
+    p = SweepPoint("ngram", 3, [1.0, 1.0, 1.0], 0.0, None, None, [], {})  # 4 tokens a step: 2 steps
+    spec = arm_time(wl, hw, lengths, p)
+    assert (spec.base, spec.forwards) == pytest.approx((MS + 2 * 1.5 * MS, 2))
+    assert spec.weight("verify_overhead_s") == 2 and ar.weight("verify_overhead_s") == 0
+    assert spec.weight("draft_overhead_s") == 6 and ar.weight("step_overhead_s") == 8
+
+
+def test_fit_unknown_closed_form():
+    ar, spec = ArmTime(0, 10.0, 100), ArmTime(3, 6.0, 40)
+    assert fit_unknown(1.25, ar, spec, "verify_overhead_s") == pytest.approx((10 - 7.5) / 50)
+    for u in ("verify_overhead_s", "step_overhead_s", "draft_overhead_s"):
+        x = fit_unknown(1.25, ar, spec, u)
+        assert ar.seconds(u, x) / spec.seconds(u, x) == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="cannot move"):
+        fit_unknown(2.5, ar, spec, "step_overhead_s")  # 2.5 * 40 = 100: both arms alike
+
+
+def test_measured_hardware_file_round_trip_and_refusals(tmp_path):
+    hw = MeasuredHardware(CostModel("curve", [1.0, 4.0], [1.0, 2.0]), {"draft_model": DrafterCost("draft_model", 1, "", curve=CostModel("curve", [1.0, 8.0], [0.1, 0.2])),
+                                                                       "eagle3 k=2": DrafterCost("eagle3", 2, "", a=0.3, b=0.01)}, {"machine": "x"})
+    back = MeasuredHardware.load(hw.save(tmp_path / "hw.json"))
+    assert back.target.time(2.0) == pytest.approx(4 / 3) and back.meta == {"machine": "x"}
+    assert back.drafter("draft_model", 3).step(1) == pytest.approx(0.1 * 8 / 7 + 2 * 0.1)  # d(2) + 2·d(1)
+    assert back.drafter("eagle3", 2).step(2) == pytest.approx(0.32)
+    with pytest.raises(ValueError, match="eagle3 k=3"):
+        back.drafter("eagle3", 3)
+    (tmp_path / "proj.json").write_text(json.dumps({"configs": {}, "lengths": {}}))
+    with pytest.raises(ValueError, match="wb project --save-costs"):
+        MeasuredHardware.load(tmp_path / "proj.json")
+
+
+def test_from_cache_picks_the_matching_curves(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}))
+    cfg = {"vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 4}
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def entry(name, key, date, **data):
+        (cache / f"{name}.json").write_text(json.dumps({"key": {"config": cfg, **key}, "date": date, **data}))
+
+    entry("old", {"what": "forward", "rows_max": 4, "t_max": 8}, "2026-01-01", tokens=[1, 2], seconds=[9.0, 9.0])
+    entry("new", {"what": "forward", "rows_max": 4, "t_max": 8}, "2026-02-01", tokens=[1, 2], seconds=[1.0, 1.0])
+    entry("rows8", {"what": "forward", "rows_max": 8, "t_max": 8}, "2026-03-01", tokens=[1, 2], seconds=[5.0, 5.0])
+    params = {"model.target": str(model), "drafter.kind": "ngram", "drafter.k": "2"}
+    with pytest.raises(ValueError, match="no cached drafter cost for 'ngram k=2'"):
+        from_cache([(params, "ngram", 2)], 4, cache)
+    from workbench.perf.microbench import spec_from_params
+
+    conf = spec_from_params(params).drafter.model_dump(mode="json", exclude={"init", "online", "model"})
+    entry("ng", {"what": "drafter", "rows_max": 4, "drafter": conf}, "2026-01-01", a_s=0.25, b_s=0.0)
+    hw = from_cache([(params, "ngram", 2)], 4, cache)
+    assert hw.target.time(1) == 1.0 and hw.drafter("ngram", 2).step(3) == 0.25 and hw.meta["curves"]["target"]["file"] == "new.json"
+
+
+# ------------------------------------------------------------------ end to end through the CLI
+
+ROWS, L, STEPS = 4, 9, 4  # one batch of 4 rows, 9 tokens each (8 after the prefill), 4 GRPO steps (1: warm-up)
+TRUE_X = 1 * MS  # verify_overhead_s the "measured" speedups were made with
+# 1 ms forwards, free ngram, prompt 1 token: AR = 1 + 8 = 9 ms; k accepts all: ceil(8/(k+1)) steps of 1 + x ms each
+SPEEDUP = {k: 9 / (1 + -(-8 // (k + 1)) * 2) for k in (1, 2, 3)}  # 1.0, 9/7, 1.8
+
+
+def fake_sweep(client, name):
+    exp = client.create_experiment(f"wb-{name}")
+    parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
+    setting = {"model.target": "micro", "task.name": "arith_chain", "grpo.prompts_per_step": 1, "grpo.group_size": ROWS,
+               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1}
+    for kind, k in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)):
+        m = {"timing_s/gen": [0.01] * STEPS, "timing_s/step": [0.02] * STEPS, "gen/num_tokens": [ROWS * L] * STEPS}
+        if kind != "none":
+            s = SPEEDUP[k]
+            m |= {"speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01], **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
+                  "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS, "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
+                  "gen_autoregressive/num_forwards": [L - 1] * STEPS, "speedup/gen_modeled": [2.0] * STEPS}
+        log_run(client, exp, f"{name}: {kind} k={k}", {**setting, "drafter.kind": kind, "drafter.k": k or 3}, m,
+                tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
+
+
+def test_cli_from_sweep_predicts_and_records(store, tmp_path):
+    fake_sweep(store, "cpu-k")
+    hw = tmp_path / "hw.json"
+    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    out = tmp_path / "check.json"
+    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--calibrate-k", "3", "--costs", str(hw), "--prompt-len", "1",
+                              "--draws", "2", "--json", str(out)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    rec = json.loads(out.read_text())
+    assert rec["fits"]["ngram"] == pytest.approx(TRUE_X, rel=1e-6) and rec["workload"]["cv"] == 0.0
+    assert {r["k"]: round(r["predicted"], 4) for r in rec["rows"]} == {k: round(v, 4) for k, v in SPEEDUP.items()}
+    assert rec["inside"] == rec["predicted"] == 2 and "2/2 predicted points inside" in res.output
+    runs = store.search_runs([store.get_experiment_by_name("simulate").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.tags["workbench.simulate"] == "true"
+    r = runs[0]
+    assert r.data.params["from_sweep"] == "cpu-k" and r.data.params["unknown"] == "verify_overhead_s"
+    assert [m.value for m in store.get_metric_history(r.info.run_id, "cpu/predicted")] == pytest.approx(list(SPEEDUP.values()), rel=1e-6)
+    assert {a.path for a in store.list_artifacts(r.info.run_id)} == {"simulate.json", "points.json", "plot.png"}
+    # the sweep's table is untouched: still its 4 points
+    parent = store.search_runs([store.get_experiment_by_name("wb-cpu-k").experiment_id], "tags.`workbench.sweep.role` = 'parent'")[0]
+    assert len(store.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")) == 4
+
+    bad = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--calibrate-k", "5", "--costs", str(hw), "--prompt-len", "1"])
+    assert bad.exit_code == 2 and "k=5" in bad.output
+    failed = [x for x in store.search_runs([r.info.experiment_id]) if x.info.status == "FAILED"]
+    assert len(failed) == 1 and "k=5" in failed[0].data.tags["workbench.simulate.error"]
+    quiet = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--costs", str(hw), "--prompt-len", "1", "--draws", "1", "--no-track"])
+    assert quiet.exit_code == 0 and len(store.search_runs([r.info.experiment_id])) == 2

@@ -1,0 +1,180 @@
+"""A workbench sweep as the simulator's workload, acceptance and measurements (read from MLflow).
+
+What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``, read through the report code
+(:func:`workbench.report.target.resolve`: one row per setting, repeats pooled, the paired gen
+speedup with its 95 % CI):
+
+- per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
+  and the share of row-steps without a draft (n-gram misses; :func:`workbench.perf.sweep_check.row_steps_of`),
+  the measured paired ``speedup/gen`` [95 % CI] and, for comparison, the run's own deterministic
+  ``speedup/gen_modeled`` (its *counted* forwards × the same cost curves);
+- the workload, shared by every point: rows per GRPO step (prompts × G), rows decoded together
+  (``rollout.max_batch_size``), ``max_new_tokens``, the prompt length (tokens, from the task's
+  prompts and the target's tokenizer unless given), and the completion lengths: the runs log no
+  per-row length, so a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) is fitted to
+  two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the
+  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards`` = Σ over
+  batches of the longest row − 1, which sets the long tail): :func:`fit_length_cv`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.perf.simulate import emit_pmf
+from workbench.perf.sweep_check import row_steps_of
+from workbench.perf.sweep_runs import SweepRun
+from workbench.simulate.rollout import lognormal_lengths
+from workbench.simulate.run import solve_monotone
+from workbench.stats import RatioCI
+
+CV_MAX = 3.0
+
+
+@dataclass
+class SweepPoint:
+    """One speculative setting of the sweep (repeats pooled)."""
+
+    kind: str
+    k: int
+    per_pos: list[float]  # P(draft position i accepted)
+    no_draft: float  # share of row-steps without a draft (they emit one token)
+    measured: RatioCI | None  # paired gen speedup, geometric mean [95 % CI]
+    modeled: float | None  # the run's speedup/gen_modeled (counted forwards × cost curves)
+    run_ids: list[str]
+    params: dict[str, str]
+
+    @property
+    def acceptance_length(self) -> float:
+        return 1.0 + float(sum(self.per_pos))
+
+    @property
+    def pmf(self) -> np.ndarray:
+        """P(one verification step emits j + 1 tokens), j = 0..k."""
+        return emit_pmf(self.per_pos, self.no_draft)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} k={self.k}"
+
+
+@dataclass
+class SweepWorkload:
+    """What every point of the sweep shares, and its points (tokens; seconds nowhere)."""
+
+    name: str
+    tracking_uri: str
+    rows: int  # rollouts per GRPO step
+    chunk: int  # rows decoded together
+    max_new_tokens: int
+    mean_len: float  # tokens per completion
+    ar_forwards: float  # autoregressive decode forwards per GRPO step (measured)
+    cv: float = 0.0  # fitted coefficient of variation of completion lengths
+    prompt_len: int = 0
+    points: list[SweepPoint] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "label: why"
+
+    def lengths(self, draws: int, seed: int = 0) -> list[np.ndarray]:
+        """``draws`` GRPO steps' completion lengths (rows each), lognormal (mean_len, cv), cut at max_new_tokens."""
+        rng = np.random.default_rng(seed)
+        return [lognormal_lengths(self.rows, self.mean_len, self.cv, self.max_new_tokens, rng) for _ in range(draws)]
+
+
+def chunk_forwards(lengths: np.ndarray, chunk: int) -> int:
+    """Decode forwards of one GRPO step's batches: Σ over batches of ``chunk`` rows of (longest − 1)."""
+    return int(sum(max(int(lengths[i : i + chunk].max()) - 1, 0) for i in range(0, len(lengths), chunk)))
+
+
+def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0) -> float:
+    """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`chunk_forwards` equals the
+    measured ``forwards`` (fixed-seed draws, the same normal deviates at every cv); 0 when ``forwards`` is at
+    or below that of constant lengths, :data:`CV_MAX` when above what cv = CV_MAX gives."""
+
+    def f(cv: float) -> float:
+        rng = np.random.default_rng(seed)
+        return float(np.mean([chunk_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk) for _ in range(draws)]))
+
+    if forwards <= f(0.0):
+        return 0.0
+    if forwards >= f(CV_MAX):
+        return CV_MAX
+    return solve_monotone(f, forwards, 0.0, CV_MAX, rtol=1e-3)
+
+
+def _int(params: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(params.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
+    """Mean prompt length (tokens, BOS included) of the first ``n`` training prompts of the run's task,
+    with its target's tokenizer (as the rollout engine encodes them). Loads the task data and tokenizer."""
+    from workbench.models.checkpoint import load_tokenizer
+    from workbench.models.resolve import resolve_model
+    from workbench.models.tokenizer import encode_prompt
+    from workbench.perf.microbench import spec_from_params
+    from workbench.tasks.loading import load_task_data
+
+    spec = spec_from_params(params)
+    t = spec.task
+    tok = load_tokenizer(resolve_model(spec.model.target, progress=False, what="model.target"))
+    data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
+    lens = [len(encode_prompt(tok, p)) for p in data["prompt"][:n]]
+    return int(round(sum(lens) / len(lens)))
+
+
+def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | None = None) -> SweepWorkload:
+    """Sweep ``name``'s workload and speculative points (module doc).
+
+    Raises:
+        ValueError: no such sweep or run (the report's message lists what exists), runs of different
+            workloads (target, task, batch shape), or no speculative point with a paired speedup.
+    """
+    from workbench.report.target import resolve, row_mean, row_runs
+
+    t = resolve(name, tracking_uri)
+    runs = [r for r in t.runs if r.status == "FINISHED"]
+    if not runs:
+        raise ValueError(f"sweep {name!r} has no FINISHED run")
+    p0 = runs[0].params
+    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens"):
+        vals = sorted({r.params.get(key, "-") for r in runs})
+        if len(vals) > 1:
+            raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
+    rows = _int(p0, "grpo.prompts_per_step", 8) * _int(p0, "grpo.group_size", 8)
+    chunk = min(rows, _int(p0, "rollout.max_batch_size", 256))
+    lens = [m / rows for r in runs for key in ("gen/num_tokens", "gen_autoregressive/num_tokens") if (m := r.mean(key)) is not None]
+    fwd = [m for r in runs if (m := r.mean("gen_autoregressive/num_forwards")) is not None]
+    if not lens or not fwd:
+        raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
+                         "them; measure.paired=true)")
+    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)))
+    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens)
+    wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
+    for row in t.rows:
+        run = row.point.run
+        if run.is_baseline:
+            continue
+        label = f"{run.kind} k={run.k}"
+        if row.gen is None or not row.paired or row.gen.low is None:
+            wl.skipped.append(f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)")
+            continue
+        k = int(run.k or 0)
+        per_pos = [row_mean(row, f"spec/acceptance_rate_pos_{i}") for i in range(k)]
+        means = {key: row_mean(row, key) for key in ("gen/num_tokens", "spec/num_drafts")}
+        if any(v is None for v in per_pos) or any(v is None for v in means.values()):
+            wl.skipped.append(f"{label}: no per-position acceptance or spec/num_drafts")
+            continue
+        sr = SweepRun(run.run_id, run.name, run.status, dict(run.params),
+                      {**means, **{f"spec/acceptance_rate_pos_{i}": v for i, v in enumerate(per_pos)}})
+        _, no_draft = row_steps_of(sr)
+        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, "speedup/gen_modeled"),
+                                    [x.run_id for x in row_runs(row)], dict(run.params)))
+    if not wl.points:
+        raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
+    wl.points.sort(key=lambda p: (p.kind, p.k))
+    return wl
