@@ -139,3 +139,24 @@ def test_cli_micro(monkeypatch):
     r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"])
     assert r.exit_code == 1, r.output
     assert "FAIL" in r.output
+
+
+def test_informative_contexts_put_the_uncertain_token_where_a_draft_is_verified():
+    """The first completion token comes from the prefill (never drafted), so the audit's contexts end one
+    token before the target's first uncertain position: certain next token, uncertain one after it."""
+    from transformers import AutoModelForCausalLM
+
+    from workbench.audit import informative_prompts
+    from workbench.audit.setup import audit_setup
+    from workbench.models import resolve_model
+    from workbench.specs.load import load_spec
+
+    st = audit_setup(load_spec("quickstart", []), [], 3, torch.device("cpu"))
+    ctxs = informative_prompts(st.lm, st.prompt_ids, SamplingParams(1.0, 1.0, 0, 5, st.tokenizer.eos_token_id), seed=0)
+    hf = AutoModelForCausalLM.from_pretrained(resolve_model("tiny", what="model.target"))
+    for prompt, ctx in zip(st.prompt_ids, ctxs):
+        assert ctx[: len(prompt)] == prompt and len(ctx) > len(prompt)
+        with torch.no_grad():
+            p0 = hf(torch.tensor([ctx])).logits[0, -1].softmax(-1)  # completion position 0: the prefill's token
+            p1 = hf(torch.tensor([ctx + [int(p0.argmax())]])).logits[0, -1].softmax(-1)  # position 1: first verified
+        assert p0.max() > 0.9 and p1.max() < 0.97, (float(p0.max()), float(p1.max()))

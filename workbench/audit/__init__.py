@@ -41,9 +41,12 @@ decode steps and one teacher-forced pass over the sampled tokens.
 
 Contexts: a trained target is often certain for the first completion tokens (arith_chain restates
 the expression), where every test would be vacuous (one category, p = 1). :func:`informative_prompts`
-therefore extends each task prompt with the target's own sampled completion up to the first
-position where the target is uncertain (most frequent token < 95 % in a small autoregressive
-pilot), so the tested positions carry entropy.
+therefore extends each task prompt with the target's own sampled completion up to one token before
+the first position where the target is uncertain (most frequent token < 95 % in a small
+autoregressive pilot), so the tested positions carry entropy where speculation acts: the first
+completion token comes from the prefill and is never drafted, so the uncertain token sits at
+completion position 1, the first draft verified. (Before, it sat at position 0: on the quickstart
+the drafted positions were then near-certain, acceptance 1.00 for draft_model and eagle3 in vLLM.)
 
 Engine paths: by default each drafter runs in a bare engine (k every step, rows retired at once);
 :class:`~workbench.audit.engines.EngineOptions` (``wb audit --adaptive --buckets --compile``) turns

@@ -186,23 +186,46 @@ class AuditResult:
         return all(t.passed for t in self.tests)
 
 
+def first_uncertain(seqs: list[list[int]], scan: int, threshold: float) -> int | None:
+    """First position whose most frequent token has frequency < ``threshold`` among ``seqs`` (None
+    if none within ``scan``)."""
+    for t in range(scan):
+        c = position_counts(seqs, t)
+        if c and c.most_common(1)[0][1] < threshold * len(seqs):
+            return t
+    return None
+
+
 def informative_prompts(target, prompts: list[list[int]], sampling: SamplingParams, pilot: int = 256, scan: int = 64,
-                        threshold: float = 0.95, seed: int = 0) -> list[list[int]]:
-    """Each prompt + the pilot's first completion up to the first position whose most frequent token
-    has frequency < ``threshold`` (the prompt unchanged if none within ``scan`` tokens)."""
+                        threshold: float = 0.95, seed: int = 0, tries: int = 8) -> list[list[int]]:
+    """Each prompt + the target's own sampled prefix, ending one token before an uncertain position
+    (most frequent token < ``threshold`` in an autoregressive pilot of ``pilot`` rows).
+
+    Why one before: the first completion token is sampled from the prefill's logits, never drafted
+    (here and in vLLM), so an uncertain token there tests no speculation; placed at completion
+    position 1 it is the first draft verified. Where the pilot is uncertain at once (position 0),
+    the modal first token is appended and the pilot repeated (``tries`` times); the prompt is kept
+    unchanged if no position within ``scan`` is uncertain."""
     sp = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, scan, sampling.eos_token_id)
     eng = RolloutEngine(target, None, max_batch_size=pilot)
+    eos = sampling.eos_token_id
     out = []
     for i, p in enumerate(prompts):
-        seqs = eng.generate([p] * pilot, sp, torch.Generator(eng.device).manual_seed(seed + 7 * i)).tokens
-        t0 = 0
-        for t in range(scan):
-            c = position_counts(seqs, t)
-            if c.most_common(1)[0][1] < threshold * pilot:
-                t0 = t
+        ctx = list(p)
+        for attempt in range(tries):
+            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(eng.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
+            t0 = first_uncertain(seqs, scan, threshold)
+            if t0 is None:
                 break
-        row = next((s for s in seqs if len(s) > t0), seqs[0])
-        out.append(p + [x for x in row[:t0] if x != sampling.eos_token_id])
+            if t0 >= 1:
+                row = next((s for s in seqs if len(s) > t0), seqs[0])
+                ctx += [x for x in row[: t0 - 1] if x != eos]
+                break
+            modal = next((tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in (eos, END)), None)
+            if modal is None:
+                break
+            ctx.append(modal)
+        out.append(ctx)
     return out
 
 

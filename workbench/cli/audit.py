@@ -89,7 +89,8 @@ def audit(
     for kind, why in res.skipped.items():
         table.add_row(kind, "-", "-", "[yellow]skipped[/]", why)
     console.print(table)
-    console.print("contexts (prompt + target's own prefix up to its first uncertain position): "
+    console.print("contexts (prompt + target's own prefix, ending one token before its first uncertain position, which is "
+                  "the first a draft verifies): "
                   + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts), highlight=False)
     if res.acceptance:
         console.print("acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False)
