@@ -82,7 +82,7 @@ def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
     with pytest.raises(ValueError, match="never been audited"):
         check_speculation_allowed(s, BUILD, user)
     record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user)
-    with pytest.raises(ValueError, match=r"FAILED.*TV=0\.82.*wb audit rollout\.backend=vllm.*allow_unaudited_speculation"):
+    with pytest.raises(ValueError, match=r"FAILED.*TV=0\.82.*wb audit rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
         check_speculation_allowed(s, BUILD, user)
     tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user)
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"

