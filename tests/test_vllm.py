@@ -287,3 +287,26 @@ def test_audit_finds_vllm_cpu_sampled_speculation_inexact(tmp_path, monkeypatch)
     v = load_verdicts(user_file())
     assert any(k.endswith("method=ngram") and not x["passed"] for k, x in v.items())
     assert any(k.endswith("method=none") and x["passed"] for k, x in v.items())
+
+
+def test_rotary_reload_warning_is_dropped_and_others_kept():
+    """vLLM's per-step "RotaryEmbedding: Failed to load weights" (a buffer, restored by vLLM) is filtered;
+    any other warning of that logger still shows."""
+    import logging
+
+    from workbench.vllm.env import RELOAD_LOGGER, ROTARY_RELOAD, quiet_rotary_reload
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())
+    log = logging.getLogger(RELOAD_LOGGER)
+    log.addHandler(handler)
+    try:
+        quiet_rotary_reload()
+        quiet_rotary_reload()  # idempotent
+        log.warning("%s: Failed to load weights", "RotaryEmbedding")
+        log.warning("%s: Failed to load weights", "LlamaAttention")
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["LlamaAttention: Failed to load weights"] and ROTARY_RELOAD not in seen
+    assert sum(type(f).__name__ == "_DropRotaryReload" for f in log.filters) == 1

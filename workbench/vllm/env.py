@@ -11,6 +11,7 @@ and the function restored after an engine starts (:func:`engine_start`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
 
@@ -27,6 +28,28 @@ def _set_env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+ROTARY_RELOAD = "RotaryEmbedding: Failed to load weights"
+
+
+class _DropRotaryReload(logging.Filter):
+    """Drops vLLM's per-layer "RotaryEmbedding: Failed to load weights" warning of an in-place reload.
+
+    Why: the rotary cos/sin cache is a buffer computed from the config, not a weight; the trainer
+    sends its parameters only, and vLLM then puts the cache back as it was (its fallback), which is
+    the right value. The warning came once per layer per engine every GRPO step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != ROTARY_RELOAD
+
+
+def quiet_rotary_reload() -> None:
+    """Install :class:`_DropRotaryReload` on vLLM's layerwise-reload logger (once)."""
+    log = logging.getLogger(RELOAD_LOGGER)
+    if not any(isinstance(f, _DropRotaryReload) for f in log.filters):
+        log.addFilter(_DropRotaryReload())
+
+
 def import_vllm():
     """Import and return the ``vllm`` module with the in-process environment set.
 
@@ -40,6 +63,7 @@ def import_vllm():
         raise ImportError(f"rollout.backend=vllm: vLLM is not installed here ({e}); {INSTALL_HINT}") from e
     except RuntimeError as e:  # torchvision's CUDA ops against a CPU torch: 'operator torchvision::nms does not exist'
         raise ImportError(f"rollout.backend=vllm: vLLM does not load ({str(e).splitlines()[0]}); {INSTALL_HINT}") from e
+    quiet_rotary_reload()
     return vllm
 
 
