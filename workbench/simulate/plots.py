@@ -8,15 +8,30 @@ from pathlib import Path
 from workbench.simulate.run import Row
 
 
-def plot_rows(rows: list[Row], path: str | Path) -> Path:
-    """One figure: left, gen speedup vs k per variant (the k scan, or the swept k); right, the e2e
-    speedup (sync autoregressive step / step at that staleness with speculation) vs GPUs, one line per
-    variant × staleness × k. Written to ``path`` (format from its suffix)."""
+def _plt():
+    """pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt, fig, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (format from its suffix), close it, return the path."""
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_rows(rows: list[Row], path: str | Path) -> Path:
+    """One figure: left, gen speedup vs k per variant (the k scan, or the swept k); right, the e2e
+    speedup (sync autoregressive step / step at that staleness with speculation) vs GPUs, one line per
+    variant × staleness × k. Written to ``path`` (format from its suffix)."""
+    plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     curves: dict[str, dict[int, float]] = {}
     for r in rows:
@@ -42,21 +57,13 @@ def plot_rows(rows: list[Row], path: str | Path) -> Path:
     b.set_xlabel("GPUs")
     b.set_ylabel("e2e speedup vs sync autoregressive")
     b.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def plot_check(chk, path: str | Path) -> Path:
     """``wb simulate --from-sweep``: per drafter, the measured paired gen speedup with its 95 % CI
     (error bars) and the predicted one (line; the calibration k ringed) against k."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, kind in enumerate(dict.fromkeys(r.kind for r in chk.rows)):
         rs = sorted((r for r in chk.rows if r.kind == kind), key=lambda r: r.k)
@@ -71,8 +78,4 @@ def plot_check(chk, path: str | Path) -> Path:
     ax.set_ylabel("gen speedup (paired)")
     ax.set_title(f"{chk.sweep}: {chk.unknown} fitted at k={chk.calibrate_k} (ringed)", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
