@@ -249,23 +249,49 @@ class ChainDrafter(Drafter):
         (lazy: a batch that adaptive speculation decodes plainly to the end never runs the chain)."""
         self.cache, self.last_out = None, None
         self._pending.clear()
-        rows, index = ctx.distinct_prompts()  # (U,), (B,)
-        P = int(ctx.prompt_lens.max())
-        self._lazy = {
+        self._lazy = self._prompt_entries(ctx, hidden, 0)
+
+    def _prompt_entries(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> dict:
+        """What the prompts' entries of rows ``n_old..`` are made of (their distinct prompts:
+        ``ctx.distinct_prompts()``, hidden {layer: (U, P, H)})."""
+        rows, index = ctx.distinct_prompts()  # (U,), (B - n_old,)
+        plens = ctx.prompt_lens[n_old:]
+        P = int(plens.max())
+        return {
             "feat": self.net.fuse({i: h[:, :P] for i, h in hidden.items()}),  # (U, P, H)
             "toks": ctx.tokens[rows, 1 : P + 1].clone(),  # (U, P): entry s reads token s+1
             "last_u": ctx.prompt_lens[rows] - 1,  # (U,)
             "t_max": ctx.tokens.shape[1],
             # per row of the batch (follow ``select``): its distinct prompt, its prompt's last
             # position and its own first sampled token
-            "index": index, "col": ctx.prompt_lens - 1, "first": ctx.tokens.gather(1, ctx.prompt_lens[:, None]),
+            "index": index, "col": plens - 1, "first": ctx.tokens[n_old:].gather(1, plens[:, None]),
         }
 
+    def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
+        """New rows' prompt entries: merged into the lazy ones if the chain has not run yet, else
+        written now into the rows after the batch's (the batch's held plain steps written first)."""
+        z = self._prompt_entries(ctx, hidden, n_old)
+        if self._pending and n_old:  # held plain steps are in the old rows' row space: write them first
+            old = DraftContext(ctx.tokens[:n_old], ctx.lens[:n_old], ctx.prompt_lens[:n_old], ctx.group_ids[:n_old], ctx.sampling, ctx.generator)
+            self._flush(old, None)  # (runs the lazy prefill of the old rows first)
+        self._pending.clear()
+        if self._lazy is not None:
+            self._lazy = _merge_entries(self._lazy, z)
+            return
+        cache, last_out = self.cache, self.last_out
+        self._prefill_entries(z)  # sets self.cache / last_out to the new rows'
+        cache.append(self.cache)
+        self.cache, self.last_out = cache, torch.cat([last_out, self.last_out])
+
     def _prefill(self) -> None:
+        """The lazy prompts' entries (:meth:`_prefill_entries`)."""
+        z, self._lazy = self._lazy, None
+        self._prefill_entries(z)
+
+    def _prefill_entries(self, z: dict) -> None:
         """Write the distinct prompts' entries once (prefix sharing: entries < prompt_len-1 depend
         on the prompt alone), copy them to the rows sharing each prompt, then rewrite each row's
         entry at prompt_len-1, which reads its own first sampled token."""
-        z, self._lazy = self._lazy, None
         U, P = z["toks"].shape
         w = next(self.net.parameters())
         index, col = z["index"], z["col"]  # (B,), (B,)
@@ -353,3 +379,19 @@ class ChainDrafter(Drafter):
 
     def draft_loss(self, batch: DraftBatch) -> tuple[torch.Tensor, dict]:
         return ttt_loss(self.net, batch, self.ttt_steps, self.ttt_decay, restrict=self.d2t)
+
+
+def _merge_entries(a: dict, b: dict) -> dict:
+    """Two sets of lazy prompt entries (:meth:`ChainDrafter._prompt_entries`) as one: b's distinct
+    prompts after a's (right-padded to the longer), b's rows after a's."""
+    P = max(a["toks"].shape[1], b["toks"].shape[1])
+
+    def pad(t):  # (U, p, ...) -> (U, P, ...)
+        return F.pad(t, (0, 0) * (t.dim() - 2) + (0, P - t.shape[1]))
+
+    return {
+        "feat": torch.cat([pad(a["feat"]), pad(b["feat"])]), "toks": torch.cat([pad(a["toks"]), pad(b["toks"])]),
+        "last_u": torch.cat([a["last_u"], b["last_u"]]), "t_max": a["t_max"],
+        "index": torch.cat([a["index"], b["index"] + a["toks"].shape[0]]),
+        "col": torch.cat([a["col"], b["col"]]), "first": torch.cat([a["first"], b["first"]]),
+    }

@@ -70,14 +70,34 @@ class DraftModelDrafter(Drafter):
         self.cache = None
         self._missed, self._proposed = 0, False
 
+    def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
+        """New rows' prompts: kept for the lazy prefill if it has not run yet, else prefilled now
+        into the rows after the batch's (their plain steps are fed at the next ``propose``)."""
+        rows, index = ctx.distinct_prompts()  # (U,) rows of the batch, (m,) each new row's prompt
+        P = int(ctx.prompt_lens[n_old:].max())
+        prompts = ctx.tokens[rows, :P].clone()  # (U, P) right-padded
+        if self.cache is None:
+            W = max(P, self._prompts.shape[1])
+            pad = lambda t: torch.nn.functional.pad(t, (0, W - t.shape[1]))  # noqa: E731 (right-pad to W)
+            self._index = torch.cat([self._index, index + self._prompts.shape[0]])
+            self._prompts = torch.cat([pad(self._prompts), pad(prompts)])
+            return
+        self.cache.append(self._prefill_rows(prompts, index))
+
+    def _prefill_rows(self, prompts: torch.Tensor, index: torch.Tensor):
+        """A cache of the rows ``index`` (B,) of the distinct (U, P) right-padded ``prompts``: each
+        prompt prefilled once (padding positions get overwritten before any read), its cache rows
+        copied to the rows that share it."""
+        U = prompts.shape[0]
+        cache = self.model.new_cache(U, self._t_max, capacity=max(U, index.shape[0]))
+        zeros = torch.zeros(U, dtype=torch.long, device=prompts.device)
+        self.model(prompts, zeros, cache, logits_col=zeros, max_start=0)
+        cache.select(index)  # (also when U == B: rows may have left since start)
+        return cache
+
     def _prefill(self) -> None:
-        """Prefill each distinct prompt once (right-padded; padding positions get overwritten before
-        any read), then copy its cache rows to the rows of the batch that share it."""
-        U = self._prompts.shape[0]
-        self.cache = self.model.new_cache(U, self._t_max, capacity=max(U, self._index.shape[0]))
-        zeros = torch.zeros(U, dtype=torch.long, device=self._prompts.device)
-        self.model(self._prompts, zeros, self.cache, logits_col=zeros, max_start=0)
-        self.cache.select(self._index)  # (also when U == B: rows may have left since start)
+        """The lazy prefill of the batch's distinct prompts (:meth:`_prefill_rows`)."""
+        self.cache = self._prefill_rows(self._prompts, self._index)
         self._prompts = None
 
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
@@ -88,12 +108,17 @@ class DraftModelDrafter(Drafter):
             self._prefill()  # the plain steps before (self._missed) are fed below, from position prompt_len - 1
         B = ctx.lens.shape[0]
         T = 2 + self._missed  # the draft cache is valid below lens - T
-        start = (ctx.lens - T).clamp_min(0)  # (B,) (clamped: finished rows riding along in a bucket)
+        # clamped: finished rows riding along in a bucket, and rows admitted since the last proposal
+        # whose sequence is shorter than T (a row's cache is valid below lens - 2 - its own missed
+        # steps, so feeding from further back rewrites valid entries with the same values)
+        start = (ctx.lens - T).clamp_min(0)  # (B,)
         cols = start[:, None] + torch.arange(T, device=start.device)  # (B, T)
         inp = ctx.tokens.gather(1, cols)  # (B, T)
         # full logits (B, T, V) rather than ``logits_col``: a plain forward takes the compiled path
         m = ctx.max_len  # max(lens) on the host (the engine's one read per step): no device read per forward
-        logits = self.model(inp, start, self.cache, max_start=None if m is None else max(m - T, 0))[0][:, -1:]  # (B, 1, V)
+        logits = self.model(inp, start, self.cache, max_start=None if m is None else max(m - T, 0))[0]  # (B, T, V)
+        last = (ctx.lens - 1 - start).clamp(0, T - 1)  # (B,) column of each row's last token (T - 1 unless clamped)
+        logits = logits.gather(1, last[:, None, None].expand(-1, 1, logits.shape[-1]))  # (B, 1, V)
         self._missed, self._proposed = 0, True
         tokens, probs = [], []
         for j in range(k):

@@ -75,6 +75,9 @@ class NgramDrafter(Drafter):
     def from_spec(cls, spec, target: DrafterTarget | None = None, device=None) -> "NgramDrafter":
         return cls(spec.prompt_lookup_min, spec.prompt_lookup_max)
 
+    def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
+        """Nothing kept per row: proposals read the batch's tokens."""
+
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         """Drafts (B, k) long (zero-padded), num_draft (B,) long, probs None (one-hot q)."""
         drafts, num = ngram_propose_batch(ctx.tokens, ctx.lens, self.min_n, self.max_n, k)

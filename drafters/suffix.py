@@ -70,6 +70,14 @@ class SuffixDrafter(Drafter):
         for b in range(len(toks)):
             self.batch.append(b, toks[b][plens[b] : lens[b]])  # the first sampled token(s)
 
+    def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
+        """New rows join their prompt's corpus (a prompt already in the batch shares its trie)."""
+        if self.batch is None:  # every earlier row finished (and went into the history)
+            self.batch = SuffixBatch(self.history, [], self.max_depth)
+        toks, plens, lens = ctx.tokens[n_old:].tolist(), ctx.prompt_lens[n_old:].tolist(), ctx.lens[n_old:].tolist()
+        for b in range(len(toks)):
+            self.batch.add_row(toks[b][: plens[b]], toks[b][plens[b] : lens[b]])
+
     def propose(self, ctx: DraftContext, k: int) -> DraftProposal:
         if self.batch is None:
             raise RuntimeError("suffix drafter: propose() before start(): the engine calls start() after the prefill")

@@ -250,6 +250,17 @@ class SuffixBatch:
                 r.added = len(r.completion)
         return trie
 
+    def add_row(self, prompt: Sequence[int], tokens: Iterable[int]) -> None:
+        """A row joins the batch (continuous batching) with its prompt and first ``tokens``. Its
+        prompt's trie, if built, counts the prompt once more, as if built with the row in it."""
+        row = _Row(tuple(prompt))
+        self.rows.append(row)
+        self.of_prompt.setdefault(row.key, []).append(row)
+        trie = self.tries.get(row.key)
+        if trie is not None:
+            row.cursor = trie.extend_many([], row.key)
+        self.append(len(self.rows) - 1, tokens)
+
     def propose(self, row: int, k: int, max_spec_factor: float, min_token_prob: float) -> Draft:
         r = self.rows[row]
         return speculate(self._sync(r.key), r.cursor, k, max_spec_factor, min_token_prob)

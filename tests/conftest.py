@@ -51,7 +51,7 @@ def exact_joint(lm, prompt, sp, n_tokens):
     return logp.exp()
 
 
-def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2):
+def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2, max_batch_size=None, k_policy=None):
     """Sample n speculative rollouts of 3 tokens and chi-square their joint law against the exact one.
 
     Cells with small expected counts are pooled so the chi-square approximation holds; fails if a
@@ -62,7 +62,8 @@ def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2):
     from workbench.rollout.engine import RolloutEngine
 
     assert sp.max_new_tokens == 3 and target.cfg.vocab_size == SMALL_V
-    out = RolloutEngine(target, drafter, k=k, max_batch_size=n).generate([prompt] * n, sp, torch.Generator().manual_seed(1))
+    eng = RolloutEngine(target, drafter, k=k, max_batch_size=max_batch_size or n, k_policy=k_policy)
+    out = eng.generate([prompt] * n, sp, torch.Generator().manual_seed(1))
     assert out.counters.num_accepted_tokens > 0  # speculation actually happened
     seqs = torch.tensor(out.tokens)  # (n, 3): token 0 from prefill, tokens 1-2 from verification
     cells = seqs[:, 0] * SMALL_V**2 + seqs[:, 1] * SMALL_V + seqs[:, 2]

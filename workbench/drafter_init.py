@@ -117,7 +117,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     r = spec.rollout
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id)
     gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
-    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size).generate(prompts, sp, gen)
+    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(prompts, sp, gen)
     seqs = [p + c for p, c in zip(prompts, out.tokens)]
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.

@@ -141,7 +141,8 @@ def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, devic
         lm.fixed_attention_length = spec.rollout.fixed_attention_length
         drafter = build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tok, init_path=None if init_path is None else Path(init_path)),
                                 device=device)
-        engine = RolloutEngine(lm, drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        engine = RolloutEngine(lm, drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
+                                continuous=spec.rollout.continuous_batching)
         if spec.rollout.compile:
             engine.enable_compile()
         r = spec.rollout

@@ -109,7 +109,8 @@ class GRPOTrainer:
         # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
         self.online = (OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed, reduce_grads=self.dp.average_grads if self.dp else None)
                        if spec.drafter.online.enabled and self.drafter else None)
-        self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
+                                    continuous=spec.rollout.continuous_batching)
         # rollout.backend=vllm: vLLM generates (colocated, weights reloaded each prepare); the workbench
         # engine above stays for nothing but the drafter's own bookkeeping (online adaptation trains it)
         self.vllm = None
@@ -126,7 +127,7 @@ class GRPOTrainer:
         # Paired measurement (DESIGN.md §8): plain decoding of the same prompts with the same target
         # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
         # the same batch-size buckets, so both arms run at the same captured sizes.
-        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size,
+        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size, continuous=spec.rollout.continuous_batching,
                                            retire_buckets=self.engine.retire_buckets) if spec.paired and self.vllm is None else None
         self.is_paired = bool(spec.paired)
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.

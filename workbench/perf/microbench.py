@@ -106,7 +106,8 @@ class EngineBench:
         if dkey not in self._drafters:  # as `wb run` builds it (init checkpoint, eagle3's V/4 draft vocabulary)
             path = resolve_model(spec.model.target, what="model.target")
             self._drafters[dkey] = drafter_as_run(spec, lm, tok, path, dev)
-        return RolloutEngine(lm, self._drafters[dkey], k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size)
+        return RolloutEngine(lm, self._drafters[dkey], k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
+                             continuous=spec.rollout.continuous_batching)
 
     def _sampling(self, spec, max_new: int, eos: bool):
         from workbench.rollout.sampling import SamplingParams

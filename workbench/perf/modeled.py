@@ -28,11 +28,27 @@ from collections.abc import Callable, Sequence
 from workbench.perf.analytic import CostModel
 
 
-def ar_rows_per_forward(lengths: Sequence[int], chunk: int) -> list[int]:
+def ar_rows_per_forward(lengths: Sequence[int], chunk: int, continuous: bool = False) -> list[int]:
     """Rows in each decode forward of a plain autoregressive generation of completions of
-    ``lengths`` tokens (first token from the prefill), ``chunk`` rows at a time in order."""
+    ``lengths`` tokens (first token from the prefill), ``chunk`` rows at a time in order, or
+    (``continuous``) in ``chunk`` slots that the next rows fill as rows finish."""
     out: list[int] = []
     chunk = max(int(chunk), 1)
+    if continuous and len(lengths) > chunk:
+        from workbench.perf.simulate import slot_schedule
+
+        steps = [max(int(L) - 1, 0) for L in lengths]
+        end, starts = slot_schedule(steps, chunk)
+        live = [0] * (end + 1)  # +1 at a row's first forward, -1 after its last
+        for s, t0 in zip(steps, starts):
+            if s:
+                live[t0] += 1
+                live[t0 + s] -= 1
+        n = 0
+        for t in range(end):
+            n += live[t]
+            out.append(n)
+        return out
     for i in range(0, len(lengths), chunk):
         part = lengths[i : i + chunk]
         for t in range(1, max(part, default=1)):
@@ -40,9 +56,9 @@ def ar_rows_per_forward(lengths: Sequence[int], chunk: int) -> list[int]:
     return out
 
 
-def modeled_ar_seconds(lengths: Sequence[int], chunk: int, cost: Callable[[float], float]) -> float:
+def modeled_ar_seconds(lengths: Sequence[int], chunk: int, cost: Callable[[float], float], continuous: bool = False) -> float:
     """Σ cost(rows) over :func:`ar_rows_per_forward` (seconds)."""
-    return float(sum(cost(n) for n in ar_rows_per_forward(lengths, chunk)))
+    return float(sum(cost(n) for n in ar_rows_per_forward(lengths, chunk, continuous)))
 
 
 def modeled_spec_seconds(rows_per_forward: Sequence[int], k: int | Sequence[int], cost: Callable[[float], float],
@@ -54,9 +70,9 @@ def modeled_spec_seconds(rows_per_forward: Sequence[int], k: int | Sequence[int]
 
 
 def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: int | Sequence[int], chunk: int,
-                    cost: Callable[[float], float], drafter: Callable[[float, int], float]) -> dict[str, float]:
+                    cost: Callable[[float], float], drafter: Callable[[float, int], float], continuous: bool = False) -> dict[str, float]:
     """``speedup/gen_modeled``, ``gen/modeled_s`` and ``gen_autoregressive/modeled_s`` of one step."""
-    ar = modeled_ar_seconds(lengths, chunk, cost)
+    ar = modeled_ar_seconds(lengths, chunk, cost, continuous)
     spec = modeled_spec_seconds(rows_per_forward, k, cost, drafter)
     return {"speedup/gen_modeled": ar / spec if spec > 0 else 1.0, "gen/modeled_s": spec, "gen_autoregressive/modeled_s": ar}
 
@@ -64,15 +80,15 @@ def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: 
 class ModeledSpeedup:
     """The trainer's side: cost curves fixed at construction, :meth:`metrics` per step."""
 
-    def __init__(self, target: CostModel, drafter, k: int, chunk: int, info: dict | None = None):
-        self.target, self.drafter, self.k, self.chunk = target, drafter, k, chunk
+    def __init__(self, target: CostModel, drafter, k: int, chunk: int, info: dict | None = None, continuous: bool = False):
+        self.target, self.drafter, self.k, self.chunk, self.continuous = target, drafter, k, chunk, continuous
         self.info = info or {}
 
     def metrics(self, out) -> dict[str, float]:
         """From a :class:`workbench.rollout.engine.RolloutOutput` of the speculative arm."""
         c = out.counters
         return modeled_metrics([len(t) for t in out.tokens], c.rows_per_forward, c.k_per_step or self.k, self.chunk,
-                               self.target.time, self.drafter.step_at)
+                               self.target.time, self.drafter.step_at, self.continuous)
 
 
 def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: bool = True) -> ModeledSpeedup | None:
@@ -91,4 +107,4 @@ def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: 
     target, hit_t = forward_curve(target_lm, chunk, max(8, k + 1), ctx, f"target ({spec.model.target})", progress)
     dcost, hit_d = drafter_cost(spec, target_lm, drafter, prompts, chunk, ctx, progress)
     info = {"seconds": time.perf_counter() - t0, "cached": hit_t and hit_d, "drafter_cost": dcost.how}
-    return ModeledSpeedup(target, dcost, k, chunk, info)
+    return ModeledSpeedup(target, dcost, k, chunk, info, continuous=r.continuous_batching)

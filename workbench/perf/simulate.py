@@ -15,6 +15,7 @@ combine into a prediction.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,11 +62,49 @@ def simulate_steps(lengths: list[int], pmf: np.ndarray | list[float], reps: int 
     return float(steps.max(1).mean()), float(steps.sum(1).mean())
 
 
-def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0) -> tuple[float, float]:
+def slot_schedule(steps: list[int] | np.ndarray, slots: int) -> tuple[int, np.ndarray]:
+    """Continuous batching (Orca, Yu et al. OSDI 2022): rows taking ``steps[i]`` forwards each join,
+    in order, the first of ``slots`` batch slots to free up (a row of 0 steps finished at its
+    prefill and holds none). Returns (forwards the batch runs, (N,) the forward each row starts at)."""
+    free = [0] * max(int(slots), 1)  # per slot: the forward it frees at (a heap)
+    starts = np.zeros(len(steps), dtype=np.int64)
+    end = 0
+    for i, s in enumerate(steps):
+        if s <= 0:
+            starts[i] = free[0]
+            continue
+        t = heapq.heappop(free)
+        starts[i] = t
+        heapq.heappush(free, t + int(s))
+        end = max(end, t + int(s))
+    return end, starts
+
+
+def simulate_steps_continuous(lengths: list[int], pmf, slots: int, reps: int = 64, seed: int = 0) -> tuple[float, float]:
+    """:func:`simulate_steps` for a batch of ``slots`` rows batched continuously: each row's steps
+    drawn as there, the batch's forwards = the :func:`slot_schedule` of them (means over ``reps``)."""
+    rem = np.asarray(lengths, dtype=np.int64) - 1
+    if rem.size == 0 or rem.max() <= 0:
+        return 0.0, 0.0
+    pmf = np.asarray(pmf, dtype=float)
+    if pmf.size == 1 or pmf[0] >= 1.0:
+        return float(slot_schedule(np.maximum(rem, 0), slots)[0]), float(np.maximum(rem, 0).sum())
+    T = int(rem.max())
+    reps = max(4, min(reps, 4_000_000 // (rem.size * T)))
+    emits = np.random.default_rng(seed).choice(pmf.size, size=(reps, rem.size, T), p=pmf / pmf.sum()) + 1
+    steps = np.where(rem[None, :] > 0, (emits.cumsum(-1) < rem[None, :, None]).sum(-1) + 1, 0)  # (reps, N)
+    return float(np.mean([slot_schedule(s, slots)[0] for s in steps])), float(steps.sum(1).mean())
+
+
+def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0, continuous: bool = False) -> tuple[float, float]:
     """Mean (S, R) per GRPO step over sampled batches; a batch larger than ``chunk`` rows
-    (rollout.max_batch_size) runs as consecutive chunks, whose S and R add up."""
+    (rollout.max_batch_size) runs as consecutive chunks, whose S and R add up, or, ``continuous``
+    (rollout.continuous_batching), in ``chunk`` slots that waiting rows fill as rows finish."""
     out = []
     for b in batches:
+        if continuous and len(b) > chunk:
+            out.append(simulate_steps_continuous(b, pmf, chunk, reps, seed))
+            continue
         parts = [simulate_steps(b[i : i + chunk], pmf, reps, seed + i) for i in range(0, len(b), max(chunk, 1))]
         out.append((sum(p[0] for p in parts), sum(p[1] for p in parts)))
     return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))

@@ -107,9 +107,9 @@ def predict_point(run: SweepRun, base: SweepRun, cost: StepCost, base_cost: Step
     (shared cores, thermal) changed its gen stage in the same proportion as the stages speculation
     does not touch. Off by default: it is a correction for the measurement, not part of the model."""
     R0, _ = row_steps_of(base)
-    S0, _ = batch_steps(lengths, base.chunk, [1.0], reps, seed)
+    S0, _ = batch_steps(lengths, base.chunk, [1.0], reps, seed, base.continuous)
     R, f0 = row_steps_of(run)
-    S, _ = batch_steps(lengths, run.chunk, emit_pmf(run.per_pos, f0), reps, seed)
+    S, _ = batch_steps(lengths, run.chunk, emit_pmf(run.per_pos, f0), reps, seed, run.continuous)
     g0 = base_cost.gen_time(base.chunks, S0, R0)
     g1 = cost.gen_time(run.chunks, S, R)
     gen_pred = base.gen * g1 / g0

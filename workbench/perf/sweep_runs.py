@@ -59,6 +59,11 @@ class SweepRun:
         return min(self.rows, self._int("rollout.max_batch_size", 256))
 
     @property
+    def continuous(self) -> bool:
+        """rollout.continuous_batching (runs logged before it existed decoded in chunks)."""
+        return str(self.params.get("rollout.continuous_batching", "False")).lower() == "true"
+
+    @property
     def chunks(self) -> int:
         return -(-self.rows // self.chunk)
 

@@ -97,7 +97,7 @@ class Drafter:
 
     Lifecycle per rollout batch: ``start(ctx, hidden)`` once after the target's prefill, then per
     step ``propose(ctx, k)`` -> verification -> ``accept(ctx, num_emitted, hidden)``;
-    ``select(rows)`` when finished rows leave the batch. Each call gets a fresh
+    ``select(rows)`` when finished rows leave the batch, ``admit`` when waiting prompts join it. Each call gets a fresh
     :class:`DraftContext`; what a drafter keeps between calls is its own state (caches).
     """
 
@@ -132,6 +132,14 @@ class Drafter:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (R,) long, indices into the current batch (finished rows left)."""
+
+    def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
+        """Continuous batching: rows ``n_old..B-1`` of ``ctx`` joined the batch after the step's
+        ``accept`` and ``select``, freshly prefilled with their first token sampled, as at ``start``:
+        ``hidden`` = {layer: (U, P, H)} of their U distinct prompts, ``ctx.prompt_rows`` (U,) rows of
+        the batch holding each, ``ctx.prompt_index`` (B - n_old,) each new row's distinct prompt.
+        Rows 0..n_old-1 keep their state. Drafters without per-row state need nothing."""
+        raise NotImplementedError(f"drafter {self.kind!r} cannot admit rows (rollout.continuous_batching=false)")
 
     def sync(self, target: torch.nn.Module) -> None:
         """Weight sync in the `prepare` stage (drafters sharing target weights refresh them)."""

@@ -4,11 +4,15 @@ One code path for CPU and CUDA. A batch of prompts is prefilled once; then every
 decodes one token per row (no drafter) or verifies k drafts per row in one target forward and
 emits each row's own number of tokens (ragged acceptance, DESIGN.md §4). Rows that finish leave
 the batch (the cache and the drafter drop them, compacting their caches in place: ``KVCache.select``),
-so no row waits for or is cut back to another.
+so no row waits for or is cut back to another. With more prompts than ``max_batch_size`` the
+engine batches continuously (Orca, Yu et al. OSDI 2022; vLLM's scheduler): prompts waiting in the
+queue are prefilled into the slots finished rows left, so a batch's long tail decodes beside new
+rows instead of alone.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +21,7 @@ import time
 
 import torch
 
+from workbench.rollout.batch import BatchState, collect, to_device
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.drafter import DraftContext, Drafter
 from workbench.rollout.graphs import capture_sizes, round_cache_len
@@ -52,6 +57,9 @@ class RolloutEngine:
             for CUDA graphs captured per batch size (vLLM's capture sizes): finished rows then stay
             in the batch, emitting nothing, until the live rows fit the next smaller size. None =
             finished rows leave at once.
+        continuous: continuous batching (``rollout.continuous_batching``): with more prompts than
+            ``max_batch_size``, waiting prompts join the batch as rows finish; False = consecutive
+            chunks of ``max_batch_size`` prompts, each decoded to its last row.
 
     The hot loop reads the device once per step: one packed vector (which rows finished, the
     longest row, the step's acceptance counts) that the batch's bookkeeping needs on the host.
@@ -60,13 +68,14 @@ class RolloutEngine:
     """
 
     def __init__(self, target: LeanLM, drafter: Drafter | None = None, k: int = 3, max_batch_size: int = 256,
-                 k_policy: KPolicy | None = None, retire_buckets: tuple[int, ...] | None = None):
+                 k_policy: KPolicy | None = None, retire_buckets: tuple[int, ...] | None = None, continuous: bool = True):
         self.target = target
         self.drafter = drafter
         self.k = k if drafter is not None else 0
         self.max_batch_size = max_batch_size
         self.k_policy = k_policy if drafter is not None else None
         self.retire_buckets = tuple(sorted(retire_buckets)) if retire_buckets else None
+        self.continuous = continuous
 
     def enable_compile(self, cuda_graphs: bool = False) -> None:
         """``torch.compile`` the target's decode/verify forwards, and the draft model's if there is
@@ -101,7 +110,7 @@ class RolloutEngine:
     def generate_steps(
         self,
         prompts: list[list[int]],
-        sampling: SamplingParams,
+        sp: SamplingParams,
         generator: torch.Generator | None = None,
         group_ids: list[int] | None = None,
     ) -> Generator[None, None, RolloutOutput]:
@@ -116,52 +125,41 @@ class RolloutEngine:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("rollout: every prompt needs at least one token (the BOS token)")
         group_ids = group_ids if group_ids is not None else list(range(len(prompts)))
-        out = RolloutOutput([], [], [], SpecCounters(k=self.k))
-        for i in range(0, len(prompts), self.max_batch_size):
-            part = yield from self._generate_batch(prompts[i : i + self.max_batch_size], sampling, generator, group_ids[i : i + self.max_batch_size])
-            out.tokens += part.tokens
-            out.logprobs += part.logprobs
-            out.finish_reasons += part.finish_reasons
-            out.counters.merge(part.counters)
-        return out
+        counters, results = SpecCounters(k=self.k), {}
+        if self.continuous:  # one batch; the other prompts wait in the queue and join as rows finish
+            chunks = [list(range(len(prompts)))]
+        else:
+            chunks = [list(range(i, min(i + self.max_batch_size, len(prompts)))) for i in range(0, len(prompts), self.max_batch_size)]
+        for idx in chunks:
+            part, c = yield from self._generate_batch(prompts, idx, sp, generator, group_ids)
+            results.update(part)
+            counters.merge(c)
+        counters.num_generated_tokens = sum(len(r[0]) for r in results.values())
+        return RolloutOutput(*([results[i][j] for i in range(len(prompts))] for j in range(3)), counters)
 
     # ------------------------------------------------------------------ one batch
 
-    def _generate_batch(self, prompts, sp: SamplingParams, gen, group_ids) -> RolloutOutput:
-        dev, B = self.device, len(prompts)
-        k = self.k
-        P = max(map(len, prompts))
+    def _generate_batch(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids):
+        """Decode the prompts ``idx`` (indices into ``prompts``): the first ``max_batch_size`` as one
+        batch, the rest joining it as rows finish (continuous batching). Returns ({index: (tokens,
+        logprobs, finish reason)}, counters)."""
+        dev, k = self.device, self.k
+        P = max(len(prompts[i]) for i in idx)  # every prompt that may join fits the cache
         t_max = P + sp.max_new_tokens + k + 2  # a verification may write k+1 past the budget
         if self.target.cuda_graphs:
             t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
-        prompt_lens = _to_device([len(p) for p in prompts], dev)
-        tokens = torch.zeros(B, t_max, dtype=torch.long)  # (B, T_max) prompt + completion
-        tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in prompts])  # one host->tensor copy
-        tokens = tokens.to(dev)
-        logps = torch.zeros(B, t_max, device=dev)  # (B, T_max) log p of generated tokens
+        queue = deque(idx[self.max_batch_size :])
+        first = idx[: self.max_batch_size]
         counters = SpecCounters(k=k)
-        eos = -1 if sp.eos_token_id is None else sp.eos_token_id
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
-
-        # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
-        # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
-        # sharing, as vLLM's prefix caching does for a group's common prompt).
-        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(prompts, tokens[:, :P], prompt_lens, t_max, layers)
-        p = probs_from_logits(logits[:, 0], sp)  # (B, V)
-        first = sample(p, gen)
-        rows = torch.arange(B, device=dev)
-        tokens[rows, prompt_lens] = first
-        logps[rows, prompt_lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
-        n_gen = torch.ones(B, dtype=torch.long, device=dev)
-        done = (first == eos) | (n_gen >= sp.max_new_tokens)
-        state = _BatchState(tokens, logps, prompt_lens + 1, prompt_lens, n_gen, _to_device(group_ids, dev),
-                            first == eos, done, list(range(B)), P + 1)
+        # capacity: admitted rows fill the slots finished rows left, in the same buffers
+        state, cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, first, sp, gen, group_ids, t_max, len(first))
         finished: list = []  # device slices of retired rows, read back once at the end
         if self.drafter is not None:
             ctx = state.context(sp, gen)
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
             self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
-        state = self._retire(state, done.tolist(), cache, finished)
+        state = self._refill(state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max)
         yield  # prefill done
 
         observe = getattr(self.k_policy, "observe", None)  # a policy that learns from measured step times
@@ -186,6 +184,7 @@ class RolloutEngine:
 
             # Stop at the token budget and at the first EOS among the emitted tokens; rows already
             # finished (kept for a batch-size bucket) emit nothing.
+            eos = -1 if sp.eos_token_id is None else sp.eos_token_id
             live = ~state.done
             emit = torch.minimum(n_acc + 1, sp.max_new_tokens - state.n_gen)
             cols = torch.arange(k_t + 1, device=dev)[None, :]
@@ -215,15 +214,43 @@ class RolloutEngine:
                 self.k_policy.update(k_t, n, n_drafts, acc_h)
             if self.drafter is not None:
                 self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (n,)
-            state = self._retire(state, done_h, cache, finished)
             if observe is not None:  # the host read above waited for the device: wall time is the step's
-                observe(k_t, n, time.perf_counter() - t0)
+                observe(k_t, n, time.perf_counter() - t0)  # (before an admission's prefill: not the step's)
+            state = self._refill(state, done_h, cache, finished, queue, prompts, sp, gen, group_ids, t_max)
             yield  # one verification (or decode) step done
 
-        return _collect(finished, B, counters)
+        return collect(finished, counters), counters
 
-    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers):
-        """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache.
+    def _start_rows(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids, t_max: int, capacity: int):
+        """Prefill the prompts ``idx`` into a new (len(idx), t_max) cache and sample each row's first
+        token. Returns (BatchState, cache, hidden {layer: (U, P, H)}, prompt_rows (U,), prompt_index (B,))."""
+        dev, B = self.device, len(idx)
+        rows_prompts = [prompts[i] for i in idx]
+        P = max(map(len, rows_prompts))
+        prompt_lens = to_device([len(p) for p in rows_prompts], dev)
+        tokens = torch.zeros(B, t_max, dtype=torch.long)  # (B, T_max) prompt + completion
+        tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in rows_prompts])  # one host->tensor copy
+        tokens = tokens.to(dev)
+        logps = torch.zeros(B, t_max, device=dev)  # (B, T_max) log p of generated tokens
+        eos = -1 if sp.eos_token_id is None else sp.eos_token_id
+        layers = self.drafter.hidden_layers if self.drafter is not None else ()
+        # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
+        # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
+        # sharing, as vLLM's prefix caching does for a group's common prompt).
+        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity)
+        p = probs_from_logits(logits[:, 0], sp)  # (B, V)
+        first = sample(p, gen)
+        rows = torch.arange(B, device=dev)
+        tokens[rows, prompt_lens] = first
+        logps[rows, prompt_lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
+        n_gen = torch.ones(B, dtype=torch.long, device=dev)
+        done = (first == eos) | (n_gen >= sp.max_new_tokens)
+        state = BatchState(tokens, logps, prompt_lens + 1, prompt_lens, n_gen, to_device([group_ids[i] for i in idx], dev),
+                           first == eos, done, list(idx), P + 1)
+        return state, cache, hidden, prompt_rows, prompt_index
+
+    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers, capacity: int):
+        """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache of ``capacity`` rows.
 
         Distinct prompts only (prefix sharing): U rows are computed once and their cache rows
         copied to all B rows. Returns next-token logits (B, 1, V), hidden states {layer: (U, P, H)}
@@ -238,7 +265,7 @@ class RolloutEngine:
         order = {row: u for u, row in enumerate(first.values())}
         uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
         inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
-        cache = self.target.new_cache(U, t_max, capacity=B)
+        cache = self.target.new_cache(U, t_max, capacity=max(B, capacity))
         zeros = torch.zeros(U, dtype=torch.long, device=dev)
         logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
         if U < B:
@@ -246,49 +273,63 @@ class RolloutEngine:
             logits = logits[inv]
         return logits, hidden, cache, uniq, inv
 
-    def _retire(self, state: "_BatchState", done: list, cache, finished: list) -> "_BatchState":
+    def _refill(self, state: BatchState, done: list, cache, finished: list, queue: deque, prompts, sp, gen, group_ids, t_max: int) -> BatchState:
+        """Retire the finished rows (``done``: host flags), then admit waiting prompts into the
+        freed slots, prefilled and with their first token sampled (continuous batching); repeated
+        while admitted rows finish at once (an EOS or a budget of one token)."""
+        while True:
+            n_live = len(done) - sum(done)
+            incoming = min(len(queue), self.max_batch_size - n_live)
+            state = self._retire(state, done, cache, finished, incoming)
+            if incoming == 0:
+                return state
+            new_idx = [queue.popleft() for _ in range(incoming)]
+            new, new_cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, new_idx, sp, gen, group_ids, t_max, incoming)
+            n_old = state.n
+            cache.append(new_cache)
+            del new_cache
+            state = state.cat(new)
+            if self.drafter is not None:
+                ctx = state.context(sp, gen)
+                ctx.prompt_rows, ctx.prompt_index = prompt_rows + n_old, prompt_index
+                self.drafter.admit(ctx, hidden, n_old)
+            done = state.done.tolist()
+            if not any(done[n_old:]):
+                return state
+
+    def _retire(self, state: BatchState, done: list, cache, finished: list, incoming: int = 0) -> BatchState:
         """Drop finished rows (``done``: host flags, one per row) from the batch, the cache and the
         drafter; their tokens are kept as device slices in ``finished`` (no read here). The caches
         move the kept rows to the front of their own buffers (no second whole cache: issue #24).
 
         With ``retire_buckets`` the batch shrinks only to those sizes: finished rows stay (emitting
         nothing) until the live rows fit the next smaller size, which is then filled up with
-        finished rows, so every step runs at a captured batch size."""
+        finished rows, so every step runs at a captured batch size. ``incoming``: rows about to be
+        admitted; the batch then keeps only the finished rows that round live + incoming up to a size."""
         n, n_live = len(done), len(done) - sum(done)
         if n_live == n:
             return state
         live = [i for i in range(n) if not done[i]]
         dead = [i for i in range(n) if done[i]]
-        if self.retire_buckets is not None and n_live > 0:
-            smaller = [b for b in self.retire_buckets if b < n]
-            if not smaller or n_live > smaller[-1]:
-                return state  # the live rows do not fit a smaller bucket yet
-            fill = smaller[-1] - n_live
+        if self.retire_buckets is not None and n_live + incoming > 0:
+            size = n_live + incoming
+            if incoming:
+                fill = min(min([b for b in self.retire_buckets if b >= size], default=size) - size, len(dead))
+            else:
+                smaller = [b for b in self.retire_buckets if b < n]
+                if not smaller or n_live > smaller[-1]:
+                    return state  # the live rows do not fit a smaller bucket yet
+                fill = smaller[-1] - n_live
             live, dead = sorted(live + dead[:fill]), dead[fill:]
-        drop = _to_device(dead, state.lens.device)
+            if not dead:
+                return state
+        drop = to_device(dead, state.lens.device)
         finished.append(([state.orig[i] for i in dead], *(t.index_select(0, drop) for t in (state.tokens, state.logps, state.prompt_lens, state.lens, state.eos))))
-        keep = _to_device(live, state.lens.device)
+        keep = to_device(live, state.lens.device)
         cache.select(keep)
         if self.drafter is not None:
             self.drafter.select(keep)
         return state.select(keep, live)
-
-
-def _to_device(values: list[int], dev: torch.device) -> torch.Tensor:
-    """(len,) long on ``dev``; staged in pinned memory and copied asynchronously on CUDA, so the
-    host does not wait for the device's queue."""
-    if dev.type == "cuda":
-        return torch.tensor(values, dtype=torch.long, pin_memory=True).to(dev, non_blocking=True)
-    return torch.tensor(values, dtype=torch.long, device=dev)
-
-
-def _collect(finished: list, B: int, counters: SpecCounters) -> RolloutOutput:
-    """The retired rows' completions in the caller's order: one device->host read per field."""
-    orig = [o for part in finished for o in part[0]]
-    toks, lps, p0s, ls, eos = (torch.cat([part[j] for part in finished]).tolist() for j in range(1, 6))
-    results = {orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length") for i in range(len(orig))}
-    counters.num_generated_tokens = sum(len(results[i][0]) for i in results)
-    return RolloutOutput([results[i][0] for i in range(B)], [results[i][1] for i in range(B)], [results[i][2] for i in range(B)], counters)
 
 
 def drain(steps: Generator[None, None, Any]) -> Any:
@@ -298,29 +339,3 @@ def drain(steps: Generator[None, None, Any]) -> Any:
             next(steps)
         except StopIteration as stop:
             return stop.value
-
-
-@dataclass
-class _BatchState:
-    tokens: torch.Tensor  # (B, T_max)
-    logps: torch.Tensor  # (B, T_max)
-    lens: torch.Tensor  # (B,)
-    prompt_lens: torch.Tensor  # (B,)
-    n_gen: torch.Tensor  # (B,)
-    group_ids: torch.Tensor  # (B,)
-    eos: torch.Tensor  # (B,) bool, finished at an EOS
-    done: torch.Tensor  # (B,) bool, finished (still in the batch only under retire_buckets)
-    orig: list[int]  # host: index of each row in the caller's prompt list
-    max_len: int  # host: max(lens) of the live rows, from the step's one read
-
-    @property
-    def n(self) -> int:
-        return len(self.orig)
-
-    def context(self, sp: SamplingParams, gen: torch.Generator | None) -> DraftContext:
-        """The drafter's view of the batch now (the engine replaces, never mutates, ``lens``)."""
-        return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen, max_len=self.max_len)
-
-    def select(self, rows: torch.Tensor, rows_host: list[int]) -> "_BatchState":
-        t = (self.tokens, self.logps, self.lens, self.prompt_lens, self.n_gen, self.group_ids, self.eos, self.done)
-        return _BatchState(*(x.index_select(0, rows) for x in t), [self.orig[i] for i in rows_host], self.max_len)

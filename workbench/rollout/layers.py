@@ -275,6 +275,22 @@ class KVCache:
                     b[:n] = t.index_select(0, rows)
         self._views(n)
 
+    def append(self, other: "KVCache") -> None:
+        """Add ``other``'s rows after this cache's rows (continuous batching: prompts admitted into
+        the slots finished rows left), in place while ``capacity`` holds them; both caches have the
+        same layers and ``max_len``."""
+        n, m = self.k[0].shape[0] if self.k else 0, other.k[0].shape[0] if other.k else 0
+        if n + m > self.capacity:
+            if self.static:
+                raise ValueError(f"KVCache.append: {n + m} rows exceed the pooled buffers' {self.capacity}")
+            self.base = ([torch.cat([a, b]) for a, b in zip(self.k, other.k)], [torch.cat([a, b]) for a, b in zip(self.v, other.v)])
+            self.capacity = n + m
+        else:
+            for bufs, src in ((self.base[0], other.k), (self.base[1], other.v)):
+                for b, t in zip(bufs, src):
+                    b[n : n + m] = t
+        self._views(n + m)
+
     def kv_fn(self, layer: int, pos: torch.Tensor, tk: int | None = None) -> KVFn:
         """:func:`cache_kv` of ``layer`` for queries at positions ``pos`` (B, T) long, attending to
         the first ``tk`` positions (default: the largest position + 1, one host read)."""

@@ -66,7 +66,10 @@ class RolloutSpec(_Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="0 = off")
     max_new_tokens: int = Field(96, ge=1, le=4096)
-    max_batch_size: int = Field(256, ge=1, description="sequences decoded together; larger batches are split")
+    max_batch_size: int = Field(256, ge=1, description="sequences decoded together (vLLM's max_num_seqs)")
+    continuous_batching: bool = Field(
+        True, description="with more rollouts than max_batch_size, waiting prompts join the batch as rows finish "
+        "(continuous batching, as vLLM schedules); false = consecutive chunks of max_batch_size, each decoded to its last row")
     compile: bool = Field(
         False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
         "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",

@@ -32,6 +32,9 @@ def check_vllm_spec(spec) -> None:
     if g.backend != "single":
         raise ValueError("grpo.backend=deepspeed with rollout.backend=vllm is not supported yet (one colocated engine "
                          "per process); set grpo.backend=single")
+    if not r.continuous_batching:
+        raise ValueError("rollout.continuous_batching=false decodes chunks in the workbench engine; vLLM's scheduler always "
+                         "batches continuously: set rollout.continuous_batching=true with rollout.backend=vllm")
     if r.fixed_attention_length:
         raise ValueError("rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm")
     speculative_config(d, draft_folder="-", check_only=True)
