@@ -59,3 +59,45 @@ def test_kv_capacity_replicated():
     free = 8 * 90e9 - costs.total_params(Q235) * 2
     assert costs.kv_capacity_tokens(Q235, HW, g) == pytest.approx(free / 8 / (192_512 / 4))
     assert math.isfinite(costs.kv_capacity_tokens(Q235, HW, g, extra_kv_per_token=1000.0))
+
+
+# ------------------------------------------------------------------ acceptance varying per step
+
+
+def test_acceptance_survival_and_variance_alpha():
+    from workbench.simulate.rollout import acceptance_length, acceptance_survival, tokens_per_step_var
+    from workbench.simulate.scenario import Speculation
+
+    s = Speculation(alpha=0.5)
+    assert acceptance_survival(s, 2) == [1.0, 0.5, 0.25]
+    # N ∈ {1, 2, 3} with P = 0.5, 0.25, 0.25: E = 1.75, E[N²] = 0.5 + 1 + 2.25 = 3.75, Var = 3.75 − 3.0625
+    assert tokens_per_step_var(s, 2) == pytest.approx(0.6875)
+    assert sum(acceptance_survival(s, 2)) == pytest.approx(acceptance_length(s, 2))
+    assert tokens_per_step_var(s, 0) == 0.0
+
+
+def test_acceptance_survival_measured_and_per_position():
+    from workbench.simulate.rollout import acceptance_length, acceptance_survival
+    from workbench.simulate.scenario import Speculation
+
+    m = Speculation(acceptance_length={3: 2.47})
+    assert sum(acceptance_survival(m, 3)) == pytest.approx(2.47)
+    p = Speculation(per_position=[0.8, 0.6])
+    assert acceptance_survival(p, 2) == [1.0, 0.8, 0.6]
+    assert sum(acceptance_survival(p, 4)) == pytest.approx(acceptance_length(p, 4))
+
+
+def test_row_steps_deterministic_and_bounds():
+    import numpy as np
+
+    from workbench.simulate.rollout import row_steps
+
+    L = np.array([1, 2, 11, 101])
+    assert row_steps(L, 2.5, 0.0, 3, None).tolist() == [0, 1, 4, 40]  # ceil((L − 1) / 2.5)
+    rng = np.random.default_rng(0)
+    s = row_steps(np.full(20000, 10_001), 2.5, 1.0, 3, rng)
+    # renewal CLT: mean 10000/2.5 = 4000, sd sqrt(10000 · 1 / 2.5³) = 25.3 (+0.5 for the rounding up)
+    assert s.mean() == pytest.approx(4000.5, abs=1.0)
+    assert s.std() == pytest.approx(math.sqrt(10_000 / 2.5**3), rel=0.05)
+    huge = row_steps(np.array([5]), 2.0, 1e6, 3, np.random.default_rng(1))
+    assert 1 <= huge[0] <= 4  # within (L − 1)/(k + 1) .. L − 1
