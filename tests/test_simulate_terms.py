@@ -101,3 +101,18 @@ def test_row_steps_deterministic_and_bounds():
     assert s.std() == pytest.approx(math.sqrt(10_000 / 2.5**3), rel=0.05)
     huge = row_steps(np.array([5]), 2.0, 1e6, 3, np.random.default_rng(1))
     assert 1 <= huge[0] <= 4  # within (L − 1)/(k + 1) .. L − 1
+
+
+# ------------------------------------------------------------------ the drafter's passes
+
+
+def test_draft_s_eagle_first_pass_over_verified_positions():
+    from workbench.simulate.rollout import draft_s
+
+    def fwd(rows, q, ctx):
+        return rows * q + ctx  # a linear stand-in
+
+    # eagle3, k = 3, 4 rows, context 10: first pass 4·4 + 10, then 2 × (4·1 + 10)
+    assert draft_s(Q8, 4, 10, 3, fwd, "eagle3") == 26 + 2 * 14
+    assert draft_s(Q8, 4, 10, 3, fwd, "draft_model") == 3 * 14
+    assert draft_s(Q8, 4, 10, 0, fwd, "eagle3") == 0.0

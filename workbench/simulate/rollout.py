@@ -15,8 +15,9 @@ live rows' summed context, which grows by rows · E per step; between two events
 the rows are fixed and the step time is integrated with Simpson's rule. The gen stage lasts until
 the slowest replica is done.
 
-A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (1 token
-per row each; EAGLE-3's / MTP's layer attends over the same context with its own KV cache;
+A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (EAGLE-3 /
+MTP: the first over the k + 1 verified positions per row, then k − 1 of 1 token per row,
+:func:`draft_s`; the draft layer attends over the same context with its own KV cache;
 ``ngram`` costs host seconds only), each with its fixed overhead.
 """
 
@@ -134,6 +135,19 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
     return base.model_copy(update={"total_params": n, "active_params": n})
 
 
+def draft_s(d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[float, float, float], float], drafter: str) -> float:
+    """Seconds of the drafter's k forwards in one step; ``fwd(rows, q, context)`` one forward. eagle3 /
+    mtp: vLLM's proposer runs its first pass over every position the target just verified (k + 1
+    per row: it needs the draft layer's KV and hidden state at each), then k − 1 passes of one token
+    per row (``SpecDecodeBaseProposer.propose``: ``for token_index in range(num_speculative_tokens − 1)``,
+    vllm/v1/spec_decode); draft_model: k passes of one token."""
+    if k <= 0:
+        return 0.0
+    if drafter in ("eagle3", "mtp"):
+        return fwd(rows, k + 1, context) + (k - 1) * fwd(rows, 1, context)
+    return k * fwd(rows, 1, context)
+
+
 # ------------------------------------------------------------------ one replica
 
 
@@ -222,7 +236,8 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     def step_s(rows: float, context: float) -> float:
         t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds
         if k and d is not None:
-            t += k * forward_cost(d, hw, g, rows, 1, context, g.draft_overhead).seconds
+            t += draft_s(d, rows, context, k, lambda r, q, c: forward_cost(d, hw, g, r, q, c, g.draft_overhead).seconds,
+                         s.drafter)
         elif k:
             t += k * g.draft_overhead + s.ngram_step_s
         return t
