@@ -9,11 +9,13 @@ prefill q = prompt), the rows having ``context`` tokens in their KV cache in all
 - compute = FLOPs / (tp · peak · flops_efficiency), FLOPs = 2 · matmul params · tokens (Kaplan et
   al. 2020, arXiv 2001.08361: 2N per token forward) + attention 4 · layers · heads · head_dim · q ·
   context (QKᵀ and P·V, 2 FLOPs per multiply-add; it grows with context);
-- memory = bytes / (tp · bandwidth · bandwidth_efficiency), bytes = weights read once per forward
-  (for MoE: the non-expert weights plus the *expected distinct experts* the batch's tokens touch,
-  E·(1 − (1 − topk/E)^tokens) per layer, uniform independent routing) + the KV cache read at every
-  row's context, 2 · layers · kv_heads · head_dim · kv_bytes per token (K and V), + the new tokens'
-  KV written;
+- memory = bytes on the busiest GPU / (bandwidth · bandwidth_efficiency), bytes = weights read once
+  per forward, split over tp (for MoE: the non-expert weights plus the *expected distinct experts*
+  the batch's tokens touch, E·(1 − (1 − topk/E)^tokens) per layer, uniform independent routing;
+  with experts spread over ep ranks, the busiest rank's experts, :func:`max_rank_experts`) + the KV
+  cache read at every row's context, 2 · layers · kv_heads · head_dim · kv_bytes per token (K and
+  V), + the new tokens' KV written, each GPU holding 1/tp of it, or 1/kv_heads when vLLM replicates
+  the KV heads (tp > kv_heads, :func:`kv_shard`);
 - communication (tp > 1): two all-reduces per layer (after attention and after the MLP) of
   tokens · hidden · 2 bytes, ring all-reduce 2(tp−1)/tp · bytes / link bandwidth + a fixed latency
   (Patarasuk & Yuan 2009; NCCL's bus-bandwidth convention); with experts spread over the replica
