@@ -84,8 +84,13 @@ def test_8b_stage_times_within_10_percent(rows_8b):
 
 
 def test_8b_best_k_is_3(rows_8b):
+    # RL-Think's k = 2 and k = 3 tie (1.608x vs 1.607x with acceptance drawn per step, #23): k = 3
+    # is within 0.5 % of the best there (benchmarks/simulate-gb200.md says so), strictly best for RL-Zero
     _, rows = rows_8b
-    assert {r.variant: r.result.best_k for r in rows} == {"RL-Zero": 3, "RL-Think": 3}
+    by = {r.variant: r.result for r in rows}
+    assert by["RL-Zero"].best_k == 3
+    think = by["RL-Think"].gen_speedup_by_k
+    assert by["RL-Think"].best_k in (2, 3) and think[3] >= 0.995 * max(think.values())
 
 
 def test_8b_longer_k_loses(rows_8b):

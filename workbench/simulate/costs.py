@@ -9,11 +9,13 @@ prefill q = prompt), the rows having ``context`` tokens in their KV cache in all
 - compute = FLOPs / (tp · peak · flops_efficiency), FLOPs = 2 · matmul params · tokens (Kaplan et
   al. 2020, arXiv 2001.08361: 2N per token forward) + attention 4 · layers · heads · head_dim · q ·
   context (QKᵀ and P·V, 2 FLOPs per multiply-add; it grows with context);
-- memory = bytes / (tp · bandwidth · bandwidth_efficiency), bytes = weights read once per forward
-  (for MoE: the non-expert weights plus the *expected distinct experts* the batch's tokens touch,
-  E·(1 − (1 − topk/E)^tokens) per layer, uniform independent routing) + the KV cache read at every
-  row's context, 2 · layers · kv_heads · head_dim · kv_bytes per token (K and V), + the new tokens'
-  KV written;
+- memory = bytes on the busiest GPU / (bandwidth · bandwidth_efficiency), bytes = weights read once
+  per forward, split over tp (for MoE: the non-expert weights plus the *expected distinct experts*
+  the batch's tokens touch, E·(1 − (1 − topk/E)^tokens) per layer, uniform independent routing;
+  with experts spread over ep ranks, the busiest rank's experts, :func:`max_rank_experts`) + the KV
+  cache read at every row's context, 2 · layers · kv_heads · head_dim · kv_bytes per token (K and
+  V), + the new tokens' KV written, each GPU holding 1/tp of it, or 1/kv_heads when vLLM replicates
+  the KV heads (tp > kv_heads, :func:`kv_shard`);
 - communication (tp > 1): two all-reduces per layer (after attention and after the MLP) of
   tokens · hidden · 2 bytes, ring all-reduce 2(tp−1)/tp · bytes / link bandwidth + a fixed latency
   (Patarasuk & Yuan 2009; NCCL's bus-bandwidth convention); with experts spread over the replica
@@ -25,6 +27,7 @@ prefill q = prompt), the rows having ``context`` tokens in their KV cache in all
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from workbench.simulate.scenario import Gen, Hardware, ModelShape
@@ -116,6 +119,46 @@ def weight_bytes_read(m: ModelShape, tokens: float) -> float:
     return (dense + moe) * m.bytes_per_param
 
 
+def max_rank_experts(experts: int, topk: int, tokens: float, ep: int) -> float:
+    """Expected distinct experts the *busiest* of ``ep`` expert-parallel ranks reads in one layer for
+    ``tokens`` tokens: each rank holds E/ep experts, each touched with p = 1 − (1 − topk/E)^tokens
+    (uniform independent routing, as :func:`expected_experts`), so a rank's count is Binomial(E/ep, p)
+    and E[max over ep ranks] = Σ_{j=0}^{n−1} (1 − F(j)^ep) (the order-statistics identity for a
+    non-negative integer maximum). The layer waits for its slowest rank (the combine all-to-all
+    gathers every rank's output), so this, not E[touched]/ep, sets the expert bytes per GPU.
+    ep = 1: :func:`expected_experts`."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    if ep <= 1:
+        return expected_experts(experts, topk, tokens)
+    n = experts // ep
+    p = 1.0 - (1.0 - topk / experts) ** tokens
+    pmf = [math.comb(n, j) * p**j * (1.0 - p) ** (n - j) for j in range(n + 1)]
+    cdf, out = 0.0, 0.0
+    for j in range(n):
+        cdf += pmf[j]
+        out += 1.0 - min(cdf, 1.0) ** ep
+    return out
+
+
+def kv_shard(m: ModelShape, tp: int) -> float:
+    """Share of one token's KV cache each of ``tp`` GPUs stores and reads: 1/tp while tp ≤ kv_heads;
+    beyond, vLLM replicates the KV heads (one head per GPU: ``num_kv_heads = max(1, total_num_kv_heads
+    // tp_size)`` in its Qwen3/Qwen3-MoE attention), so 1/kv_heads."""
+    return max(1.0 / tp, 1.0 / m.kv_heads)
+
+
+def weight_bytes_per_gpu(m: ModelShape, tokens: float, tp: int, ep: int) -> float:
+    """Weight bytes the busiest GPU of a replica reads in one forward over ``tokens`` tokens: the
+    non-expert weights split over tp; for MoE with experts spread (ep > 1) the busiest rank's
+    experts (:func:`max_rank_experts`), else the expected distinct experts tensor-split over tp."""
+    if not m.experts or ep <= 1:
+        return weight_bytes_read(m, tokens) / tp
+    dense = matmul_params(m) - m.layers * m.experts_per_token * expert_params(m)
+    moe = m.layers * max_rank_experts(m.experts, m.experts_per_token, tokens, ep) * expert_params(m)
+    return (dense / tp + moe) * m.bytes_per_param
+
+
 def weight_bytes_resident(m: ModelShape) -> float:
     """Bytes the weights take in HBM (all of them, experts included)."""
     return total_params(m) * m.bytes_per_param
@@ -183,9 +226,9 @@ def forward_cost(m: ModelShape, hw: Hardware, gen: Gen, rows: float, q: float, c
     if tokens <= 0:
         return ForwardCost(0.0, 0.0, 0.0, 0.0)
     flops = linear_flops(m, tokens) + attention_flops(m, q, context)
-    nbytes = weight_bytes_read(m, tokens) + kv_bytes_per_token(m) * (context + tokens)
+    nbytes = weight_bytes_per_gpu(m, tokens, gen.tp, gen.ep) + kv_bytes_per_token(m) * (context + tokens) * kv_shard(m, gen.tp)
     compute = flops / (gen.tp * hw.flops * hw.flops_efficiency)
-    memory = nbytes / (gen.tp * hw.hbm_bandwidth * hw.bandwidth_efficiency)
+    memory = nbytes / (hw.hbm_bandwidth * hw.bandwidth_efficiency)
     return ForwardCost(compute, memory, comm_s(m, hw, gen, tokens), overhead)
 
 
@@ -193,4 +236,4 @@ def kv_capacity_tokens(m: ModelShape, hw: Hardware, gen: Gen, extra_weights: flo
     """Tokens of KV cache a replica holds: tp · HBM · memory_utilization − weights (target and
     drafter), over the KV bytes per token (target and drafter)."""
     free = gen.tp * hw.hbm_bytes * gen.memory_utilization - weight_bytes_resident(m) - extra_weights
-    return max(free, 0.0) / (kv_bytes_per_token(m) + extra_kv_per_token)
+    return max(free, 0.0) / gen.tp / (kv_bytes_per_token(m) * kv_shard(m, gen.tp) + extra_kv_per_token / gen.tp)

@@ -4,17 +4,20 @@ Each of the ``replicas`` generation replicas gets an equal share of the step's p
 (shuffled, dealt round-robin). A replica admits queued rows while fewer than ``max_num_seqs`` are in
 flight and their KV cache at their *final* length fits (an oracle admission: no preemption); each
 admission costs a prefill forward over the prompts, which emits the first token. Every step then
-advances each live row by E tokens (E = 1 autoregressive; E = E[N](k) speculative, the expected
-tokens per verification step, so a row of L tokens takes ceil((L − 1) / E) steps: deterministic
-per row, the variance of acceptance ignored, DESIGN.md §4), and a row leaves when done, so the
+advances each live row (E = 1 token autoregressive; speculative, the tokens N of a verification
+step are drawn independently per step with E[N](k) and Var(N) from the per-position acceptance,
+DESIGN.md §4, so a row of L tokens takes about (L − 1)/E[N] ± sqrt((L − 1)·Var(N)/E[N]³) steps,
+:func:`row_steps`: the slowest of many long rows needs more steps than E[N] suggests; contexts grow
+by E[N] per step), and a row leaves when done, so the
 batch shrinks into the long tail (as :mod:`workbench.perf.simulate` counts it) and a queued row
 takes its place. A step's seconds come from :func:`workbench.simulate.costs.forward_cost` at the
 live rows' summed context, which grows by rows · E per step; between two events (a row leaving)
 the rows are fixed and the step time is integrated with Simpson's rule. The gen stage lasts until
 the slowest replica is done.
 
-A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (1 token
-per row each; EAGLE-3's / MTP's layer attends over the same context with its own KV cache;
+A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (EAGLE-3 /
+MTP: the first over the k + 1 verified positions per row, then k − 1 of 1 token per row,
+:func:`draft_s`; the draft layer attends over the same context with its own KV cache;
 ``ngram`` costs host seconds only), each with its fixed overhead.
 """
 
@@ -52,6 +55,40 @@ def acceptance_length(spec: Speculation, k: int) -> float:
         r += [a ** (i + 1) for i in range(len(r), k)]
         return tokens_per_step(r)
     return expected_tokens(float(spec.alpha), k)
+
+
+def acceptance_survival(spec: Speculation, k: int) -> list[float]:
+    """P(N ≥ j + 1) for j = 0..k, N the tokens of one verification step (s_0 = 1): α^j for ``alpha``,
+    and for a measured ``acceptance_length`` with α fitted to it at k; 1 then the per-position rates
+    (extended with α^(i+1)) for ``per_position``. Their sum is E[N] (:func:`acceptance_length`)."""
+    if spec.drafter == "none" or k <= 0:
+        return [1.0]
+    if spec.per_position is not None:
+        r = list(spec.per_position[:k])
+        a = alpha_from_per_position(spec.per_position)
+        return [1.0] + r + [a ** (i + 1) for i in range(len(r), k)]
+    a = float(spec.alpha) if spec.acceptance_length is None else alpha_from_acceptance_length(acceptance_length(spec, k), k)
+    return [a**j for j in range(k + 1)]
+
+
+def tokens_per_step_var(spec: Speculation, k: int) -> float:
+    """Var(N) of one verification step, draws independent across steps (DESIGN.md §4's model):
+    E[N²] = Σ_j (2j + 1) · P(N ≥ j + 1), so Var = Σ_j (2j + 1) s_j − (Σ_j s_j)²; 0 autoregressive."""
+    s = acceptance_survival(spec, k)
+    return max(sum((2 * j + 1) * x for j, x in enumerate(s)) - sum(s) ** 2, 0.0)
+
+
+def row_steps(lengths: np.ndarray, mean: float, var: float, k: int, rng: np.random.Generator | None) -> np.ndarray:
+    """Verification steps each row of ``lengths`` tokens needs (its first token comes from prefill):
+    (L − 1)/E[N] + z · sqrt((L − 1) · Var(N) / E[N]³), z ~ N(0, 1) per row, rounded up — the renewal
+    central limit theorem for the steps to cover L − 1 tokens with i.i.d. step sizes N (Ross,
+    *Stochastic Processes*, 2nd ed., Thm 3.3.5); bounded by (L − 1)/(k + 1) and L − 1. ``rng`` None or
+    Var = 0: ceil((L − 1)/E[N]), the deterministic count."""
+    n = np.asarray(lengths, dtype=float) - 1.0
+    x = n / mean
+    if rng is not None and var > 0:
+        x = x + rng.standard_normal(n.size) * np.sqrt(n * var / mean**3)
+    return np.clip(np.ceil(x - 1e-9), np.ceil(n / (k + 1) - 1e-9), n)
 
 
 # ------------------------------------------------------------------ lengths and drafters
@@ -98,6 +135,19 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
     return base.model_copy(update={"total_params": n, "active_params": n})
 
 
+def draft_s(d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[float, float, float], float], drafter: str) -> float:
+    """Seconds of the drafter's k forwards in one step; ``fwd(rows, q, context)`` one forward. eagle3 /
+    mtp: vLLM's proposer runs its first pass over every position the target just verified (k + 1
+    per row: it needs the draft layer's KV and hidden state at each), then k − 1 passes of one token
+    per row (``SpecDecodeBaseProposer.propose``: ``for token_index in range(num_speculative_tokens − 1)``,
+    vllm/v1/spec_decode); draft_model: k passes of one token."""
+    if k <= 0:
+        return 0.0
+    if drafter in ("eagle3", "mtp"):
+        return fwd(rows, k + 1, context) + (k - 1) * fwd(rows, 1, context)
+    return k * fwd(rows, 1, context)
+
+
 # ------------------------------------------------------------------ one replica
 
 
@@ -105,21 +155,23 @@ StepFn = Callable[[float, float], float]  # (rows, summed context) -> seconds of
 
 
 def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: float, per_step: float,
-                 step_s: StepFn, prefill_s: Callable[[int], float]) -> tuple[float, float, int]:
+                 step_s: StepFn, prefill_s: Callable[[int], float], steps_per_row: np.ndarray | None = None) -> tuple[float, float, int]:
     """(seconds, row-steps, steps) of one replica generating ``lengths`` (module doc): continuous
-    batching under ``max_rows`` rows and ``capacity`` KV tokens, ``per_step`` tokens per row per step.
+    batching under ``max_rows`` rows and ``capacity`` KV tokens, ``per_step`` tokens per row per step
+    (context growth); ``steps_per_row`` (default ceil((L − 1) / per_step)) the steps each row takes.
 
     Raises:
         ValueError: one row (prompt + its length) does not fit the KV cache.
     """
     queue = [int(x) for x in lengths]
+    todo = np.ceil((np.asarray(lengths, dtype=float) - 1) / per_step) if steps_per_row is None else np.asarray(steps_per_row, dtype=float)
     qi, t, row_steps, steps = 0, 0.0, 0.0, 0
     left = np.zeros(0)
     ctx = np.zeros(0)
     need = np.zeros(0)
     while True:
         reserved = float(need.sum())
-        new = []
+        new, q0 = [], qi
         while qi < len(queue) and len(left) + len(new) < max_rows and reserved + prompt + queue[qi] <= capacity:
             reserved += prompt + queue[qi]
             new.append(queue[qi])
@@ -127,7 +179,7 @@ def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: floa
         if new:
             t += prefill_s(len(new))
             arr = np.asarray(new, dtype=float)
-            left = np.concatenate([left, np.ceil((arr - 1) / per_step)])
+            left = np.concatenate([left, todo[q0:qi]])
             ctx = np.concatenate([ctx, np.full(len(new), prompt + 1.0)])
             need = np.concatenate([need, prompt + arr])
         keep = left > 0
@@ -184,7 +236,8 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     def step_s(rows: float, context: float) -> float:
         t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds
         if k and d is not None:
-            t += k * forward_cost(d, hw, g, rows, 1, context, g.draft_overhead).seconds
+            t += draft_s(d, rows, context, k, lambda r, q, c: forward_cost(d, hw, g, r, q, c, g.draft_overhead).seconds,
+                         s.drafter)
         elif k:
             t += k * g.draft_overhead + s.ngram_step_s
         return t
@@ -194,10 +247,11 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
         return t + (forward_cost(d, hw, g, n, prompt, n * prompt / 2).seconds if d is not None else 0.0)
 
     order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))
+    steps = row_steps(lengths, E, tokens_per_step_var(s, k), k, np.random.default_rng(sc.workload.seed + 2))
     times = []
     for r in range(replicas):
-        part = lengths[order[r::replicas]]
-        if part.size:
-            times.append(replica_time(part, prompt, max_rows, cap, E, step_s, prefill_s))
+        idx = order[r::replicas]
+        if idx.size:
+            times.append(replica_time(lengths[idx], prompt, max_rows, cap, E, step_s, prefill_s, steps[idx]))
     slow = max(times, key=lambda x: x[0])
     return GenResult(k, slow[0], float(np.mean([x[0] for x in times])), E, replicas, slow[1] / max(slow[2], 1), slow[2], max_rows)
