@@ -138,3 +138,23 @@ def test_wb_bench_bad_options():
     assert res.exit_code == 2 and "--k" in res.output
     res = CliRunner().invoke(app, ["bench", "micro", "--drafters", "foo"])
     assert res.exit_code == 2 and "allowed values" in res.output
+
+
+def test_paired_speedup_ci_over_the_interleaved_repeats():
+    """Repeat i of the speculative and the autoregressive contender is a pair: ratios 2, 1, 2 ->
+    geometric mean 4^(1/3), a Student-t interval on the logs that contains it; rendered in the row."""
+    import math
+
+    from workbench.bench.core import paired_speedup_ci
+    from workbench.bench.render import _ci
+    from workbench.timing import Timing
+
+    ci = paired_speedup_ci(Timing(1.0, None, None, (2.0, 1.0, 4.0)), Timing(1.0, None, None, (1.0, 1.0, 2.0)))
+    assert ci.n == 3 and ci.mean == pytest.approx(4 ** (1 / 3))
+    assert ci.low < ci.mean < ci.high
+    logs = [math.log(2), 0.0, math.log(2)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 2)
+    assert math.log(ci.high) - m == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-5)  # t(0.975, 2 df)
+    assert _ci({"speedup_mean": ci.mean, "speedup_ci95_low": ci.low, "speedup_ci95_high": ci.high}).startswith("1.59 [")
+    assert _ci({}) == "-"

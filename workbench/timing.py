@@ -172,6 +172,7 @@ class Timing(NamedTuple):
     seconds: float
     out: object
     peak_mib: float | None
+    all_s: tuple[float, ...] = ()  # every timed call's seconds, in order (paired repeats)
 
 
 def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:

@@ -47,6 +47,7 @@ from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.specs import ExperimentSpec
+from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
 from workbench.timing import TimeSpent, Timing, measure, timed  # noqa: F401 (Timing: part of the bench API)
 
@@ -111,7 +112,13 @@ def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: t
             peaks[name].append(m.peak_mib)
             outs[name] = m.out
     return {name: Timing(statistics.median(times[name]), outs[name],
-                         None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None)) for name in fns}
+                         None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None), tuple(times[name])) for name in fns}
+
+
+def paired_speedup_ci(ar: Timing, spec: Timing) -> RatioCI:
+    """The speedup ar / spec over the interleaved repeats (repeat i of each is a pair, timed side by
+    side): geometric mean and Student-t 95 % interval on the log ratios (DESIGN.md §8)."""
+    return ratio_ci(paired_ratios(ar.all_s, spec.all_s))
 
 
 @dataclass
@@ -297,10 +304,12 @@ class Bench:
                 per_row = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
                 pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
                 meas = t_ar / t_spec
+                ci = paired_speedup_ci(t["ar"], t["spec"])
                 rows.append({
                     "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
                     "acceptance_length": m.get("spec/acceptance_length"), "predicted_per_row": per_row,
                     "predicted_speedup": pred, "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
+                    "speedup_mean": ci.mean, "speedup_ci95_low": ci.low, "speedup_ci95_high": ci.high, "repeats": ci.n,
                     "spec_tok_s": B * self.cfg.max_new_tokens / t_spec, "spec_peak_mib": t["spec"].peak_mib,
                 })
         ar_gen_s = statistics.median(ar_times) if ar_times else None

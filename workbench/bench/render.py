@@ -27,6 +27,13 @@ def _f(x, nd=2) -> str:
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
 
+def _ci(x: dict) -> str:
+    """A bench row's paired speedup "1.23 [1.20, 1.26]" (results written before it had one: -)."""
+    if x.get("speedup_mean") is None:
+        return "-"
+    return f"{x['speedup_mean']:.2f} [{_f(x.get('speedup_ci95_low'))}, {_f(x.get('speedup_ci95_high'))}]"
+
+
 def _has_peaks(r: dict) -> bool:
     return any(x.get("ours_peak_mib") is not None for x in r.get("ar", []))
 
@@ -87,13 +94,15 @@ def to_markdown(r: dict) -> str:
                   "Target forward cost vs tokens per row (relative to 1): " + ", ".join(f"{T}: {v / t1:.2f}" for T, v in curve.items()), "",
                   "c: drafter seconds per draft token inside a real generation / one target step; predicted per row: "
                   "E[N] / (k·c + verify cost); predicted: the same step cost over the batch's simulated steps (the "
-                  "slowest of the rows sets them); efficiency = measured / predicted."
+                  "slowest of the rows sets them); measured = median ratio of the interleaved repeats; paired "
+                  "[95 % CI] = geometric mean of the per-repeat ratios (each speculative run timed beside an "
+                  "autoregressive one) with a Student-t interval; efficiency = measured / predicted."
                   + (f" Our autoregressive engine at this batch: {_f(m.get('ar_tok_s'), 0)} tok/s, peak {_f(m.get('ar_peak_mib'), 0)} MiB." if peaks else ""), "",
-                  "| drafter | k | α | c | verify cost | acc. length | predicted per row | predicted | measured | efficiency |" + (" peak MiB |" if peaks else ""),
-                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if peaks else "")]
+                  "| drafter | k | α | c | verify cost | acc. length | predicted per row | predicted | measured | paired [95 % CI] | efficiency |" + (" peak MiB |" if peaks else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if peaks else "")]
         for x in m["rows"]:
             lines.append(f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | {_f(x['acceptance_length'])} | "
-                         f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_f(x['efficiency'])} |"
+                         f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_ci(x)} | {_f(x['efficiency'])} |"
                          + (f" {_f(x.get('spec_peak_mib'), 0)} |" if peaks else ""))
     lines += vllm_markdown(r.get("vllm", []), meta)
     return "\n".join(lines) + "\n"
