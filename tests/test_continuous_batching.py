@@ -171,3 +171,35 @@ def test_spec_field_and_vllm_refusal():
     spec = load_spec("micro", ["rollout.backend=vllm", "rollout.continuous_batching=false"])
     with pytest.raises(ValueError, match="rollout.continuous_batching"):
         check_vllm_spec(spec)
+
+
+@pytest.mark.parametrize("kind", ["none", "eagle3"])
+def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind):  # noqa: F811
+    """Continuous batching keeps prefix sharing: G rows of a prompt joining at different steps copy
+    its prefill (KV, logits, the drafter's hidden states) instead of running the target again; the
+    rollouts are one batch's."""
+    prompts = [PROMPTS[0]] * 4 + [PROMPTS[4]] * 4 + [PROMPTS[1]] * 4
+    drafter = trained[("eagle3", 1)] if kind == "eagle3" else None
+    calls = []
+    real = target_lm.forward
+
+    def counting(*a, **kw):
+        if kw.get("logits_col") is not None:
+            calls.append(a[0].shape[0])  # distinct prompts computed by this prefill
+        return real(*a, **kw)
+
+    target_lm.forward = counting
+    try:
+        sp = SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)
+        out = RolloutEngine(target_lm, drafter, k=2, max_batch_size=3).generate(prompts, sp, torch.Generator().manual_seed(0))
+        assert sum(calls) == 3  # one computed prefill per distinct prompt, however many admissions
+        assert len(calls) > 1  # (rows did join later)
+        calls.clear()
+        one = RolloutEngine(target_lm, drafter, k=2).generate(prompts, greedy(max_new=24))
+        cont = RolloutEngine(target_lm, drafter, k=2, max_batch_size=3).generate(prompts, greedy(max_new=24))
+        assert cont.tokens == one.tokens
+        if drafter is not None:
+            assert cont.counters.num_accepted_tokens_per_pos == one.counters.num_accepted_tokens_per_pos
+    finally:
+        del target_lm.forward
+    assert len(out.tokens) == 12

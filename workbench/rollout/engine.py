@@ -12,7 +12,7 @@ rows instead of alone.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +27,7 @@ from workbench.rollout.drafter import DraftContext, Drafter
 from workbench.rollout.graphs import capture_sizes, round_cache_len
 from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
+from workbench.rollout.prefix import PromptStore
 from workbench.rollout.rejection import rejection_sample
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 
@@ -150,16 +151,17 @@ class RolloutEngine:
             t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
         queue = deque(idx[self.max_batch_size :])
         first = idx[: self.max_batch_size]
+        store = PromptStore(Counter(tuple(prompts[i]) for i in queue)) if queue else None  # prefix sharing across admissions
         counters = SpecCounters(k=k)
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
         # capacity: admitted rows fill the slots finished rows left, in the same buffers
-        state, cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, first, sp, gen, group_ids, t_max, len(first))
+        state, cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, first, sp, gen, group_ids, t_max, len(first), store)
         finished: list = []  # device slices of retired rows, read back once at the end
         if self.drafter is not None:
             ctx = state.context(sp, gen)
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
             self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
-        state = self._refill(state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max)
+        state = self._refill(state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max, store)
         yield  # prefill done
 
         observe = getattr(self.k_policy, "observe", None)  # a policy that learns from measured step times
@@ -216,14 +218,16 @@ class RolloutEngine:
                 self.drafter.accept(state.context(sp, gen), emit, hidden)  # lens after the step, tokens emitted (n,)
             if observe is not None:  # the host read above waited for the device: wall time is the step's
                 observe(k_t, n, time.perf_counter() - t0)  # (before an admission's prefill: not the step's)
-            state = self._refill(state, done_h, cache, finished, queue, prompts, sp, gen, group_ids, t_max)
+            state = self._refill(state, done_h, cache, finished, queue, prompts, sp, gen, group_ids, t_max, store)
             yield  # one verification (or decode) step done
 
         return collect(finished, counters), counters
 
-    def _start_rows(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids, t_max: int, capacity: int):
+    def _start_rows(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids, t_max: int, capacity: int,
+                    store: PromptStore | None = None):
         """Prefill the prompts ``idx`` into a new (len(idx), t_max) cache and sample each row's first
-        token. Returns (BatchState, cache, hidden {layer: (U, P, H)}, prompt_rows (U,), prompt_index (B,))."""
+        token; prompts in ``store`` are copied, not recomputed. Returns (BatchState, cache, hidden
+        {layer: (U, P, H)}, prompt_rows (U,), prompt_index (B,))."""
         dev, B = self.device, len(idx)
         rows_prompts = [prompts[i] for i in idx]
         P = max(map(len, rows_prompts))
@@ -237,7 +241,7 @@ class RolloutEngine:
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
         # sharing, as vLLM's prefix caching does for a group's common prompt).
-        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity)
+        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store)
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
         rows = torch.arange(B, device=dev)
@@ -249,31 +253,62 @@ class RolloutEngine:
                            first == eos, done, list(idx), P + 1)
         return state, cache, hidden, prompt_rows, prompt_index
 
-    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers, capacity: int):
+    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers, capacity: int,
+                 store: PromptStore | None = None):
         """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache of ``capacity`` rows.
 
-        Distinct prompts only (prefix sharing): U rows are computed once and their cache rows
-        copied to all B rows. Returns next-token logits (B, 1, V), hidden states {layer: (U, P, H)}
-        of the distinct prompts, the cache, ``prompt_rows`` (U,) (a row holding each distinct
-        prompt) and ``prompt_index`` (B,) (each row's distinct prompt).
+        Distinct prompts only (prefix sharing): U rows are computed once (or copied from ``store``,
+        prompts prefilled earlier in this generation) and their cache rows copied to all B rows.
+        Returns next-token logits (B, 1, V), hidden states {layer: (U, P, H)} of the distinct
+        prompts, the cache, ``prompt_rows`` (U,) (a row holding each distinct prompt) and
+        ``prompt_index`` (B,) (each row's distinct prompt).
         """
-        B, dev = tokens.shape[0], tokens.device
+        B, P, dev = tokens.shape[0], tokens.shape[1], tokens.device
         first: dict[tuple[int, ...], int] = {}  # prompt -> its first row
         for b, p in enumerate(prompts):
             first.setdefault(tuple(p), b)
-        U = len(first)
+        keys, U = list(first), len(first)
         order = {row: u for u, row in enumerate(first.values())}
         uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
         inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
+        miss = [u for u in range(U) if store is None or keys[u] not in store]  # distinct prompts to compute
         cache = self.target.new_cache(U, t_max, capacity=max(B, capacity))
-        zeros = torch.zeros(U, dtype=torch.long, device=dev)
-        logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
+        zeros = torch.zeros(len(miss), dtype=torch.long, device=dev)
+        if len(miss) == U:  # nothing stored: the distinct prompts straight into the cache
+            logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
+            fresh, fresh_row = cache, list(range(U))
+        else:
+            fresh = self.target.new_cache(len(miss), t_max) if miss else None
+            out_l, out_h = self.target(tokens[uniq[miss]], zeros, fresh, hidden_layers=layers, logits_col=prompt_lens[uniq[miss]] - 1,
+                                       max_start=0) if miss else (None, {})
+            fresh_row = {u: j for j, u in enumerate(miss)}
+            rows_l, rows_h = [], {i: [] for i in layers}  # per distinct prompt: (1, V) logits, (P, H) hidden
+            for u, key in enumerate(keys):
+                if u in fresh_row:
+                    j = fresh_row[u]
+                    for dst, src in ((cache.k, fresh.k), (cache.v, fresh.v)):
+                        for t, s in zip(dst, src):
+                            t[u] = s[j]
+                    rows_l.append(out_l[j])
+                    for i in layers:
+                        rows_h[i].append(out_h[i][j])
+                else:
+                    e = store.write(key, cache, u)
+                    rows_l.append(e.logits)
+                    for i in layers:  # right-padded to P (padding is never read)
+                        rows_h[i].append(torch.nn.functional.pad(e.hidden[i], (0, 0, 0, P - len(key))))
+            logits = torch.stack(rows_l)  # (U, 1, V)
+            hidden = {i: torch.stack(h) for i, h in rows_h.items()}  # (U, P, H)
+        if store is not None:
+            for u in miss:
+                store.keep(keys[u], fresh, fresh_row[u], logits[u], hidden, u)
         if U < B:
             cache.select(inv)  # (U, ...) -> (B, ...)
             logits = logits[inv]
         return logits, hidden, cache, uniq, inv
 
-    def _refill(self, state: BatchState, done: list, cache, finished: list, queue: deque, prompts, sp, gen, group_ids, t_max: int) -> BatchState:
+    def _refill(self, state: BatchState, done: list, cache, finished: list, queue: deque, prompts, sp, gen, group_ids, t_max: int,
+                store: PromptStore | None = None) -> BatchState:
         """Retire the finished rows (``done``: host flags), then admit waiting prompts into the
         freed slots, prefilled and with their first token sampled (continuous batching); repeated
         while admitted rows finish at once (an EOS or a budget of one token)."""
@@ -284,7 +319,9 @@ class RolloutEngine:
             if incoming == 0:
                 return state
             new_idx = [queue.popleft() for _ in range(incoming)]
-            new, new_cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, new_idx, sp, gen, group_ids, t_max, incoming)
+            new, new_cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, new_idx, sp, gen, group_ids, t_max, incoming, store)
+            if store is not None:
+                store.admitted([tuple(prompts[i]) for i in new_idx])
             n_old = state.n
             cache.append(new_cache)
             del new_cache
