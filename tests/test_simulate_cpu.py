@@ -107,21 +107,23 @@ ROWS, L, STEPS = 4, 9, 4  # one batch of 4 rows, 9 tokens each (8 after the pref
 TRUE_X = 1 * MS  # verify_overhead_s the "measured" speedups were made with
 # 1 ms forwards, free ngram, prompt 1 token: AR = 1 + 8 = 9 ms; k accepts all: ceil(8/(k+1)) steps of 1 + x ms each
 SPEEDUP = {k: 9 / (1 + -(-8 // (k + 1)) * 2) for k in (1, 2, 3)}  # 1.0, 9/7, 1.8
+SEED_SCALE = {0: 1.0, 1: 1.1, 2: 0.95}
 
 
-def fake_sweep(client, name):
+def fake_sweep(client, name, seeds=(0,), **extra):
+    """Points none, ngram k = 1..3 at each seed; seed i's speedups scaled by SEED_SCALE[i] (the between-run scatter)."""
     exp = client.create_experiment(f"wb-{name}")
     parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
     setting = {"model.target": "micro", "task.name": "arith_chain", "grpo.prompts_per_step": 1, "grpo.group_size": ROWS,
-               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1}
-    for kind, k in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)):
+               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1, **extra}
+    for (kind, k), seed in ((p, sd) for p in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)) for sd in seeds):
         m = {"timing_s/gen": [0.01] * STEPS, "timing_s/step": [0.02] * STEPS, "gen/num_tokens": [ROWS * L] * STEPS}
         if kind != "none":
-            s = SPEEDUP[k]
+            s = SPEEDUP[k] * SEED_SCALE[seed]
             m |= {"speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01], **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
                   "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS, "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
                   "gen_autoregressive/num_forwards": [L - 1] * STEPS, "speedup/gen_modeled": [2.0] * STEPS}
-        log_run(client, exp, f"{name}: {kind} k={k}", {**setting, "drafter.kind": kind, "drafter.k": k or 3}, m,
+        log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3}, m,
                 tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
 
 
@@ -154,3 +156,26 @@ def test_cli_from_sweep_predicts_and_records(store, tmp_path):
     assert len(failed) == 1 and "k=5" in failed[0].data.tags["workbench.simulate.error"]
     quiet = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--costs", str(hw), "--prompt-len", "1", "--draws", "1", "--no-track"])
     assert quiet.exit_code == 0 and len(store.search_runs([r.info.experiment_id])) == 2
+
+
+def test_cli_from_sweep_repeats_use_the_random_effects_estimate(store, tmp_path):
+    """3 seeds per point: measured [CI] is runs_ci over the seeds' per-step ratios after warm-up (wider than
+    the pooled steps' CI, which ignores the 0.95-1.1 scatter between seeds), and the fit calibrates on it."""
+    from workbench.stats import ratio_ci, runs_ci
+
+    fake_sweep(store, "cpu-rep", seeds=(0, 1, 2))
+    hw = tmp_path / "hw.json"
+    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    out = tmp_path / "rep.json"
+    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-rep", "--costs", str(hw), "--prompt-len", "1", "--draws", "2",
+                              "--json", str(out), "--no-track"], terminal_width=220)
+    assert res.exit_code == 0, res.output
+    rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
+    for k in (1, 2, 3):
+        per_run = [[s * c / 1.01, s * c, s * c * 1.01] for s in (SPEEDUP[k],) for c in SEED_SCALE.values()]
+        re, pooled = runs_ci(per_run), ratio_ci([x for r in per_run for x in r])
+        assert (rows[k]["measured"], rows[k]["low"], rows[k]["high"]) == pytest.approx((re.mean, re.low, re.high))
+        assert rows[k]["runs"] == 3 and rows[k]["tau"] == pytest.approx(re.tau) and rows[k]["tau"] > 0
+        assert rows[k]["high"] - rows[k]["low"] > 2 * (pooled.high - pooled.low)
+    assert rows[3]["predicted"] == pytest.approx(rows[3]["measured"], rel=1e-9)  # calibrated on the random-effects mean

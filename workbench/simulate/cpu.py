@@ -25,7 +25,9 @@ leg of issue #23's validation):
   as every step keeps a positive cost.
 
 The predicted speedup is mean autoregressive seconds / mean speculative seconds over the draws; the
-measured one is the geometric mean of per-step paired ratios [95 % CI]; the error is predicted /
+measured one is the geometric mean of per-step paired ratios [95 % CI], over ≥ 2 runs (seeds) of a
+point the random-effects estimate over them (:func:`workbench.stats.runs_ci`: the calibration fits
+it and the CI a prediction is checked against holds the between-run scatter); the error is predicted /
 measured − 1 and a miss is how far the prediction lies outside the CI (relative to the nearer end).
 """
 
@@ -142,6 +144,8 @@ class CpuRow:
     calibration: bool  # the point the unknown was fitted to
     gen_ar_s: float  # predicted seconds per GRPO step (curve speed), autoregressive arm
     gen_spec_s: float
+    runs: int = 1  # runs (seeds) behind ``measured``
+    tau: float | None = None  # their between-run spread (sd of the log speedup) when random effects, else None
 
     @property
     def inside(self) -> bool:
@@ -215,7 +219,8 @@ def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: st
         for p in pts:
             a_s, s_s = ar.seconds(unknown, x), arms[p.k].seconds(unknown, x)
             m = p.measured
-            rows.append(CpuRow(kind, p.k, p.acceptance_length, m.mean, m.low, m.high, a_s / s_s, p.modeled, p.k == calibrate_k, a_s, s_s))
+            rows.append(CpuRow(kind, p.k, p.acceptance_length, m.mean, m.low, m.high, a_s / s_s, p.modeled, p.k == calibrate_k, a_s, s_s,
+                               len(p.run_ids), p.runs.tau if p.runs is not None else None))
     if not rows:
         raise ValueError(f"no drafter of sweep {wl.name!r} has a point at k={calibrate_k} (--calibrate-k)")
     workload = {"rows": wl.rows, "chunk": wl.chunk, "max_new_tokens": wl.max_new_tokens, "mean_len": wl.mean_len, "cv": wl.cv,

@@ -6,10 +6,14 @@ speedup with its 95 % CI):
 
 - per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
   and the share of row-steps without a draft (n-gram misses; :func:`workbench.perf.sweep_check.row_steps_of`),
-  the measured paired ``speedup/gen`` [95 % CI] and, for comparison, the run's own deterministic
-  ``speedup/gen_modeled`` (its *counted* forwards × the same cost curves);
+  means over the point's runs; the measured paired ``speedup/gen`` [95 % CI]: over ≥ 2 runs (seeds)
+  the repeat-aware random-effects estimate :func:`workbench.stats.runs_ci` over the runs' per-step
+  ratios (its τ, the between-run spread, kept beside it), one run's per-step CI otherwise (as the
+  sweep table, :func:`workbench.sweep.results.paired_interval`); and, for comparison, the runs'
+  own deterministic ``speedup/gen_modeled`` (their *counted* forwards × the same cost curves);
 - the workload, shared by every point: rows per GRPO step (prompts × G), rows decoded together
-  (``rollout.max_batch_size``), ``max_new_tokens``, the prompt length (tokens, from the task's
+  (``rollout.max_batch_size``) and how (``rollout.continuous_batching``: true, waiting rows join the
+  slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
   prompts and the target's tokenizer unless given), and the completion lengths: the runs log no
   per-row length, so a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) is fitted to
   two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the
@@ -28,7 +32,7 @@ from workbench.perf.sweep_check import row_steps_of
 from workbench.perf.sweep_runs import SweepRun
 from workbench.simulate.rollout import lognormal_lengths
 from workbench.simulate.run import solve_monotone
-from workbench.stats import RatioCI
+from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
 
@@ -45,6 +49,12 @@ class SweepPoint:
     modeled: float | None  # the run's speedup/gen_modeled (counted forwards × cost curves)
     run_ids: list[str]
     params: dict[str, str]
+    runs: RunsCI | None = None  # the random-effects estimate behind ``measured`` (≥ 2 runs), else None
+
+    @property
+    def interval(self) -> str:
+        """What ``measured``'s CI covers: ``runs`` (random effects over the seeds) or ``steps`` (one run's steps)."""
+        return "runs" if self.runs is not None else "steps"
 
     @property
     def acceptance_length(self) -> float:
@@ -173,7 +183,7 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
                       {**means, **{f"spec/acceptance_rate_pos_{i}": v for i, v in enumerate(per_pos)}})
         _, no_draft = row_steps_of(sr)
         wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, "speedup/gen_modeled"),
-                                    [x.run_id for x in row_runs(row)], dict(run.params)))
+                                    [x.run_id for x in row_runs(row)], dict(run.params), row.gen_runs))
     if not wl.points:
         raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
     wl.points.sort(key=lambda p: (p.kind, p.k))
