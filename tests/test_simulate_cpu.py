@@ -12,8 +12,8 @@ from test_runs import log_run
 from workbench.cli import app
 from workbench.perf.analytic import CostModel
 from workbench.perf.simulate import DrafterCost
-from workbench.simulate.cpu import ArmTime, arm_time, fit_unknown, row_steps
-from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, fit_length_cv
+from workbench.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
+from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, continuous_of, decode_forwards, fit_length_cv
 from workbench.simulate.measured import MeasuredHardware, from_cache
 
 runner = CliRunner()
@@ -50,6 +50,31 @@ def test_arm_time_by_hand():
     assert (spec.base, spec.forwards) == pytest.approx((MS + 2 * 1.5 * MS, 2))
     assert spec.weight("verify_overhead_s") == 2 and ar.weight("verify_overhead_s") == 0
     assert spec.weight("draft_overhead_s") == 6 and ar.weight("step_overhead_s") == 8
+
+
+def test_arm_time_continuous_slots_by_hand():
+    """Rows of 8, 2, 2, 8 tokens in 2 slots, 1 ms forwards, prompt 1 token (a prefill forward 1 ms).
+    Chunks (8, 2), (2, 8): 7 + 7 decode forwards, 2 prefills = 16 ms. Continuous: decode forwards
+    7, 1, 1, 7 in 2 slots: row 0 in A at 0..7, row 1 in B at 0..1, row 2 at 1..2, row 3 at 2..9: 9
+    forwards, 3 admissions (rows 0+1, row 2, row 3), each one prefill forward: 12 ms. ngram k=1
+    accepting all (2 tokens a step), 0.5 ms a step: steps 4, 1, 1, 4; chunks 4 + 4 steps × 1.5 + 2 =
+    14 ms; continuous: B at 0..1, 1..2, 2..6: 6 steps × 1.5 + 3 prefills = 12 ms."""
+    hw = MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=1": DrafterCost("ngram", 1, "", a=0.5 * MS)})
+    L = [np.array([8, 2, 2, 8])]
+    p = SweepPoint("ngram", 1, [1.0], 0.0, None, None, [], {})
+    assert [b.tolist() for b in batches(L[0], 2, False)] == [[8, 2], [2, 8]] and len(batches(L[0], 2, True)) == 1
+    for continuous, ar_s, ar_n, sp_s, sp_n in ((False, 16, 14, 14, 8), (True, 12, 9, 12, 6)):
+        wl = SweepWorkload("s", "", 4, 2, 96, 5.0, 0.0, prompt_len=1, continuous=continuous)
+        ar, spec = arm_time(wl, hw, L, None), arm_time(wl, hw, L, p)
+        assert (ar.base, ar.forwards) == pytest.approx((ar_s * MS, ar_n)), continuous
+        assert (spec.base, spec.forwards) == pytest.approx((sp_s * MS, sp_n)), continuous
+    assert decode_forwards(L[0], 2) == 14 and decode_forwards(L[0], 2, continuous=True) == 9
+    cv_c = fit_length_cv(20.0, 4 * 19, rows=16, chunk=4, max_len=96, continuous=True)  # constant lengths: 4 waves of 19
+    assert cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4  # 84.5 at cv 0.3
+    # the param, as logged (MLflow strings), and runs logged before it existed (no param: chunks)
+    assert continuous_of({"rollout.continuous_batching": "True"}, 16, 4) and not continuous_of({}, 16, 4)
+    assert not continuous_of({"rollout.continuous_batching": "True"}, 4, 4)  # one batch: nothing waits
+    assert not continuous_of({"rollout.continuous_batching": "False"}, 16, 4)
 
 
 def test_fit_unknown_closed_form():
@@ -179,3 +204,16 @@ def test_cli_from_sweep_repeats_use_the_random_effects_estimate(store, tmp_path)
         assert rows[k]["runs"] == 3 and rows[k]["tau"] == pytest.approx(re.tau) and rows[k]["tau"] > 0
         assert rows[k]["high"] - rows[k]["low"] > 2 * (pooled.high - pooled.low)
     assert rows[3]["predicted"] == pytest.approx(rows[3]["measured"], rel=1e-9)  # calibrated on the random-effects mean
+
+
+def test_cli_from_sweep_reads_continuous_batching(store, tmp_path):
+    """A sweep logged with rollout.continuous_batching=True and more rows (4) than slots (2) is simulated in slots."""
+    fake_sweep(store, "cpu-cb", **{"rollout.continuous_batching": True, "rollout.max_batch_size": 2})
+    hw = tmp_path / "hw.json"
+    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    out = tmp_path / "cb.json"
+    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-cb", "--costs", str(hw), "--prompt-len", "1", "--draws", "1",
+                              "--json", str(out), "--no-track"], terminal_width=220)
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["workload"]["continuous"] is True and "batched continuously in 2 slots" in res.output

@@ -56,7 +56,8 @@ def sweep_check(name: str, calibrate_k: int, unknown: str, costs: Optional[Path]
 def render(chk) -> None:
     """The fit, the table of points and the count inside their CIs."""
     h = chk.hardware
-    console.print(f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step in batches of {chk.workload['chunk']}, completions "
+    how = "batched continuously in {} slots" if chk.workload.get("continuous") else "in batches of {}"
+    console.print(f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step {how.format(chk.workload['chunk'])}, completions "
                   f"{chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}), prompts {chk.workload['prompt_len']} tokens; "
                   f"hardware: {h.get('source', '?')} ({h.get('machine', '?')}, torch {h.get('torch', '?')}, {h.get('threads', '?')} threads)",
                   highlight=False)

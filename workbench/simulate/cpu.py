@@ -6,7 +6,11 @@ leg of issue #23's validation):
 - rows: the step's completions (:meth:`~workbench.simulate.from_sweep.SweepWorkload.lengths`) in
   batches of ``chunk`` rows decoded together; a batch runs until its longest row is done and rows
   leave as they finish (:func:`workbench.simulate.rollout.replica_time`, all the batch's rows
-  admitted at once, as the engine does; no refill from a queue);
+  admitted at once, as the engine does with ``rollout.continuous_batching`` false or not logged);
+  continuous (``SweepWorkload.continuous``: the param true and more rows than ``chunk``), all the
+  step's rows in ``chunk`` slots, waiting rows joining in order as rows finish (the engine's slot
+  schedule, :func:`workbench.perf.simulate.slot_schedule`), each admission one prefill forward of
+  the rows it admits (:func:`batches`);
 - speculative arm: row i needs L_i − 1 tokens after the prefill; each verification step emits j + 1
   tokens with the point's measured probability (per-position acceptance, accepts form a prefix;
   undrafted row-steps emit 1: :func:`workbench.perf.simulate.emit_pmf`), so a row's step count is
@@ -61,6 +65,12 @@ def row_steps(lengths: np.ndarray, pmf: np.ndarray, rng: np.random.Generator) ->
     return np.where(rem > 0, steps, 0)
 
 
+def batches(lengths: np.ndarray, chunk: int, continuous: bool) -> list[np.ndarray]:
+    """The row groups the engine admits from a full queue: consecutive chunks of ``chunk`` rows, or
+    (``continuous``) one queue that :func:`~workbench.simulate.rollout.replica_time` feeds into ``chunk`` slots."""
+    return [lengths] if continuous else [lengths[i : i + chunk] for i in range(0, len(lengths), chunk)]
+
+
 @dataclass
 class ArmTime:
     """One arm's mean seconds per GRPO step from the curves (``base``) and what the unknown multiplies."""
@@ -100,8 +110,7 @@ def arm_time(wl: SweepWorkload, hw: MeasuredHardware, lengths: list[np.ndarray],
 
     base = forwards = 0.0
     for L in lengths:
-        for i in range(0, len(L), wl.chunk):
-            part = L[i : i + wl.chunk]
+        for part in batches(L, wl.chunk, wl.continuous):
             todo = part if point is None else 1 + row_steps(part, point.pmf, rng)  # in steps of one "token"
             s, _, n = replica_time(todo, P, wl.chunk, math.inf, 1.0, step_s, prefill_s)
             base, forwards = base + s, forwards + n
@@ -224,5 +233,5 @@ def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: st
     if not rows:
         raise ValueError(f"no drafter of sweep {wl.name!r} has a point at k={calibrate_k} (--calibrate-k)")
     workload = {"rows": wl.rows, "chunk": wl.chunk, "max_new_tokens": wl.max_new_tokens, "mean_len": wl.mean_len, "cv": wl.cv,
-                "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "draws": draws, "seed": seed}
+                "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "continuous": wl.continuous, "draws": draws, "seed": seed}
     return CpuCheck(wl.name, unknown, calibrate_k, fits, rows, workload, dict(hw.meta), notes)

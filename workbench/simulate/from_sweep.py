@@ -17,8 +17,9 @@ speedup with its 95 % CI):
   prompts and the target's tokenizer unless given), and the completion lengths: the runs log no
   per-row length, so a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) is fitted to
   two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the
-  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards`` = Σ over
-  batches of the longest row − 1, which sets the long tail): :func:`fit_length_cv`.
+  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over
+  batches of the longest row − 1; continuous, the end of the slot schedule; either sets the long
+  tail: :func:`decode_forwards`): :func:`fit_length_cv`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.perf.simulate import emit_pmf
+from workbench.perf.simulate import emit_pmf, slot_schedule
 from workbench.perf.sweep_check import row_steps_of
 from workbench.perf.sweep_runs import SweepRun
 from workbench.simulate.rollout import lognormal_lengths
@@ -77,12 +78,13 @@ class SweepWorkload:
     name: str
     tracking_uri: str
     rows: int  # rollouts per GRPO step
-    chunk: int  # rows decoded together
+    chunk: int  # rows decoded together (batch slots)
     max_new_tokens: int
     mean_len: float  # tokens per completion
     ar_forwards: float  # autoregressive decode forwards per GRPO step (measured)
     cv: float = 0.0  # fitted coefficient of variation of completion lengths
     prompt_len: int = 0
+    continuous: bool = False  # rows > chunk and rollout.continuous_batching: rows join the slots finished rows leave
     points: list[SweepPoint] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # "label: why"
 
@@ -97,14 +99,30 @@ def chunk_forwards(lengths: np.ndarray, chunk: int) -> int:
     return int(sum(max(int(lengths[i : i + chunk].max()) - 1, 0) for i in range(0, len(lengths), chunk)))
 
 
-def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0) -> float:
-    """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`chunk_forwards` equals the
+def decode_forwards(lengths: np.ndarray, chunk: int, continuous: bool = False) -> int:
+    """Autoregressive decode forwards of one GRPO step's rows: :func:`chunk_forwards`, or (``continuous``)
+    the end of their :func:`workbench.perf.simulate.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
+    if not continuous:
+        return chunk_forwards(lengths, chunk)
+    return int(slot_schedule(np.maximum(np.asarray(lengths, dtype=np.int64) - 1, 0), chunk)[0])
+
+
+def continuous_of(params: dict[str, str], rows: int, chunk: int) -> bool:
+    """Whether a run batched continuously: ``rollout.continuous_batching`` true (runs logged before the
+    engine had it have no such param and decoded in chunks) and more rows than slots."""
+    return str(params.get("rollout.continuous_batching", "false")).strip().lower() in ("true", "1", "yes") and rows > chunk
+
+
+def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0,
+                  continuous: bool = False) -> float:
+    """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`decode_forwards` equals the
     measured ``forwards`` (fixed-seed draws, the same normal deviates at every cv); 0 when ``forwards`` is at
     or below that of constant lengths, :data:`CV_MAX` when above what cv = CV_MAX gives."""
 
     def f(cv: float) -> float:
         rng = np.random.default_rng(seed)
-        return float(np.mean([chunk_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk) for _ in range(draws)]))
+        return float(np.mean([decode_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk, continuous)
+                              for _ in range(draws)]))
 
     if forwards <= f(0.0):
         return 0.0
@@ -151,7 +169,8 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
     if not runs:
         raise ValueError(f"sweep {name!r} has no FINISHED run")
     p0 = runs[0].params
-    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens"):
+    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens",
+                "rollout.continuous_batching"):
         vals = sorted({r.params.get(key, "-") for r in runs})
         if len(vals) > 1:
             raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
@@ -162,8 +181,9 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
     if not lens or not fwd:
         raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
                          "them; measure.paired=true)")
-    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)))
-    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens)
+    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)),
+                       continuous=continuous_of(p0, rows, chunk))
+    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
         run = row.point.run
