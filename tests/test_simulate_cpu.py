@@ -12,8 +12,8 @@ from test_runs import log_run
 from workbench.cli import app
 from workbench.perf.analytic import CostModel
 from workbench.perf.simulate import DrafterCost
-from workbench.simulate.cpu import ArmTime, arm_time, fit_unknown, row_steps
-from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, fit_length_cv
+from workbench.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
+from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, continuous_of, decode_forwards, fit_length_cv
 from workbench.simulate.measured import MeasuredHardware, from_cache
 
 runner = CliRunner()
@@ -50,6 +50,31 @@ def test_arm_time_by_hand():
     assert (spec.base, spec.forwards) == pytest.approx((MS + 2 * 1.5 * MS, 2))
     assert spec.weight("verify_overhead_s") == 2 and ar.weight("verify_overhead_s") == 0
     assert spec.weight("draft_overhead_s") == 6 and ar.weight("step_overhead_s") == 8
+
+
+def test_arm_time_continuous_slots_by_hand():
+    """Rows of 8, 2, 2, 8 tokens in 2 slots, 1 ms forwards, prompt 1 token (a prefill forward 1 ms).
+    Chunks (8, 2), (2, 8): 7 + 7 decode forwards, 2 prefills = 16 ms. Continuous: decode forwards
+    7, 1, 1, 7 in 2 slots: row 0 in A at 0..7, row 1 in B at 0..1, row 2 at 1..2, row 3 at 2..9: 9
+    forwards, 3 admissions (rows 0+1, row 2, row 3), each one prefill forward: 12 ms. ngram k=1
+    accepting all (2 tokens a step), 0.5 ms a step: steps 4, 1, 1, 4; chunks 4 + 4 steps × 1.5 + 2 =
+    14 ms; continuous: B at 0..1, 1..2, 2..6: 6 steps × 1.5 + 3 prefills = 12 ms."""
+    hw = MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=1": DrafterCost("ngram", 1, "", a=0.5 * MS)})
+    L = [np.array([8, 2, 2, 8])]
+    p = SweepPoint("ngram", 1, [1.0], 0.0, None, None, [], {})
+    assert [b.tolist() for b in batches(L[0], 2, False)] == [[8, 2], [2, 8]] and len(batches(L[0], 2, True)) == 1
+    for continuous, ar_s, ar_n, sp_s, sp_n in ((False, 16, 14, 14, 8), (True, 12, 9, 12, 6)):
+        wl = SweepWorkload("s", "", 4, 2, 96, 5.0, 0.0, prompt_len=1, continuous=continuous)
+        ar, spec = arm_time(wl, hw, L, None), arm_time(wl, hw, L, p)
+        assert (ar.base, ar.forwards) == pytest.approx((ar_s * MS, ar_n)), continuous
+        assert (spec.base, spec.forwards) == pytest.approx((sp_s * MS, sp_n)), continuous
+    assert decode_forwards(L[0], 2) == 14 and decode_forwards(L[0], 2, continuous=True) == 9
+    cv_c = fit_length_cv(20.0, 4 * 19, rows=16, chunk=4, max_len=96, continuous=True)  # constant lengths: 4 waves of 19
+    assert cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4  # 84.5 at cv 0.3
+    # the param, as logged (MLflow strings), and runs logged before it existed (no param: chunks)
+    assert continuous_of({"rollout.continuous_batching": "True"}, 16, 4) and not continuous_of({}, 16, 4)
+    assert not continuous_of({"rollout.continuous_batching": "True"}, 4, 4)  # one batch: nothing waits
+    assert not continuous_of({"rollout.continuous_batching": "False"}, 16, 4)
 
 
 def test_fit_unknown_closed_form():
@@ -107,21 +132,23 @@ ROWS, L, STEPS = 4, 9, 4  # one batch of 4 rows, 9 tokens each (8 after the pref
 TRUE_X = 1 * MS  # verify_overhead_s the "measured" speedups were made with
 # 1 ms forwards, free ngram, prompt 1 token: AR = 1 + 8 = 9 ms; k accepts all: ceil(8/(k+1)) steps of 1 + x ms each
 SPEEDUP = {k: 9 / (1 + -(-8 // (k + 1)) * 2) for k in (1, 2, 3)}  # 1.0, 9/7, 1.8
+SEED_SCALE = {0: 1.0, 1: 1.1, 2: 0.95}
 
 
-def fake_sweep(client, name):
+def fake_sweep(client, name, seeds=(0,), **extra):
+    """Points none, ngram k = 1..3 at each seed; seed i's speedups scaled by SEED_SCALE[i] (the between-run scatter)."""
     exp = client.create_experiment(f"wb-{name}")
     parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
     setting = {"model.target": "micro", "task.name": "arith_chain", "grpo.prompts_per_step": 1, "grpo.group_size": ROWS,
-               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1}
-    for kind, k in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)):
+               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1, **extra}
+    for (kind, k), seed in ((p, sd) for p in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)) for sd in seeds):
         m = {"timing_s/gen": [0.01] * STEPS, "timing_s/step": [0.02] * STEPS, "gen/num_tokens": [ROWS * L] * STEPS}
         if kind != "none":
-            s = SPEEDUP[k]
+            s = SPEEDUP[k] * SEED_SCALE[seed]
             m |= {"speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01], **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
                   "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS, "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
                   "gen_autoregressive/num_forwards": [L - 1] * STEPS, "speedup/gen_modeled": [2.0] * STEPS}
-        log_run(client, exp, f"{name}: {kind} k={k}", {**setting, "drafter.kind": kind, "drafter.k": k or 3}, m,
+        log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3}, m,
                 tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
 
 
@@ -154,3 +181,39 @@ def test_cli_from_sweep_predicts_and_records(store, tmp_path):
     assert len(failed) == 1 and "k=5" in failed[0].data.tags["workbench.simulate.error"]
     quiet = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--costs", str(hw), "--prompt-len", "1", "--draws", "1", "--no-track"])
     assert quiet.exit_code == 0 and len(store.search_runs([r.info.experiment_id])) == 2
+
+
+def test_cli_from_sweep_repeats_use_the_random_effects_estimate(store, tmp_path):
+    """3 seeds per point: measured [CI] is runs_ci over the seeds' per-step ratios after warm-up (wider than
+    the pooled steps' CI, which ignores the 0.95-1.1 scatter between seeds), and the fit calibrates on it."""
+    from workbench.stats import ratio_ci, runs_ci
+
+    fake_sweep(store, "cpu-rep", seeds=(0, 1, 2))
+    hw = tmp_path / "hw.json"
+    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    out = tmp_path / "rep.json"
+    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-rep", "--costs", str(hw), "--prompt-len", "1", "--draws", "2",
+                              "--json", str(out), "--no-track"], terminal_width=220)
+    assert res.exit_code == 0, res.output
+    rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
+    for k in (1, 2, 3):
+        per_run = [[s * c / 1.01, s * c, s * c * 1.01] for s in (SPEEDUP[k],) for c in SEED_SCALE.values()]
+        re, pooled = runs_ci(per_run), ratio_ci([x for r in per_run for x in r])
+        assert (rows[k]["measured"], rows[k]["low"], rows[k]["high"]) == pytest.approx((re.mean, re.low, re.high))
+        assert rows[k]["runs"] == 3 and rows[k]["tau"] == pytest.approx(re.tau) and rows[k]["tau"] > 0
+        assert rows[k]["high"] - rows[k]["low"] > 2 * (pooled.high - pooled.low)
+    assert rows[3]["predicted"] == pytest.approx(rows[3]["measured"], rel=1e-9)  # calibrated on the random-effects mean
+
+
+def test_cli_from_sweep_reads_continuous_batching(store, tmp_path):
+    """A sweep logged with rollout.continuous_batching=True and more rows (4) than slots (2) is simulated in slots."""
+    fake_sweep(store, "cpu-cb", **{"rollout.continuous_batching": True, "rollout.max_batch_size": 2})
+    hw = tmp_path / "hw.json"
+    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    out = tmp_path / "cb.json"
+    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-cb", "--costs", str(hw), "--prompt-len", "1", "--draws", "1",
+                              "--json", str(out), "--no-track"], terminal_width=220)
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["workload"]["continuous"] is True and "batched continuously in 2 slots" in res.output

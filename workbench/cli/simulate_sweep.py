@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -55,7 +56,8 @@ def sweep_check(name: str, calibrate_k: int, unknown: str, costs: Optional[Path]
 def render(chk) -> None:
     """The fit, the table of points and the count inside their CIs."""
     h = chk.hardware
-    console.print(f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step in batches of {chk.workload['chunk']}, completions "
+    how = "batched continuously in {} slots" if chk.workload.get("continuous") else "in batches of {}"
+    console.print(f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step {how.format(chk.workload['chunk'])}, completions "
                   f"{chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}), prompts {chk.workload['prompt_len']} tokens; "
                   f"hardware: {h.get('source', '?')} ({h.get('machine', '?')}, torch {h.get('torch', '?')}, {h.get('threads', '?')} threads)",
                   highlight=False)
@@ -63,17 +65,20 @@ def render(chk) -> None:
     console.print(f"calibrated [bold]{chk.unknown}[/] per drafter at k={chk.calibrate_k}: {fits}; every other k is predicted",
                   highlight=False)
     t = Table(title=f"wb simulate --from-sweep {chk.sweep}: paired gen speedup, measured vs predicted")
-    for col in ("drafter", "k", "E[N]", "measured gen× [95 % CI]", "predicted", "inside", "error", "miss", "counted model"):
+    for col in ("drafter", "k", "E[N]", "n", "measured gen× [95 % CI]", "τ", "predicted", "inside", "error", "miss", "counted model"):
         t.add_column(col, justify="left" if col == "drafter" else "right")
     for r in chk.rows:
-        t.add_row(r.kind, str(r.k), f"{r.acceptance_length:.2f}", f"{r.measured:.3f} [{r.low:.3f}, {r.high:.3f}]", f"{r.predicted:.3f}",
+        tau = "-" if r.tau is None else f"{math.expm1(r.tau):.1%}"
+        t.add_row(r.kind, str(r.k), f"{r.acceptance_length:.2f}", str(r.runs), f"{r.measured:.3f} [{r.low:.3f}, {r.high:.3f}]", tau,
+                  f"{r.predicted:.3f}",
                   "calib." if r.calibration else ("✓" if r.inside else "✗"), f"{r.error:+.1%}", f"{r.miss:+.1%}" if r.miss else "-",
                   f"{r.modeled:.3f}" if r.modeled is not None else "-")
     console.print(t)
     pred = chk.predicted_rows
     misses = sorted(abs(r.miss) for r in pred if not r.inside)
     tail = f"; the others miss their CI by {misses[len(misses) // 2]:.1%} (median), {misses[-1]:.1%} at most" if misses else ""
-    console.print(f"{sum(r.inside for r in pred)}/{len(pred)} predicted points inside their 95 % CI{tail}. counted model: the run's own "
-                  "speedup/gen_modeled (its counted forwards × the same curves, no unknown).", highlight=False)
+    console.print(f"{sum(r.inside for r in pred)}/{len(pred)} predicted points inside their 95 % CI{tail}. n: runs (seeds); n ≥ 2: "
+                  "random-effects CI over them (runs_ci), τ their between-run spread; n = 1: the run's per-step CI. counted model: "
+                  "the runs' own speedup/gen_modeled (counted forwards × the same curves, no unknown).", highlight=False)
     for n in chk.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)

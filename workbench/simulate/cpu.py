@@ -6,7 +6,11 @@ leg of issue #23's validation):
 - rows: the step's completions (:meth:`~workbench.simulate.from_sweep.SweepWorkload.lengths`) in
   batches of ``chunk`` rows decoded together; a batch runs until its longest row is done and rows
   leave as they finish (:func:`workbench.simulate.rollout.replica_time`, all the batch's rows
-  admitted at once, as the engine does; no refill from a queue);
+  admitted at once, as the engine does with ``rollout.continuous_batching`` false or not logged);
+  continuous (``SweepWorkload.continuous``: the param true and more rows than ``chunk``), all the
+  step's rows in ``chunk`` slots, waiting rows joining in order as rows finish (the engine's slot
+  schedule, :func:`workbench.perf.simulate.slot_schedule`), each admission one prefill forward of
+  the rows it admits (:func:`batches`);
 - speculative arm: row i needs L_i − 1 tokens after the prefill; each verification step emits j + 1
   tokens with the point's measured probability (per-position acceptance, accepts form a prefix;
   undrafted row-steps emit 1: :func:`workbench.perf.simulate.emit_pmf`), so a row's step count is
@@ -25,7 +29,9 @@ leg of issue #23's validation):
   as every step keeps a positive cost.
 
 The predicted speedup is mean autoregressive seconds / mean speculative seconds over the draws; the
-measured one is the geometric mean of per-step paired ratios [95 % CI]; the error is predicted /
+measured one is the geometric mean of per-step paired ratios [95 % CI], over ≥ 2 runs (seeds) of a
+point the random-effects estimate over them (:func:`workbench.stats.runs_ci`: the calibration fits
+it and the CI a prediction is checked against holds the between-run scatter); the error is predicted /
 measured − 1 and a miss is how far the prediction lies outside the CI (relative to the nearer end).
 """
 
@@ -57,6 +63,12 @@ def row_steps(lengths: np.ndarray, pmf: np.ndarray, rng: np.random.Generator) ->
     emits = rng.choice(p.size, size=(rem.size, int(rem.max())), p=p / p.sum()) + 1
     steps = (emits.cumsum(1) < rem[:, None]).sum(1) + 1
     return np.where(rem > 0, steps, 0)
+
+
+def batches(lengths: np.ndarray, chunk: int, continuous: bool) -> list[np.ndarray]:
+    """The row groups the engine admits from a full queue: consecutive chunks of ``chunk`` rows, or
+    (``continuous``) one queue that :func:`~workbench.simulate.rollout.replica_time` feeds into ``chunk`` slots."""
+    return [lengths] if continuous else [lengths[i : i + chunk] for i in range(0, len(lengths), chunk)]
 
 
 @dataclass
@@ -98,8 +110,7 @@ def arm_time(wl: SweepWorkload, hw: MeasuredHardware, lengths: list[np.ndarray],
 
     base = forwards = 0.0
     for L in lengths:
-        for i in range(0, len(L), wl.chunk):
-            part = L[i : i + wl.chunk]
+        for part in batches(L, wl.chunk, wl.continuous):
             todo = part if point is None else 1 + row_steps(part, point.pmf, rng)  # in steps of one "token"
             s, _, n = replica_time(todo, P, wl.chunk, math.inf, 1.0, step_s, prefill_s)
             base, forwards = base + s, forwards + n
@@ -142,6 +153,8 @@ class CpuRow:
     calibration: bool  # the point the unknown was fitted to
     gen_ar_s: float  # predicted seconds per GRPO step (curve speed), autoregressive arm
     gen_spec_s: float
+    runs: int = 1  # runs (seeds) behind ``measured``
+    tau: float | None = None  # their between-run spread (sd of the log speedup) when random effects, else None
 
     @property
     def inside(self) -> bool:
@@ -215,9 +228,10 @@ def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: st
         for p in pts:
             a_s, s_s = ar.seconds(unknown, x), arms[p.k].seconds(unknown, x)
             m = p.measured
-            rows.append(CpuRow(kind, p.k, p.acceptance_length, m.mean, m.low, m.high, a_s / s_s, p.modeled, p.k == calibrate_k, a_s, s_s))
+            rows.append(CpuRow(kind, p.k, p.acceptance_length, m.mean, m.low, m.high, a_s / s_s, p.modeled, p.k == calibrate_k, a_s, s_s,
+                               len(p.run_ids), p.runs.tau if p.runs is not None else None))
     if not rows:
         raise ValueError(f"no drafter of sweep {wl.name!r} has a point at k={calibrate_k} (--calibrate-k)")
     workload = {"rows": wl.rows, "chunk": wl.chunk, "max_new_tokens": wl.max_new_tokens, "mean_len": wl.mean_len, "cv": wl.cv,
-                "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "draws": draws, "seed": seed}
+                "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "continuous": wl.continuous, "draws": draws, "seed": seed}
     return CpuCheck(wl.name, unknown, calibrate_k, fits, rows, workload, dict(hw.meta), notes)

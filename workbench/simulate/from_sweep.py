@@ -6,15 +6,20 @@ speedup with its 95 % CI):
 
 - per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
   and the share of row-steps without a draft (n-gram misses; :func:`workbench.perf.sweep_check.row_steps_of`),
-  the measured paired ``speedup/gen`` [95 % CI] and, for comparison, the run's own deterministic
-  ``speedup/gen_modeled`` (its *counted* forwards × the same cost curves);
+  means over the point's runs; the measured paired ``speedup/gen`` [95 % CI]: over ≥ 2 runs (seeds)
+  the repeat-aware random-effects estimate :func:`workbench.stats.runs_ci` over the runs' per-step
+  ratios (its τ, the between-run spread, kept beside it), one run's per-step CI otherwise (as the
+  sweep table, :func:`workbench.sweep.results.paired_interval`); and, for comparison, the runs'
+  own deterministic ``speedup/gen_modeled`` (their *counted* forwards × the same cost curves);
 - the workload, shared by every point: rows per GRPO step (prompts × G), rows decoded together
-  (``rollout.max_batch_size``), ``max_new_tokens``, the prompt length (tokens, from the task's
+  (``rollout.max_batch_size``) and how (``rollout.continuous_batching``: true, waiting rows join the
+  slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
   prompts and the target's tokenizer unless given), and the completion lengths: the runs log no
   per-row length, so a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) is fitted to
   two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the
-  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards`` = Σ over
-  batches of the longest row − 1, which sets the long tail): :func:`fit_length_cv`.
+  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over
+  batches of the longest row − 1; continuous, the end of the slot schedule; either sets the long
+  tail: :func:`decode_forwards`): :func:`fit_length_cv`.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.perf.simulate import emit_pmf
+from workbench.perf.simulate import emit_pmf, slot_schedule
 from workbench.perf.sweep_check import row_steps_of
 from workbench.perf.sweep_runs import SweepRun
 from workbench.simulate.rollout import lognormal_lengths
 from workbench.simulate.run import solve_monotone
-from workbench.stats import RatioCI
+from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
 
@@ -45,6 +50,12 @@ class SweepPoint:
     modeled: float | None  # the run's speedup/gen_modeled (counted forwards × cost curves)
     run_ids: list[str]
     params: dict[str, str]
+    runs: RunsCI | None = None  # the random-effects estimate behind ``measured`` (≥ 2 runs), else None
+
+    @property
+    def interval(self) -> str:
+        """What ``measured``'s CI covers: ``runs`` (random effects over the seeds) or ``steps`` (one run's steps)."""
+        return "runs" if self.runs is not None else "steps"
 
     @property
     def acceptance_length(self) -> float:
@@ -67,12 +78,13 @@ class SweepWorkload:
     name: str
     tracking_uri: str
     rows: int  # rollouts per GRPO step
-    chunk: int  # rows decoded together
+    chunk: int  # rows decoded together (batch slots)
     max_new_tokens: int
     mean_len: float  # tokens per completion
     ar_forwards: float  # autoregressive decode forwards per GRPO step (measured)
     cv: float = 0.0  # fitted coefficient of variation of completion lengths
     prompt_len: int = 0
+    continuous: bool = False  # rows > chunk and rollout.continuous_batching: rows join the slots finished rows leave
     points: list[SweepPoint] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # "label: why"
 
@@ -87,14 +99,30 @@ def chunk_forwards(lengths: np.ndarray, chunk: int) -> int:
     return int(sum(max(int(lengths[i : i + chunk].max()) - 1, 0) for i in range(0, len(lengths), chunk)))
 
 
-def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0) -> float:
-    """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`chunk_forwards` equals the
+def decode_forwards(lengths: np.ndarray, chunk: int, continuous: bool = False) -> int:
+    """Autoregressive decode forwards of one GRPO step's rows: :func:`chunk_forwards`, or (``continuous``)
+    the end of their :func:`workbench.perf.simulate.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
+    if not continuous:
+        return chunk_forwards(lengths, chunk)
+    return int(slot_schedule(np.maximum(np.asarray(lengths, dtype=np.int64) - 1, 0), chunk)[0])
+
+
+def continuous_of(params: dict[str, str], rows: int, chunk: int) -> bool:
+    """Whether a run batched continuously: ``rollout.continuous_batching`` true (runs logged before the
+    engine had it have no such param and decoded in chunks) and more rows than slots."""
+    return str(params.get("rollout.continuous_batching", "false")).strip().lower() in ("true", "1", "yes") and rows > chunk
+
+
+def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0,
+                  continuous: bool = False) -> float:
+    """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`decode_forwards` equals the
     measured ``forwards`` (fixed-seed draws, the same normal deviates at every cv); 0 when ``forwards`` is at
     or below that of constant lengths, :data:`CV_MAX` when above what cv = CV_MAX gives."""
 
     def f(cv: float) -> float:
         rng = np.random.default_rng(seed)
-        return float(np.mean([chunk_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk) for _ in range(draws)]))
+        return float(np.mean([decode_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk, continuous)
+                              for _ in range(draws)]))
 
     if forwards <= f(0.0):
         return 0.0
@@ -141,7 +169,8 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
     if not runs:
         raise ValueError(f"sweep {name!r} has no FINISHED run")
     p0 = runs[0].params
-    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens"):
+    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens",
+                "rollout.continuous_batching"):
         vals = sorted({r.params.get(key, "-") for r in runs})
         if len(vals) > 1:
             raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
@@ -152,8 +181,9 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
     if not lens or not fwd:
         raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
                          "them; measure.paired=true)")
-    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)))
-    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens)
+    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)),
+                       continuous=continuous_of(p0, rows, chunk))
+    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
         run = row.point.run
@@ -173,7 +203,7 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
                       {**means, **{f"spec/acceptance_rate_pos_{i}": v for i, v in enumerate(per_pos)}})
         _, no_draft = row_steps_of(sr)
         wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, "speedup/gen_modeled"),
-                                    [x.run_id for x in row_runs(row)], dict(run.params)))
+                                    [x.run_id for x in row_runs(row)], dict(run.params), row.gen_runs))
     if not wl.points:
         raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
     wl.points.sort(key=lambda p: (p.kind, p.k))

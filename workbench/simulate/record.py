@@ -13,7 +13,8 @@ the error in the tag ``workbench.simulate.error`` (:func:`simulate_run`).
   and point);
 - sweep check (``--from-sweep``): params = the sweep, store read, calibration k, unknown, workload and
   hardware provenance; metrics per point (``cpu/measured``, ``cpu/ci95_low``, ``cpu/predicted``,
-  ``cpu/error``, ``cpu/inside``, ``cpu/k``), the fitted unknown per drafter (``cpu/fit_s/<kind>``)
+  ``cpu/error``, ``cpu/inside``, ``cpu/k``, ``cpu/runs`` and, over ≥ 2 runs, ``cpu/tau``), the fitted unknown per
+  drafter (``cpu/fit_s/<kind>``)
   and ``cpu/inside_count`` / ``cpu/predicted_count``.
 """
 
@@ -83,6 +84,7 @@ def log_sweep_check(tr: Tracker, chk: Any, source_uri: str) -> None:
     for i, r in enumerate(chk.rows):
         tr.log_metrics({"cpu/k": r.k, "cpu/measured": r.measured, "cpu/ci95_low": r.low, "cpu/ci95_high": r.high,
                         "cpu/predicted": r.predicted, "cpu/error": r.error, "cpu/miss": r.miss, "cpu/inside": float(r.inside),
-                        "cpu/calibration": float(r.calibration), "cpu/gen_ar_s": r.gen_ar_s, "cpu/gen_spec_s": r.gen_spec_s}, step=i)
+                        "cpu/calibration": float(r.calibration), "cpu/gen_ar_s": r.gen_ar_s, "cpu/gen_spec_s": r.gen_spec_s,
+                        "cpu/runs": r.runs, **({"cpu/tau": r.tau} if r.tau is not None else {})}, step=i)
     tr.log_dict({str(i): f"{r.kind} k={r.k}" for i, r in enumerate(chk.rows)}, "points.json")
     tr.log_dict(rec, "simulate.json")
