@@ -29,6 +29,9 @@
 #   qwen3-tiny   (smoke) the same code path on the CPU: 2 small layers, the full 151936-id vocabulary.
 # The --cuda-graphs runs set TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1, so a graph torch would skip
 # (workbench/rollout/graphs.py) fails the run loudly instead of running un-graphed.
+# Per set, benchmarks/engine_checks.py proves or disproves the engine review's GPU claims (issue #24):
+# one host sync per step (torch.cuda.set_sync_debug_mode), no weight copies per CUDA-graph replay
+# (memcpy device-to-device time under torch.profiler), no graph skipped -> $OUT/<set>-engine-checks.json.
 #
 # Usage (from anywhere; runs from the checkout holding this script):
 #   bash benchmarks/gpu.sh                  # the GPU set, on cuda
@@ -122,6 +125,11 @@ for set in $SETS; do
     run_set
   fi
   FILES+=("$OUT/$name.json")
+  # the engine review's proofs (issue #24): one host sync per step, no weight copies per graph
+  # replay (profiled memcpy DtoD time), no graph skipped; on the CPU (smoke) the script runs, skipped
+  TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 $PYTHON benchmarks/engine_checks.py "${MODEL[@]}" --device "$DEVICE" --dtype "$DTYPE" \
+    $([[ "$SMOKE" == 1 ]] && echo "--batch 2 --max-new-tokens 8") --out "$OUT/$name-engine-checks.json" \
+    || echo "gpu.sh: engine checks FAILED for $set (see $OUT/$name-engine-checks.json)" >&2
   # ours vs vLLM (rollout.backend=vllm's engine; README "Rollouts in vLLM") where vllm is installed:
   # plain and greedy speculative draft_model, paired with 95 % CIs (not in smoke mode)
   if [[ "$SMOKE" != 1 ]] && $PYTHON -c "import vllm" >/dev/null 2>&1; then

@@ -28,6 +28,10 @@ def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
     assert "qwen3-tiny" in qwen3["meta"]["target"] and "--target" in qwen3["command"]
     for name in ("qwen3-tiny", "qwen3-tiny-draft"):  # Qwen3's real vocabulary, small layers (issue #24)
         assert json.loads((tmp_path / "models" / name / "config.json").read_text())["vocab_size"] == 151936
+    for name in ("gpu-cpu-micro", "gpu-cpu-qwen3-tiny"):  # the engine checks ran (skipped on the CPU: nothing to prove)
+        checks = json.loads((tmp_path / f"{name}-engine-checks.json").read_text())
+        assert [r["engine"] for r in checks["results"]] == ["autoregressive", "draft_model k=3"]
+        assert all("skipped" in r["checks"] and r["tokens"] == 2 * 8 for r in checks["results"])
     summary = (tmp_path / "gpu-cpu-summary.md").read_text()
     assert "## gpu-cpu-micro" in summary and "## gpu-cpu-qwen3-tiny" in summary and "eagle3 best k" in summary
 
