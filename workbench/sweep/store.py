@@ -36,6 +36,7 @@ def store_open_lock(uri: str) -> Any:
     return FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600)
 
 
+SCHEMA_RACES = ("already exists", "expected to match one row")  # two processes migrating one new sqlite store
 RACES = ("UNIQUE constraint", "IntegrityError", "Duplicate entry", "duplicate key", "database is locked")
 
 
@@ -98,8 +99,16 @@ class SweepStore:
         store would otherwise race through its schema migrations and the experiment's creation)."""
         from workbench.tracking import resolve_tracking_uri
 
-        with store_open_lock(resolve_tracking_uri(spec.tracking.tracking_uri)):
-            return cls(spec, name)
+        uri = resolve_tracking_uri(spec.tracking.tracking_uri)
+        for attempt in range(3):
+            try:
+                with store_open_lock(uri):
+                    return cls(spec, name)
+            except Exception as e:  # noqa: BLE001 - a process outside the lock migrated the new store at the same moment
+                if attempt == 2 or not any(r in str(e) for r in SCHEMA_RACES):
+                    raise
+                time.sleep(2.0)  # its migration finishes; the store then opens as an existing one
+        raise AssertionError("unreachable")
 
     def _parents(self) -> list[Any]:
         return self.reader.top_level(f"tags.`{TAG_SWEEP}` = '{quote(self.name)}' and tags.`{TAG_ROLE}` = 'parent'", [self.experiment_id])
