@@ -24,6 +24,16 @@ def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1
 PROMPTS = [[1, 5, 9, 12, 7], [1, 30, 31], [1], [1, 4, 4, 4, 4, 4, 4, 4, 4, 40, 41], [1, 17, 18, 19, 20, 21, 22]]
 
 
+def perturbed_draft(target_hf, scale: float):
+    """A draft model close to the target (as a distilled one is): the target with its LM head
+    perturbed by ``scale`` × N(0, 1) noise (seed 2), so its drafts are often, not always, accepted."""
+    from workbench.rollout.model import LeanLM
+
+    draft = LeanLM.from_hf(target_hf)
+    draft.lm_head.weight.add_(scale * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    return draft
+
+
 def greedy(max_new=40, eos=2):
     """Greedy sampling parameters for token-for-token comparisons."""
     from workbench.rollout.sampling import SamplingParams

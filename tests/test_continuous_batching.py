@@ -16,7 +16,7 @@ from workbench.rollout.layers import KVCache
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 
-from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, perturbed_draft, random_llama
 from test_chain_drafters import _make, _rollout_rows, trained  # noqa: F401 (module fixture)
 from test_engine_review import CountingK
 
@@ -80,10 +80,8 @@ def test_engine_runs_the_slot_schedule():
 
 
 def _drafter(kind, target_hf, trained):
-    if kind == "draft_model":  # the target with a perturbed head: drafts often, not always, accepted
-        draft = LeanLM.from_hf(target_hf)
-        draft.lm_head.weight.add_(0.5 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
-        return DraftModelDrafter(draft)
+    if kind == "draft_model":
+        return DraftModelDrafter(perturbed_draft(target_hf, 0.5))
     if kind == "ngram":
         return NgramDrafter(1, 3)
     if kind == "suffix":
@@ -149,9 +147,7 @@ def test_sampled_continuous_rollouts_follow_target(kind):
     target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
     target = LeanLM.from_hf(target_hf)
     if kind == "draft_model":
-        draft = LeanLM.from_hf(target_hf)
-        draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
-        d = DraftModelDrafter(draft)
+        d = DraftModelDrafter(perturbed_draft(target_hf, 0.3))
     else:
         rows, counts = _rollout_rows(target, n=64, max_new=8, layers=(0, 1, 2))
         d = _make(kind, target, counts, draft_vocab_size=5)
@@ -203,3 +199,14 @@ def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind)
     finally:
         del target_lm.forward
     assert len(out.tokens) == 12
+
+
+def test_sweep_run_reads_the_batching_it_ran_with():
+    """`wb project --sweep` models each run's batching: continuous only when the run logged it, so
+    runs from before the option (no such param) keep the chunks they decoded in."""
+    from workbench.perf.sweep_runs import SweepRun
+
+    run = lambda params: SweepRun("r", "n", "FINISHED", params, {})  # noqa: E731
+    assert run({"rollout.continuous_batching": "True"}).continuous is True
+    assert run({"rollout.continuous_batching": "False"}).continuous is False
+    assert run({}).continuous is False

@@ -17,7 +17,7 @@ from drafters.training import fit
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 
-from conftest import assert_rollouts_follow_target, random_llama
+from conftest import assert_rollouts_follow_target, perturbed_draft, random_llama
 from test_chain_drafters import _make, _rollout_rows
 from test_engine_review import CountingK
 
@@ -31,10 +31,8 @@ def _target():
 
 
 def _drafter(kind, target_hf, target):
-    if kind == "draft_model":  # the target with a perturbed head: drafts often, not always, accepted
-        draft = LeanLM.from_hf(target_hf)
-        draft.lm_head.weight.add_(0.4 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
-        return DraftModelDrafter(draft)
+    if kind == "draft_model":
+        return DraftModelDrafter(perturbed_draft(target_hf, 0.4))
     if kind == "ngram":
         return NgramDrafter(1, 2)
     if kind == "suffix":

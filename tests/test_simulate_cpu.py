@@ -152,14 +152,24 @@ def fake_sweep(client, name, seeds=(0,), **extra):
                 tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
 
 
-def test_cli_from_sweep_predicts_and_records(store, tmp_path):
-    fake_sweep(store, "cpu-k")
+def flat_hardware(tmp_path):
+    """A costs file: the flat target curve and ngram's drafter free at k = 1..3 (``--costs``)."""
     hw = tmp_path / "hw.json"
     MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
                      {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
-    out = tmp_path / "check.json"
-    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--calibrate-k", "3", "--costs", str(hw), "--prompt-len", "1",
-                              "--draws", "2", "--json", str(out)], terminal_width=200)
+    return hw
+
+
+def from_sweep(name, hw, out, *args, width=220):
+    """`wb simulate --from-sweep NAME` on ``hw`` with one-token prompts, writing ``out``."""
+    return runner.invoke(app, ["simulate", "--from-sweep", name, "--costs", str(hw), "--prompt-len", "1", *args, "--json", str(out)],
+                         terminal_width=width)
+
+
+def test_cli_from_sweep_predicts_and_records(store, tmp_path):
+    fake_sweep(store, "cpu-k")
+    hw, out = flat_hardware(tmp_path), tmp_path / "check.json"
+    res = from_sweep("cpu-k", hw, out, "--calibrate-k", "3", "--draws", "2", width=200)
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
     assert rec["fits"]["ngram"] == pytest.approx(TRUE_X, rel=1e-6) and rec["workload"]["cv"] == 0.0
@@ -189,12 +199,8 @@ def test_cli_from_sweep_repeats_use_the_random_effects_estimate(store, tmp_path)
     from workbench.stats import ratio_ci, runs_ci
 
     fake_sweep(store, "cpu-rep", seeds=(0, 1, 2))
-    hw = tmp_path / "hw.json"
-    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
-                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
     out = tmp_path / "rep.json"
-    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-rep", "--costs", str(hw), "--prompt-len", "1", "--draws", "2",
-                              "--json", str(out), "--no-track"], terminal_width=220)
+    res = from_sweep("cpu-rep", flat_hardware(tmp_path), out, "--draws", "2", "--no-track")
     assert res.exit_code == 0, res.output
     rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
     for k in (1, 2, 3):
@@ -209,11 +215,7 @@ def test_cli_from_sweep_repeats_use_the_random_effects_estimate(store, tmp_path)
 def test_cli_from_sweep_reads_continuous_batching(store, tmp_path):
     """A sweep logged with rollout.continuous_batching=True and more rows (4) than slots (2) is simulated in slots."""
     fake_sweep(store, "cpu-cb", **{"rollout.continuous_batching": True, "rollout.max_batch_size": 2})
-    hw = tmp_path / "hw.json"
-    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
-                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
     out = tmp_path / "cb.json"
-    res = runner.invoke(app, ["simulate", "--from-sweep", "cpu-cb", "--costs", str(hw), "--prompt-len", "1", "--draws", "1",
-                              "--json", str(out), "--no-track"], terminal_width=220)
+    res = from_sweep("cpu-cb", flat_hardware(tmp_path), out, "--draws", "1", "--no-track")
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["workload"]["continuous"] is True and "batched continuously in 2 slots" in res.output

@@ -1,7 +1,7 @@
 """The rollout engine's batch: its per-row tensors, who finished, and the completions read back.
 
 Kept apart from the engine's loop (:mod:`workbench.rollout.engine`) so the loop reads as the
-algorithm: ``_BatchState`` is what one step reads and replaces; ``collect`` turns the retired rows'
+algorithm: ``BatchState`` is what one step reads and replaces; ``collect`` turns the retired rows'
 device slices into the caller's lists with one device->host read per field.
 """
 
@@ -56,7 +56,7 @@ class BatchState:
                           max(self.max_len, other.max_len))
 
 
-def collect(finished: list, counters) -> dict[int, tuple[list[int], list[float], str]]:
+def collect(finished: list) -> dict[int, tuple[list[int], list[float], str]]:
     """The retired rows' completions {caller's index: (tokens, logprobs, finish reason)}: one
     device->host read per field. ``finished``: (orig indices, tokens, logps, prompt_lens, lens, eos)
     device slices, one per retirement."""
@@ -64,6 +64,4 @@ def collect(finished: list, counters) -> dict[int, tuple[list[int], list[float],
         return {}
     orig = [o for part in finished for o in part[0]]
     toks, lps, p0s, ls, eos = (torch.cat([part[j] for part in finished]).tolist() for j in range(1, 6))
-    results = {orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length") for i in range(len(orig))}
-    counters.num_generated_tokens = sum(len(r[0]) for r in results.values())
-    return results
+    return {orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length") for i in range(len(orig))}

@@ -111,7 +111,7 @@ class RolloutEngine:
     def generate_steps(
         self,
         prompts: list[list[int]],
-        sp: SamplingParams,
+        sampling: SamplingParams,
         generator: torch.Generator | None = None,
         group_ids: list[int] | None = None,
     ) -> Generator[None, None, RolloutOutput]:
@@ -125,6 +125,7 @@ class RolloutEngine:
         """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("rollout: every prompt needs at least one token (the BOS token)")
+        sp = sampling
         group_ids = group_ids if group_ids is not None else list(range(len(prompts)))
         counters, results = SpecCounters(k=self.k), {}
         if self.continuous:  # one batch; the other prompts wait in the queue and join as rows finish
@@ -221,7 +222,7 @@ class RolloutEngine:
             state = self._refill(state, done_h, cache, finished, queue, prompts, sp, gen, group_ids, t_max, store)
             yield  # one verification (or decode) step done
 
-        return collect(finished, counters), counters
+        return collect(finished), counters
 
     def _start_rows(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids, t_max: int, capacity: int,
                     store: PromptStore | None = None):

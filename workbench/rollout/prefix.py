@@ -45,9 +45,6 @@ class PromptStore:
     def __contains__(self, key: tuple[int, ...]) -> bool:
         return key in self.entries
 
-    def __len__(self) -> int:
-        return len(self.entries)
-
     def admitted(self, keys: list[tuple[int, ...]]) -> None:
         """Rows of these prompts left the queue; a prompt no row waits for is dropped."""
         self.waiting.subtract(keys)
