@@ -12,7 +12,7 @@ runner = CliRunner()
 STEP_METRICS = [
     "timing_s/data", "timing_s/prepare", "timing_s/gen", "timing_s/logprob", "timing_s/train", "timing_s/step",
     "timing_s/other", "timing_frac/gen", "gen/tokens_per_s", "reward/mean", "reward/std", "frac_reward_zero_std",
-    "completions/mean_length", "loss/policy", "kl", "grad_norm", "eval/accuracy",
+    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio", "loss/policy", "kl", "grad_norm", "eval/accuracy",
     "gen/logprob_abs_diff", "gen/logprob_truncation_abs_diff",
 ]
 SPEC_METRICS = ["spec/acceptance_length", "spec/acceptance_rate", "spec/acceptance_rate_pos_0", "spec/num_drafts"]
@@ -37,7 +37,7 @@ def test_wb_run_micro_logs_every_metric(store):
     hist = store.get_metric_history(run.info.run_id, "timing_s/gen")
     assert [m.step for m in hist] == [1, 2]
     arts = {a.path for a in store.list_artifacts(run.info.run_id)}
-    assert "spec.yaml" in arts and "samples" in arts
+    assert "spec.yaml" in arts and "samples" in arts and "completions" in arts
 
 
 @pytest.mark.parametrize("kind", ["none", "ngram"])

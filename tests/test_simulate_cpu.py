@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from test_runs import log_run
 from workbench.cli import app
+from workbench.grpo.completions import lengths_record
 from workbench.perf.analytic import CostModel
 from workbench.perf.simulate import DrafterCost
 from workbench.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
@@ -135,8 +136,9 @@ SPEEDUP = {k: 9 / (1 + -(-8 // (k + 1)) * 2) for k in (1, 2, 3)}  # 1.0, 9/7, 1.
 SEED_SCALE = {0: 1.0, 1: 1.1, 2: 0.95}
 
 
-def fake_sweep(client, name, seeds=(0,), **extra):
-    """Points none, ngram k = 1..3 at each seed; seed i's speedups scaled by SEED_SCALE[i] (the between-run scatter)."""
+def fake_sweep(client, name, seeds=(0,), lengths=None, **extra):
+    """Points none, ngram k = 1..3 at each seed; seed i's speedups scaled by SEED_SCALE[i] (the between-run scatter);
+    ``lengths``: each run also logs this per-row record (ROWS rows, one prompt) at every step, as `wb run` does."""
     exp = client.create_experiment(f"wb-{name}")
     parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
     setting = {"model.target": "micro", "task.name": "arith_chain", "grpo.prompts_per_step": 1, "grpo.group_size": ROWS,
@@ -148,8 +150,10 @@ def fake_sweep(client, name, seeds=(0,), **extra):
             m |= {"speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01], **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
                   "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS, "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
                   "gen_autoregressive/num_forwards": [L - 1] * STEPS, "speedup/gen_modeled": [2.0] * STEPS}
-        log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3}, m,
-                tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
+        rid = log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3},
+                      m, tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
+        for step in range(1, STEPS + 1) if lengths else ():
+            client.log_dict(rid, lengths_record(lengths, ROWS, 16), f"completions/lengths/step_{step:05d}.json")
 
 
 def flat_hardware(tmp_path):
@@ -219,3 +223,19 @@ def test_cli_from_sweep_reads_continuous_batching(store, tmp_path):
     res = from_sweep("cpu-cb", flat_hardware(tmp_path), out, "--draws", "1", "--no-track")
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["workload"]["continuous"] is True and "batched continuously in 2 slots" in res.output
+
+
+def test_cli_from_sweep_uses_the_logged_lengths(store, tmp_path):
+    """Runs that logged their per-row lengths are simulated on those (drawn whole), not on the lognormal fit;
+    here the logged rows are the L = 9 tokens the counts say, so the predictions are the hand values."""
+    fake_sweep(store, "cpu-len", lengths=[L] * ROWS)
+    out = tmp_path / "len.json"
+    res = from_sweep("cpu-len", flat_hardware(tmp_path), out, "--draws", "2", "--no-track")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(out.read_text())
+    assert rec["workload"]["lengths"].startswith("measured: 16 steps x 4 rows") and "measured: 16 steps" in res.output
+    assert {r["k"]: round(r["predicted"], 4) for r in rec["rows"]} == {k: round(v, 4) for k, v in SPEEDUP.items()}
+    fake_sweep(store, "cpu-len-long", lengths=[L + 4] * ROWS)  # logged rows 4 tokens longer: every arm decodes more
+    res = from_sweep("cpu-len-long", flat_hardware(tmp_path), out, "--draws", "2", "--no-track")
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["workload"]["mean_len"] == L + 4

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.kpolicy import AdaptiveK
 from workbench.models.tokenizer import encode_prompt
@@ -134,6 +135,9 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
                 tracker.log_metrics(metrics, step=step)
                 if samples:
                     tracker.log_samples(samples, step=step)
+                if trainer.completion_lengths:  # per-row lengths for `wb simulate` (workbench.grpo.completions)
+                    tracker.log_dict(lengths_record(trainer.completion_lengths, spec.grpo.group_size, spec.rollout.max_new_tokens),
+                                     f"completions/lengths/step_{step:05d}.json")
                 result.history.append(metrics)
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
                 if on_step is not None:

@@ -68,6 +68,7 @@ def simulate(
     axes = [a for a in args if _is_axis(a)]
     try:
         raw, base = load_scenario(scenario, [_unalias(o) for o in overrides])
+        _show_run_lengths(base)
     except (SpecError, ValueError) as e:
         _fail(str(e))
     try:
@@ -91,6 +92,18 @@ def simulate(
         _fail(str(e))
     if tr.run_id:
         console.print(f"MLflow run {tr.run_id} ({tr.tracking_uri}, experiment {experiment})", highlight=False)
+
+
+def _show_run_lengths(base) -> None:
+    """With ``workload.response.kind=run``: what the run's logged lengths are (raises ValueError if unreadable)."""
+    r = base.workload.response
+    if r.kind != "run":
+        return
+    from workbench.simulate.rollout import run_lengths
+
+    m = run_lengths(tuple(r.run), r.tracking_uri)
+    console.print(f"response lengths: run {', '.join(r.run)}: {m.describe()}" + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
+                  highlight=False)
 
 
 def _log_plot(tr, plot: Optional[Path], make) -> None:

@@ -58,7 +58,8 @@ def render(chk) -> None:
     h = chk.hardware
     how = "batched continuously in {} slots" if chk.workload.get("continuous") else "in batches of {}"
     console.print(f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step {how.format(chk.workload['chunk'])}, completions "
-                  f"{chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}), prompts {chk.workload['prompt_len']} tokens; "
+                  f"{chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}; {chk.workload.get('lengths', 'lognormal fit')}), "
+                  f"prompts {chk.workload['prompt_len']} tokens; "
                   f"hardware: {h.get('source', '?')} ({h.get('machine', '?')}, torch {h.get('torch', '?')}, {h.get('threads', '?')} threads)",
                   highlight=False)
     fits = ", ".join(f"{k} {v * 1e3:+.3g} ms" for k, v in chk.fits.items())

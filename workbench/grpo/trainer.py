@@ -22,6 +22,7 @@ from drafters.chain import DraftBatch
 from drafters.training import MasterAdamW, capture_hidden
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
+from workbench.grpo.completions import completion_metrics
 from workbench.drafter_init import build_init
 from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
 from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size, shard_range
@@ -81,6 +82,7 @@ class GRPOTrainer:
 
     def __init__(self, spec: ExperimentSpec, progress: bool = True):
         self.spec = spec
+        self.completion_lengths: list[int] = []  # the last step's tokens per completion (N,), grouped by prompt
         self.device = resolve_device(spec.model.device)
         # Data-parallel ranks (grpo.backend=deepspeed; workbench.grpo.distributed): None in one process.
         check_distributed_spec(spec, launched_world_size())
@@ -322,7 +324,7 @@ class GRPOTrainer:
             m.update(self.modeled.metrics(out))
         if self.dp is not None:  # the whole step's rollouts, rewards and slowest-rank timings, on every rank
             m, out, rewards, paired = self.dp.gather_step(m, out, rewards, paired if self.paired_engine else None)
-        n_tok = out.counters.num_generated_tokens
+        n_tok, self.completion_lengths = out.counters.num_generated_tokens, [len(t) for t in out.tokens]
         m.update(out.counters.metrics())
         if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
             m.update(out.counters.k_metrics())
@@ -336,8 +338,7 @@ class GRPOTrainer:
             "reward/mean": rewards.mean().item(),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "frac_reward_zero_std": frac_zero_std(rewards, G),
-            "completions/mean_length": n_tok / len(out.tokens),
-            "completions/frac_stop": sum(r == "stop" for r in out.finish_reasons) / len(out.finish_reasons),
+            **completion_metrics(self.completion_lengths, out.finish_reasons),
             **stats,
             **draft_stats,
         })

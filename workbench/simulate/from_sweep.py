@@ -14,12 +14,15 @@ speedup with its 95 % CI):
 - the workload, shared by every point: rows per GRPO step (prompts × G), rows decoded together
   (``rollout.max_batch_size``) and how (``rollout.continuous_batching``: true, waiting rows join the
   slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
-  prompts and the target's tokenizer unless given), and the completion lengths: the runs log no
-  per-row length, so a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) is fitted to
-  two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the
-  autoregressive arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over
-  batches of the longest row − 1; continuous, the end of the slot schedule; either sets the long
-  tail: :func:`decode_forwards`): :func:`fit_length_cv`.
+  prompts and the target's tokenizer unless given), and the completion lengths: the steps the runs
+  logged, row by row and grouped by prompt (``completions/lengths/``, :mod:`workbench.grpo.completions`),
+  drawn whole (:meth:`workbench.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
+  logged fall back to a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) fitted to two
+  logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the autoregressive
+  arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over batches of the
+  longest row − 1; continuous, the end of the slot schedule; either sets the long tail:
+  :func:`decode_forwards`): :func:`fit_length_cv`. Independent lognormal rows cannot express a group
+  whose rows all finish alike, which is why measured lengths are preferred.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from workbench.perf.simulate import emit_pmf, slot_schedule
 from workbench.perf.sweep_check import row_steps_of
 from workbench.perf.sweep_runs import SweepRun
+from workbench.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
 from workbench.simulate.rollout import lognormal_lengths
 from workbench.simulate.run import solve_monotone
 from workbench.stats import RatioCI, RunsCI
@@ -82,15 +86,19 @@ class SweepWorkload:
     max_new_tokens: int
     mean_len: float  # tokens per completion
     ar_forwards: float  # autoregressive decode forwards per GRPO step (measured)
-    cv: float = 0.0  # fitted coefficient of variation of completion lengths
+    cv: float = 0.0  # coefficient of variation of completion lengths (measured, or fitted)
+    measured: MeasuredLengths | None = None  # the runs' logged per-row lengths; None: the lognormal fit
     prompt_len: int = 0
     continuous: bool = False  # rows > chunk and rollout.continuous_batching: rows join the slots finished rows leave
     points: list[SweepPoint] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # "label: why"
 
     def lengths(self, draws: int, seed: int = 0) -> list[np.ndarray]:
-        """``draws`` GRPO steps' completion lengths (rows each), lognormal (mean_len, cv), cut at max_new_tokens."""
+        """``draws`` GRPO steps' completion lengths (rows each): measured steps drawn whole, or lognormal
+        (mean_len, cv) cut at max_new_tokens."""
         rng = np.random.default_rng(seed)
+        if self.measured is not None:
+            return self.measured.step_draws(draws, rng)
         return [lognormal_lengths(self.rows, self.mean_len, self.cv, self.max_new_tokens, rng) for _ in range(draws)]
 
 
@@ -183,7 +191,15 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
                          "them; measure.paired=true)")
     wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)),
                        continuous=continuous_of(p0, rows, chunk))
-    wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
+    try:  # every run's logged lengths (all arms follow one law, DESIGN.md §4)
+        wl.measured = read_run_lengths([r.run_id for r in runs], t.tracking_uri)
+    except NoLengthsLogged:  # runs from before lengths were logged
+        wl.measured = None
+    if wl.measured is not None and wl.measured.steps[0].size == rows:
+        wl.mean_len, wl.cv = wl.measured.mean, wl.measured.cv
+    else:
+        wl.measured = None
+        wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
         run = row.point.run

@@ -23,6 +23,7 @@ MTP: the first over the k + 1 verified positions per row, then k − 1 of 1 toke
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +32,7 @@ import numpy as np
 
 from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
 from workbench.perf.simulate import tokens_per_step
+from workbench.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
 from workbench.simulate.costs import active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, weight_bytes_resident
 from workbench.simulate.scenario import ModelShape, Scenario, Speculation
 
@@ -106,8 +108,10 @@ def lognormal_lengths(n: int, mean: float, cv: float, max_len: int, rng: np.rand
 
 
 def response_lengths(sc: Scenario) -> np.ndarray:
-    """prompts × G response lengths (tokens, 1..max): lognormal with the given mean and cv
-    (:func:`lognormal_lengths`), or resampled from the given lengths; seeded by workload.seed."""
+    """prompts × G response lengths (tokens, 1..max), rows grouped by prompt, seeded by workload.seed:
+    lognormal with the given mean, cv and within-prompt icc (:func:`workbench.simulate.lengths.grouped_lognormal`;
+    icc = 0 draws :func:`lognormal_lengths`, as before it existed), the given lengths resampled, or a run's
+    logged lengths resampled prompt by prompt (:class:`workbench.simulate.lengths.MeasuredLengths`)."""
     w, r = sc.workload, sc.workload.response
     n = w.prompts * w.group_size
     rng = np.random.default_rng(w.seed)
@@ -115,7 +119,19 @@ def response_lengths(sc: Scenario) -> np.ndarray:
         src = np.asarray(r.lengths, dtype=float)
         x = rng.permutation(src) if src.size == n else rng.choice(src, size=n)
         return np.clip(np.rint(x), 1, r.max).astype(np.int64)
+    if r.kind == "run":
+        return run_lengths(tuple(r.run), r.tracking_uri).resample(w.prompts, w.group_size, rng, r.scale_mean, r.max)
+    if r.icc > 0:
+        return grouped_lognormal(w.prompts, w.group_size, r.mean, r.cv, r.icc, r.max, rng)
     return lognormal_lengths(n, r.mean, r.cv, r.max, rng)
+
+
+@functools.lru_cache(maxsize=8)
+def run_lengths(run_ids: tuple[str, ...], tracking_uri: str | None) -> MeasuredLengths:
+    """The runs' logged lengths, read once per process (a scenario is simulated many times in a fit or grid)."""
+    from workbench.tracking import resolve_tracking_uri
+
+    return read_run_lengths(list(run_ids), resolve_tracking_uri(tracking_uri))
 
 
 def drafter_shape(sc: Scenario) -> ModelShape | None:

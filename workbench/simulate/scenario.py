@@ -122,18 +122,33 @@ class Gen(_Section):
 
 
 class Response(_Section):
-    """Response lengths (tokens): lognormal with ``mean`` and ``cv`` truncated at ``max``, or ``lengths``."""
+    """Response lengths (tokens), rows grouped by prompt, cut at ``max``: ``lognormal`` with ``mean``, ``cv``
+    and within-prompt correlation ``icc``; ``lengths``, a list resampled row by row; or ``run``, a workbench
+    run's logged lengths resampled prompt by prompt (:mod:`workbench.simulate.lengths`)."""
 
-    kind: Literal["lognormal", "lengths"] = "lognormal"
+    kind: Literal["lognormal", "lengths", "run"] = "lognormal"
     mean: float = Field(2000.0, gt=0)
     cv: float = Field(0.8, ge=0)
+    icc: float = Field(0.0, ge=0, le=1, description="lognormal: correlation of log lengths within a prompt's G samples")
     max: int = Field(8192, ge=1, description="max_tokens: longer samples are cut here")
     lengths: list[int] = Field(default_factory=list, description="kind lengths: measured completion lengths, resampled")
+    run: list[str] = Field(default_factory=list, description="kind run: MLflow run ids whose logged lengths are resampled")
+    tracking_uri: str | None = Field(None, description="kind run: the MLflow store (default: the workbench's)")
+    scale_mean: float | None = Field(None, gt=0, description="kind run: rescale the measured lengths to this mean (null: as measured)")
+
+    @field_validator("run", mode="before")
+    @classmethod
+    def _run_ids(cls, v: object) -> object:
+        if isinstance(v, (int, float)):  # an all-digit id read as a YAML number
+            v = str(v)
+        return [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _lengths(self) -> "Response":
         if self.kind == "lengths" and not self.lengths:
             raise ValueError("kind: lengths needs a non-empty lengths list (a workbench run's completion lengths)")
+        if self.kind == "run" and not self.run:
+            raise ValueError("kind: run needs workload.response.run: the MLflow run id(s) of a `wb run` (it logs completions/lengths/)")
         return self
 
 
