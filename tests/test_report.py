@@ -159,7 +159,7 @@ def test_sweep_report_has_table_plots_and_html(micro):
     assert res.exit_code == 0, res.output
     out = micro / "reports" / "rep-sweep"
     md = (out / "report.md").read_text()
-    for png in ("speedup_vs_k", "acceptance_per_position", "acceptance_length_steps", "stage_times", "reward_curves"):
+    for png in ("speedup_vs_k", "acceptance_per_position", "acceptance_length_steps", "stage_times", "reward_curves", "completion_lengths"):
         f = out / f"{png}.png"
         assert f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG", png
         assert f"]({png}.png)" in md  # relative link

@@ -33,7 +33,7 @@ from workbench.tags import PARENT_RUN_TAG, TAG_POINT
 
 POS_PREFIX = "spec/acceptance_rate_pos_"
 # Histories loaded by default: everything the tables, plots and the performance model read.
-HISTORY_PREFIXES = ("timing_s/", "timing_frac/", "spec/", "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/")
+HISTORY_PREFIXES = ("timing_s/", "timing_frac/", "spec/", "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")
 # Params that do not change what a run computes (how it drafts, logs, measures, is named).
 NOT_SETTING = ("drafter.", "tracking.", "measure.", "name")
 

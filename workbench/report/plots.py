@@ -209,6 +209,26 @@ def plot_k_vs_batch(t: Target, out: Path) -> str | None:
     return _save(fig, out / "k_vs_batch.png")
 
 
+def plot_completion_lengths(t: Target, out: Path) -> str | None:
+    """Mean (solid) and longest (dotted) completion per RL step, per point: the long tail the gen stage waits for."""
+    lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get("completions/mean_length")]
+    if not lines:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    cmap = plt.get_cmap("tab10")
+    for i, (r, x) in enumerate(lines):
+        seed = f" seed={x.params[REPEAT_KEY]}" if len(r.outcomes) > 1 and REPEAT_KEY in x.params else ""
+        color = cmap(i % 10)
+        for key, ls, what in (("completions/mean_length", "-", "mean"), ("completions/max_length", ":", "max")):
+            pts = x.history.get(key) or []
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], ls, color=color, marker="o" if what == "mean" else None, ms=3,
+                        label=f"{label(r)}{seed} ({what})")
+    _finish(ax, "RL step", "completion length (tokens)", "completion lengths per step: mean and longest")
+    return _save(fig, out / "completion_lengths.png")
+
+
 PLOTS = (
     ("speedup_vs_k", "Speedup vs k", plot_speedup_vs_k,
      "needs at least 2 speculative rows with a `drafter.k` param and a speedup (paired runs, or a `drafter.kind=none` "
@@ -219,6 +239,7 @@ PLOTS = (
      "no `spec/acceptance_length` metrics (no speculative run)"),
     ("stage_times", "Stage times: autoregressive vs best speculative point", plot_stage_times, "no `timing_s/*` metrics"),
     ("reward_curves", "Reward with and without speculation", plot_rewards, "no `reward/mean` metrics in FINISHED runs"),
+    ("completion_lengths", "Completion lengths", plot_completion_lengths, "no `completions/mean_length` metrics"),
     ("k_histogram", "Adaptive speculation: chosen k", plot_k_histogram, "no `spec/k_frac_<j>` metrics (no `drafter.adaptive` run)"),
     ("k_vs_batch", "Adaptive speculation: k against batch size", plot_k_vs_batch,
      "no `spec/k_mean_rows_le_<b>` metrics (no `drafter.adaptive` run)"),
@@ -235,6 +256,10 @@ NOTES = {
     "k_histogram": "Share of a run's verification steps at each k_t the adaptive policy chose (`spec/k_frac_<j>`).",
     "k_vs_batch": "Mean k_t chosen by live batch size: a compute-bound full batch pays for every verified draft, "
     "the long tail of a few rows gets drafts almost for free.",
+    "completion_lengths": "Speculation does not change the law of the completions, so their lengths should agree "
+    "with and without it within sampling noise; the longest row per step is what a synchronous gen stage waits for. "
+    "Each run also logs its per-row lengths, grouped by prompt (`completions/lengths/step_<n>.json`), which "
+    "`wb simulate` takes as a workload (`workload.response.kind=run`, `--from-sweep`).",
     "reward_curves": "Speculative decoding is exact, so reward curves should agree within sampling noise "
     "(bands: mean ± sd over a drafter kind's runs; test in the training-signal section).",
 }
