@@ -317,3 +317,11 @@ def test_shipped_scenarios_load():
     for name in ("qwen3-8b-gb200", "qwen3-235b-gb200"):
         raw, sc = load_scenario(name)
         assert sc.cluster.gpus >= 32
+
+
+def test_calibration_unknown_none_from_the_command_line():
+    """`calibration.unknown=none` reads as null from an override; it still means no calibration."""
+    from workbench.simulate.scenario import load_scenario
+
+    _, sc = load_scenario("qwen3-8b-gb200", ["calibration.unknown=none"])
+    assert sc.calibration.unknown == "none"

@@ -32,6 +32,7 @@ import numpy as np
 
 from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
 from workbench.perf.simulate import tokens_per_step
+from workbench.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
 from workbench.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
 from workbench.simulate.costs import active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, weight_bytes_resident
 from workbench.simulate.scenario import ModelShape, Scenario, Speculation
@@ -164,6 +165,25 @@ def draft_s(d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[f
     return k * fwd(rows, 1, context)
 
 
+_ALPHA_REF: dict[tuple, float] = {}
+
+
+def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float:
+    """α at short context under ``acceptance_vs_context``: ``alpha`` as given, or fitted so the stage's mean
+    acceptance length at the measured k nearest ``speculation.k`` is the measured one, one α for every k of a
+    scan (:func:`workbench.simulate.context.fit_alpha_ref`; memoised: a fit or a grid simulates one stage often)."""
+    if s.alpha is not None:
+        return float(s.alpha)
+    assert s.acceptance_length is not None  # the validator allows alpha or acceptance_length here
+    km = min(s.acceptance_length, key=lambda j: (abs(j - s.k), j))
+    table = s.acceptance_vs_context or {}
+    key = (tuple(sorted(table.items())), s.acceptance_vs_context_k, km, s.acceptance_length[km], prompt,
+           hash(np.asarray(lengths).tobytes()))
+    if key not in _ALPHA_REF:
+        _ALPHA_REF[key] = fit_alpha_ref(np.asarray(lengths), prompt, table, s.acceptance_vs_context_k, km, s.acceptance_length[km])
+    return _ALPHA_REF[key]
+
+
 # ------------------------------------------------------------------ one replica
 
 
@@ -246,7 +266,6 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     d = drafter_shape(sc) if k else None
     cap = kv_capacity_tokens(m, hw, g, weight_bytes_resident(d) if d else 0.0, kv_bytes_per_token(d) if d else 0.0)
     max_rows = g.max_num_seqs
-    E = acceptance_length(s, k)
     prompt = sc.workload.prompt_len
 
     def step_s(rows: float, context: float) -> float:
@@ -263,7 +282,15 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
         return t + (forward_cost(d, hw, g, n, prompt, n * prompt / 2).seconds if d is not None else 0.0)
 
     order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))
-    steps = row_steps(lengths, E, tokens_per_step_var(s, k), k, np.random.default_rng(sc.workload.seed + 2))
+    rng = np.random.default_rng(sc.workload.seed + 2)
+    if k and s.acceptance_vs_context:  # acceptance falling with context (workbench.simulate.context)
+        table, kt = s.acceptance_vs_context, s.acceptance_vs_context_k
+        grid = step_integrals(context_alpha_ref(s, lengths, prompt), table, kt, k, prompt + int(np.max(lengths)))
+        steps = row_steps_ctx(lengths, prompt, grid, k, rng)
+        E = float((np.asarray(lengths, dtype=float) - 1).sum() / max(float(steps.sum()), 1.0))  # the stage's mean
+    else:
+        E = acceptance_length(s, k)
+        steps = row_steps(lengths, E, tokens_per_step_var(s, k), k, rng)
     times = []
     for r in range(replicas):
         idx = order[r::replicas]

@@ -172,12 +172,23 @@ class Speculation(_Section):
     draft_layers: int = Field(1, ge=1, description="eagle3/mtp: decoder layers of the head")
     draft_vocab: int | None = Field(32000, ge=1, description="eagle3: reduced draft vocabulary; null = target's")
     ngram_step_s: float = Field(0.0, ge=0, description="ngram: host seconds per proposal step")
+    acceptance_vs_context: dict[int, float] | None = Field(
+        None, description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
+        "draft tokens: its long-context decay, shape only (workbench.simulate.context); null = acceptance independent of context")
+    acceptance_vs_context_k: int = Field(3, ge=1, description="draft tokens the acceptance_vs_context table was measured with")
 
     @model_validator(mode="after")
     def _acceptance(self) -> "Speculation":
         given = [x is not None for x in (self.alpha, self.per_position, self.acceptance_length)]
         if self.drafter != "none" and sum(given) != 1:
             raise ValueError("give exactly one of speculation.alpha, speculation.per_position or speculation.acceptance_length")
+        if self.acceptance_vs_context is not None:
+            t = self.acceptance_vs_context
+            if not t or any(c < 0 for c in t) or any(not 1.0 <= v <= self.acceptance_vs_context_k + 1 for v in t.values()):
+                raise ValueError("speculation.acceptance_vs_context: {context tokens: acceptance length in [1, k+1]}, at least one entry")
+            if self.per_position is not None:
+                raise ValueError("speculation.acceptance_vs_context scales alpha or acceptance_length; with per_position give "
+                                 "per-position rates at one context only (drop acceptance_vs_context)")
         return self
 
 
@@ -200,6 +211,11 @@ class Calibration(_Section):
     variant: str | None = Field(None, description="the variant measured (null: the base scenario)")
     arm: Literal["autoregressive", "speculative"] = "autoregressive"
     gen_s: float = Field(1.0, gt=0, description="the measured gen seconds per step of that variant and arm")
+
+    @field_validator("unknown", mode="before")
+    @classmethod
+    def _none(cls, v: object) -> object:
+        return "none" if v is None else v  # `calibration.unknown=none` on the command line reads as null
 
 
 class Scenario(_Section):
