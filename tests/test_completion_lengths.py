@@ -115,6 +115,24 @@ def test_scenario_takes_a_runs_lengths(store):
         load_scenario("qwen3-8b-gb200", ["workload.response.kind=run"])
 
 
+def test_scenario_takes_a_sweeps_lengths_by_name(store):
+    """workload.response.run may name a sweep: its FINISHED runs' lengths, pooled."""
+    from test_runs import log_run
+    from workbench.simulate.rollout import run_lengths
+
+    exp = store.create_experiment("lengths-sweep")
+    parent = log_run(store, exp, "lensweep", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "parent"})
+    a = log_run(store, exp, "lensweep: a", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent)
+    b = log_run(store, exp, "lensweep: b", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent)
+    _log_lengths(store, a, [(2, [40, 40, 100, 100])])
+    _log_lengths(store, b, [(2, [7, 7, 9, 9]), (2, [5, 5, 3, 3])])
+    run_lengths.cache_clear()
+    m = run_lengths(("lensweep",), store.tracking_uri)
+    assert len(m.steps) == 3 and sorted(s.tolist()[0] for s in m.steps) == [5, 7, 40]
+    with pytest.raises(ValueError, match="no sweep, study, run name or run id 'nosuch'"):
+        run_lengths(("nosuch",), store.tracking_uri)
+
+
 def test_run_logs_lengths_for_each_step(store):
     """A real (micro) GRPO run logs the TRL scalars and one grouped record per step, which read back."""
     from workbench.experiment import run_experiment
@@ -148,7 +166,7 @@ def test_cli_simulate_takes_a_runs_lengths_and_refuses_a_run_without(store):
                              "workload.response.scale_mean=3000", "--no-track"], terminal_width=200)
     assert ok.exit_code == 0, ok.output
     text = " ".join(ok.output.split())  # the console wraps long lines
-    assert f"response lengths: run {rid}: 2 steps x 4 rows, mean 52.5 tokens" in text and "scaled to mean 3000" in text
+    assert f"response lengths: {rid} (1 run): 2 steps x 4 rows, mean 52.5 tokens" in text and "scaled to mean 3000" in text
     bad = runner.invoke(app, ["simulate", "qwen3-8b-gb200", "workload.response.kind=run", f"workload.response.run={empty}", "--no-track"],
                         terminal_width=200)
     assert bad.exit_code == 2 and "logged no completion lengths" in bad.output

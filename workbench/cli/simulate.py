@@ -102,7 +102,8 @@ def _show_run_lengths(base) -> None:
     from workbench.simulate.rollout import run_lengths
 
     m = run_lengths(tuple(r.run), r.tracking_uri)
-    console.print(f"response lengths: run {', '.join(r.run)}: {m.describe()}" + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
+    n = len(m.source.split(", "))
+    console.print(f"response lengths: {', '.join(r.run)} ({n} run{'s' if n > 1 else ''}): {m.describe()}" + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
                   highlight=False)
 
 

@@ -128,11 +128,25 @@ def response_lengths(sc: Scenario) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def run_lengths(run_ids: tuple[str, ...], tracking_uri: str | None) -> MeasuredLengths:
-    """The runs' logged lengths, read once per process (a scenario is simulated many times in a fit or grid)."""
+def run_lengths(runs: tuple[str, ...], tracking_uri: str | None) -> MeasuredLengths:
+    """The logged lengths of ``runs`` (run ids or names, or sweep/study names: their FINISHED runs), read
+    once per process (a scenario is simulated many times in a fit or grid).
+
+    Raises:
+        ValueError: a name that matches nothing (the message lists what exists), or lengths not logged.
+    """
+    from workbench.report.target import resolve
     from workbench.tracking import resolve_tracking_uri
 
-    return read_run_lengths(list(run_ids), resolve_tracking_uri(tracking_uri))
+    uri = resolve_tracking_uri(tracking_uri)
+    ids: list[str] = []
+    for name in runs:
+        t = resolve(name, uri)  # one run as named (whatever its status), or a sweep's FINISHED runs
+        ids += [r.run_id for r in t.runs if t.kind == "run" or r.status == "FINISHED"]
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise ValueError(f"workload.response.run={','.join(runs)}: no FINISHED run")
+    return read_run_lengths(ids, uri)
 
 
 def drafter_shape(sc: Scenario) -> ModelShape | None:

@@ -132,7 +132,7 @@ class Response(_Section):
     icc: float = Field(0.0, ge=0, le=1, description="lognormal: correlation of log lengths within a prompt's G samples")
     max: int = Field(8192, ge=1, description="max_tokens: longer samples are cut here")
     lengths: list[int] = Field(default_factory=list, description="kind lengths: measured completion lengths, resampled")
-    run: list[str] = Field(default_factory=list, description="kind run: MLflow run ids whose logged lengths are resampled")
+    run: list[str] = Field(default_factory=list, description="kind run: run ids, run names or sweep names whose logged lengths are resampled")
     tracking_uri: str | None = Field(None, description="kind run: the MLflow store (default: the workbench's)")
     scale_mean: float | None = Field(None, gt=0, description="kind run: rescale the measured lengths to this mean (null: as measured)")
 
