@@ -223,6 +223,9 @@ def test_replica_context_growth_integrated():
     # step seconds = context; one row, prompt 1 -> contexts 2, 3, 4 over 3 steps: Simpson on a line is exact
     t, _, _ = rollout.replica_time(np.array([4]), 1, 8, 1e9, 1.0, lambda r, c: c, lambda n: 0.0)
     assert t == pytest.approx(2 + 3 + 4)
+    # one rate per row: rows of 4 and 7 tokens, 3 steps each at 1 and 2 tokens a step: contexts 2, 3, 4 and 2, 4, 6
+    t, _, _ = rollout.replica_time(np.array([4, 7]), 1, 8, 1e9, np.array([1.0, 2.0]), lambda r, c: c, lambda n: 0.0, np.array([3, 3]))
+    assert t == pytest.approx((2 + 2) + (3 + 4) + (4 + 6))
 
 
 # ------------------------------------------------------------------ step, async, calibration

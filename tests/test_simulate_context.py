@@ -33,6 +33,10 @@ def test_step_integral_by_hand():
     # ∫₀^10⁴ dc / E = (10⁴/0.4) ln(1.8/1.4)
     c, f, v = step_integrals(0.8, {0: 1.8, 10000: 1.4}, 1, 1, 10000)
     assert np.interp(10000, c, f) == pytest.approx(25000 * math.log(1.8 / 1.4), rel=1e-4)
+    # k = 1: N ∈ {1, 2}, Var(N) = α(1 − α); V = ∫ α(1 − α)/(1 + α)³ dc with α = 0.8 − 0.4 c/10⁴: substitute
+    # u = 1 + α (dc = −2.5·10⁴ du), α(1 − α) = (u − 1)(2 − u): V = 2.5·10⁴ ∫_{1.4}^{1.8} (−u² + 3u − 2)/u³ du
+    g = lambda u: -math.log(u) - 3 / u + 1 / u**2  # noqa: E731 - antiderivative of (−u² + 3u − 2)/u³
+    assert np.interp(10000, c, v) == pytest.approx(25000 * (g(1.8) - g(1.4)), rel=1e-4)
     assert (np.diff(f) > 0).all() and (np.diff(v) >= 0).all()
 
 
@@ -66,6 +70,10 @@ def test_scenario_validation():
         Speculation(per_position=[0.7, 0.5], acceptance_vs_context={0: 2.0})
     with pytest.raises(ValueError, match=r"acceptance length in \[1, k\+1\]"):
         Speculation(alpha=0.7, acceptance_vs_context={0: 5.0})
+    with pytest.raises(ValueError, match="at a single k"):
+        Speculation(acceptance_length={3: 2.4, 5: 2.9}, acceptance_vs_context={0: 2.0})
+    with pytest.raises(ValueError, match="rises above its first entry"):  # 3x the accepted drafts of α_ref = 0.9: past all of them
+        alpha_profile(0.9, {0: 1.5, 1000: 2.5}, 3, np.array([2000.0]))
 
 
 def test_decay_slows_only_the_speculative_arm_and_more_at_large_k():

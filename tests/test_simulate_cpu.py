@@ -235,7 +235,21 @@ def test_cli_from_sweep_uses_the_logged_lengths(store, tmp_path):
     rec = json.loads(out.read_text())
     assert rec["workload"]["lengths"].startswith("measured: 16 steps x 4 rows") and "measured: 16 steps" in res.output
     assert {r["k"]: round(r["predicted"], 4) for r in rec["rows"]} == {k: round(v, 4) for k, v in SPEEDUP.items()}
-    fake_sweep(store, "cpu-len-long", lengths=[L + 4] * ROWS)  # logged rows 4 tokens longer: every arm decodes more
+    base_ar = rec["rows"][0]["gen_ar_s"]
+    # logged rows longer than the counts (13 tokens): the simulation decodes those, 12 forwards a row instead of 8
+    fake_sweep(store, "cpu-len-long", lengths=[L + 4] * ROWS)
     res = from_sweep("cpu-len-long", flat_hardware(tmp_path), out, "--draws", "2", "--no-track")
     assert res.exit_code == 0, res.output
-    assert json.loads(out.read_text())["workload"]["mean_len"] == L + 4
+    rec = json.loads(out.read_text())
+    assert rec["workload"]["mean_len"] == L + 4 and rec["rows"][0]["gen_ar_s"] == pytest.approx(base_ar + 4 * MS)
+
+
+def test_from_sweep_refuses_lengths_of_another_batch_and_says_why_it_fits(store, tmp_path):
+    from workbench.simulate.from_sweep import read_sweep
+
+    fake_sweep(store, "cpu-len-bad", lengths=[L] * (2 * ROWS))  # 8 rows logged for a 4-row step
+    with pytest.raises(ValueError, match=r"holds 8 lengths, the sweep's steps 4 rows"):
+        read_sweep("cpu-len-bad", store.tracking_uri, prompt_len=1)
+    fake_sweep(store, "cpu-len-none")  # runs from before lengths were logged: the fit, and why
+    wl = read_sweep("cpu-len-none", store.tracking_uri, prompt_len=1)
+    assert wl.measured is None and "logged no completion lengths" in wl.lengths_note

@@ -234,5 +234,5 @@ def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: st
         raise ValueError(f"no drafter of sweep {wl.name!r} has a point at k={calibrate_k} (--calibrate-k)")
     workload = {"rows": wl.rows, "chunk": wl.chunk, "max_new_tokens": wl.max_new_tokens, "mean_len": wl.mean_len, "cv": wl.cv,
                 "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "continuous": wl.continuous, "draws": draws, "seed": seed,
-                "lengths": f"measured: {wl.measured.describe()}" if wl.measured is not None else "lognormal fitted to the mean and the AR forwards"}
+                "lengths": f"measured: {wl.measured.describe()}" if wl.measured is not None else wl.lengths_note}
     return CpuCheck(wl.name, unknown, calibrate_k, fits, rows, workload, dict(hw.meta), notes)

@@ -88,6 +88,7 @@ class SweepWorkload:
     ar_forwards: float  # autoregressive decode forwards per GRPO step (measured)
     cv: float = 0.0  # coefficient of variation of completion lengths (measured, or fitted)
     measured: MeasuredLengths | None = None  # the runs' logged per-row lengths; None: the lognormal fit
+    lengths_note: str = ""  # why the lognormal fit was used
     prompt_len: int = 0
     continuous: bool = False  # rows > chunk and rollout.continuous_batching: rows join the slots finished rows leave
     points: list[SweepPoint] = field(default_factory=list)
@@ -193,13 +194,18 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
                        continuous=continuous_of(p0, rows, chunk))
     try:  # every run's logged lengths (all arms follow one law, DESIGN.md §4)
         wl.measured = read_run_lengths([r.run_id for r in runs], t.tracking_uri)
-    except NoLengthsLogged:  # runs from before lengths were logged
-        wl.measured = None
-    if wl.measured is not None and wl.measured.steps[0].size == rows:
+        why_not = ""
+    except NoLengthsLogged as e:  # runs from before lengths were logged
+        wl.measured, why_not = None, str(e).split(" (")[0]
+    if wl.measured is not None:
+        bad = [(o, s.size) for o, s in zip(wl.measured.origins, wl.measured.steps) if s.size != rows]
+        if bad:
+            raise ValueError(f"sweep {name!r}: {bad[0][0]} holds {bad[0][1]} lengths, the sweep's steps {rows} rows "
+                             f"(grpo.prompts_per_step × grpo.group_size); {len(bad)} such record(s)")
         wl.mean_len, wl.cv = wl.measured.mean, wl.measured.cv
     else:
-        wl.measured = None
         wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
+        wl.lengths_note = f"lognormal fitted to the mean and the AR forwards ({why_not})"
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
         run = row.point.run

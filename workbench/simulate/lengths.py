@@ -72,6 +72,7 @@ class MeasuredLengths:
     max_new_tokens: int
     steps: list[np.ndarray] = field(default_factory=list)  # each (rows,), rows [g*G:(g+1)*G] of prompt g
     source: str = ""
+    origins: list[str] = field(default_factory=list)  # per step: "run <id>, <artifact path>"
 
     @property
     def groups(self) -> np.ndarray:
@@ -102,17 +103,27 @@ class MeasuredLengths:
 
     def resample(self, prompts: int, group_size: int, rng: np.random.Generator, mean: float | None = None,
                  max_len: int | None = None) -> np.ndarray:
-        """prompts × G lengths (tokens), rows grouped by prompt: each prompt a measured group drawn with
-        replacement (G rows drawn from its rows, with replacement, when G differs from the measured one);
-        scaled so the measured mean becomes ``mean`` (None: as measured), cut at ``max_len``
-        (None: the measured max_new_tokens, or the scaled one)."""
+        """prompts × G lengths (tokens, (prompts·G,)), rows grouped by prompt. Each prompt is a measured group
+        drawn with replacement; with the measured G, its rows as measured. With another G, a two-level
+        bootstrap (Davison & Hinkley 1997, §3.8): the prompt's level is its measured group's mean log length,
+        each row adds a deviation drawn from all groups' within-group deviations of log length (pooled,
+        inflated by sqrt(G_m / (G_m − 1)) for the group mean they were taken from), so a prompt's rows can
+        spread past the few measured ones. Scaled so the measured mean becomes ``mean`` (None: as measured),
+        before the cut at ``max_len`` (None: the measured max_new_tokens, scaled): rows the run cut at its
+        max_new_tokens land at that cap times the scale, and the mean after the cut can fall below ``mean``."""
         groups = self.groups
         pick = groups[rng.integers(0, len(groups), prompts)]  # (prompts, G_measured)
-        if group_size != self.group_size:
-            pick = np.take_along_axis(pick, rng.integers(0, self.group_size, (prompts, group_size)), axis=1)
+        if group_size == self.group_size:
+            x = pick.reshape(-1).astype(float)
+        else:
+            logs = np.log(np.maximum(groups, 1).astype(float))
+            gm = self.group_size
+            dev = (logs - logs.mean(axis=1, keepdims=True)).reshape(-1) * (math.sqrt(gm / (gm - 1)) if gm > 1 else 0.0)
+            level = np.log(np.maximum(pick, 1).astype(float)).mean(axis=1)  # (prompts,)
+            x = np.exp(level[:, None] + rng.choice(dev, (prompts, group_size))).reshape(-1)
         scale = 1.0 if mean is None else mean / self.mean
         cap = max_len if max_len is not None else int(round(self.max_new_tokens * scale))
-        return np.clip(np.rint(pick.reshape(-1) * scale), 1, cap).astype(np.int64)
+        return np.clip(np.rint(x * scale), 1, cap).astype(np.int64)
 
     def describe(self) -> str:
         return (f"{len(self.steps)} steps x {self.steps[0].size} rows, mean {self.mean:.1f} tokens, cv {self.cv:.2f}, "
@@ -124,7 +135,7 @@ class NoLengthsLogged(ValueError):
 
 
 def parse_record(rec: dict, where: str) -> tuple[int, int, np.ndarray]:
-    """(group_size, max_new_tokens, lengths (rows,)) of one step's record.
+    """(group_size, max_new_tokens, lengths (rows,), tokens ≥ 1) of one step's record.
 
     Raises:
         ValueError: not a completion-lengths record, or inconsistent; the message names ``where``.
@@ -132,22 +143,29 @@ def parse_record(rec: dict, where: str) -> tuple[int, int, np.ndarray]:
     try:
         if rec.get("format") != FORMAT:
             raise ValueError(f"format {rec.get('format')!r}, expected {FORMAT!r}")
-        g, cap, x = int(rec["group_size"]), int(rec["max_new_tokens"]), np.asarray(rec["lengths"], dtype=np.int64)
-        if x.ndim != 1 or x.size == 0 or g < 1 or x.size % g or (x < 0).any():
-            raise ValueError(f"{x.size} lengths do not form groups of {g}")
+        g, cap, raw = int(rec["group_size"]), int(rec["max_new_tokens"]), np.asarray(rec["lengths"], dtype=float)
+        if raw.ndim != 1 or raw.size == 0:
+            raise ValueError("lengths must be a non-empty list")
+        if (raw < 1).any() or (raw != np.round(raw)).any():
+            raise ValueError("lengths must be whole numbers of tokens ≥ 1")
+        if g < 1 or raw.size % g:
+            raise ValueError(f"{raw.size} lengths do not form groups of {g}")
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a completion-lengths record ({e}); re-run the experiment to log it again") from e
-    return g, cap, x
+    return g, cap, raw.astype(np.int64)
 
 
 def read_run_lengths(run_ids: list[str], tracking_uri: str) -> MeasuredLengths:
-    """Every step's lengths logged by the runs ``run_ids`` (artifacts ``completions/lengths/``).
+    """Every step's lengths logged by the runs ``run_ids`` (artifacts ``completions/lengths/``); ``origins``
+    names each step's run and file.
 
     Raises:
         NoLengthsLogged: a run logged none (runs from before the workbench logged them: re-run).
-        ValueError: records of
-            different group sizes, or a corrupt record (the message names the run and file).
+        ValueError: records of different group sizes or max_new_tokens, or a corrupt record (the message
+            names the run and file).
     """
+    import tempfile
+
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per step's file is noise
@@ -159,18 +177,21 @@ def read_run_lengths(run_ids: list[str], tracking_uri: str) -> MeasuredLengths:
         files = sorted(f.path for f in client.list_artifacts(rid, "completions/lengths") if f.path.endswith(".json"))
         if not files:
             raise NoLengthsLogged(f"run {rid} logged no completion lengths (completions/lengths/step_*.json): runs before the workbench "
-                             "logged them have none; re-run it (or give workload.response.kind: lognormal)")
-        for path in files:
-            where = f"run {rid}, {path}"
-            try:
-                rec = json.loads(Path(client.download_artifacts(rid, path)).read_text())
-            except (OSError, json.JSONDecodeError) as e:
-                raise ValueError(f"{where}: unreadable ({e})") from e
-            g, cap, x = parse_record(rec, where)
-            if out is None:
-                out = MeasuredLengths(g, cap, source=", ".join(run_ids))
-            elif g != out.group_size:
-                raise ValueError(f"{where}: group_size {g}, earlier records {out.group_size}: one workload per source")
-            out.max_new_tokens = max(out.max_new_tokens, cap)
-            out.steps.append(x)
+                                  "logged them have none; re-run it (or give workload.response.kind: lognormal)")
+        with tempfile.TemporaryDirectory() as tmp:  # one download per run, removed after
+            local = Path(client.download_artifacts(rid, "completions/lengths", dst_path=tmp))
+            for path in files:
+                where = f"run {rid}, {path}"
+                try:
+                    rec = json.loads((local / Path(path).name).read_text())
+                except (OSError, json.JSONDecodeError) as e:
+                    raise ValueError(f"{where}: unreadable ({e})") from e
+                g, cap, x = parse_record(rec, where)
+                if out is None:
+                    out = MeasuredLengths(g, cap, source=", ".join(run_ids))
+                elif (g, cap) != (out.group_size, out.max_new_tokens):
+                    raise ValueError(f"{where}: group_size {g}, max_new_tokens {cap}; earlier records {out.group_size}, "
+                                     f"{out.max_new_tokens}: one workload per source")
+                out.steps.append(x)
+                out.origins.append(where)
     return out  # type: ignore[return-value]  (run_ids non-empty: set above or raised)

@@ -127,18 +127,23 @@ def response_lengths(sc: Scenario) -> np.ndarray:
     return lognormal_lengths(n, r.mean, r.cv, r.max, rng)
 
 
-@functools.lru_cache(maxsize=8)
 def run_lengths(runs: tuple[str, ...], tracking_uri: str | None) -> MeasuredLengths:
-    """The logged lengths of ``runs`` (run ids or names, or sweep/study names: their FINISHED runs), read
-    once per process (a scenario is simulated many times in a fit or grid).
+    """The logged lengths of ``runs`` (run ids or names, or sweep/study names: their FINISHED runs) in the
+    store ``tracking_uri`` (None: the workbench's), read once per process and store (a scenario is
+    simulated many times in a fit or grid).
 
     Raises:
         ValueError: a name that matches nothing (the message lists what exists), or lengths not logged.
     """
-    from workbench.report.target import resolve
     from workbench.tracking import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
+    return _run_lengths(tuple(runs), resolve_tracking_uri(tracking_uri))
+
+
+@functools.lru_cache(maxsize=8)
+def _run_lengths(runs: tuple[str, ...], uri: str) -> MeasuredLengths:
+    from workbench.report.target import resolve
+
     ids: list[str] = []
     for name in runs:
         t = resolve(name, uri)  # one run as named (whatever its status), or a sweep's FINISHED runs
@@ -204,21 +209,24 @@ def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float
 StepFn = Callable[[float, float], float]  # (rows, summed context) -> seconds of one step
 
 
-def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: float, per_step: float,
+def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: float, per_step: float | np.ndarray,
                  step_s: StepFn, prefill_s: Callable[[int], float], steps_per_row: np.ndarray | None = None) -> tuple[float, float, int]:
     """(seconds, row-steps, steps) of one replica generating ``lengths`` (module doc): continuous
     batching under ``max_rows`` rows and ``capacity`` KV tokens, ``per_step`` tokens per row per step
-    (context growth); ``steps_per_row`` (default ceil((L − 1) / per_step)) the steps each row takes.
+    (context growth: one rate, or one per row, (N,)); ``steps_per_row`` (default ceil((L − 1) / per_step))
+    the steps each row takes.
 
     Raises:
         ValueError: one row (prompt + its length) does not fit the KV cache.
     """
     queue = [int(x) for x in lengths]
-    todo = np.ceil((np.asarray(lengths, dtype=float) - 1) / per_step) if steps_per_row is None else np.asarray(steps_per_row, dtype=float)
+    rates = np.broadcast_to(np.asarray(per_step, dtype=float), (len(queue),))  # (N,) tokens per step of each row
+    todo = np.ceil((np.asarray(lengths, dtype=float) - 1) / rates) if steps_per_row is None else np.asarray(steps_per_row, dtype=float)
     qi, t, row_steps, steps = 0, 0.0, 0.0, 0
     left = np.zeros(0)
     ctx = np.zeros(0)
     need = np.zeros(0)
+    rate = np.zeros(0)
     while True:
         reserved = float(need.sum())
         new, q0 = [], qi
@@ -232,9 +240,10 @@ def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: floa
             left = np.concatenate([left, todo[q0:qi]])
             ctx = np.concatenate([ctx, np.full(len(new), prompt + 1.0)])
             need = np.concatenate([need, prompt + arr])
+            rate = np.concatenate([rate, rates[q0:qi]])
         keep = left > 0
         if not keep.all():
-            left, ctx, need = left[keep], ctx[keep], need[keep]
+            left, ctx, need, rate = left[keep], ctx[keep], need[keep], rate[keep]
             continue  # freed rows: admit from the queue first
         if left.size == 0:
             if qi < len(queue):
@@ -244,12 +253,12 @@ def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: floa
         n = float(left.min())
         rows = float(left.size)
         c0 = float(ctx.sum())
-        c1 = c0 + rows * per_step * (n - 1)
+        c1 = c0 + float(rate.sum()) * (n - 1)
         t += n * (step_s(rows, c0) + 2 * step_s(rows, (c0 + c1) / 2) + step_s(rows, c1)) / 4
         row_steps += n * rows
         steps += int(n)
         left = left - n
-        ctx = ctx + per_step * n
+        ctx = ctx + rate * n
 
 
 # ------------------------------------------------------------------ the gen stage
@@ -301,14 +310,18 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
         table, kt = s.acceptance_vs_context, s.acceptance_vs_context_k
         grid = step_integrals(context_alpha_ref(s, lengths, prompt), table, kt, k, prompt + int(np.max(lengths)))
         steps = row_steps_ctx(lengths, prompt, grid, k, rng)
-        E = float((np.asarray(lengths, dtype=float) - 1).sum() / max(float(steps.sum()), 1.0))  # the stage's mean
+        n_tok = np.asarray(lengths, dtype=float) - 1
+        E = float(n_tok.sum() / max(float(steps.sum()), 1.0))  # the stage's mean
+        per_step = n_tok / np.maximum(steps, 1.0)  # (N,) each row's own rate: a tail row's context grows slower
     else:
         E = acceptance_length(s, k)
         steps = row_steps(lengths, E, tokens_per_step_var(s, k), k, rng)
+        per_step = E
     times = []
     for r in range(replicas):
         idx = order[r::replicas]
         if idx.size:
-            times.append(replica_time(lengths[idx], prompt, max_rows, cap, E, step_s, prefill_s, steps[idx]))
+            rate = per_step[idx] if isinstance(per_step, np.ndarray) else per_step
+            times.append(replica_time(lengths[idx], prompt, max_rows, cap, rate, step_s, prefill_s, steps[idx]))
     slow = max(times, key=lambda x: x[0])
     return GenResult(k, slow[0], float(np.mean([x[0] for x in times])), E, replicas, slow[1] / max(slow[2], 1), slow[2], max_rows)

@@ -134,7 +134,8 @@ class Response(_Section):
     lengths: list[int] = Field(default_factory=list, description="kind lengths: measured completion lengths, resampled")
     run: list[str] = Field(default_factory=list, description="kind run: run ids, run names or sweep names whose logged lengths are resampled")
     tracking_uri: str | None = Field(None, description="kind run: the MLflow store (default: the workbench's)")
-    scale_mean: float | None = Field(None, gt=0, description="kind run: rescale the measured lengths to this mean (null: as measured)")
+    scale_mean: float | None = Field(None, gt=0, description="kind run: rescale the measured lengths to this mean before the cut at max "
+                                       "(rows the run cut at its max_new_tokens land at that times the scale; null: as measured)")
 
     @field_validator("run", mode="before")
     @classmethod
@@ -189,6 +190,9 @@ class Speculation(_Section):
             if self.per_position is not None:
                 raise ValueError("speculation.acceptance_vs_context scales alpha or acceptance_length; with per_position give "
                                  "per-position rates at one context only (drop acceptance_vs_context)")
+            if self.acceptance_length is not None and len(self.acceptance_length) > 1:
+                raise ValueError("speculation.acceptance_vs_context fits one short-context α to one measured k: give "
+                                 "speculation.acceptance_length at a single k")
         return self
 
 
