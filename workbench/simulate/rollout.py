@@ -7,11 +7,12 @@ admission costs a prefill forward over the prompts, which emits the first token.
 advances each live row (E = 1 token autoregressive; speculative, the tokens N of a verification
 step are drawn independently per step with E[N](k) and Var(N) from the per-position acceptance,
 DESIGN.md §4, so a row of L tokens takes about (L − 1)/E[N] ± sqrt((L − 1)·Var(N)/E[N]³) steps,
-:func:`row_steps`: the slowest of many long rows needs more steps than E[N] suggests; contexts grow
-by E[N] per step), and a row leaves when done, so the
+:func:`row_steps`: the slowest of many long rows needs more steps than E[N] suggests; with
+``speculation.acceptance_vs_context``, :mod:`workbench.simulate.context`; each row's context grows by
+its own (L − 1)/steps per step, so it ends at prompt + L), and a row leaves when done, so the
 batch shrinks into the long tail (as :mod:`workbench.perf.simulate` counts it) and a queued row
 takes its place. A step's seconds come from :func:`workbench.simulate.costs.forward_cost` at the
-live rows' summed context, which grows by rows · E per step; between two events (a row leaving)
+live rows' summed context, which grows by the rows' summed rates per step; between two events (a row leaving)
 the rows are fixed and the step time is integrated with Simpson's rule. The gen stage lasts until
 the slowest replica is done.
 
@@ -316,7 +317,7 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     else:
         E = acceptance_length(s, k)
         steps = row_steps(lengths, E, tokens_per_step_var(s, k), k, rng)
-        per_step = E
+        per_step = (np.asarray(lengths, dtype=float) - 1) / np.maximum(steps, 1.0) if k else E  # each row's own rate
     times = []
     for r in range(replicas):
         idx = order[r::replicas]
