@@ -310,3 +310,22 @@ def test_rotary_reload_warning_is_dropped_and_others_kept():
         log.removeHandler(handler)
     assert seen == ["LlamaAttention: Failed to load weights"] and ROTARY_RELOAD not in seen
     assert sum(type(f).__name__ == "_DropRotaryReload" for f in log.filters) == 1
+
+
+@needs_vllm
+def test_vllm_run_logs_completion_lengths(store):
+    """The vLLM backend logs the same per-row completion lengths as the workbench engine (grouped by
+    prompt, summing to the step's gen/num_tokens), which `wb simulate` reads back."""
+    from workbench.experiment import run_experiment
+    from workbench.simulate.lengths import read_run_lengths
+    from workbench.specs import load_spec
+
+    spec = load_spec("quickstart", ["rollout.backend=vllm", "drafter.kind=none", "grpo.steps=2", "grpo.eval_every=0",
+                                    "grpo.prompts_per_step=2", "grpo.group_size=4", "rollout.max_new_tokens=32"])
+    res = run_experiment(spec, progress=False)
+    m = read_run_lengths([res.run_id], store.tracking_uri)
+    assert m.group_size == 4 and m.max_new_tokens == 32 and [s.size for s in m.steps] == [8, 8]
+    tokens = [x.value for x in store.get_metric_history(res.run_id, "gen/num_tokens")]
+    assert [int(s.sum()) for s in m.steps] == [int(t) for t in tokens]
+    run = store.get_run(res.run_id)
+    assert run.data.metrics["completions/max_length"] == m.steps[-1].max() <= 32
