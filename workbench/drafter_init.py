@@ -27,7 +27,7 @@ from drafters import build_drafter
 from drafters.eagle3_vllm import is_eagle3_folder
 from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
 from workbench.cache import atomic_dir, cache_dir, short_hash
-from workbench.models.tokenizer import encode_prompt
+from workbench.models.chat import generation_config_of, run_prompt_format
 from workbench.progress import progress_bar
 from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.engine import RolloutEngine
@@ -63,6 +63,8 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": init_seed(spec),
+        # prompt format: keyed only when set away from the defaults (keys of earlier inits unchanged)
+        **({"prompt_format": [spec.task.chat_template, spec.task.system_prompt]} if (spec.task.chat_template, spec.task.system_prompt) != ("auto", None) else {}),
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
     }
@@ -78,13 +80,13 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     Raises:
         ValueError: a user dataset that is missing, unreadable or has no ``init.prompt_field`` column.
     """
-    from workbench.tasks.loading import _load_user_file, _default_cache_dir, load_general_prompts, load_task_data
+    from workbench.tasks.loading import _load_user_file, _default_cache_dir, load_general_prompts, spec_task_data
 
     d, t, n = spec.drafter, spec.task, spec.drafter.init.num_prompts
     data = d.init_data()
     if data == "in_domain":
         # seed+1: other prompts than the GRPO run's first ones, from the same (train) split
-        prompts = load_task_data(t.name, "train", n, init_seed(spec) + 1, t.path, t.prompt_field, t.answer_field)["prompt"]
+        prompts = spec_task_data(t, "train", n, init_seed(spec) + 1)["prompt"]
     elif data == "chat":
         prompts = load_general_prompts(n, init_seed(spec))["prompt"]
     else:
@@ -96,7 +98,8 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
             raise ValueError(f"drafter.init.prompt_field: column {d.init.prompt_field!r} not in {data} "
                              f"(columns: {', '.join(ds.column_names)}); set drafter.init.prompt_field")
         prompts = ds[d.init.prompt_field][:n]
-    return [encode_prompt(tokenizer, p) for p in prompts]
+    fmt = run_prompt_format(t, tokenizer)  # the run's prompt format: chat-templated for a chat model
+    return [fmt.encode(p) for p in prompts]
 
 
 def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True,
@@ -115,7 +118,8 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
         console.print(f"[bold]drafter init[/]: {d.kind} on {d.init_data()} data -> {folder}")
     prompts = init_prompts(spec, tokenizer)
     r = spec.rollout
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id)
+    stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config_of(target_path))
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id, stops)
     gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
     out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(prompts, sp, gen)
     seqs = [p + c for p, c in zip(prompts, out.tokens)]

@@ -22,7 +22,6 @@ from rich.table import Table
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.kpolicy import AdaptiveK
-from workbench.models.tokenizer import encode_prompt
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
@@ -93,7 +92,7 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
     # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
     with trainer.main_first():  # (rollout.backend=vllm: the workbench engine's cost curves say nothing of vLLM's)
         costs = None if trainer.vllm is not None else build_modeled(
-            spec, trainer.rollout_model, trainer.drafter, [encode_prompt(trainer.tokenizer, p) for p in trainer.train_data["prompt"][:64]], progress)
+            spec, trainer.rollout_model, trainer.drafter, [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]], progress)
     if trainer.dp is not None and not trainer.dp.is_main:  # rank 0 alone logs and shows the run
         progress, summary, t_enabled = False, False, False
     else:

@@ -8,11 +8,11 @@ import torch
 
 from workbench.drafter_init import drafter_as_run
 from workbench.models import PRESETS, is_built, load_model, resolve_model
-from workbench.models.tokenizer import encode_prompt
+from workbench.models.chat import run_prompt_format
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.model import LeanLM
 from workbench.specs import ExperimentSpec
-from workbench.tasks.loading import load_task_data
+from workbench.tasks.loading import spec_task_data
 
 
 @dataclass
@@ -28,6 +28,7 @@ class AuditSetup:
     greedy_ids: list[list[int]]
     drafters: dict[str, Drafter] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    stop_token_ids: tuple[int, ...] = ()  # besides eos: the chat template's end-of-turn (SamplingParams.stop_token_ids)
 
 
 def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device: torch.device) -> AuditSetup:
@@ -41,10 +42,11 @@ def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device
     hf, tok = load_model(target_path, device=device, dtype=spec.model.dtype)
     t = spec.task
     split = "eval" if t.num_eval else "train"
-    rows = load_task_data(t.name, split, max(num_prompts, 8), spec.seed, t.path, t.prompt_field, t.answer_field)
+    rows = spec_task_data(t, split, max(num_prompts, 8), spec.seed)
     lm = LeanLM.from_hf(hf, what="model.target")
-    all_ids = [encode_prompt(tok, r["prompt"]) for r in rows]
-    setup = AuditSetup(lm, tok, device, all_ids[:num_prompts], all_ids)
+    fmt = run_prompt_format(t, tok)
+    all_ids = [fmt.encode(r["prompt"]) for r in rows]
+    setup = AuditSetup(lm, tok, device, all_ids[:num_prompts], all_ids, stop_token_ids=fmt.stop_token_ids(hf.generation_config))
     for kind in kinds:
         if kind == "draft_model" and spec.drafter.model in PRESETS and not is_built(spec.drafter.model):
             setup.skipped[kind] = f"preset {spec.drafter.model} not built (wb models build {spec.drafter.model})"

@@ -38,7 +38,7 @@ import torch
 from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, setting_name, static_kwargs
 from workbench.grpo.trainer import resolve_device
 from workbench.models import load_model, resolve_model
-from workbench.models.tokenizer import encode_prompt
+from workbench.models.chat import run_prompt_format
 from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
 from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
 from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
@@ -152,7 +152,8 @@ class Bench:
         self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
         n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
         rows = list(load_task_data(self.spec.task.name, "eval", n, self.spec.seed)["prompt"])
-        self.prompts = [encode_prompt(self.tok, p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
+        fmt = run_prompt_format(self.spec.task, self.tok)  # as a run feeds them: chat-templated for a chat model
+        self.prompts = [fmt.encode(p) for p in (rows * (n // max(len(rows), 1) + 1))[:n]]
 
     @property
     def device(self) -> torch.device:

@@ -58,7 +58,7 @@ def audit(
     if on_vllm:
         drafters, skipped, work = _vllm_arms(s, setup, kinds, kk)
     max_new_tokens = max_new_tokens or kk + 2
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id, setup.stop_token_ids)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
     opts = EngineOptions(adaptive or s.drafter.adaptive, buckets or r.cuda_graphs, compile_ or r.compile or r.cuda_graphs)

@@ -29,6 +29,13 @@ def models_list() -> None:
         info = build_info(preset_dir(p.name)) if is_built(p.name) else None
         params = f"{info['params'] / 1e6:.2f}M" if info and "params" in info else ""
         table.add_row(p.name, p.role, "yes" if info else "no", params, p.description)
+    from workbench.models.imported import PRETRAINED, built_pretrained
+
+    for p in PRETRAINED.values():  # real chat models from installed packages, converted on first use
+        folder = built_pretrained(p.name)
+        info = build_info(folder) if folder else None
+        params = f"{info['params'] / 1e6:.2f}M" if info and "params" in info else ""
+        table.add_row(p.name, "pretrained", "yes" if info else "no", params, f"{p.description} (`{p.install}`)")
     console.print(table)
 
 

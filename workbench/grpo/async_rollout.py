@@ -127,6 +127,7 @@ def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, devic
         torch.set_num_threads(max(1, threads))
         from drafters import build_drafter
         from workbench.models import load_model
+        from workbench.models.chat import run_prompt_format
         from workbench.rollout.drafter import DrafterTarget
         from workbench.rollout.engine import RolloutEngine
         from workbench.rollout.model import LeanLM
@@ -146,7 +147,8 @@ def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, devic
         if spec.rollout.compile:
             engine.enable_compile()
         r = spec.rollout
-        sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tok.eos_token_id)
+        fmt = run_prompt_format(spec.task, tok)  # the trainer's: the same stop ids end a completion
+        sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tok.eos_token_id, fmt.stop_token_ids(policy.generation_config))
         gen = torch.Generator(device).manual_seed(spec.seed)  # the same stream a synchronous run samples from
         version = 0
         while True:

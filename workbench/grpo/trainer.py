@@ -30,7 +30,8 @@ from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
 from workbench.grpo.online import OnlineAdaptation
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models import load_model, resolve_model
-from workbench.models.tokenizer import decode_completion, encode_prompt
+from workbench.models.chat import run_prompt_format
+from workbench.models.tokenizer import decode_completion
 from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
 from workbench.rollout.graphs import cudagraph_skips
 from workbench.rollout.model import LeanLM
@@ -38,7 +39,7 @@ from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
-from workbench.tasks.loading import load_task_data
+from workbench.tasks.loading import spec_task_data
 from workbench.timing import StageTimer
 
 
@@ -150,13 +151,18 @@ class GRPOTrainer:
             n_local = spec.grpo.prompts_per_step // self.dp.world_size * spec.grpo.group_size
             self.forward = self.train_engine = self.dp.wrap_policy(self.policy, spec, n_local)
         r = spec.rollout
-        self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id)
+        # Prompts in the model's chat template when it has one (task.chat_template); its end-of-turn
+        # token ends a completion in every engine (SamplingParams.stop_token_ids)
+        self.prompt_format = run_prompt_format(spec.task, self.tokenizer)
+        self.stop_token_ids = self.prompt_format.stop_token_ids(self.policy.generation_config)
+        self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id,
+                                       self.stop_token_ids)
 
         self.task = get_task(spec.task.name)
         t = spec.task
-        self.train_data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
+        self.train_data = spec_task_data(t, "train", t.num_train, spec.seed)
         self.eval_data = (
-            load_task_data(t.name, "eval", t.num_eval, spec.seed, t.path, t.prompt_field, t.answer_field) if t.num_eval else None
+            spec_task_data(t, "eval", t.num_eval, spec.seed) if t.num_eval else None
         )
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
@@ -216,7 +222,7 @@ class GRPOTrainer:
         rows = self._next_prompts()
         if self.dp is not None:
             rows = rows[shard_range(len(rows), self.dp.rank, self.dp.world_size)]
-        prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        prompt_ids = [self.prompt_format.encode(r["prompt"]) for r in rows]
         return rows, [p for p in prompt_ids for _ in range(G)], [i for i in range(len(rows)) for _ in range(G)]
 
     def _async_rollouts(self, step: int, stage) -> tuple[list[dict], list[list[int]], RolloutOutput, dict[str, float]]:
@@ -427,8 +433,8 @@ class GRPOTrainer:
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
         self._weights_to_rollout_model()
-        prompts = [encode_prompt(self.tokenizer, p) for p in self.eval_data["prompt"]]
-        sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id)
+        prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
+        sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id, self.stop_token_ids)
         gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
         policy, self.engine.k_policy = self.engine.k_policy, None
         try:

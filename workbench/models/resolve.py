@@ -19,6 +19,7 @@ from data import arith_chain, general
 from workbench.cache import atomic_dir
 from workbench.models import build
 from workbench.models.checkpoint import load_tokenizer
+from workbench.models.imported import PRETRAINED, imported_dir
 from workbench.models.hashes import TOKENIZER_CORPUS, TOKENIZER_VOCAB
 from workbench.models.layout import cached_preset_dir, cached_tokenizer_dir, shipped_preset_dir, shipped_tokenizer_dir
 from workbench.models.presets import PRESETS, get_preset
@@ -50,7 +51,8 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
     """Folder of a model: a checkpoint folder as-is, or a preset's built folder (built if missing).
 
     name_or_path: a folder containing config.json (a Hugging Face checkpoint, e.g. your own Llama)
-    or a preset name (see `list_presets`). A preset resolves to its shipped folder if the package
+    or a preset name (see `list_presets`), or a pretrained preset (:mod:`workbench.models.imported`:
+    a real chat model converted from its installed package on first use). A preset resolves to its shipped folder if the package
     has one at the preset's current hash, else to its cache folder, built there if missing (a
     draft resolves its target first). force: build the preset into the cache even if it is built
     or shipped (its target is resolved normally). `what` names the spec field in error messages.
@@ -62,9 +64,14 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
             return p
         raise ValueError(f"{what}: folder {name_or_path} has no config.json; give a Hugging Face checkpoint folder "
                          f"(save_pretrained output) or a preset name: {', '.join(PRESETS)}")
+    if name_or_path in PRETRAINED:  # a real chat model from an installed package, converted on first use
+        try:
+            return imported_dir(name_or_path, progress=progress, force=force)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
     if name_or_path not in PRESETS:
         raise ValueError(f"{what}: {name_or_path!r} is neither a folder with config.json nor a preset; "
-                         f"presets: {', '.join(PRESETS)}")
+                         f"presets: {', '.join([*PRESETS, *PRETRAINED])}")
     if not force:
         shipped = shipped_preset_dir(name_or_path)
         if shipped is not None:

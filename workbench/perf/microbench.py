@@ -110,10 +110,14 @@ class EngineBench:
                              continuous=spec.rollout.continuous_batching)
 
     def _sampling(self, spec, max_new: int, eos: bool):
+        from workbench.models import resolve_model
+        from workbench.models.chat import generation_config_of, run_prompt_format
         from workbench.rollout.sampling import SamplingParams
 
         r = spec.rollout
-        return SamplingParams(r.temperature, r.top_p, r.top_k, max_new, self._target(spec)[1].eos_token_id if eos else None)
+        tok = self._target(spec)[1]
+        stops = run_prompt_format(spec.task, tok).stop_token_ids(generation_config_of(resolve_model(spec.model.target))) if eos else ()
+        return SamplingParams(r.temperature, r.top_p, r.top_k, max_new, tok.eos_token_id if eos else None, stops)
 
     def lengths(self, run: SweepRun) -> list[list[int]]:
         """Completion lengths of ``length_batches`` GRPO-shaped batches (prompts_per_step prompts ×
@@ -122,21 +126,22 @@ class EngineBench:
 
         import torch
 
-        from workbench.models.tokenizer import encode_prompt
-        from workbench.tasks.loading import load_task_data
+        from workbench.models.chat import run_prompt_format
+        from workbench.tasks.loading import spec_task_data
 
         spec = spec_from_params(run.params)
         lm, tok, dev = self._target(spec)
         t, g = spec.task, spec.grpo
-        data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
+        data = spec_task_data(t, "train", t.num_train, spec.seed)
         rng = random.Random(spec.seed)
+        fmt = run_prompt_format(t, tok)
         engine = self._engine(spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": "none"})}))
         sp = self._sampling(spec, spec.rollout.max_new_tokens, eos=True)
         gen = torch.Generator(dev).manual_seed(spec.seed)
         out = []
         with torch.no_grad():
             for _ in range(self.length_batches):
-                prompts = [encode_prompt(tok, data[rng.randrange(len(data))]["prompt"]) for _ in range(g.prompts_per_step)]
+                prompts = [fmt.encode(data[rng.randrange(len(data))]["prompt"]) for _ in range(g.prompts_per_step)]
                 prompts = [p for p in prompts for _ in range(g.group_size)]
                 out.append([len(x) for x in engine.generate(prompts, sp, gen).tokens])
         wk = workload_key(run.params)

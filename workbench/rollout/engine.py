@@ -29,7 +29,7 @@ from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
 from workbench.rollout.prefix import PromptStore
 from workbench.rollout.rejection import rejection_sample
-from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.rollout.sampling import SamplingParams, is_stop, probs_from_logits, sample
 
 
 @dataclass
@@ -187,11 +187,10 @@ class RolloutEngine:
 
             # Stop at the token budget and at the first EOS among the emitted tokens; rows already
             # finished (kept for a batch-size bucket) emit nothing.
-            eos = -1 if sp.eos_token_id is None else sp.eos_token_id
             live = ~state.done
             emit = torch.minimum(n_acc + 1, sp.max_new_tokens - state.n_gen)
             cols = torch.arange(k_t + 1, device=dev)[None, :]
-            is_eos = (out == eos) & (cols < emit[:, None])
+            is_eos = is_stop(out, sp) & (cols < emit[:, None])
             hit_eos = is_eos.any(1) & live
             emit = torch.where(hit_eos, is_eos.long().argmax(1) + 1, emit) * live
             valid = cols < emit[:, None]  # (n, k_t+1)
@@ -237,7 +236,6 @@ class RolloutEngine:
         tokens[:, :P] = torch.tensor([p + [0] * (P - len(p)) for p in rows_prompts])  # one host->tensor copy
         tokens = tokens.to(dev)
         logps = torch.zeros(B, t_max, device=dev)  # (B, T_max) log p of generated tokens
-        eos = -1 if sp.eos_token_id is None else sp.eos_token_id
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
@@ -249,9 +247,10 @@ class RolloutEngine:
         tokens[rows, prompt_lens] = first
         logps[rows, prompt_lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
         n_gen = torch.ones(B, dtype=torch.long, device=dev)
-        done = (first == eos) | (n_gen >= sp.max_new_tokens)
+        first_stop = is_stop(first, sp)
+        done = first_stop | (n_gen >= sp.max_new_tokens)
         state = BatchState(tokens, logps, prompt_lens + 1, prompt_lens, n_gen, to_device([group_ids[i] for i in idx], dev),
-                           first == eos, done, list(idx), P + 1)
+                           first_stop, done, list(idx), P + 1)
         return state, cache, hidden, prompt_rows, prompt_index
 
     def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers, capacity: int,

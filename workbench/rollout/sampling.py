@@ -23,10 +23,27 @@ class SamplingParams:
     top_k: int = 0
     max_new_tokens: int = 64
     eos_token_id: int | None = None
+    # More ids that end a completion besides eos (a chat template's end-of-turn token, a generation
+    # config's eos list: workbench.models.chat.PromptFormat.stop_token_ids); vLLM's stop_token_ids
+    stop_token_ids: tuple[int, ...] = ()
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion (eos first if set), distinct."""
+        ids = () if self.eos_token_id is None else (self.eos_token_id,)
+        return ids + tuple(i for i in dict.fromkeys(self.stop_token_ids) if i not in ids)
+
+
+def is_stop(tokens: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
+    """Bool tensor of ``tokens``' shape: True where a token ends a completion (eos or a stop id)."""
+    ids = sp.stop_ids
+    if len(ids) <= 1:
+        return tokens == (ids[0] if ids else -1)
+    return torch.isin(tokens, torch.tensor(ids, device=tokens.device))
 
 
 def probs_from_logits(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:

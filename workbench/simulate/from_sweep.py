@@ -152,15 +152,16 @@ def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
     with its target's tokenizer (as the rollout engine encodes them). Loads the task data and tokenizer."""
     from workbench.models.checkpoint import load_tokenizer
     from workbench.models.resolve import resolve_model
-    from workbench.models.tokenizer import encode_prompt
+    from workbench.models.chat import run_prompt_format
     from workbench.perf.microbench import spec_from_params
-    from workbench.tasks.loading import load_task_data
+    from workbench.tasks.loading import spec_task_data
 
     spec = spec_from_params(params)
     t = spec.task
     tok = load_tokenizer(resolve_model(spec.model.target, progress=False, what="model.target"))
-    data = load_task_data(t.name, "train", t.num_train, spec.seed, t.path, t.prompt_field, t.answer_field)
-    lens = [len(encode_prompt(tok, p)) for p in data["prompt"][:n]]
+    data = spec_task_data(t, "train", t.num_train, spec.seed)
+    fmt = run_prompt_format(t, tok)
+    lens = [len(fmt.encode(p)) for p in data["prompt"][:n]]
     return int(round(sum(lens) / len(lens)))
 
 

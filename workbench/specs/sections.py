@@ -33,6 +33,17 @@ class TaskSpec(_Section):
     answer_field: str = "answer"
     num_train: int = Field(2000, ge=1)
     num_eval: int = Field(64, ge=0)
+    chat_template: Literal["auto"] | bool = Field(
+        "auto", description="format prompts with the model's chat template: auto (when its tokenizer has one) | true | false "
+        "(plain text after bos, the embedded presets' format); prompts may be strings or TRL conversational messages")
+    system_prompt: str | None = Field(
+        None, description="chat template only: a system message before each prompt; null = the template's own default")
+    format_reward: float = Field(
+        0.0, ge=0.0, description="weight of the task's format reward (math_word: the answer is boxed) added to its "
+        "accuracy reward; reward/accuracy and reward/format are logged either way")
+    dataset_format: Literal["auto", "fields", "gsm8k", "dapo"] = Field(
+        "auto", description="task.path's layout: gsm8k (question, answer ending '#### N') | dapo (prompt, solution) | "
+        "fields (task.prompt_field/answer_field) | auto (detected from the columns)")
 
 
 class VLLMSpec(_Section):

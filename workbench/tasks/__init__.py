@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from data import arith_chain
+from data import arith_chain, math_word
+from workbench.tasks.math_reward import boxed_format_reward, math_accuracy_reward
 
 
 @dataclass
@@ -25,6 +26,9 @@ class Task:
     reward: Callable[[str, str], float]  # (completion text, gold answer) -> reward in [0, 1]
     description: str
     version: int = 1  # data version: part of cache keys, bump when `generate` changes
+    # (completion text) -> 1.0 if it is in the format the prompt asks for; logged as reward/format and
+    # added to the reward with weight task.format_reward (None: the task has no format reward)
+    format_reward: Callable[[str], float] | None = None
 
 
 _ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)")
@@ -67,6 +71,16 @@ TASKS: dict[str, Task] = {
         reward=answer_reward,
         description="arith_chain with 1-16 steps: a long tail of completion lengths (the tail decodes nearly alone)",
         version=arith_chain.VERSION,
+    ),
+    # A pretrained chat model's task (issue #30): word problems with a boxed answer, rewarded by
+    # math-verify as TRL/open-r1 do; user files in the GSM8K and DAPO-Math layouts load under it too.
+    "math_word": Task(
+        name="math_word",
+        generate=math_word.generate,
+        reward=math_accuracy_reward,
+        description="1-3 step arithmetic word problems, answer in \\boxed{}; reward = math-verify accuracy (+ format)",
+        version=math_word.VERSION,
+        format_reward=boxed_format_reward,
     ),
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import datasets
 
-from data import general
+from data import general, math_word
 from workbench.cache import cache_dir as user_cache_dir  # renamed: `cache_dir` is a parameter below
 from workbench.tasks import get_task
 
@@ -25,6 +25,7 @@ EVAL_BUCKETS = 16  # 1 prompt in 16 (by hash) is reserved for eval
 EVAL_SEED_OFFSET = 7919  # eval generator seed = seed + this, so eval draws differ from train draws
 SPLITS = ("train", "eval")
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+LAYOUTS = ("auto", "fields", "gsm8k", "dapo")  # task.dataset_format
 
 
 def is_eval_prompt(prompt: str) -> bool:
@@ -78,13 +79,15 @@ def load_task_data(
     prompt_field: str = "prompt",
     answer_field: str = "answer",
     cache_dir: Path | None = None,
+    dataset_format: str = "auto",
 ) -> datasets.Dataset:
     """A Dataset with string columns `prompt` and `answer` (num rows at most).
 
     path None: the task's generated data (held out between splits, see module doc), cached as
     jsonl under cache_dir (default `cache_dir()/data`) and loaded with `datasets`.
-    path given: a .jsonl/.json/.parquet file; prompt_field/answer_field are renamed to
-    prompt/answer; split "train" takes the first num rows, "eval" the last num rows (disjoint
+    path given: a .jsonl/.json/.parquet file in one of the layouts of ``dataset_format``
+    (task.dataset_format: gsm8k, dapo, fields = prompt_field/answer_field; auto detects), renamed
+    to prompt/answer (conversational prompts kept as their JSON messages); split "train" takes the first num rows, "eval" the last num rows (disjoint
     when the file has at least num_train + num_eval rows).
     Raises ValueError naming task.name / task.path / task.prompt_field / task.answer_field with
     the fix: unknown task or split, missing file, unknown extension, unreadable file, missing field.
@@ -105,19 +108,73 @@ def load_task_data(
         return _load_json(file, cache)
 
     ds = _load_user_file(path, cache)
-    for field, key in ((prompt_field, "task.prompt_field"), (answer_field, "task.answer_field")):
-        if field not in ds.column_names:
-            raise ValueError(
-                f"{key}: column {field!r} not in {path}; columns there: {', '.join(ds.column_names)}. "
-                f"Fix: set {key} to one of them."
-            )
-    ds = ds.map(
-        lambda r: {"prompt": str(r[prompt_field]), "answer": str(r[answer_field])},
-        remove_columns=ds.column_names,
-    )
+    ds = _to_prompt_answer(ds, resolve_layout(ds, dataset_format, prompt_field, answer_field), prompt_field, answer_field, path)
     n = min(num, len(ds))
     rows = range(n) if split == "train" else range(len(ds) - n, len(ds))
     return ds.select(rows)
+
+
+def spec_task_data(t, split: str, num: int, seed: int) -> datasets.Dataset:
+    """``load_task_data`` for a run's ``task`` spec section (name, path, fields, dataset_format)."""
+    return load_task_data(t.name, split, num, seed, t.path, t.prompt_field, t.answer_field, dataset_format=t.dataset_format)
+
+
+def resolve_layout(ds: datasets.Dataset, layout: str, prompt_field: str = "prompt", answer_field: str = "answer") -> str:
+    """The layout of a user file: ``layout`` itself, or for "auto": fields when task.prompt_field /
+    answer_field were set away from their defaults, else gsm8k (question, answer whose first row holds
+    '####'), dapo (prompt, solution), or fields. Raises ValueError naming task.dataset_format if unknown."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"task.dataset_format: {layout!r}; allowed values: {', '.join(LAYOUTS)}")
+    if layout != "auto":
+        return layout
+    cols = set(ds.column_names)
+    if (prompt_field, answer_field) != ("prompt", "answer"):
+        return "fields"
+    if {"question", "answer"} <= cols and len(ds) and "####" in str(ds[0]["answer"]):
+        return "gsm8k"
+    if {"prompt", "solution"} <= cols:
+        return "dapo"
+    return "fields"
+
+
+def gsm8k_answer(answer: str) -> str:
+    """The final answer of a GSM8K solution: the text after its last '####', thousands commas dropped."""
+    return answer.rsplit("####", 1)[-1].strip().replace(",", "")
+
+
+def _prompt_text(prompt) -> str:
+    """A prompt as the string column holds it: text as is, TRL conversational messages as their JSON
+    (read back by workbench.models.chat.parse_messages)."""
+    if isinstance(prompt, list):
+        return json.dumps([{"role": str(m["role"]), "content": str(m["content"])} for m in prompt])
+    return str(prompt)
+
+
+def _to_prompt_answer(ds: datasets.Dataset, layout: str, prompt_field: str, answer_field: str, path: str) -> datasets.Dataset:
+    """Rename a user file's columns to string ``prompt`` and ``answer`` by its layout (see resolve_layout).
+
+    gsm8k: prompt = question + the boxed-answer instruction (math_word's, unless the question already
+    asks for a box), answer = gsm8k_answer(answer). dapo (DAPO-Math-17k's processed layout): prompt
+    (text or messages), answer = solution. fields: task.prompt_field / task.answer_field.
+    Raises ValueError naming the field to set when a column is missing.
+    """
+    fields = {"gsm8k": ("question", "answer"), "dapo": ("prompt", "solution")}.get(layout, (prompt_field, answer_field))
+    keys = ("task.prompt_field", "task.answer_field") if layout == "fields" else ("task.dataset_format",) * 2
+    for field, key in zip(fields, keys):
+        if field not in ds.column_names:
+            raise ValueError(
+                f"{key}: column {field!r} not in {path} (layout {layout}); columns there: {', '.join(ds.column_names)}. "
+                f"Fix: set {key} to match the file."
+            )
+    pf, af = fields
+
+    def row(r):
+        if layout == "gsm8k":
+            q = str(r[pf])
+            return {"prompt": q if "boxed" in q else f"{q} {math_word.INSTRUCTION}", "answer": gsm8k_answer(str(r[af]))}
+        return {"prompt": _prompt_text(r[pf]), "answer": str(r[af]).strip()}
+
+    return ds.map(row, remove_columns=ds.column_names)
 
 
 def _load_user_file(path: str, cache: Path) -> datasets.Dataset:

@@ -105,8 +105,8 @@ def sampling_kwargs(sampling, seed: int | None, logprobs: bool = True) -> dict[s
     top_k 0 = off, vLLM's -1 / 0). ``seed``: the request's own seed (reproducible per row)."""
     kw: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k or 0,
                           "max_tokens": sampling.max_new_tokens, "seed": seed, "detokenize": False}
-    if sampling.eos_token_id is not None:
-        kw["stop_token_ids"] = [sampling.eos_token_id]
+    if sampling.stop_ids:  # eos and the chat template's end-of-turn ids (SamplingParams.stop_ids)
+        kw["stop_token_ids"] = list(sampling.stop_ids)
     else:  # fixed-length generation (benchmarks): the workbench engine's eos_token_id=None
         kw["ignore_eos"] = True
     if logprobs:
