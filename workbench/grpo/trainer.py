@@ -28,6 +28,7 @@ from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
 from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size, shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
 from workbench.grpo.online import OnlineAdaptation
+from workbench.grpo.rewards import score
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
@@ -294,7 +295,8 @@ class GRPOTrainer:
         with stage("reward"):
             texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
             answers = [r["answer"] for r in rows for _ in range(G)]
-            rewards = torch.tensor([self.task.reward(c, a) for c, a in zip(texts, answers)], device=self.device)
+            scores = score(self.task, texts, answers, self.spec.task.format_reward)
+            rewards = torch.tensor(scores.total, device=self.device)
 
         with stage("logprob"):
             ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
@@ -342,6 +344,7 @@ class GRPOTrainer:
             "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
             "gen/num_tokens": float(n_tok),
             "reward/mean": rewards.mean().item(),
+            **scores.metrics(),
             "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
             "frac_reward_zero_std": frac_zero_std(rewards, G),
             **completion_metrics(self.completion_lengths, out.finish_reasons),
@@ -427,20 +430,26 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used).
-        Training's later rollouts stay as without it: its own generator (fresh, seed + EVAL_SEED_OFFSET)
-        and the drafter's fixed k, so held-out acceptance stays out of the adaptive-k policy's estimates."""
+        """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used), with
+        its Wilson 95 % interval; with ``grpo.eval_sampled`` also at the rollouts' sampling settings
+        (``eval_sampled/*``). Training's later rollouts stay as without it: its own generator (fresh,
+        seed + EVAL_SEED_OFFSET) and the drafter's fixed k, so held-out acceptance stays out of the
+        adaptive-k policy's estimates."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
         self._weights_to_rollout_model()
         prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
-        sp = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id, self.stop_token_ids)
+        answers = list(self.eval_data["answer"])
         gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
+        greedy = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id, self.stop_token_ids)
+        arms = [("eval", greedy)] + ([("eval_sampled", self.sampling)] if self.spec.grpo.eval_sampled else [])
+        m: dict[str, float] = {}
         policy, self.engine.k_policy = self.engine.k_policy, None
         try:
-            out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, gen)
+            for prefix, sp in arms:
+                out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, gen)
+                texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
+                m.update(score(self.task, texts, answers).metrics(prefix, ci=True))
         finally:
             self.engine.k_policy = policy
-        texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
-        correct = [self.task.reward(c, a) for c, a in zip(texts, self.eval_data["answer"])]
-        return {"eval/accuracy": sum(correct) / len(correct)}
+        return m

@@ -236,6 +236,8 @@ class GRPOSpec(_Section):
     scale_rewards: bool = Field(True, description="divide advantages by the group std (False = Dr. GRPO)")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
+    eval_sampled: bool = Field(
+        False, description="each eval also at the rollouts' sampling settings (eval_sampled/accuracy, with greedy's eval/*)")
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
     async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async", description="asynchronous GRPO (grpo.async.*)")
     backend: Literal["single", "deepspeed"] = Field(
