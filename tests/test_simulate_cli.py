@@ -85,7 +85,7 @@ def test_8b_stage_times_within_10_percent(rows_8b):
 
 def test_8b_best_k_is_3(rows_8b):
     # RL-Think's k = 2 and k = 3 tie (1.608x vs 1.607x with acceptance drawn per step, #23): k = 3
-    # is within 0.5 % of the best there (benchmarks/simulate-gb200.md says so), strictly best for RL-Zero
+    # is within 0.5 % of the best there (docs/results/simulate-gb200.md says so), strictly best for RL-Zero
     _, rows = rows_8b
     by = {r.variant: r.result for r in rows}
     assert by["RL-Zero"].best_k == 3
