@@ -220,7 +220,8 @@ def on_files(files: Any, config: Any) -> Any:
     pages = {
         "reference/cli.md": cli_reference(),
         "reference/spec.md": spec_reference(),
-        "changelog.md": (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"),
+        # CHANGELOG.md links from the repository root (docs/...); the page sits in docs/ itself
+        "changelog.md": (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "]("),
     }
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
