@@ -63,10 +63,9 @@ def _param_default(p: Any) -> str:
 def _param_names(p: Any) -> str:
     if _is_argument(p):
         return f"`{(p.metavar or p.name).upper()}`"
-    names = list(p.opts)
-    if getattr(p, "secondary_opts", None):
-        names = [f"{a}/{b}" for a, b in zip(p.opts, p.secondary_opts)] or names + list(p.secondary_opts)
-    return ", ".join(f"`{n}`" for n in names)
+    names = ", ".join(f"`{n}`" for n in p.opts)
+    secondary = ", ".join(f"`{n}`" for n in getattr(p, "secondary_opts", None) or [])
+    return f"{names} / {secondary}" if secondary else names  # a boolean pair: --x / --no-x
 
 
 def _command_section(cmd: Any, path: str, level: int) -> list[str]:
@@ -171,7 +170,7 @@ def _constraints(field: Any) -> str:
 def _model_rows(model: type, prefix: str, sections: list[tuple[str, type]]) -> list[str]:
     rows = []
     for name, field in model.model_fields.items():
-        key = f"{prefix}{name}"
+        key = f"{prefix}{field.alias or name}"  # the YAML spelling (grpo.async, not the attribute async_)
         ann = field.annotation
         if _is_model(ann):
             sections.append((key, ann))
