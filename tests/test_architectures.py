@@ -87,7 +87,7 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 # ---------------------------------------------------------------- float32 parity
 
-FP32_ATOL = 2e-5  # README's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
+FP32_ATOL = 2e-5  # docs/architecture.md's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
 
 
 @pytest.mark.parametrize("case", list(CASES))

