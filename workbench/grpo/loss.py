@@ -1,6 +1,6 @@
 """GRPO policy loss: clipped ratio objective, k3 KL penalty, and the three token aggregations.
 
-Sources (DESIGN.md §4):
+Sources (docs/design.md §4):
 - GRPO objective and ``seq_mean_token_mean``: DeepSeekMath, arXiv 2402.03300.
 - Asymmetric clip (clip-higher) and ``token_mean``: DAPO, arXiv 2503.14476.
 - ``seq_mean_token_sum_norm`` (divide by the generation budget, not the sequence length):
