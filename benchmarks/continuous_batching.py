@@ -4,7 +4,7 @@ One GRPO step's rollouts (``grpo.prompts_per_step`` prompts × ``grpo.group_size
 spec's temperature with EOS, ``rollout.max_batch_size`` rows in flight) are generated four ways,
 interleaved per repeat (repeat r uses generator seed r for all four, so a load spike hits all alike):
 autoregressive and speculative (``--drafter``, ``--k``), each with ``rollout.continuous_batching``
-true and false. Reported with 95 % Student-t CIs on the per-repeat log ratios (DESIGN.md §8):
+true and false. Reported with 95 % Student-t CIs on the per-repeat log ratios (docs/design.md §8):
 the gain of continuous batching for each arm (chunked s / continuous s), and the speculative
 speedup (autoregressive s / speculative s) under each batching.
 

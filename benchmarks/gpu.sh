@@ -130,7 +130,7 @@ for set in $SETS; do
   TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 $PYTHON benchmarks/engine_checks.py "${MODEL[@]}" --device "$DEVICE" --dtype "$DTYPE" \
     $([[ "$SMOKE" == 1 ]] && echo "--batch 2 --max-new-tokens 8") --out "$OUT/$name-engine-checks.json" \
     || echo "gpu.sh: engine checks FAILED for $set (see $OUT/$name-engine-checks.json)" >&2
-  # ours vs vLLM (rollout.backend=vllm's engine; README "Rollouts in vLLM") where vllm is installed:
+  # ours vs vLLM (rollout.backend=vllm's engine; docs/vllm.md) where vllm is installed:
   # plain and greedy speculative draft_model, paired with 95 % CIs (not in smoke mode)
   if [[ "$SMOKE" != 1 ]] && $PYTHON -c "import vllm" >/dev/null 2>&1; then
     $WB bench quickstart "${EXTRA[@]}" --device "$DEVICE" --dtype "$DTYPE" "${MODEL[@]}" rollout.vllm.enforce_eager=false \

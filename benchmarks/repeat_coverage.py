@@ -5,7 +5,7 @@ steps within that run. A repeat of the run (another seed, or the same one minute
 by a between-run amount that interval does not see. This script measures how often each interval
 covers what it is asked to, on
 
-(a) real repeats: the three identical quickstart sweeps of benchmarks/paired-sweeps-cpu.md (their
+(a) real repeats: the three identical quickstart sweeps of docs/results/paired-sweeps-cpu.md (their
     printed means and CIs), and every group of FINISHED paired runs in an MLflow store that differ
     only in ``seed`` (e.g. sweep membound-seeds-dm: draft_model k=2, seeds 0..4, and the same point
     of membound-k; eagle3 k=2 of membound-k and membound-seeds; repeated `wb tune` trials):
@@ -35,7 +35,7 @@ import numpy as np
 
 from workbench.stats import ratio_ci, run_log_estimate, runs_ci
 
-# benchmarks/paired-sweeps-cpu.md: three back-to-back identical quickstart sweeps (same seed), speedup/gen
+# docs/results/paired-sweeps-cpu.md: three back-to-back identical quickstart sweeps (same seed), speedup/gen
 # mean (3 decimals, its per-point table) and 95 % CI (2 decimals, the printed tables); 11 steps each.
 QUICKSTART = {
     "draft_model k=1": [(0.965, 0.93, 1.00), (0.997, 0.97, 1.03), (0.960, 0.93, 0.99)],
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     t0 = time.time()
-    out = ["## (a) Real repeats", "", "### Three identical quickstart sweeps (benchmarks/paired-sweeps-cpu.md)", "", *quickstart_part(), ""]
+    out = ["## (a) Real repeats", "", "### Three identical quickstart sweeps (docs/results/paired-sweeps-cpu.md)", "", *quickstart_part(), ""]
     model = RECORDED
     if a.store:
         lines, model = store_part(a.store)

@@ -16,7 +16,7 @@ near 1 for the speculative methods.
 
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python benchmarks/vllm_cpu_spec_repro.py [--n 4000] [--apply-fix]
 
-Output of one run on the 2-core x86_64 VM: benchmarks/vllm-cpu-spec-repro.md.
+Output of one run on the 2-core x86_64 VM: docs/results/vllm-cpu-spec-repro.md.
 """
 
 from __future__ import annotations

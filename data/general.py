@@ -2,7 +2,7 @@
 
 Its distribution is deliberately far from arith_chain (words, not digit chains), so a drafter
 initialised on the target's completions of these prompts is the workbench's "chat init"
-(DESIGN.md §2) and one initialised on task prompts is "in-domain init".
+(docs/design.md §2) and one initialised on task prompts is "in-domain init".
 
 Each item is {"prompt": ..., "text": ...}: `prompt` is an instruction or a first sentence ending
 with "\\n", `text` a continuation of a few sentences.

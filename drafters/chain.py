@@ -205,7 +205,7 @@ class ChainDrafter(Drafter):
 
     ``d2t`` (Vd,) maps draft-vocabulary ids to target ids (None = same vocabulary); proposals
     return q over the *target* vocabulary (zero outside the draft vocabulary) so the rejection
-    sampler stays exact (DESIGN.md §4).
+    sampler stays exact (docs/design.md §4).
     """
 
     trainable = True

@@ -2,7 +2,7 @@
 
 Leviathan et al. 2023 / Chen et al. 2023; vLLM ``method="draft_model"``. The draft model samples
 k tokens autoregressively from q = the sampling transform of its logits, and returns q so the
-rejection sampler can accept with min(1, p/q) — the probabilistic case of DESIGN.md §4.
+rejection sampler can accept with min(1, p/q) — the probabilistic case of docs/design.md §4.
 
 KV bookkeeping without rollback: each step feeds the *last two* tokens of every row at positions
 lens-2, lens-1. After a verification step that accepted n of k drafts, the draft cache holds every

@@ -1,7 +1,7 @@
 """``suffix`` drafter: suffix decoding over the row's own tokens, its GRPO siblings and earlier rollouts.
 
 Suffix decoding (Oliaro et al. 2024, arXiv 2411.04975; Arctic Inference; vLLM ``method: "suffix"``
-with vLLM's ``suffix_decoding_*`` options), adapted to RL rollouts (DESIGN.md §9; RhymeRL/HistoSpec,
+with vLLM's ``suffix_decoding_*`` options), adapted to RL rollouts (docs/design.md §9; RhymeRL/HistoSpec,
 arXiv 2508.18588): each row drafts from a suffix trie of every rollout of its prompt, namely
 
 - its own prompt + tokens generated so far,

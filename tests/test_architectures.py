@@ -1,4 +1,4 @@
-"""Real checkpoint families (DESIGN.md §10): the engine's one forward against transformers' own model
+"""Real checkpoint families (docs/design.md §10): the engine's one forward against transformers' own model
 of each family (Llama 3.x RoPE scalings, Qwen2 biases, Qwen3 q/k norm, Mistral / Qwen2 sliding
 windows), speculative decoding on them, compiled = eager, the chain drafters on a Qwen3 target,
 refusals by field name, bfloat16, and `wb run` end to end on a random Qwen3 checkpoint.
@@ -87,7 +87,7 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 # ---------------------------------------------------------------- float32 parity
 
-FP32_ATOL = 2e-5  # README's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
+FP32_ATOL = 2e-5  # docs/architecture.md's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -1,4 +1,4 @@
-"""GRPO maths against numbers worked out by hand (DESIGN.md §4)."""
+"""GRPO maths against numbers worked out by hand (docs/design.md §4)."""
 
 import math
 

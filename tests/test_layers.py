@@ -1,4 +1,4 @@
-"""The import structure (README: Architecture): no cycles, and the rollout engine never imports upward.
+"""The import structure (docs/architecture.md): no cycles, and the rollout engine never imports upward.
 
 Reads every module's imports statically (``ast``, including imports inside functions, which hide
 cycles from Python itself) of the packages ``workbench``, ``drafters`` and ``data``.
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("workbench", "drafters", "data")
-MAX_LINES = 400  # README: no module above ~400 lines (a few screens)
+MAX_LINES = 400  # the house style: no module above ~400 lines (a few screens)
 
 
 def module_name(path: Path) -> str:
@@ -75,7 +75,7 @@ def test_rollout_engine_is_the_bottom_layer():
     assert not bad, f"the rollout layer imports upward: {sorted(bad)}"
 
 
-# README "Architecture": a module may import its own layer and the layers below, never above.
+# docs/architecture.md: a module may import its own layer and the layers below, never above.
 LAYERS = {
     1: ("workbench.rollout",),
     2: ("drafters", "data", "workbench.grpo", "workbench.models", "workbench.tasks", "workbench.specs", "workbench.tracking",
@@ -96,13 +96,13 @@ def layer_of(module: str) -> int | None:
 
 def test_every_module_has_a_layer():
     missing = [m for m in graph() if m not in ("workbench",) and layer_of(m) is None]
-    assert not missing, f"modules outside the README's layers (add them to LAYERS and the README): {missing}"
+    assert not missing, f"modules outside the documented layers (add them to LAYERS and docs/architecture.md): {missing}"
 
 
 def test_no_module_imports_a_higher_layer():
     up = [(m, d) for m, deps in graph().items() for d in deps
           if layer_of(m) is not None and layer_of(d) is not None and layer_of(d) > layer_of(m)]
-    assert not up, f"imports from a higher layer (README: Architecture): {sorted(up)}"
+    assert not up, f"imports from a higher layer (docs/architecture.md): {sorted(up)}"
 
 
 def test_drafters_do_not_import_instruments():

@@ -1,4 +1,4 @@
-"""`wb project` (workbench.perf): Leviathan formulas, roofline, the published seeds (DESIGN.md §6), async overlap, CLI."""
+"""`wb project` (workbench.perf): Leviathan formulas, roofline, the published seeds (docs/design.md §6), async overlap, CLI."""
 
 import json
 
@@ -13,7 +13,7 @@ def test_leviathan_values():
     assert pm.expected_tokens(0.8, 3) == pytest.approx((1 - 0.8**4) / 0.2)  # 2.952
     assert pm.expected_tokens(0.0, 5) == 1.0 and pm.expected_tokens(1.0, 4) == 5.0
     assert pm.gen_speedup(0.8, 3, 0.05) == pytest.approx(2.952 / 1.15, rel=1e-4)
-    # speculation pays for some k iff α > c (DESIGN.md §4): k = 1 speedup (1 + α) / (1 + c)
+    # speculation pays for some k iff α > c (docs/design.md §4): k = 1 speedup (1 + α) / (1 + c)
     assert pm.gen_speedup(0.3, 1, 0.4) < 1 < pm.gen_speedup(0.5, 1, 0.4)
     assert pm.step_speedup(150.0, 100.0, 2.0) == pytest.approx(150 / 100)
 
@@ -41,7 +41,7 @@ def test_roofline_and_curve(tmp_path):
 
 
 def test_seeds_projected_from_published_stage_times():
-    """DESIGN.md §6: the step speedup the model projects from the autoregressive stage times and the
+    """docs/design.md §6: the step speedup the model projects from the autoregressive stage times and the
     gen speedup (non-gen stages unchanged) is within 2 % of the published 1.35× / 1.41×."""
     rows = {r.name: r for r in pm.seeds_check()}
     think, zero = rows["RL-Think"], rows["RL-Zero"]

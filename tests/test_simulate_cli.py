@@ -1,4 +1,4 @@
-"""wb simulate through the CLI, and the 8B validation against DESIGN.md §6 (calibrated on one point)."""
+"""wb simulate through the CLI, and the 8B validation against docs/design.md §6 (calibrated on one point)."""
 
 import json
 
@@ -61,7 +61,7 @@ def test_cli_bad_key_exits_2(store, tmp_path):
     assert res.exit_code == 2 and "Did you mean 'gen.tp'" in res.output
 
 
-# DESIGN.md §6 via experiments/scenarios/qwen3-8b-gb200.yaml: flops_efficiency calibrated on RL-Zero's
+# docs/design.md §6 via experiments/scenarios/qwen3-8b-gb200.yaml: flops_efficiency calibrated on RL-Zero's
 # speculative gen (56.6 s); the rest predicted under the YAML's written assumptions. RL-Think's
 # speculative gen is the known miss (-11.5 %): the model's RL-Think speedup 1.61x vs the published 1.54x.
 TOLERANCE = {"gen_spec": 0.12}
@@ -85,7 +85,7 @@ def test_8b_stage_times_within_10_percent(rows_8b):
 
 def test_8b_best_k_is_3(rows_8b):
     # RL-Think's k = 2 and k = 3 tie (1.608x vs 1.607x with acceptance drawn per step, #23): k = 3
-    # is within 0.5 % of the best there (benchmarks/simulate-gb200.md says so), strictly best for RL-Zero
+    # is within 0.5 % of the best there (docs/results/simulate-gb200.md says so), strictly best for RL-Zero
     _, rows = rows_8b
     by = {r.variant: r.result for r in rows}
     assert by["RL-Zero"].best_k == 3

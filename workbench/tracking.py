@@ -1,4 +1,4 @@
-"""MLflow tracking for `wb run`: one MLflow run per experiment (DESIGN.md §7).
+"""MLflow tracking for `wb run`: one MLflow run per experiment (docs/design.md §7).
 
     with Tracker(None, "workbench", run_name="k3-eagle") as tr:
         tr.log_params(spec.flat_params())          # drafter.k = 3, ...

@@ -3,7 +3,7 @@
 For each drafter, the audit samples ``n`` completions of each audit prompt through the speculative
 rollout engine (short ``max_new_tokens``; by default k+2, which covers the prefill token and a
 whole verification step including its bonus token) and tests them against the target's *exact*
-law, computed by teacher-forcing the sampled rows through the target (DESIGN.md §4):
+law, computed by teacher-forcing the sampled rows through the target (docs/design.md §4):
 
 (a) per position t: the observed histogram of the token at t (over rows still running) against
     the expected counts E_t(v) = sum over rows of p(v | that row's prefix), the target's processed

@@ -117,7 +117,7 @@ def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: t
 
 def paired_speedup_ci(ar: Timing, spec: Timing) -> RatioCI:
     """The speedup ar / spec over the interleaved repeats (repeat i of each is a pair, timed side by
-    side): geometric mean and Student-t 95 % interval on the log ratios (DESIGN.md §8)."""
+    side): geometric mean and Student-t 95 % interval on the log ratios (docs/design.md §8)."""
     return ratio_ci(paired_ratios(ar.all_s, spec.all_s))
 
 

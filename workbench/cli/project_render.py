@@ -47,9 +47,9 @@ def seeds(console: Console, checks: list[SeedCheck], tolerance: float) -> None:
     checks, and what the data say that the model does not."""
     pct = lambda lo_hi: f"{lo_hi[0]:.0%}–{lo_hi[1]:.0%}"  # noqa: E731
     mark = lambda ok: "[green]✓[/]" if ok else "[red]✗[/]"  # noqa: E731
-    t = Table(title=f"DESIGN.md §6 seeds: step speedup projected from the published stage times vs published (tolerance ±{tolerance:.0%})",
+    t = Table(title=f"docs/design.md §6 seeds: step speedup projected from the published stage times vs published (tolerance ±{tolerance:.0%})",
               caption="projected step × = step / (step − gen + gen/S), step = Σ autoregressive stages, S = gen / speculative gen: "
-              "speculation changes gen only (DESIGN.md §3)")
+              "speculation changes gen only (docs/design.md §3)")
     t.add_column("quantity")
     for c in checks:
         t.add_column(c.name, justify="right")

@@ -1,4 +1,4 @@
-"""Group-relative advantages for GRPO (DESIGN.md §4).
+"""Group-relative advantages for GRPO (docs/design.md §4).
 
 GRPO (DeepSeekMath, arXiv 2402.03300) samples G completions per prompt and uses the reward of each
 completion relative to its siblings as the advantage, instead of a learned value baseline:

@@ -1,5 +1,5 @@
 """A step's rollouts as the trainer's tensors: prompt + completion packed and right-padded, and the
-policy's per-token log-probs over them in micro-batches (DESIGN.md §3, the logprob stage)."""
+policy's per-token log-probs over them in micro-batches (docs/design.md §3, the logprob stage)."""
 
 from __future__ import annotations
 

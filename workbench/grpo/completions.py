@@ -1,6 +1,6 @@
 """Completion-length statistics of one GRPO step, as TRL logs them, and the per-row record.
 
-The long tail of completion lengths sets how long a rollout stage takes (DESIGN.md §3, §13), and
+The long tail of completion lengths sets how long a rollout stage takes (docs/design.md §3, §13), and
 it is what transfers from a laptop run to a cluster projection (``wb simulate``, whose response
 lengths may be taken from a run: :mod:`workbench.simulate.lengths`). Each step logs
 

@@ -1,6 +1,6 @@
 """GRPO policy loss: clipped ratio objective, k3 KL penalty, and the three token aggregations.
 
-Sources (DESIGN.md §4):
+Sources (docs/design.md §4):
 - GRPO objective and ``seq_mean_token_mean``: DeepSeekMath, arXiv 2402.03300.
 - Asymmetric clip (clip-higher) and ``token_mean``: DAPO, arXiv 2503.14476.
 - ``seq_mean_token_sum_norm`` (divide by the generation budget, not the sequence length):
@@ -104,7 +104,8 @@ def grpo_loss(
             A * grad logp, TRL's single iteration) instead of running the policy a second time.
         advantages: (B,) one advantage per sequence, broadcast over its tokens.
         mask: (B, T) 1 on valid completion tokens, 0 on padding.
-        clip_low, clip_high: epsilon_low / epsilon_high of the clip range (DAPO clip-higher).
+        clip_low: epsilon_low of the clip range, 1 - clip_low (DAPO clip-higher).
+        clip_high: epsilon_high of the clip range, 1 + clip_high (DAPO clip-higher).
         loss_agg: one of LOSS_AGGS.
         beta: k3 KL coefficient; needs ref_logp (B, T) when > 0 (detached here).
         max_len: generation budget, required by ``seq_mean_token_sum_norm``.
@@ -113,13 +114,12 @@ def grpo_loss(
             GRPO); None = 1.
 
     Returns:
-        (loss scalar, stats) with stats as floats over valid tokens:
-        - ``clip_frac``: fraction of valid tokens where the clipped term is the active one and so
-          carries no gradient, i.e. (ratio < 1 - clip_low and A < 0) or (ratio > 1 + clip_high and
-          A > 0); TRL's ``clip_ratio/region_mean``. ``clip_frac_low`` / ``clip_frac_high`` are the
-          two halves (TRL's ``clip_ratio/low_mean`` / ``high_mean``).
-        - ``kl``: mean k3 KL to the reference (0.0 without one).
-        - ``ratio_mean``: mean ratio (1.0 on-policy).
+        (loss scalar, stats) with stats as floats over valid tokens. ``clip_frac``: fraction of
+            valid tokens where the clipped term is the active one and so carries no gradient, i.e.
+            (ratio < 1 - clip_low and A < 0) or (ratio > 1 + clip_high and A > 0); TRL's
+            ``clip_ratio/region_mean``. ``clip_frac_low`` / ``clip_frac_high`` are the two halves
+            (TRL's ``clip_ratio/low_mean`` / ``high_mean``). ``kl``: mean k3 KL to the reference
+            (0.0 without one). ``ratio_mean``: mean ratio (1.0 on-policy).
 
     Raises:
         ValueError: beta > 0 without ref_logp, bad shapes, or a bad loss_agg/max_len.

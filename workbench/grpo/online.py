@@ -1,6 +1,6 @@
 """Online drafter adaptation (``drafter.online``): the drafter keeps learning from the GRPO rollouts.
 
-DESIGN.md §5: the draft_train stage trains the drafter on the step's captured rollouts (the target's
+docs/design.md §5: the draft_train stage trains the drafter on the step's captured rollouts (the target's
 hidden states and logits, detached), from a FIFO buffer, with its own optimiser; the policy's
 gradients and weights are never touched (tests/test_drafter_init_online.py).
 """

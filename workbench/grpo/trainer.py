@@ -1,4 +1,4 @@
-"""The synchronous GRPO loop (DESIGN.md §3) with rollouts from the workbench's rollout engine.
+"""The synchronous GRPO loop (docs/design.md §3) with rollouts from the workbench's rollout engine.
 
 One step: data -> prepare (weight sync into the engine) -> gen (speculative or autoregressive
 rollouts) -> reward -> logprob (policy, and reference if beta > 0) -> train (GRPO loss, one
@@ -128,7 +128,7 @@ class GRPOTrainer:
                              "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
         if spec.rollout.compile or spec.rollout.cuda_graphs:
             self.engine.enable_compile(cuda_graphs=spec.rollout.cuda_graphs)
-        # Paired measurement (DESIGN.md §8): plain decoding of the same prompts with the same target
+        # Paired measurement (docs/design.md §8): plain decoding of the same prompts with the same target
         # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
         # the same batch-size buckets, so both arms run at the same captured sizes.
         self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size, continuous=spec.rollout.continuous_batching,
@@ -168,7 +168,7 @@ class GRPOTrainer:
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
         self.timer = StageTimer(self.device)
-        # speedup/gen_modeled (DESIGN.md §8): an instrument with ``metrics(out) -> dict`` attached by the
+        # speedup/gen_modeled (docs/design.md §8): an instrument with ``metrics(out) -> dict`` attached by the
         # caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
         self.modeled = None
 
@@ -193,7 +193,7 @@ class GRPOTrainer:
     def _sync_rollouts(self, step: int, stage):
         """Step ``step``'s rollouts generated here with the current weights (data, prepare, gen);
         with ``measure.paired``, interleaved forward by forward with plain decoding of the same
-        prompts (DESIGN.md §8), whose rollouts are timed and counted, never rewarded or trained on."""
+        prompts (docs/design.md §8), whose rollouts are timed and counted, never rewarded or trained on."""
         with stage("data"):
             rows, prompts, group_ids = self._step_prompts()
         with stage("prepare"):
@@ -303,7 +303,7 @@ class GRPOTrainer:
             temp = self.sampling.temperature or 1.0
             # One optimiser step per batch, so pi_old = pi_theta: the train stage uses its own forward's
             # log p, detached, as old log p (no policy forward here). Online adaptation still needs one,
-            # for the hidden states and logits the drafter learns from (detached; DESIGN.md §5).
+            # for the hidden states and logits the drafter learns from (detached; docs/design.md §5).
             old_logp = None
             with torch.no_grad():
                 if self.online is not None:

@@ -5,14 +5,14 @@ One concept per module; pure maths apart from what measures or reads runs:
 - :mod:`~workbench.perf.analytic`: acceptance (E[N], α fits), the cost of a target forward
   (constant, roofline, measured curve), Leviathan gen speedup, synchronous and asynchronous step
   (``wb project --gen ...`` / ``--run``);
-- :mod:`~workbench.perf.seeds`: the model against DESIGN.md §6's published stage times (``--seeds``);
+- :mod:`~workbench.perf.seeds`: the model against docs/design.md §6's published stage times (``--seeds``);
 - :mod:`~workbench.perf.calibrate`: one measured point fixes one unknown cost (``--calibrate``);
 - :mod:`~workbench.perf.simulate`: steps of a batch that sheds finished rows, affine step costs;
 - :mod:`~workbench.perf.sweep_runs`: sweep runs read through :mod:`workbench.runs` (the one MLflow reader);
 - :mod:`~workbench.perf.microbench`: the rollout engine's microbenchmark (torch, imported lazily);
 - :mod:`~workbench.perf.sweep_check`: predicted vs measured step speedup per sweep point (``--sweep``);
 - :mod:`~workbench.perf.cost_curve`, :mod:`~workbench.perf.modeled`: cached forward-cost curves and
-  the deterministic ``speedup/gen_modeled`` every speculative run logs (DESIGN.md §8).
+  the deterministic ``speedup/gen_modeled`` every speculative run logs (docs/design.md §8).
 
 The names below are re-exported; :mod:`~workbench.perf.cost_curve` (which imports torch) is loaded
 on first use of one of its names, so ``wb project --seeds`` does not pay for torch.

@@ -2,7 +2,7 @@
 
 Pure functions and small dataclasses; every assumption is named here. Seconds throughout.
 
-Generation (Leviathan et al. 2023, arXiv 2211.17192; DESIGN.md §4, independence assumption): with
+Generation (Leviathan et al. 2023, arXiv 2211.17192; docs/design.md §4, independence assumption): with
 per-token acceptance α and k drafts per verification, tokens per verification step
 E[N] = (1 − α^(k+1)) / (1 − α). One verification costs ``verify_ratio(k)`` target decode steps
 and k drafter steps cost k·c, so the gen speedup is S = E[N] / (k·c + verify_ratio(k)).
@@ -12,7 +12,7 @@ over its time with B tokens (one decode step). It is 1 while the forward is memo
 curve (tokens in flight -> seconds, interpolated), or a roofline
 T(tokens) = max(2·params·tokens / FLOP/s, weight_bytes / bandwidth) (KV-cache traffic ignored).
 
-Step (synchronous, DESIGN.md §3): only the gen stage changes, so
+Step (synchronous, docs/design.md §3): only the gen stage changes, so
 step' = step − gen + gen / S and the step speedup is step / step'.
 
 Asynchronous (one-step or s-step off-policy): generation of step t+1.. runs concurrently with the
@@ -145,7 +145,7 @@ def gen_speedup(alpha: float, k: int, c: float, verify_ratio: float = 1.0) -> fl
 
 def step_speedup(step: float, gen: float, s_gen: float) -> float:
     """step / (step − gen + gen / S) for a synchronous step of ``step`` seconds with ``gen`` seconds
-    of generation sped up S-fold: only the gen stage gets faster (DESIGN.md §3)."""
+    of generation sped up S-fold: only the gen stage gets faster (docs/design.md §3)."""
     return step / (step - gen + gen / s_gen)
 
 

@@ -1,6 +1,6 @@
 """``wb project --calibrate``: fit the unknown cost parameter to one measured point, predict the other k.
 
-Model (Leviathan et al. 2023, arXiv 2211.17192; DESIGN.md §4): with per-token acceptance α and k
+Model (Leviathan et al. 2023, arXiv 2211.17192; docs/design.md §4): with per-token acceptance α and k
 drafts per verification step, tokens per step E[N] = (1 − α^(k+1)) / (1 − α) and the gen speedup
 
     S(k) = E[N](α, k) / (k·c + v(k)),

@@ -1,7 +1,7 @@
 """Cost curves of the rollout engine's forwards, measured once per machine and model and cached.
 
 What ``speedup/gen_modeled`` (:mod:`workbench.perf.modeled`) turns counted forwards into seconds with
-(DESIGN.md §4 and §8: "the measured cost of a target forward as a function of tokens in flight
+(docs/design.md §4 and §8: "the measured cost of a target forward as a function of tokens in flight
 belongs in the model"):
 
 - **target curve**: seconds of one batched forward of the engine's own :class:`LeanLM` (the plain

@@ -1,6 +1,6 @@
 """``speedup/gen_modeled``: a deterministic gen speedup from counted forwards and a cost curve.
 
-DESIGN.md §8: keep a noise-free estimate beside the measured (paired) speedup, so a reader can
+docs/design.md §8: keep a noise-free estimate beside the measured (paired) speedup, so a reader can
 tell noise from effect. Per GRPO step, with cost(T) the seconds of one target forward over T
 tokens in flight and drafter(n) the drafter's seconds per verification step at n rows (both
 measured once per machine and model, :mod:`workbench.perf.cost_curve`):

@@ -1,13 +1,13 @@
-"""The model checked against the published seeds (DESIGN.md §6): step speedups from published stage times.
+"""The model checked against the published seeds (docs/design.md §6): step speedups from published stage times.
 
-DESIGN.md §6 publishes, for Qwen3-8B with an EAGLE-3 drafter at k = 3 (RL-Think and RL-Zero), the
+docs/design.md §6 publishes, for Qwen3-8B with an EAGLE-3 drafter at k = 3 (RL-Think and RL-Zero), the
 seconds per step of every stage of a synchronous GRPO step, autoregressive → speculative, the
 totals, the step speedups (1.35×, 1.41×) and the gen speedups (1.54×, 1.8×). The check computes
 the step speedup the model projects from the *autoregressive* stage times and the gen speedup
 alone, and compares it with the published one; nothing is backed out of the published step
 speedup (that would reproduce it by construction, §6).
 
-The model under test (DESIGN.md §3; :func:`workbench.perf.analytic.step_speedup`):
+The model under test (docs/design.md §3; :func:`workbench.perf.analytic.step_speedup`):
 
 - a synchronous step is the sum of its stages (data + prepare + gen + logprob + train);
 - speculation changes gen only: gen → gen / S with S = gen_autoregressive / gen_speculative, every
@@ -48,7 +48,7 @@ LOGPROB_TRAIN_RANGE = (0.27, 0.33)  # §6: logprob + train 27–33 %
 
 @dataclass(frozen=True)
 class PublishedSeed:
-    """One column of DESIGN.md §6's stage-time table (seconds per step) and its published speedups.
+    """One column of docs/design.md §6's stage-time table (seconds per step) and its published speedups.
 
     ``*_half_unit``: half a unit of the published number's last digit (its rounding)."""
 
@@ -80,7 +80,7 @@ SEEDS = {
 
 
 def sync_step(stages: Mapping[str, float]) -> float:
-    """Seconds of a synchronous step: the sum of its stages (DESIGN.md §3; nothing runs in parallel)."""
+    """Seconds of a synchronous step: the sum of its stages (docs/design.md §3; nothing runs in parallel)."""
     return float(sum(stages.values()))
 
 
@@ -173,5 +173,5 @@ def check_seed(seed: PublishedSeed, tolerance: float = STEP_SPEEDUP_TOLERANCE) -
 
 
 def seeds_check(tolerance: float = STEP_SPEEDUP_TOLERANCE) -> list[SeedCheck]:
-    """:func:`check_seed` for every published seed (DESIGN.md §6), RL-Think then RL-Zero."""
+    """:func:`check_seed` for every published seed (docs/design.md §6), RL-Think then RL-Zero."""
     return [check_seed(s, tolerance) for s in SEEDS.values()]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from workbench.runs import POS_PREFIX, RunNotFound, RunReader
 from workbench.runs import baseline_for as _baseline_for
 
-# The stages a projection reads from a run (DESIGN.md §3), in the order `wb project` prints them.
+# The stages a projection reads from a run (docs/design.md §3), in the order `wb project` prints them.
 STAGES = ("data", "prepare", "gen", "logprob", "train", "draft_train")
 POS_KEY = POS_PREFIX  # spec/acceptance_rate_pos_<i>
 # What a prediction needs of every run (a speculative one also spec/num_drafts and its per-position rates).

@@ -1,7 +1,7 @@
 """Which checkpoints the rollout engine runs: a checkpoint's config read into :class:`LMConfig`, and
 everything the one forward does not implement refused by name before anything runs.
 
-Supported (DESIGN.md §10; the reference for each is transformers' modeling file of that family,
+Supported (docs/design.md §10; the reference for each is transformers' modeling file of that family,
 whose logits the engine matches, ``tests/test_architectures.py``):
 
 - ``llama`` (Llama 2/3.x): RoPE default, ``linear``, ``llama3`` (Llama 3.1+) or ``yarn``, computed by

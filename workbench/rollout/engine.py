@@ -2,7 +2,7 @@
 
 One code path for CPU and CUDA. A batch of prompts is prefilled once; then every step either
 decodes one token per row (no drafter) or verifies k drafts per row in one target forward and
-emits each row's own number of tokens (ragged acceptance, DESIGN.md §4). Rows that finish leave
+emits each row's own number of tokens (ragged acceptance, docs/design.md §4). Rows that finish leave
 the batch (the cache and the drafter drop them, compacting their caches in place: ``KVCache.select``),
 so no row waits for or is cut back to another. With more prompts than ``max_batch_size`` the
 engine batches continuously (Orca, Yu et al. OSDI 2022; vLLM's scheduler): prompts waiting in the

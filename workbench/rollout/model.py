@@ -139,7 +139,7 @@ class LeanLM(nn.Module):
 
         The first calls of each new shape class compile (tens of seconds on CPU; a C++ compiler is
         needed there); afterwards a small model's step is one fused kernel sequence instead of ~100
-        eager ops (measured in benchmarks/engine-optimisation-log.md). Same logits to float tolerance.
+        eager ops (measured in docs/results/engine-optimisation-log.md). Same logits to float tolerance.
 
         ``cuda_graphs``: compile with ``mode="reduce-overhead"`` (CUDA graphs through cudagraph
         trees) and lease KV caches from a :class:`workbench.rollout.graphs.StaticCachePool`, so
@@ -186,7 +186,7 @@ class LeanLM(nn.Module):
         the in-place weight sync reaches them. Unfused, q/k/v and gate/up are tuples of the
         Linears' weights (three and two matmuls, as the eager forward always ran). Fused (the
         compiled step): one (q+k+v, H) and one (2I, H) tensor per layer, marked static so their
-        shapes are constants of the graph (benchmarks/engine-optimisation-log.md, entries 4 and 8:
+        shapes are constants of the graph (docs/results/engine-optimisation-log.md, entries 4 and 8:
         plain tensors instead of the module spare TorchDynamo guarding ~30 module attributes per call).
         """
         m = self.model
@@ -211,7 +211,7 @@ class LeanLM(nn.Module):
     def _fuse_weights(self) -> None:
         """Per layer, one (q+k+v, H) and one (2I, H) weight (and one (q+k+v,) bias if the layer has
         q/k/v biases): fewer, larger matmuls in the compiled step (6-14 % faster at batch 1-8,
-        benchmarks/engine-optimisation-log.md). The Linears' parameters become views into them, so
+        docs/results/engine-optimisation-log.md). The Linears' parameters become views into them, so
         the in-place weight sync (``load_weights``) updates both."""
         fused, biases = [], []
         for layer in self.model.layers:

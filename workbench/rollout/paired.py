@@ -1,4 +1,4 @@
-"""Two generations interleaved forward by forward, each timed on its own forwards (DESIGN.md §8).
+"""Two generations interleaved forward by forward, each timed on its own forwards (docs/design.md §8).
 
     (spec_out, ar_out), (spec_s, ar_s) = generate_interleaved(
         [engine.generate_steps(prompts, sp, g), ar_engine.generate_steps(prompts, sp, g_ar)], clock, first=0)

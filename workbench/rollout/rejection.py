@@ -1,6 +1,6 @@
 """Modified rejection sampling for speculative decoding, batched, as one pure function.
 
-Leviathan et al. 2023 (arXiv 2211.17192) and Chen et al. 2023 (arXiv 2302.01318); DESIGN.md §4.
+Leviathan et al. 2023 (arXiv 2211.17192) and Chen et al. 2023 (arXiv 2302.01318); docs/design.md §4.
 For draft position i with draft token x_i, draft distribution q_i and target distribution p_i:
 accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection sample from
 normalise(max(p_i - q_i, 0)) and stop; if every draft is accepted, sample the bonus token from

@@ -1,6 +1,6 @@
 """The sampling transform: logits -> the processed distribution p that rollouts sample from.
 
-DESIGN.md §4: temperature, top-k and top-p are applied to the target's logits *before*
+docs/design.md §4: temperature, top-k and top-p are applied to the target's logits *before*
 verification, and the same transform is applied to drafter logits to get q. Speculative sampling
 then preserves p exactly. Order follows vLLM: temperature, then top-k, then top-p.
 Temperature 0 (greedy) gives the one-hot distribution of the argmax, which makes greedy decoding a

@@ -13,7 +13,7 @@ long tail the gen stage waits for is drafted worst.
 tokens per step are r(c) = (AL(c) − 1)/(AL(c₀) − 1) times those at the table's first context c₀
 (linear between entries, flat before the first and after the last), and the per-position α(c) is the
 one whose E[N] − 1 at the table's k is r(c) times that of α_ref (:func:`alpha_profile`); any other k
-follows from α(c) (DESIGN.md §4). A row then needs ∫ dc / E[N](c) verification steps over its
+follows from α(c) (docs/design.md §4). A row then needs ∫ dc / E[N](c) verification steps over its
 tokens' contexts, with variance ∫ Var(N)(c) / E[N](c)³ dc (the renewal CLT of
 :func:`workbench.simulate.rollout.row_steps`, integrated over a varying step law):
 :func:`row_steps_ctx`. α_ref is the scenario's ``alpha``, or fitted so the stage's tokens per

@@ -2,7 +2,7 @@
 
 One forward over ``rows`` rows of ``q`` new tokens each (decode q = 1, verification q = k + 1,
 prefill q = prompt), the rows having ``context`` tokens in their KV cache in all, on a replica of
-``tp`` GPUs (DESIGN.md §13; roofline: Williams et al. 2009):
+``tp`` GPUs (docs/design.md §13; roofline: Williams et al. 2009):
 
     seconds = max(compute, memory) + communication + overhead
 

@@ -1,6 +1,6 @@
 """``wb simulate --from-sweep``: the machine a sweep ran on as the hardware, one unknown fitted at one k.
 
-The gen stage of one GRPO step, each arm as the workbench engine runs it (DESIGN.md §13, the CPU
+The gen stage of one GRPO step, each arm as the workbench engine runs it (docs/design.md §13, the CPU
 leg of issue #23's validation):
 
 - rows: the step's completions (:meth:`~workbench.simulate.from_sweep.SweepWorkload.lengths`) in

@@ -193,7 +193,7 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
                          "them; measure.paired=true)")
     wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)),
                        continuous=continuous_of(p0, rows, chunk))
-    try:  # every run's logged lengths (all arms follow one law, DESIGN.md §4)
+    try:  # every run's logged lengths (all arms follow one law, docs/design.md §4)
         wl.measured = read_run_lengths([r.run_id for r in runs], t.tracking_uri)
         why_not = ""
     except NoLengthsLogged as e:  # runs from before lengths were logged

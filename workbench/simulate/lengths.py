@@ -1,6 +1,6 @@
 """Completion lengths for the simulator: measured ones from a workbench run, or a grouped lognormal.
 
-The rollout stage's length is set by its long tail (DESIGN.md §3), and in GRPO the tail is grouped:
+The rollout stage's length is set by its long tail (docs/design.md §3), and in GRPO the tail is grouped:
 the G samples of one prompt share its difficulty, so their lengths are correlated. Two ways in:
 
 - **Measured**: every `wb run` logs each step's per-row lengths, rows grouped by prompt

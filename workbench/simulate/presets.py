@@ -1,7 +1,7 @@
 """Model and hardware presets for ``wb simulate``, and a model shape from any Hugging Face ``config.json``.
 
 Model presets are the published ``config.json`` values of the checkpoints (the seeds' models,
-DESIGN.md §6). Hardware presets are per GPU, from the vendors' datasheets: *dense* bf16 tensor FLOP/s
+docs/design.md §6). Hardware presets are per GPU, from the vendors' datasheets: *dense* bf16 tensor FLOP/s
 (datasheets print the 2:4-sparse figure, twice the dense one), HBM bandwidth (bytes/s) and capacity
 (bytes), NVLink bandwidth per direction (bytes/s; datasheets print the bidirectional total, twice
 that) and the GPUs one NVLink domain joins. Values are plain numbers so a scenario can override any.

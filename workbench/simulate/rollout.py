@@ -6,7 +6,7 @@ flight and their KV cache at their *final* length fits (an oracle admission: no 
 admission costs a prefill forward over the prompts, which emits the first token. Every step then
 advances each live row (E = 1 token autoregressive; speculative, the tokens N of a verification
 step are drawn independently per step with E[N](k) and Var(N) from the per-position acceptance,
-DESIGN.md §4, so a row of L tokens takes about (L − 1)/E[N] ± sqrt((L − 1)·Var(N)/E[N]³) steps,
+docs/design.md §4, so a row of L tokens takes about (L − 1)/E[N] ± sqrt((L − 1)·Var(N)/E[N]³) steps,
 :func:`row_steps`: the slowest of many long rows needs more steps than E[N] suggests; with
 ``speculation.acceptance_vs_context``, :mod:`workbench.simulate.context`; each row's context grows by
 its own (L − 1)/steps per step, so it ends at prompt + L), and a row leaves when done, so the
@@ -76,7 +76,7 @@ def acceptance_survival(spec: Speculation, k: int) -> list[float]:
 
 
 def tokens_per_step_var(spec: Speculation, k: int) -> float:
-    """Var(N) of one verification step, draws independent across steps (DESIGN.md §4's model):
+    """Var(N) of one verification step, draws independent across steps (docs/design.md §4's model):
     E[N²] = Σ_j (2j + 1) · P(N ≥ j + 1), so Var = Σ_j (2j + 1) s_j − (Σ_j s_j)²; 0 autoregressive."""
     s = acceptance_survival(spec, k)
     return max(sum((2 * j + 1) * x for j, x in enumerate(s)) - sum(s) ** 2, 0.0)

@@ -7,7 +7,7 @@
 - logprob: one forward (two with the reference policy) / (logprob_mfu · peak · GPUs);
 - data and prepare: given seconds (the scenario's ``train.data_s``, ``train.prepare_s``);
 - synchronous step (staleness 0, generation and training colocated on all GPUs): the sum of the
-  stages (DESIGN.md §3); only gen changes with speculation;
+  stages (docs/design.md §3); only gen changes with speculation;
 - asynchronous (staleness s ≥ 1): ``async.gen_fraction`` of the GPUs generate, the rest train;
   gen and the train side (data + prepare + logprob + train) form the two-stage pipeline of
   :func:`workbench.perf.analytic.async_step_time` (per-step gen variation ``async.cv``);

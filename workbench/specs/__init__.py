@@ -1,6 +1,6 @@
 """Typed experiment specs: YAML in, pydantic v2 models out, command-line overrides by dotted key.
 
-A spec is the whole description of one experiment (DESIGN.md §3): which target and drafter, which
+A spec is the whole description of one experiment (docs/design.md §3): which target and drafter, which
 task, how rollouts are sampled, how GRPO trains, where MLflow logs. Every section forbids unknown
 keys so a typo fails loudly with the field path and the keys that are allowed.
 """

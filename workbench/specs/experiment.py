@@ -1,4 +1,4 @@
-"""The experiment spec: the whole description of one experiment (DESIGN.md §3), its sections typed."""
+"""The experiment spec: the whole description of one experiment (docs/design.md §3), its sections typed."""
 
 from __future__ import annotations
 

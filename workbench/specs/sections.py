@@ -2,7 +2,7 @@
 
 Every section forbids unknown keys, so a typo fails loudly with the field path and the allowed keys.
 Names follow the field: vLLM's ``speculative_config`` (``num_speculative_tokens`` = ``k``), TRL/verl
-GRPO configs (``loss_agg``, ``clip_low``/``clip_high``), DESIGN.md §2.
+GRPO configs (``loss_agg``, ``clip_low``/``clip_high``), docs/design.md §2.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class GRPOSpec(_Section):
 
 
 class MeasureSpec(_Section):
-    """How speedups are measured (DESIGN.md §8, issue #6)."""
+    """How speedups are measured (docs/design.md §8, issue #6)."""
 
     paired: bool | None = Field(
         None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "

@@ -1,4 +1,4 @@
-"""`wb sweep`: a grid of experiments, each compared with autoregressive generation (DESIGN.md §7).
+"""`wb sweep`: a grid of experiments, each compared with autoregressive generation (docs/design.md §7).
 
     wb sweep k=1..7                              # experiments/sweep.yaml, k = 1, 2, ..., 7
     wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name my-sweep

@@ -1,7 +1,7 @@
 """A sweep's results: per-point summaries, paired speedups with CIs, repeats pooled, best or tie.
 
 Pure functions over what `wb sweep` ran (or read back on resume); the Rich table and the
-``results.json`` the parent run keeps. Rules (DESIGN.md §8, issue #6):
+``results.json`` the parent run keeps. Rules (docs/design.md §8, issue #6):
 
 - A point's speedup is its *paired* measurement: per step, autoregressive gen s / speculative gen
   s of the same prompts in the same process (``speedup/gen_per_step``, ``speedup/step_per_step``;

@@ -1,4 +1,4 @@
-"""`wb tune`: an Optuna study over a search space declared in the spec's ``tune:`` section (DESIGN.md §7, §8).
+"""`wb tune`: an Optuna study over a search space declared in the spec's ``tune:`` section (docs/design.md §7, §8).
 
     wb tune                       # experiments/tune.yaml, 10 trials in total
     wb tune micro.yaml --trials 20 --study s1 --storage postgresql://host/optuna

@@ -1,4 +1,4 @@
-"""The vLLM rollout backend (``rollout.backend=vllm``; DESIGN.md §11): vLLM's offline ``LLM`` in the
+"""The vLLM rollout backend (``rollout.backend=vllm``; docs/design.md §11): vLLM's offline ``LLM`` in the
 trainer's process, fed the trainer's weights every step, its spec-decode counters turned into the
 workbench's ``spec/*`` metrics, and a guard that refuses sampled speculation on a vLLM build whose
 exactness audit failed or never ran.

@@ -1,5 +1,5 @@
 """What the GRPO trainer calls when ``rollout.backend=vllm``: the rollout engine, its weight sync,
-the drafter's reload after online adaptation, and the paired plain engine (DESIGN.md §8).
+the drafter's reload after online adaptation, and the paired plain engine (docs/design.md §8).
 
 Colocated in the trainer's process, as TRL's ``vllm_mode="colocate"`` and NeMo RL's colocated
 generation: the ``prepare`` stage reloads the policy's weights into vLLM in place every step

