@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.simulate import load_scenario, run
+from workbench.simulate.scenario import validate
 
 runner = CliRunner()
 
@@ -71,7 +72,7 @@ def test_cli_bad_key_exits_2(store, tmp_path):
 def rows_8b():
     raw, sc = load_scenario("qwen3-8b-gb200", ["speculation.k_scan=[3,5,7]"])
     raw = {**raw, "variants": {v: raw["variants"][v] for v in ("RL-Zero", "RL-Think")}}
-    return run(raw, sc)
+    return run(raw, validate(raw))
 
 
 def test_8b_stage_times(rows_8b):
