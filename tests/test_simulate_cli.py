@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.simulate import load_scenario, run
+from workbench.simulate.scenario import validate
 
 runner = CliRunner()
 
@@ -61,40 +62,34 @@ def test_cli_bad_key_exits_2(store, tmp_path):
     assert res.exit_code == 2 and "Did you mean 'gen.tp'" in res.output
 
 
-# docs/design.md §6 via experiments/scenarios/qwen3-8b-gb200.yaml: flops_efficiency calibrated on RL-Zero's
-# speculative gen (56.6 s); the rest predicted under the YAML's written assumptions. RL-Think's
-# speculative gen is the known miss (-11.5 %): the model's RL-Think speedup 1.61x vs the published 1.54x.
-TOLERANCE = {"gen_spec": 0.12}
+# docs/design.md §6 via experiments/scenarios/qwen3-8b-gb200.yaml (EAGLE-3's published acceptance per k, #33):
+# flops_efficiency calibrated on RL-Zero's speculative gen at k = 3 (56.6 s); the rest predicted. RL-Think's
+# speculative gen is the known miss (-17 %, docs/results/simulate-gb200.md): these bands fail if it closes too,
+# so the write-up gets updated. The exact numbers: tests/test_simulate_golden.py.
 
 
 @pytest.fixture(scope="module")
 def rows_8b():
-    raw, sc = load_scenario("qwen3-8b-gb200", ["speculation.k_scan=[2,3,4,5]"])
-    return run(raw, sc)
+    raw, sc = load_scenario("qwen3-8b-gb200", ["speculation.k_scan=[3,5,7]"])
+    raw = {**raw, "variants": {v: raw["variants"][v] for v in ("RL-Zero", "RL-Think")}}
+    return run(raw, validate(raw))
 
 
-def test_8b_stage_times_within_10_percent(rows_8b):
+def test_8b_stage_times(rows_8b):
     fit, rows = rows_8b
     assert fit.key == "hardware.flops_efficiency" and 0.1 < fit.value < 0.6
-    for r in rows:
-        assert set(r.errors) == {"gen_ar", "gen_spec", "step_ar", "step_spec"}
-        for name, (_, _, err) in r.errors.items():
-            tol = TOLERANCE.get(name, 0.10) if r.variant == "RL-Think" else 0.10
-            assert abs(err) <= tol, (r.variant, name, err)
+    by = {r.variant: r.errors for r in rows}
+    assert set(by["RL-Zero"]) == {"gen_ar", "step_ar", "gen_spec", "step_spec", "gen_speedup", "gen_speedup_k5", "gen_speedup_k7"}
+    for name in ("gen_ar", "step_ar", "gen_spec", "step_spec"):
+        assert abs(by["RL-Zero"][name][2]) <= 0.10, name
+    for name in ("gen_ar", "step_ar"):
+        assert abs(by["RL-Think"][name][2]) <= 0.10, name
+    assert -0.20 < by["RL-Think"]["gen_spec"][2] < -0.10  # the known miss: RL-Think's speedup is over-predicted
 
 
-def test_8b_best_k_is_3(rows_8b):
-    # RL-Think's k = 2 and k = 3 tie (1.608x vs 1.607x with acceptance drawn per step, #23): k = 3
-    # is within 0.5 % of the best there (docs/results/simulate-gb200.md says so), strictly best for RL-Zero
-    _, rows = rows_8b
-    by = {r.variant: r.result for r in rows}
-    assert by["RL-Zero"].best_k == 3
-    think = by["RL-Think"].gen_speedup_by_k
-    assert by["RL-Think"].best_k in (2, 3) and think[3] >= 0.995 * max(think.values())
-
-
-def test_8b_longer_k_loses(rows_8b):
+def test_8b_longer_k_loses_but_less_than_published(rows_8b):
     _, rows = rows_8b
     for r in rows:
         by_k = r.result.gen_speedup_by_k
-        assert by_k[5] < by_k[3]
+        assert by_k[7] < by_k[5] < by_k[3]
+        assert r.errors["gen_speedup_k5"][2] > 0.15 and r.errors["gen_speedup_k7"][2] > 0.15  # the flat k-curve (#33)

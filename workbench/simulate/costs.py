@@ -23,6 +23,10 @@ prefill q = prompt), the rows having ``context`` tokens in their KV cache in all
   bytes · (ep−1)/ep over the ep GPUs; over the NVLink domain's size, the scale-out bandwidth;
 - overhead: a fixed per-forward second count (scheduling, sampling, kernel launches), a calibration
   candidate.
+
+Outside the forward (added per step by :mod:`workbench.simulate.rollout`): the sampler's passes over
+the fp32 logits of every sampled position (:func:`sampler_s`) and an n-gram drafter's host scan of
+the live rows' tokens (:func:`ngram_scan_s`).
 """
 
 from __future__ import annotations
@@ -237,3 +241,28 @@ def kv_capacity_tokens(m: ModelShape, hw: Hardware, gen: Gen, extra_weights: flo
     drafter), over the KV bytes per token (target and drafter)."""
     free = gen.tp * hw.hbm_bytes * gen.memory_utilization - weight_bytes_resident(m) - extra_weights
     return max(free, 0.0) / gen.tp / (kv_bytes_per_token(m) * kv_shard(m, gen.tp) + extra_kv_per_token / gen.tp)
+
+
+# ------------------------------------------------------------------ outside the forward
+
+
+def sampler_s(hw: Hardware, positions: float, vocab: int, bytes_per_entry: float) -> float:
+    """Seconds of the sampler's memory traffic for ``positions`` sampled positions over a ``vocab``-entry
+    vocabulary: positions · vocab · bytes_per_entry / (bandwidth · bandwidth_efficiency). vLLM samples
+    every position the target scores (B · (k + 1) in a verification, B in a decode) from fp32 logits in
+    separate kernels, each reading and writing [positions, vocab] (bytes_per_entry counted in the
+    scenario); every tensor-parallel rank samples the full vocabulary, so no split over tp."""
+    if positions <= 0 or bytes_per_entry <= 0:
+        return 0.0
+    return positions * vocab * bytes_per_entry / (hw.hbm_bandwidth * hw.bandwidth_efficiency)
+
+
+def ngram_scan_s(context: float, rows: float, ns_per_token: float, threads: int) -> float:
+    """Host seconds of vLLM's n-gram proposer in one step: it runs a KMP scan over each live row's
+    whole token sequence (``_find_longest_matched_ngram_and_propose_tokens``, O(context) per row), rows
+    spread over ``threads`` numba threads (``prange`` over requests), so ns_per_token · 1e-9 · summed
+    ``context`` / min(threads, rows). The GPU waits: the proposal needs the step's sampled tokens on
+    the host and the next verification needs the proposal."""
+    if context <= 0 or rows <= 0 or ns_per_token <= 0:
+        return 0.0
+    return ns_per_token * 1e-9 * context / max(min(float(threads), rows), 1.0)

@@ -19,7 +19,10 @@ the slowest replica is done.
 A speculative step is one verification (k + 1 tokens per row) plus k drafter forwards (EAGLE-3 /
 MTP: the first over the k + 1 verified positions per row, then k − 1 of 1 token per row,
 :func:`draft_s`; the draft layer attends over the same context with its own KV cache;
-``ngram`` costs host seconds only), each with its fixed overhead.
+``ngram`` costs host seconds only: a fixed ``ngram_step_s`` and the scan of every live row's tokens,
+:func:`workbench.simulate.costs.ngram_scan_s`), each with its fixed overhead; every step also pays the
+sampler's passes over the target's fp32 logits at its B · (k + 1) positions
+(:func:`workbench.simulate.costs.sampler_s`, ``gen.sampler_bytes``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per
 from workbench.perf.simulate import tokens_per_step
 from workbench.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
 from workbench.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
-from workbench.simulate.costs import active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, weight_bytes_resident
+from workbench.simulate.costs import (active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, ngram_scan_s, sampler_s,
+                                      weight_bytes_resident)
 from workbench.simulate.scenario import ModelShape, Scenario, Speculation
 
 # ------------------------------------------------------------------ acceptance
@@ -293,16 +297,16 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     prompt = sc.workload.prompt_len
 
     def step_s(rows: float, context: float) -> float:
-        t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds
+        t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds + sampler_s(hw, rows * (k + 1), m.vocab, g.sampler_bytes)
         if k and d is not None:
             t += draft_s(d, rows, context, k, lambda r, q, c: forward_cost(d, hw, g, r, q, c, g.draft_overhead).seconds,
                          s.drafter)
         elif k:
-            t += k * g.draft_overhead + s.ngram_step_s
+            t += k * g.draft_overhead + s.ngram_step_s + ngram_scan_s(context, rows, s.ngram_ns_per_token, s.ngram_threads)
         return t
 
     def prefill_s(n: int) -> float:
-        t = forward_cost(m, hw, g, n, prompt, n * prompt / 2, g.step_overhead_s).seconds
+        t = forward_cost(m, hw, g, n, prompt, n * prompt / 2, g.step_overhead_s).seconds + sampler_s(hw, n, m.vocab, g.sampler_bytes)
         return t + (forward_cost(d, hw, g, n, prompt, n * prompt / 2).seconds if d is not None else 0.0)
 
     order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))

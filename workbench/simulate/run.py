@@ -103,12 +103,22 @@ def calibrate(raw: dict[str, Any], base: Scenario) -> Fit | None:
     return Fit(cal.unknown, key, value, cal.variant, cal.arm, cal.gen_s)
 
 
-def compare(res: StepResult, reference: dict[str, float]) -> dict[str, tuple[float, float, float]]:
-    """{name: (predicted, reference, relative error)} for each reference value the result has."""
+def compare(res: StepResult, reference: dict[str, float],
+            by_k: dict[int, dict[str, float]] | None = None) -> dict[str, tuple[float, float, float]]:
+    """{name: (predicted, reference, relative error)} for each reference value the result has:
+    ``reference`` (every k) and ``by_k[res.k]`` (this row's k; it wins on a clash); and, for every other
+    k of the row's k scan with a ``gen_speedup`` in ``by_k``, ``gen_speedup_k<j>`` (the k curve)."""
+    by_k = by_k or {}
     pred = {"gen_ar": res.gen_ar, "gen_spec": res.gen_spec, "step_ar": res.step_ar, "step_spec": res.step_spec,
             "gen_speedup": res.gen_speedup, "rollout_speedup": res.gen_speedup, "step_speedup": res.step_speedup,
             "e2e_speedup": res.e2e_speedup}
-    return {n: (pred[n], v, pred[n] / v - 1.0) for n, v in reference.items() if n in pred}
+    ref = {**reference, **by_k.get(res.k, {})}
+    out = {n: (pred[n], v, pred[n] / v - 1.0) for n, v in ref.items() if n in pred}
+    for j, vals in sorted(by_k.items()):
+        if j != res.k and "gen_speedup" in vals and j in res.gen_speedup_by_k:
+            p, v = res.gen_speedup_by_k[j], vals["gen_speedup"]
+            out[f"gen_speedup_k{j}"] = (p, v, p / v - 1.0)
+    return out
 
 
 @dataclass
@@ -171,5 +181,5 @@ def run(raw: dict[str, Any], base: Scenario, grid_items: list[str] | None = None
             except ValueError as e:
                 raise SpecError(f"{label} {point or ''}: {e}") from None
             res.name = label
-            rows.append(Row(label, dict(point), res, compare(res, sc.reference)))
+            rows.append(Row(label, dict(point), res, compare(res, sc.reference, sc.reference_by_k)))
     return fit, rows

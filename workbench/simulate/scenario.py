@@ -109,6 +109,8 @@ class Gen(_Section):
     memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM vLLM takes (gpu_memory_utilization)")
     step_overhead_s: float = Field(0.0, ge=0, description="fixed seconds per target forward (schedule, sample, launch)")
     draft_overhead_s: float | None = Field(None, ge=0, description="fixed seconds per drafter forward; null = step_overhead_s")
+    sampler_bytes: float = Field(0.0, ge=0, description="HBM bytes per vocabulary entry per sampled position (target logits in fp32 "
+                                 "through vLLM's sampler / rejection sampler: workbench.simulate.costs.sampler_s); 0 = not modelled")
 
     @property
     def draft_overhead(self) -> float:
@@ -173,6 +175,9 @@ class Speculation(_Section):
     draft_layers: int = Field(1, ge=1, description="eagle3/mtp: decoder layers of the head")
     draft_vocab: int | None = Field(32000, ge=1, description="eagle3: reduced draft vocabulary; null = target's")
     ngram_step_s: float = Field(0.0, ge=0, description="ngram: host seconds per proposal step")
+    ngram_ns_per_token: float = Field(0.0, ge=0, description="ngram: host nanoseconds per context token scanned by one thread "
+                                      "(vLLM's NgramProposer scans every live row's tokens each step); 0 = not modelled")
+    ngram_threads: int = Field(1, ge=1, description="ngram: threads the scan runs on (vLLM: max(1, cpu_count // 2 // tp))")
     acceptance_vs_context: dict[int, float] | None = Field(
         None, description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
         "draft tokens: its long-context decay, shape only (workbench.simulate.context); null = acceptance independent of context")
@@ -234,7 +239,11 @@ class Scenario(_Section):
     train: Train = Field(default_factory=Train)
     async_: Async = Field(default_factory=Async, alias="async")
     calibration: Calibration = Field(default_factory=Calibration)
-    reference: dict[str, float] = Field(default_factory=dict, description="published/measured seconds: gen_ar, gen_spec, step_ar, step_spec")
+    reference: dict[str, float] = Field(default_factory=dict, description="published/measured values at every k: gen_ar, step_ar, "
+                                        "and (for the scenario's own k) gen_spec, step_spec, speedups")
+    reference_by_k: dict[int, dict[str, float]] = Field(
+        default_factory=dict, description="published/measured values at one speculation.k (gen_spec, step_spec, gen_speedup, ...): "
+        "compared with rows simulated at that k, and gen_speedup with the k scan's speedup at that k")
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="name -> {dotted key: value}")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -335,15 +344,17 @@ def variant_raw(raw: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def merge_dotted(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """:func:`set_dotted`, except that a mapping merges into the mapping already there (recursively),
-    so ``workload: {response: {cv: 1.2}}`` and ``workload.response.cv: 1.2`` mean the same."""
-    if isinstance(value, dict):
+    """:func:`set_dotted`, except that a mapping of named keys merges into the mapping already there
+    (recursively), so ``workload: {response: {cv: 1.2}}`` and ``workload.response.cv: 1.2`` mean the
+    same. A mapping with a non-string key is a table (``acceptance_length: {3: 2.47}``) and replaces
+    the base's table whole: a variant's measured k = 3 must not inherit the base drafter's k = 5."""
+    if isinstance(value, dict) and value and all(isinstance(sub, str) for sub in value):
         node: Any = raw
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):
             for sub, v in value.items():
-                raw = merge_dotted(raw, f"{key}.{sub}", v) if isinstance(sub, str) else set_dotted(raw, key, {**node, **value})
+                raw = merge_dotted(raw, f"{key}.{sub}", v)
             return raw
     return set_dotted(raw, key, value)
 
