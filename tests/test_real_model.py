@@ -23,12 +23,16 @@ NAME = "smollm2-135m-instruct"
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2(tmp_path_factory):
+    """(folder, model, tokenizer), converted once into the session's isolated cache (conftest's
+    _isolated_cache sets the same WB_CACHE_DIR per test; a module fixture runs before it)."""
     from workbench.models import load_model, resolve_model
 
-    path = resolve_model(NAME, progress=False)
-    model, tok = load_model(path)
-    return path, model, tok
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wb-cache"))
+        path = resolve_model(NAME, progress=False)
+        model, tok = load_model(path)
+        yield path, model, tok
 
 
 def test_preset_converts_to_an_ordinary_checkpoint(smollm2):
