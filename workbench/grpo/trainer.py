@@ -365,6 +365,9 @@ class GRPOTrainer:
         log p, detached, is the old log p: ratio exp(logp - logp.detach()) = 1 with gradient
         A * grad log p, as TRL does with one iteration per batch; the policy is not run twice.
 
+        A batch whose gradient is exactly zero (no group with unequal rewards, no KL term) takes no
+        optimiser step (``train/step_skipped`` = 1): AdamW's momentum would move the weights anyway.
+
         Returns the loss stats and, from the same forward's logits (no extra forward),
         ``gen/logprob_abs_diff`` and ``gen/logprob_truncation_abs_diff`` (workbench.grpo.mismatch;
         nats, mean over completion tokens).
@@ -413,17 +416,27 @@ class GRPOTrainer:
             gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()
+        skipped = 0.0
         if self.train_engine is None:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm))
-            self.optimizer.step()
-        else:  # DeepSpeed clipped at gradient_clipping = grpo.max_grad_norm
+            # No learning signal (every group's rewards equal and no KL term): the gradient is exactly 0,
+            # yet AdamW would still move every weight by its momentum, lr * m_hat / sqrt(v_hat), which
+            # stays O(lr) for ~10-20 steps after the last signal. With sparse rewards such batches come in
+            # runs, and that drift (along the last update, measured to flatten the policy) makes all-wrong
+            # batches likelier still: the quickstart's unlearning (tests/test_grpo_learns.py; DAPO's
+            # dynamic sampling never steps on such groups either). So no step; NaN skips too.
+            if grad_norm > 0.0:
+                self.optimizer.step()
+            else:
+                skipped = 1.0
+        else:  # DeepSpeed clipped at gradient_clipping = grpo.max_grad_norm (its engine stepped above, zero gradient or not)
             grad_norm = float(self.train_engine.get_global_grad_norm() or 0.0)
         gap_sum, trunc_sum = float(gap_sum), float(trunc_sum)
         if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
             loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
                 [loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped]).tolist()
         out = {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": grad_norm,
-               "gen/logprob_abs_diff": gap_sum / float(total_tok), "gen/logprob_truncation_abs_diff": trunc_sum / float(total_tok)}
+               "train/step_skipped": skipped, "gen/logprob_abs_diff": gap_sum / float(total_tok), "gen/logprob_truncation_abs_diff": trunc_sum / float(total_tok)}
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
             out.update({"async/is_weight_mean": is_sum / float(total_tok), "async/is_capped_frac": is_capped / float(total_tok)})
         return out
