@@ -34,6 +34,7 @@ IN_PROCESS_ENV = "WB_TEST_IN_PROCESS"
 DEFAULT_TIMEOUT_S = 600.0  # per test, when pytest-timeout gives none
 SLACK_S = 120.0  # the child's start-up and collection, on top of its tests' timeouts
 
+_TIMEOUT_KEY = pytest.StashKey[float]()
 _config: pytest.Config | None = None
 _results: dict[Path, dict[str, list[TestReport]]] = {}
 _output: dict[Path, str] = {}
@@ -54,11 +55,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # In the parent an isolated item only replays reports: its timeout is enforced in the child.
-    if config.pluginmanager.hasplugin("timeout"):
-        for item in items:
-            if _isolated(item):
-                item.add_marker(pytest.mark.timeout(0))
+    # In the parent an isolated item only replays reports: its timeout is enforced in the child, and the
+    # child as a whole gets the sum of its tests' timeouts (read here, before timeout(0) shadows them).
+    for item in items:
+        if _isolated(item):
+            item.stash[_TIMEOUT_KEY] = _timeout_s(item)
+            if config.pluginmanager.hasplugin("timeout"):
+                item.add_marker(pytest.mark.timeout(0), append=False)
 
 
 def pytest_runtest_logreport(report: TestReport) -> None:
@@ -73,8 +76,8 @@ def pytest_runtest_logreport(report: TestReport) -> None:
 def _timeout_s(item: pytest.Item) -> float:
     """The item's pytest-timeout (marker, --timeout or ini), else DEFAULT_TIMEOUT_S; 0 means none."""
     m = item.get_closest_marker("timeout")
-    if m is not None and m.args:
-        return float(m.args[0]) or DEFAULT_TIMEOUT_S
+    if m is not None and (m.args or "timeout" in m.kwargs):
+        return float(m.args[0] if m.args else m.kwargs["timeout"]) or DEFAULT_TIMEOUT_S
     cfg = item.config
     opt = cfg.getoption("timeout", None) if cfg.pluginmanager.hasplugin("timeout") else None
     if opt is None and cfg.pluginmanager.hasplugin("timeout"):
@@ -98,7 +101,7 @@ def _run_module(item: pytest.Item) -> None:
         cmd.append(f"--config-file={config.inipath}")
     if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is not None:
         cmd.append(f"--timeout={config.getoption('timeout')}")
-    budget = sum(_timeout_s(i) for i in mine) + SLACK_S
+    budget = sum(i.stash.get(_TIMEOUT_KEY, DEFAULT_TIMEOUT_S) for i in mine) + SLACK_S
     env = {**os.environ, CHILD_ENV: str(reports_file)}
     try:
         proc = subprocess.run(cmd, cwd=config.rootpath, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,5 +1,5 @@
 """tests/isolated_modules.py: a vllm-marked module runs in a pytest subprocess of its own, and its results
-(pass, fail with the child's message, skip with its reason, a crash) reach the parent's report."""
+(pass, fail with the child's message, skip with its reason, a timeout, a crash) reach the parent's report."""
 
 import os
 from pathlib import Path
@@ -29,6 +29,11 @@ def test_skipped():
 def test_param(x):
     pass
 
+@pytest.mark.timeout(1)
+def test_times_out():
+    import time
+    time.sleep(30)  # pytest-timeout fails it inside the child, which goes on
+
 def test_crash():
     os._exit(3)  # the child dies: this test and the ones after it get no report
 """
@@ -56,8 +61,9 @@ def suite(pytester, monkeypatch):
 
 def test_marked_module_runs_in_a_child_and_reports_each_test(suite):
     res = suite.runpytest_subprocess("-p", "no:cacheprovider")
-    res.assert_outcomes(passed=4, failed=2, skipped=1)
+    res.assert_outcomes(passed=4, failed=3, skipped=1)
     out = res.stdout.str()
+    assert "Timeout" in out and "test_times_out" in out
     assert "the child's own message" in out and "SKIPPED [1]" in out and "the child's skip reason" in out
     assert "reported no result for this test" in out and "test_crash" in out  # the crash fails, with the child's output
 
