@@ -6,6 +6,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from workbench.rollout.model import LeanLM
 
+pytest_plugins = ["isolated_modules"]  # tests/isolated_modules.py: vllm-marked modules run in a subprocess each
+
 
 def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1.0, max_pos=256):
     """A random HF Llama with sharp, diverse next-token distributions (large lm_head weights)."""
@@ -149,7 +151,7 @@ def mlflow_server_with_sweep(tmp_path_factory, name: str, sweep_args: list[str])
                             stderr=subprocess.STDOUT)
     try:
         if not wait_ready(base, timeout=60, proc=proc):
-            pytest.skip(f"mlflow server did not start within 60 s: {(tmp / 'server.log').read_text()[-800:]}")
+            pytest.fail(f"mlflow server did not start within 60 s: {(tmp / 'server.log').read_text()[-800:]}")
         with pytest.MonkeyPatch.context() as mp:
             mp.chdir(tmp)
             mp.setenv("MLFLOW_TRACKING_URI", base)

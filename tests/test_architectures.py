@@ -150,6 +150,7 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
+@pytest.mark.slow  # torch.compile of a whole model on the CPU
 @pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
 @pytest.mark.parametrize("case", ["qwen3", "qwen2-window"])
 def test_compiled_equals_eager(ckpt, case):

@@ -114,6 +114,7 @@ def test_biased_sampler_fails(models):
     assert "pos 1" in failed and "greedy" in failed
 
 
+@pytest.mark.slow  # an audit of every drafter kind through the CLI
 def test_cli_micro(monkeypatch):
     """`wb audit` end to end on the micro presets, on any machine (the presets are built on first use
     into the test session's cache, or taken from the shipped ones), with adaptive k and retire buckets.

@@ -14,7 +14,8 @@ from conftest import mlflow_server_with_sweep
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")]
 
 SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=1", "grpo.eval_every=0", "rollout.max_new_tokens=16",
          "grpo.group_size=2", "--name", "ui-sweep", "--quiet"]

@@ -80,6 +80,9 @@ def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.C
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two ranks start, import DeepSpeed and train: 45-220 s on a loaded 2-core CPU
 @pytest.mark.parametrize("stage", [2, 3])
 def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
     pytest.importorskip("deepspeed")
@@ -104,6 +107,9 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
     assert moved > 0  # the step changed the weights, so the comparison has teeth
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two ranks start, import DeepSpeed and train: 45-220 s on a loaded 2-core CPU
 def test_online_drafter_adaptation_keeps_the_ranks_drafters_identical(tmp_path):
     """Each rank trains its drafter on its own rollouts; the gradients are averaged over ranks, so
     the drafters move (lr 1e-2) and stay equal."""
@@ -117,6 +123,9 @@ def test_online_drafter_adaptation_keeps_the_ranks_drafters_identical(tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two ranks start, import DeepSpeed and train: 45-220 s on a loaded 2-core CPU
 def test_wb_run_nproc_2_finishes_as_one_mlflow_run(tmp_path):
     pytest.importorskip("deepspeed")
     import mlflow

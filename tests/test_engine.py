@@ -200,6 +200,7 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
+@pytest.mark.slow  # torch.compile of the engine
 @pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_engine_matches_eager_and_sees_the_weight_sync():
     hf = random_llama(seed=3)

@@ -182,6 +182,7 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
+@pytest.mark.slow  # torch.compile in the CUDA-graphs mode
 @pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
 def test_cuda_graphs_compile_mode_runs_the_same_rollouts_on_cpu():
     """enable_compile(cuda_graphs=True): reduce-overhead compile, pooled caches, capture-size

@@ -174,6 +174,7 @@ def test_audit_reaches_adaptive_k_and_retire_buckets():
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.slow  # an audit through the compiled engine
 def test_audit_reaches_the_compiled_engine():
     """With compile on, the audited draft_model arm's steps run the compiled callable, and pass."""
     from drafters.draft_model import DraftModelDrafter

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # builds two models and benchmarks them through benchmarks/gpu.sh
 def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
     env = os.environ | {"GPU_BENCH_OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
                         "GPU_BENCH_MODELS": str(tmp_path / "models")}

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from workbench.cli import app
 from conftest import mlflow_server_with_sweep
 
+pytestmark = pytest.mark.slow  # a server start and a sweep over HTTP
 runner = CliRunner()
 
 SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=2", "grpo.eval_every=0", "rollout.max_new_tokens=16",

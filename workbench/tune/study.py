@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
+from workbench.console import make_console
 from workbench.sweep.store import SweepStore, retried
 from workbench.specs import SpecError
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
@@ -159,7 +160,7 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
         KeyboardInterrupt: after marking the running trial FAIL and the MLflow parent KILLED.
         SpecError: the stored study optimizes another objective.
     """
-    console = console or Console()
+    console = console or make_console()
     storage = storage or make_storage(plan.storage)
     study = open_study(plan, storage)
     fail_stale(study)
