@@ -76,18 +76,68 @@ def test_unknown_vllm_key_is_refused():
 
 # ----------------------------------------------------------------- pure: verdicts and the guard
 
+def _settings(s, method):
+    from workbench.vllm.verdicts import run_settings
+
+    return run_settings(s, method)
+
+
 def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
-    user = tmp_path / "verdicts.json"
+    user, none = tmp_path / "verdicts.json", tmp_path / "shipped.json"
     s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
-    with pytest.raises(ValueError, match="never been audited"):
-        check_speculation_allowed(s, BUILD, user)
-    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user)
-    with pytest.raises(ValueError, match=r"FAILED.*TV=0\.82.*wb audit rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
-        check_speculation_allowed(s, BUILD, user)
-    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user)
+    with pytest.raises(ValueError, match="never been audited at these sampling settings"):
+        check_speculation_allowed(s, BUILD, user, none)
+    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model"))
+    with pytest.raises(ValueError, match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
+        check_speculation_allowed(s, BUILD, user, none)
+    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none)
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
-    record_verdict(BUILD, "draft_model", True, {}, user)  # a later audit that passed
-    assert check_speculation_allowed(s, BUILD, user)["workbench.vllm.verdict"] == "pass"
+    record_verdict(BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model"))  # a later audit that passed
+    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+
+
+@pytest.mark.parametrize("other", ["rollout.temperature=0.7", "rollout.top_p=0.9", "rollout.top_k=20", "drafter.k=5",
+                                   "rollout.vllm.draft_sample_method=greedy"])
+def test_a_pass_covers_only_the_settings_it_was_measured_at(tmp_path, other):
+    """A pass at T=1 / top-p 1 / top-k 0 / k=3 admits that run and refuses any other sampling, naming
+    the audit command for the run's own settings and the settings that were audited."""
+    user, none = tmp_path / "v.json", tmp_path / "shipped.json"
+    audited = spec("drafter.kind=eagle3")
+    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3"))
+    assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    s = spec("drafter.kind=eagle3", other)
+    with pytest.raises(ValueError, match="refused as unaudited") as e:
+        check_speculation_allowed(s, BUILD, user, none)
+    msg = str(e.value)
+    assert f"wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
+    assert "audited only at: T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3: pass" in msg
+
+
+def test_draft_sample_method_is_not_part_of_an_ngram_verdict(tmp_path):
+    user, none = tmp_path / "v.json", tmp_path / "shipped.json"
+    record_verdict(BUILD, "ngram", True, {}, user, settings=_settings(spec("drafter.kind=ngram"), "ngram"))
+    s = spec("drafter.kind=ngram", "rollout.vllm.draft_sample_method=greedy")  # vLLM ignores it for ngram
+    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+
+
+def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
+    user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
+    s = spec("drafter.kind=ngram")
+    st = _settings(s, "ngram")
+    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", "n": 72350, "detectable_shift": 0.01}, shipped, settings=st)
+    record_verdict(BUILD, "ngram", True, {"n": 100, "detectable_shift": 0.26}, user, settings=st)  # --samples 100
+    with pytest.raises(ValueError, match=r"FAILED.*less power.*does not override"):
+        check_speculation_allowed(s, BUILD, user, shipped)
+    record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)  # as strong or stronger: wins
+    assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
+
+
+def test_a_verdict_without_settings_admits_nothing(tmp_path):
+    """Verdicts recorded before the sampling settings were (no ``sampling``) cannot admit a run."""
+    user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
+    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, shipped)
+    with pytest.raises(ValueError, match="never been audited"):
+        check_speculation_allowed(spec("drafter.kind=eagle3"), BUILD, user, shipped)
 
 
 def test_guard_never_refuses_plain_or_greedy(tmp_path):
@@ -99,8 +149,10 @@ def test_guard_never_refuses_plain_or_greedy(tmp_path):
 
 def test_verdicts_user_file_overrides_shipped_and_corrupt_file_is_named(tmp_path):
     user = tmp_path / "v.json"
-    key = record_verdict(BUILD, "ngram", True, {}, user)
-    assert key == verdict_key(BUILD, "ngram") and load_verdicts(user)[key]["passed"] is True
+    st = _settings(spec("drafter.kind=ngram"), "ngram")
+    key = record_verdict(BUILD, "ngram", True, {}, user, settings=st)
+    assert key == verdict_key(BUILD, "ngram", st) and load_verdicts(user)[key]["passed"] is True
+    assert load_verdicts(user)[key]["sampling"] == st
     user.write_text("{not json")
     with pytest.raises(ValueError, match="corrupt vLLM audit verdicts"):
         load_verdicts(user)
@@ -260,7 +312,9 @@ def test_cli_run_and_refusal(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "timing_s/prepare" in r.output
     r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=1.0", *small])
-    assert r.exit_code != 0 and "wb audit rollout.backend=vllm" in r.output and "allow_unaudited_speculation" in r.output
+    out = " ".join(r.output.split())  # Rich wraps the message
+    assert r.exit_code != 0 and "wb audit quickstart rollout.backend=vllm" in out and "--drafters ngram" in out
+    assert "allow_unaudited_speculation" in out
 
 
 @needs_vllm

@@ -21,7 +21,7 @@ from workbench.vllm.backend import drafter_folder
 from workbench.vllm.config import speculative_config
 from workbench.vllm.engine import VLLMEngine
 from workbench.vllm.env import build_id
-from workbench.vllm.verdicts import record_verdict
+from workbench.vllm.verdicts import record_verdict, sampling_settings
 
 METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
 
@@ -85,9 +85,13 @@ def hf_greedy_tests(spec, arms: dict[str, VLLMArm], prompts: list[list[int]], ma
     return tests
 
 
-def record_verdicts(res: AuditResult, methods: list[str], cpu_expand_fix: bool = False) -> dict[str, str]:
-    """Record one verdict per audited method (pass = every test of that method passed); returns
-    method -> verdict key. The evidence kept: worst p-value, its test and detail, n, detectable shift."""
+def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draft_sample_method: str | None = None,
+                    cpu_expand_fix: bool = False, target: str | None = None, user: Path | None = None) -> dict[str, str]:
+    """Record one verdict per audited method at the settings it sampled at (``sampling``: the
+    audit's ``SamplingParams``; ``k``; ``draft_sample_method``), pass = every test of that method
+    passed; returns method -> verdict key. The evidence kept: worst p-value, its test and detail,
+    and the power (n rows per prompt, prompts, tokens, alpha, detectable shift), the target.
+    ``user``: the verdict file (default: the user's, in the workbench cache)."""
     build = build_id(cpu_expand_fix)
     keys = {}
     for m in methods:
@@ -100,8 +104,11 @@ def record_verdicts(res: AuditResult, methods: list[str], cpu_expand_fix: bool =
         failed = [t for t in ts if not t.passed]
         summary = (f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
                    if failed and worst.pvalue is not None else f"{len(ts) - len(failed)}/{len(ts)} tests passed")
-        keys[m] = record_verdict(build, m, passed, {"summary": summary, "n": res.n, "alpha": res.alpha,
-                                                    "detectable_shift": round(res.shift, 5)})
+        settings = sampling_settings(m, sampling.temperature, sampling.top_p, sampling.top_k, k, draft_sample_method)
+        evidence = {"summary": summary, "n": res.n, "alpha": res.alpha, "detectable_shift": round(res.shift, 5),
+                    "num_prompts": len({t.prompt for t in sampled}), "max_new_tokens": sampling.max_new_tokens,
+                    **({"target": target} if target else {})}
+        keys[m] = record_verdict(build, m, passed, evidence, user=user, settings=settings)
     return keys
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -24,6 +25,7 @@ def audit(
     adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive."),
     buckets: bool = typer.Option(False, "--buckets", help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."),
+    verdicts_file: Optional[Path] = typer.Option(None, "--verdicts-file", help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache)."),
     biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
 ) -> None:
     """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
@@ -100,7 +102,8 @@ def audit(
     if on_vllm:
         from workbench.audit.vllm_arms import record_verdicts
 
-        for method, key in record_verdicts(res, list(drafters), s.rollout.vllm.cpu_expand_fix).items():
+        for method, key in record_verdicts(res, list(drafters), sp, kk, s.rollout.vllm.draft_sample_method, s.rollout.vllm.cpu_expand_fix,
+                                           target=s.model.target, user=verdicts_file).items():
             ok = all(t.passed for t in res.tests if t.drafter == method)
             console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
         for arm in drafters.values():
@@ -114,8 +117,6 @@ def audit(
 
 def _vllm_arms(s, setup, kinds: list[str], k: int):
     """rollout.backend=vllm: one vLLM engine per method (plain sampling included) -> (arms, skipped, scratch folder)."""
-    from pathlib import Path
-
     from workbench.audit.vllm_arms import scratch, vllm_arms
     from workbench.vllm import vllm_missing_reason
 
