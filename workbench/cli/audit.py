@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -38,7 +39,7 @@ def audit(
     from drafters import DRAFTERS
     from workbench.audit import EngineOptions, accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
     from workbench.audit.setup import audit_setup
-    from workbench.grpo.trainer import resolve_device
+    from workbench.grpo.build import resolve_device
     from workbench.rollout.sampling import SamplingParams
 
     s = _load(spec, overrides)
@@ -58,7 +59,7 @@ def audit(
     r = s.rollout
     kk = k or s.drafter.k
     if on_vllm:
-        drafters, skipped, work = _vllm_arms(s, setup, kinds, kk)
+        drafters, skipped = _vllm_arms(s, setup, kinds, kk)
     max_new_tokens = max_new_tokens or kk + 2
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
@@ -108,7 +109,6 @@ def audit(
             console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
         for arm in drafters.values():
             arm.close()
-        work.cleanup()
     if not res.passed:
         err.print("[bold red]audit FAILED:[/] speculative rollouts differ from autoregressive ones")
         raise typer.Exit(1)
@@ -116,16 +116,15 @@ def audit(
 
 
 def _vllm_arms(s, setup, kinds: list[str], k: int):
-    """rollout.backend=vllm: one vLLM engine per method (plain sampling included) -> (arms, skipped, scratch folder)."""
-    from workbench.audit.vllm_arms import scratch, vllm_arms
-    from workbench.vllm import vllm_missing_reason
+    """rollout.backend=vllm: one vLLM backend per method (plain sampling included) -> (arms, skipped)."""
+    from workbench.audit.vllm_arms import vllm_arms
+    from workbench.rollout.vllm.env import vllm_missing_reason
 
     why = vllm_missing_reason()
     if why:
-        _fail(why)
-    work = scratch()
+        _fail(escape(why))
     try:
-        arms, skipped = vllm_arms(s, setup, kinds, k, Path(work.name))
+        arms, skipped = vllm_arms(s, setup, kinds, k)
     except ImportError as e:
-        _fail(str(e))
-    return arms, {**setup.skipped, **skipped}, work
+        _fail(escape(str(e)))
+    return arms, {**setup.skipped, **skipped}

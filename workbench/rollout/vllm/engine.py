@@ -23,9 +23,9 @@ import torch
 
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
-from workbench.vllm import cpu_fix
-from workbench.vllm.config import engine_kwargs, sampling_kwargs
-from workbench.vllm.env import import_vllm, engine_start
+from workbench.rollout.vllm import cpu_fix
+from workbench.rollout.vllm.config import engine_kwargs, sampling_kwargs
+from workbench.rollout.vllm.env import import_vllm, engine_start
 
 _ids = itertools.count()
 
