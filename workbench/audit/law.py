@@ -214,7 +214,7 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
     for i, p in enumerate(prompts):
         ctx = list(p)
         for attempt in range(tries):
-            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(eng.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
+            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(target.lm_head.weight.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
             t0 = first_uncertain(seqs, scan, threshold)
             if t0 is None:
                 break
