@@ -165,6 +165,20 @@ def test_shipped_verdicts_parse():
     assert all("passed" in v for v in data.values())
 
 
+def test_shipped_verdicts_name_their_settings_and_power():
+    """Every shipped verdict recorded with its sampling settings is keyed by them and carries its
+    power; the fixed build's passes were measured at full power (a 1 % shift)."""
+    from workbench.vllm.verdicts import SHIPPED, settings_label
+
+    for key, v in json.loads(SHIPPED.read_text()).items():
+        if "sampling" not in v:
+            continue  # recorded before settings were: admits nothing (test_a_verdict_without_settings_admits_nothing)
+        assert key.endswith(" " + settings_label(v["sampling"])), key
+        assert {"n", "alpha", "detectable_shift", "summary"} <= set(v), key
+        if v["passed"] and "+expand_fix" in key:
+            assert v["detectable_shift"] <= 0.01 and v["n"] >= 60000, key
+
+
 def test_expand_into_writes_float_outputs_in_place():
     """The fix of vLLM-CPU's expand wrapper: per-request values expanded to their tokens, written
     into the given (uninitialised) float tensor, GREEDY-style replacement applied."""
