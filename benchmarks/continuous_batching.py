@@ -22,7 +22,7 @@ import time
 import torch
 
 from workbench.drafter_init import drafter_as_run
-from workbench.grpo.trainer import resolve_device
+from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.engine import RolloutEngine

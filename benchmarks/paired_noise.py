@@ -23,7 +23,7 @@ from workbench.specs import load_spec
 
 pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 14
 tr = GRPOTrainer(load_spec("quickstart", ["drafter.kind=none", "measure.modeled=false"]), progress=False)
-engine = RolloutEngine(tr.rollout_model, None, max_batch_size=256)
+engine = RolloutEngine(tr.backend.target, None, max_batch_size=256)
 g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
 logs = {"back to back": [], "interleaved": []}
 for i in range(pairs + 1):  # pair 0 is warm-up

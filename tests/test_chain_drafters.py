@@ -128,7 +128,7 @@ def test_ttt_loss_decreases_on_a_fixed_batch(target_lm, kind):
 
 
 def test_online_adaptation_updates_every_n_steps_from_a_bounded_buffer(target_lm):
-    from workbench.grpo.trainer import OnlineAdaptation
+    from workbench.grpo.online import OnlineAdaptation
     from workbench.specs import DrafterOnlineSpec
 
     rows, counts = _rollout_rows(target_lm, n=12, layers=(0, 1, 2))

@@ -78,12 +78,13 @@ def test_wb_run_with_init_and_online_logs_drafter_metrics(store, kind):
 @pytest.mark.parametrize("kind", ["eagle3", "draft_model"])
 def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, monkeypatch, kind):
     from workbench.grpo import trainer as trainer_mod
+    from workbench.grpo.online import OnlineAdaptation
 
     spec = load_spec("micro", [f"drafter.kind={kind}", "drafter.init.data=none", "drafter.online.enabled=true",
                                "drafter.online.steps=3", "grpo.eval_every=0", "tracking.enabled=false"])
     tr = trainer_mod.GRPOTrainer(spec, progress=False)
     seen = {}
-    real_update = trainer_mod.OnlineAdaptation.update
+    real_update = OnlineAdaptation.update
 
     def spy(self, step, batch):
         seen["grads"] = [None if p.grad is None else p.grad.clone() for p in tr.policy.parameters()]
@@ -94,7 +95,7 @@ def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, 
         seen["after"] = [None if p.grad is None else p.grad.clone() for p in tr.policy.parameters()]
         return out
 
-    monkeypatch.setattr(trainer_mod.OnlineAdaptation, "update", spy)
+    monkeypatch.setattr(OnlineAdaptation, "update", spy)
     metrics, _ = tr.step(1)
     assert "draft/loss" in metrics and metrics["timing_s/draft_train"] > 0
     assert any(g is not None for g in seen["grads"])  # the policy did get GRPO gradients in `train`

@@ -146,9 +146,9 @@ def test_evaluate_leaves_later_rollouts_unchanged():
     for with_eval in (False, True):
         tr.generator.manual_seed(spec.seed)
         tr.set_k_policy(policy := CountingK(spec.drafter.k))
-        first = tr.engine.generate(prompts, tr.sampling, tr.generator)
+        first = tr.backend.generate(prompts, tr.sampling, tr.generator)
         if with_eval:
             assert "eval/accuracy" in tr.evaluate()
-        second = tr.engine.generate(prompts, tr.sampling, tr.generator)
+        second = tr.backend.generate(prompts, tr.sampling, tr.generator)
         runs.append((first.tokens, second.tokens, second.counters.k_per_step, policy.updates))
     assert runs[0] == runs[1]

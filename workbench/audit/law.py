@@ -16,7 +16,8 @@ from scipy import stats
 from workbench.audit.engines import EngineOptions, build_engine
 from workbench.rollout.drafter import Drafter
 from workbench.rollout import engine as engine_mod
-from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.backend import RolloutBackend
+from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 
 END = -1  # category: the row finished (EOS) before this position
@@ -207,13 +208,13 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
     the modal first token is appended and the pilot repeated (``tries`` times); the prompt is kept
     unchanged if no position within ``scan`` is uncertain."""
     sp = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, scan, sampling.eos_token_id)
-    eng = RolloutEngine(target, None, max_batch_size=pilot)
+    eng = WorkbenchBackend(target, None, max_batch_size=pilot)
     eos = sampling.eos_token_id
     out = []
     for i, p in enumerate(prompts):
         ctx = list(p)
         for attempt in range(tries):
-            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(eng.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
+            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(target.lm_head.weight.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
             t0 = first_uncertain(seqs, scan, threshold)
             if t0 is None:
                 break
@@ -255,9 +256,9 @@ def run_audit(
 ) -> AuditResult:
     """Audit every drafter in ``drafters`` (name -> instance) against the target (a LeanLM).
 
-    A value with a ``generate(prompts, sampling, generator) -> RolloutOutput`` method is audited as a
-    whole engine instead (another rollout backend: ``workbench.audit.vllm_arms``); a drafter is run
-    in the workbench engine at ``k``.
+    A value that is a rollout backend (:class:`workbench.rollout.backend.RolloutBackend`, e.g. a
+    vLLM engine: ``workbench.audit.vllm_arms``) is audited as it generates; a drafter is run in the
+    workbench engine at ``k`` (:func:`workbench.audit.engines.build_engine`).
 
     n: rows per drafter and prompt (None: :func:`required_samples` for a 1 % shift, capped by
     ``max_samples``). rejection_fn: replaces the engine's rejection sampler (to check that the
@@ -303,7 +304,7 @@ def run_audit(
                 Ej = joint.flatten().cpu() * float(two.sum())
                 stat, df, p = goodness_of_fit(O, Ej)
                 res.tests.append(AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}"))
-    ar_greedy = RolloutEngine(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
+    ar_greedy = WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
     for name, drafter in drafters.items():
         eng = _engine(target, drafter, k, batch, len(greedy_prompts or prompts), opts)
         with patch:
@@ -314,10 +315,10 @@ def run_audit(
     return res
 
 
-def _engine(target, drafter, k: int, batch: int, rows: int, opts: EngineOptions):
-    """What generates an audited arm: the value itself if it is an engine, else the workbench engine
-    with it (``rows``: the generation's rows, for the adaptive policy's costs)."""
-    return drafter if hasattr(drafter, "generate") else build_engine(target, drafter, k, batch, rows, opts)
+def _engine(target, drafter, k: int, batch: int, rows: int, opts: EngineOptions) -> RolloutBackend:
+    """What generates an audited arm: the value itself if it is a rollout backend, else the
+    workbench engine with it (``rows``: the generation's rows, for the adaptive policy's costs)."""
+    return drafter if isinstance(drafter, RolloutBackend) else build_engine(target, drafter, k, batch, rows, opts)
 
 
 def summary_rows(res: AuditResult) -> list[tuple[str, str, str, str, str]]:

@@ -10,58 +10,40 @@ arctic-inference is installed. The statistical test is the workbench's own
 
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from workbench.audit.law import AuditResult, AuditTest
-from workbench.vllm.backend import drafter_folder
-from workbench.vllm.config import speculative_config
-from workbench.vllm.engine import VLLMEngine
-from workbench.vllm.env import build_id
-from workbench.vllm.verdicts import record_verdict
+from workbench.rollout.backend import RolloutBackend
+from workbench.rollout.vllm.env import build_id
+from workbench.vllm.build import vllm_backend
+from workbench.vllm.verdicts import record_verdict, sampling_settings
 
 METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
 
 
-@dataclass
-class VLLMArm:
-    """A vLLM engine with the interface ``run_audit`` takes (the generator is not used: each engine
-    samples from its own seeded stream; see ``VLLMBackend.generate``)."""
-
-    engine: VLLMEngine
-
-    def generate(self, prompts: list[list[int]], sampling, generator: torch.Generator | None = None):
-        return self.engine.generate(prompts, sampling)
-
-    def close(self) -> None:
-        self.engine.close()
-
-
-def vllm_arms(spec, setup, kinds: list[str], k: int, work: Path) -> tuple[dict[str, VLLMArm], dict[str, str]]:
-    """One vLLM engine per method in ``["none", *kinds]`` (kinds as drafter.kind); returns
-    (arms, skipped: method -> why it cannot run in vLLM here)."""
+def vllm_arms(spec, setup, kinds: list[str], k: int) -> tuple[dict[str, RolloutBackend], dict[str, str]]:
+    """One vLLM backend per method in ``["none", *kinds]`` (kinds as drafter.kind), each its own
+    engine; returns (arms, skipped: method -> why it cannot run in vLLM here). No guard: the audit
+    is what makes the verdicts the guard reads. Each backend keeps its drafter's export until closed."""
     from workbench.models import resolve_model
 
     target_path = resolve_model(spec.model.target, what="model.target")
     device_type = setup.device.type
-    arms: dict[str, VLLMArm] = {}
+    arms: dict[str, RolloutBackend] = {}
     skipped: dict[str, str] = {}
     for kind in ["none", *[x for x in kinds if x != "none"]]:
         ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k})})
         try:
-            folder = drafter_folder(ks, setup.drafters.get(kind), None, setup.lm.cfg, work / kind)
-            sc = speculative_config(ks.drafter, folder, spec.rollout.vllm.draft_sample_method)
-            arms[kind] = VLLMArm(VLLMEngine(target_path, ks, device_type, sc, seed=spec.seed))
+            arms[kind] = vllm_backend(ks, target_path, device_type, setup.drafters.get(kind), None, setup.lm.cfg, tags={})
         except (ValueError, OSError) as e:
             skipped[kind] = str(e).splitlines()[0][:160]
     return arms, skipped
 
 
 @torch.no_grad()
-def hf_greedy_tests(spec, arms: dict[str, VLLMArm], prompts: list[list[int]], max_new_tokens: int, eos: int | None,
+def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[int]], max_new_tokens: int, eos: int | None,
                     device: torch.device) -> list[AuditTest]:
     """Greedy vLLM output (every arm) token for token against transformers' ``generate()`` on the
     target (no speculation, EOS ends a row)."""
@@ -85,9 +67,13 @@ def hf_greedy_tests(spec, arms: dict[str, VLLMArm], prompts: list[list[int]], ma
     return tests
 
 
-def record_verdicts(res: AuditResult, methods: list[str], cpu_expand_fix: bool = False) -> dict[str, str]:
-    """Record one verdict per audited method (pass = every test of that method passed); returns
-    method -> verdict key. The evidence kept: worst p-value, its test and detail, n, detectable shift."""
+def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draft_sample_method: str | None = None,
+                    cpu_expand_fix: bool = False, target: str | None = None, user: Path | None = None) -> dict[str, str]:
+    """Record one verdict per audited method at the settings it sampled at (``sampling``: the
+    audit's ``SamplingParams``; ``k``; ``draft_sample_method``), pass = every test of that method
+    passed; returns method -> verdict key. The evidence kept: worst p-value, its test and detail,
+    and the power (n rows per prompt, prompts, tokens, alpha, detectable shift), the target.
+    ``user``: the verdict file (default: the user's, in the workbench cache)."""
     build = build_id(cpu_expand_fix)
     keys = {}
     for m in methods:
@@ -100,11 +86,9 @@ def record_verdicts(res: AuditResult, methods: list[str], cpu_expand_fix: bool =
         failed = [t for t in ts if not t.passed]
         summary = (f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
                    if failed and worst.pvalue is not None else f"{len(ts) - len(failed)}/{len(ts)} tests passed")
-        keys[m] = record_verdict(build, m, passed, {"summary": summary, "n": res.n, "alpha": res.alpha,
-                                                    "detectable_shift": round(res.shift, 5)})
+        settings = sampling_settings(m, sampling.temperature, sampling.top_p, sampling.top_k, k, draft_sample_method)
+        evidence = {"summary": summary, "n": res.n, "alpha": res.alpha, "detectable_shift": round(res.shift, 5),
+                    "num_prompts": len({t.prompt for t in sampled}), "max_new_tokens": sampling.max_new_tokens,
+                    **({"target": target} if target else {})}
+        keys[m] = record_verdict(build, m, passed, evidence, user=user, settings=settings)
     return keys
-
-
-def scratch() -> tempfile.TemporaryDirectory:
-    """A folder for the drafters' vLLM exports (removed when the audit ends)."""
-    return tempfile.TemporaryDirectory(prefix="wb-vllm-audit-")

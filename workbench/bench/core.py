@@ -36,13 +36,13 @@ from typing import Callable
 import torch
 
 from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, setting_name, static_kwargs
-from workbench.grpo.trainer import resolve_device
+from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
 from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
 from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
 from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
-from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
@@ -61,7 +61,7 @@ class BenchConfig:
     repeats: int = 3
     model_batch: int = 64  # the GRPO batch (prompts_per_step * group_size) for the model table
     hf: bool = True  # include transformers contenders
-    compile: bool = False  # torch.compile our engine's forwards (RolloutEngine.enable_compile)
+    compile: bool = False  # torch.compile our engine's forwards (WorkbenchBackend's compile)
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
     cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
@@ -160,21 +160,18 @@ class Bench:
         """Where every contender runs (``model.device`` resolved), synchronised around each timing."""
         return self._device
 
-    def _ar_engine(self) -> RolloutEngine:
+    def _ar_engine(self) -> WorkbenchBackend:
         """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes)."""
-        return RolloutEngine(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None)
+        return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None)
 
-    def _engine(self, kind: str, k: int) -> RolloutEngine:
+    def _engine(self, kind: str, k: int) -> WorkbenchBackend:
         from workbench.drafter_init import drafter_as_run
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
         drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
-        eng = RolloutEngine(self.target, drafter, k=k)
-        if self.cfg.compile or self.cfg.cuda_graphs:
-            eng.enable_compile(self.cfg.cuda_graphs)
-        return eng
+        return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs)
 
-    def _ours(self, engine: RolloutEngine, prompts):
+    def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))
 
     def _hf(self, prompts, extra: dict | None = None, assistant=None, k: int = 0):
@@ -318,7 +315,7 @@ class Bench:
                 "ar_peak_mib": max(ar_peaks) if ar_peaks and ar_peaks[0] is not None else None,
                 "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
 
-    def _drafter_cost(self, eng: RolloutEngine, prompts) -> float:
+    def _drafter_cost(self, eng: WorkbenchBackend, prompts) -> float:
         """Seconds the drafter spends per verification step (propose + accept), timed inside a real
         generation at this batch (EOS ignored, so the batch stays full); median over repeats."""
         d = eng.drafter
@@ -346,7 +343,7 @@ class Bench:
         vllm_meta = {}
         if self.cfg.vllm:
             from workbench.bench.vllm import run_vllm
-            from workbench.vllm.env import build_id
+            from workbench.rollout.vllm.env import build_id
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
             self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k)

@@ -12,9 +12,6 @@ greedy decoding.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from workbench.timing import measure
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -33,19 +30,16 @@ def run_vllm(b, kind: str, k: int) -> list[dict]:
         ImportError: vLLM is not installed (names the install command); ValueError: a drafter vLLM
             cannot run (names drafter.kind).
     """
-    from workbench.vllm.backend import drafter_folder
-    from workbench.vllm.config import speculative_config
-    from workbench.vllm.engine import VLLMEngine
+    from workbench.rollout.vllm.backend import VLLMBackend
+    from workbench.vllm.build import vllm_backend
 
     spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k})})
     dev = b.device.type
     greedy = SamplingParams(0.0, 1.0, 0, b.cfg.max_new_tokens, None)
     ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)
-    work = tempfile.TemporaryDirectory(prefix="wb-bench-vllm-")
-    v_ar = VLLMEngine(b.target_path, spec, dev, None, seed=spec.seed)
-    v_spec = VLLMEngine(b.target_path, spec, dev, speculative_config(
-        spec.drafter, drafter_folder(spec, ours_spec.drafter, None, b.target.cfg, Path(work.name)),
-        spec.rollout.vllm.draft_sample_method), seed=spec.seed)
+    v_ar = VLLMBackend(b.target_path, spec, dev, None, seed=spec.seed)
+    # greedy speculation only (no verdict needed): the guard's tags are not asked for
+    v_spec = vllm_backend(spec, b.target_path, dev, ours_spec.drafter, None, b.target.cfg, tags={})
     rows = []
     try:
         for B in b.cfg.batch_sizes:
@@ -81,7 +75,6 @@ def run_vllm(b, kind: str, k: int) -> list[dict]:
     finally:
         v_ar.close()
         v_spec.close()
-        work.cleanup()
     return rows
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -24,6 +26,7 @@ def audit(
     adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive."),
     buckets: bool = typer.Option(False, "--buckets", help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."),
+    verdicts_file: Optional[Path] = typer.Option(None, "--verdicts-file", help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache)."),
     biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
 ) -> None:
     """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
@@ -36,7 +39,7 @@ def audit(
     from drafters import DRAFTERS
     from workbench.audit import EngineOptions, accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
     from workbench.audit.setup import audit_setup
-    from workbench.grpo.trainer import resolve_device
+    from workbench.grpo.build import resolve_device
     from workbench.rollout.sampling import SamplingParams
 
     s = _load(spec, overrides)
@@ -56,7 +59,7 @@ def audit(
     r = s.rollout
     kk = k or s.drafter.k
     if on_vllm:
-        drafters, skipped, work = _vllm_arms(s, setup, kinds, kk)
+        drafters, skipped = _vllm_arms(s, setup, kinds, kk)
     max_new_tokens = max_new_tokens or kk + 2
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id, setup.stop_token_ids)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
@@ -100,12 +103,12 @@ def audit(
     if on_vllm:
         from workbench.audit.vllm_arms import record_verdicts
 
-        for method, key in record_verdicts(res, list(drafters), s.rollout.vllm.cpu_expand_fix).items():
+        for method, key in record_verdicts(res, list(drafters), sp, kk, s.rollout.vllm.draft_sample_method, s.rollout.vllm.cpu_expand_fix,
+                                           target=s.model.target, user=verdicts_file).items():
             ok = all(t.passed for t in res.tests if t.drafter == method)
             console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
         for arm in drafters.values():
             arm.close()
-        work.cleanup()
     if not res.passed:
         err.print("[bold red]audit FAILED:[/] speculative rollouts differ from autoregressive ones")
         raise typer.Exit(1)
@@ -113,18 +116,15 @@ def audit(
 
 
 def _vllm_arms(s, setup, kinds: list[str], k: int):
-    """rollout.backend=vllm: one vLLM engine per method (plain sampling included) -> (arms, skipped, scratch folder)."""
-    from pathlib import Path
-
-    from workbench.audit.vllm_arms import scratch, vllm_arms
-    from workbench.vllm import vllm_missing_reason
+    """rollout.backend=vllm: one vLLM backend per method (plain sampling included) -> (arms, skipped)."""
+    from workbench.audit.vllm_arms import vllm_arms
+    from workbench.rollout.vllm.env import vllm_missing_reason
 
     why = vllm_missing_reason()
     if why:
-        _fail(why)
-    work = scratch()
+        _fail(escape(why))
     try:
-        arms, skipped = vllm_arms(s, setup, kinds, k, Path(work.name))
+        arms, skipped = vllm_arms(s, setup, kinds, k)
     except ImportError as e:
-        _fail(str(e))
-    return arms, {**setup.skipped, **skipped}, work
+        _fail(escape(str(e)))
+    return arms, {**setup.skipped, **skipped}

@@ -23,7 +23,7 @@ def drafter_init(
         _fail(f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
               "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>")
     from workbench.drafter_init import build_init, init_info
-    from workbench.grpo.trainer import resolve_device
+    from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
 
@@ -62,7 +62,7 @@ def drafter_export(
 
     from drafters.eagle3_vllm import export_eagle3
     from workbench.drafter_init import drafter_as_run
-    from workbench.grpo.trainer import resolve_device
+    from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
 

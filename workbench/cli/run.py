@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.syntax import Syntax
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -37,6 +38,8 @@ def run(
         raise typer.Exit(130)
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
+    except ImportError as e:  # rollout.backend=vllm without vLLM: the message names the extra to install
+        _fail(escape(str(e)))  # (escaped: Rich would take "[vllm-cpu]" for markup)
 
 
 def _launch(resolved, nproc: int, args: list[str]) -> int:

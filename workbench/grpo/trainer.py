@@ -1,9 +1,13 @@
-"""The synchronous GRPO loop (docs/design.md §3) with rollouts from the workbench's rollout engine.
+"""The GRPO loop (docs/design.md §3): one :meth:`GRPOTrainer.step` is one GRPO step, top to bottom.
 
-One step: data -> prepare (weight sync into the engine) -> gen (speculative or autoregressive
-rollouts) -> reward -> logprob (policy, and reference if beta > 0) -> train (GRPO loss, one
-optimiser step). Each stage is timed by :class:`workbench.timing.StageTimer`; everything measured
-is returned per step so the caller can log it (MLflow) and show it (Rich).
+One step: data -> prepare (the policy's weights into the rollout backend) -> gen (speculative or
+autoregressive rollouts) -> reward -> logprob (policy, and reference if beta > 0) -> train (GRPO
+loss, one optimiser step) -> draft_train (online drafter adaptation, if on). Each stage is timed by
+:class:`workbench.timing.StageTimer`; everything measured is returned per step so the caller can
+log it (MLflow) and show it (Rich). The trainer builds nothing: its parts (policy, reference,
+rollout backend and its paired twin, drafter and its online adaptation, optimiser, data) come from
+the builders of :mod:`workbench.grpo.build`; which engine generates is the backend's business
+(:mod:`workbench.rollout.backend`).
 Method: DeepSeekMath GRPO (arXiv 2402.03300) with DAPO's clip-higher/token-mean and Dr. GRPO's
 options (arXiv 2503.14476, 2503.20783).
 """
@@ -11,204 +15,178 @@ options (arXiv 2503.14476, 2503.20783).
 from __future__ import annotations
 
 import contextlib
-import copy
 import random
 from typing import Callable
 
 import torch
 
-from drafters import DrafterTarget, build_drafter
 from drafters.chain import DraftBatch
-from drafters.training import MasterAdamW, capture_hidden
+from drafters.training import capture_hidden
 from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.grpo.async_rollout import RolloutWorker
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
+from workbench.grpo.build import TrainerParts, build_parts
 from workbench.grpo.completions import completion_metrics
-from workbench.drafter_init import build_init
-from workbench.grpo.async_rollout import RolloutWorker, check_async_spec
-from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size, shard_range
+from workbench.grpo.distributed import shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
-from workbench.grpo.online import OnlineAdaptation
-from workbench.grpo.rewards import score
 from workbench.grpo.mismatch import logprob_gaps
-from workbench.models import load_model, resolve_model
-from workbench.models.chat import run_prompt_format
+from workbench.grpo.rewards import score
 from workbench.models.tokenizer import decode_completion
-from workbench.rollout.engine import RolloutEngine, RolloutOutput, SpecCounters
+from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.graphs import cudagraph_skips
-from workbench.rollout.model import LeanLM
-from workbench.rollout.paired import generate_interleaved
+from workbench.rollout.paired import generate_interleaved, paired_metrics
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
-from workbench.tasks import get_task
-from workbench.tasks.loading import spec_task_data
 from workbench.timing import StageTimer
 
-
-PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
 EVAL_SEED_OFFSET = 2_000_003  # evaluation's RNG stream (a fresh one per evaluate): seed + this
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda if available else cpu. Raises ValueError for an unavailable CUDA device."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device: {name!r} requested but CUDA is not available; use model.device=cpu or auto")
-    return dev
-
-
-def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dict[str, float]:
-    """Per-step paired speedups from the step's timings ``m`` (which hold ``timing_s/gen``,
-    ``timing_s/gen_autoregressive`` and ``timing_s/step``, seconds) and the autoregressive arm's counters.
-
-    ``speedup/gen_per_step`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not
-    of time per token, because the stage time is what the step pays (a batch decodes until its longest
-    row ends, so time is not proportional to tokens) and both arms sample the same law, so their
-    expected work is equal. ``speedup/step_per_step`` = (step - gen + gen_ar) / step
-    (workbench.stats.step_ratios). The run's estimates ``speedup/gen`` / ``speedup/step`` are
-    computed from these by the run loop (workbench.stats.running_speedups).
-    """
-    gen, ar_s, step = m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]
-    return {
-        "speedup/gen_per_step": ar_s / max(gen, 1e-9),
-        "speedup/step_per_step": (step - gen + ar_s) / max(step, 1e-9),
-        "gen_autoregressive/num_tokens": float(ar.num_generated_tokens),
-        "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
-        "gen_autoregressive/first": float(ar_first),
-    }
-
-
 class GRPOTrainer:
-    """Owns the policy (transformers model), its optimiser, the rollout engine and the drafter."""
+    """GRPO steps on built parts (:class:`workbench.grpo.build.TrainerParts`; built from ``spec``
+    by :func:`workbench.grpo.build.build_parts` when not given)."""
 
-    def __init__(self, spec: ExperimentSpec, progress: bool = True):
-        self.spec = spec
+    def __init__(self, spec: ExperimentSpec, progress: bool = True, parts: TrainerParts | None = None):
+        parts = parts if parts is not None else build_parts(spec, progress)
+        self.spec, self.parts = spec, parts
+        self.device, self.dp = parts.ranks.device, parts.ranks.dp
+        self.policy, self.tokenizer, self.ref, self.target_path = parts.policy.model, parts.policy.tokenizer, parts.policy.ref, parts.policy.path
+        self.drafter, self.drafter_init_path, self.online = parts.drafter.drafter, parts.drafter.init_path, parts.drafter.online
+        self.backend, self.paired = parts.backend, parts.paired  # paired: the plain twin of measure.paired, or None
+        self.optimizer, self.train_engine, self.forward = parts.optimiser.optimizer, parts.optimiser.train_engine, parts.optimiser.forward
+        self.sampling, self.generator, self.paired_generator = parts.sampling, parts.generator, parts.paired_generator
+        self.task, self.train_data, self.eval_data = parts.task, parts.train_data, parts.eval_data
+        self.prompt_format = parts.prompt_format  # plain text, or the model's chat template (task.chat_template)
         self.completion_lengths: list[int] = []  # the last step's tokens per completion (N,), grouped by prompt
-        self.device = resolve_device(spec.model.device)
-        # Data-parallel ranks (grpo.backend=deepspeed; workbench.grpo.distributed): None in one process.
-        check_distributed_spec(spec, launched_world_size())
-        self.dp = DataParallel.start(spec, self.device.type) if spec.grpo.backend == "deepspeed" else None
-        if self.dp is not None:
-            self.device = self.dp.device(self.device)
-        rank = self.dp.rank if self.dp else 0
-        dtype = getattr(torch, spec.model.dtype)
-        random.seed(spec.seed)
-        torch.manual_seed(spec.seed)  # the same on every rank; each rank samples on its own stream:
-        self.generator = torch.Generator(self.device).manual_seed(spec.seed + rank)
-
-        with self.main_first():  # rank 0 builds missing models and drafter inits into the cache
-            path = resolve_model(spec.model.target, progress=progress, what="model.target")
-            self.policy, self.tokenizer = load_model(path, device=self.device, dtype=dtype)
-            self.policy.train()
-            self.ref = None
-            if spec.grpo.beta > 0:
-                self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
-            self.rollout_model = LeanLM.from_hf(self.policy, what="model.target")  # refuses an unsupported architecture, before any run opens
-            self.rollout_model.fixed_attention_length = spec.rollout.fixed_attention_length
-            # Drafter init (cached checkpoint; built here, before any MLflow run opens, if missing).
-            self.drafter_init_path = build_init(spec, self.rollout_model, self.tokenizer, path, self.device, progress=progress)
-        target_ref = DrafterTarget(self.rollout_model, self.tokenizer, init_path=self.drafter_init_path)
-        self.drafter = build_drafter(spec.drafter.kind, spec.drafter, target=target_ref, device=self.device)
-        # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
-        self.online = (OnlineAdaptation(self.drafter, spec.drafter.online, spec.seed, reduce_grads=self.dp.average_grads if self.dp else None)
-                       if spec.drafter.online.enabled and self.drafter else None)
-        self.engine = RolloutEngine(self.rollout_model, self.drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
-                                    continuous=spec.rollout.continuous_batching)
-        # rollout.backend=vllm: vLLM generates (colocated, weights reloaded each prepare); the workbench
-        # engine above stays for nothing but the drafter's own bookkeeping (online adaptation trains it)
-        self.vllm = None
-        if spec.rollout.backend == "vllm":
-            from workbench.vllm.backend import VLLMBackend
-
-            self.vllm = VLLMBackend(spec, path, self.device.type, self.drafter, self.drafter_init_path,
-                                    self.rollout_model.cfg, paired=bool(spec.paired))
-        if spec.rollout.cuda_graphs and self.device.type != "cuda":
-            raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {self.device}; "
-                             "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
-        if spec.rollout.compile or spec.rollout.cuda_graphs:
-            self.engine.enable_compile(cuda_graphs=spec.rollout.cuda_graphs)
-        # Paired measurement (docs/design.md §8): plain decoding of the same prompts with the same target
-        # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws;
-        # the same batch-size buckets, so both arms run at the same captured sizes.
-        self.paired_engine = RolloutEngine(self.rollout_model, None, max_batch_size=spec.rollout.max_batch_size, continuous=spec.rollout.continuous_batching,
-                                           retire_buckets=self.engine.retire_buckets) if spec.paired and self.vllm is None else None
-        self.is_paired = bool(spec.paired)
-        # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
-        self.worker: RolloutWorker | None = None
-        self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> (rows, prompts, group ids)
-        self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
-        self.is_async, self.target_path = spec.grpo.async_.enabled, path
-        if self.is_async:
-            check_async_spec(spec)  # the worker itself starts with the first step (not while cost curves are measured)
-        self.paired_generator = torch.Generator(self.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET + rank)
-        # float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32); under
-        # DeepSpeed its engine owns the optimiser (ZeRO-sharded) and the forward (`self.forward`)
-        self.optimizer = self.train_engine = None
-        self.forward = self.policy
-        if self.dp is None:
-            self.optimizer = MasterAdamW(self.policy.parameters(), lr=spec.grpo.lr, weight_decay=spec.grpo.weight_decay)
-        else:
-            n_local = spec.grpo.prompts_per_step // self.dp.world_size * spec.grpo.group_size
-            self.forward = self.train_engine = self.dp.wrap_policy(self.policy, spec, n_local)
-        r = spec.rollout
-        # Prompts in the model's chat template when it has one (task.chat_template); its end-of-turn
-        # token ends a completion in every engine (SamplingParams.stop_token_ids)
-        self.prompt_format = run_prompt_format(spec.task, self.tokenizer)
-        self.stop_token_ids = self.prompt_format.stop_token_ids(self.policy.generation_config)
-        self.sampling = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, self.tokenizer.eos_token_id,
-                                       self.stop_token_ids)
-
-        self.task = get_task(spec.task.name)
-        t = spec.task
-        self.train_data = spec_task_data(t, "train", t.num_train, spec.seed)
-        self.eval_data = (
-            spec_task_data(t, "eval", t.num_eval, spec.seed) if t.num_eval else None
-        )
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
         self.timer = StageTimer(self.device)
-        # speedup/gen_modeled (docs/design.md §8): an instrument with ``metrics(out) -> dict`` attached by the
-        # caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
+        # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
+        self.is_async = spec.grpo.async_.enabled
+        self.worker: RolloutWorker | None = None  # started with the first step (not while cost curves are measured)
+        self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> (rows, prompts, group ids)
+        self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
+        # speedup/gen_modeled (docs/design.md §8): an instrument with ``metrics(out) -> dict`` attached by
+        # the caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
         self.modeled = None
 
     def main_first(self):
         """Rank 0 first, then the others (building into the shared cache); a no-op in one process."""
-        return self.dp.main_first() if self.dp is not None else contextlib.nullcontext()
+        return self.parts.ranks.main_first()
 
-    def _weights_to_rollout_model(self) -> None:
-        """Copy the policy's weights into the rollout engine (gathered from ZeRO-3 shards) and the drafter."""
+    # ------------------------------------------------------------------ one step
+
+    def step(self, step: int, on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[dict]]:
+        """Run one GRPO step; return its metrics and a few rollout samples."""
+        g = self.spec.grpo
+        G = g.group_size
+        timer = self.timer
+        stage = lambda name: (on_stage(name) if on_stage else None, timer.stage(name))[1]  # noqa: E731
+        timer.start_step()
+
+        paired = None
+        if self.is_async:
+            rows, prompts, out, async_m = self._async_rollouts(step, stage)
+        else:
+            rows, prompts, out, paired, paired_first = self._sync_rollouts(step, stage)
+
+        with stage("reward"):
+            texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
+            answers = [r["answer"] for r in rows for _ in range(G)]
+            scores = score(self.task, texts, answers, self.spec.task.format_reward)
+            rewards = torch.tensor(scores.total, device=self.device)
+
+        with stage("logprob"):
+            ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
+            temp = self.sampling.temperature or 1.0
+            # One optimiser step per batch, so pi_old = pi_theta: the train stage uses its own forward's
+            # log p, detached, as old log p (no policy forward here). Online adaptation still needs one,
+            # for the hidden states and logits the drafter learns from (detached; docs/design.md §5).
+            old_logp = None
+            with torch.no_grad():
+                if self.online is not None:
+                    logits: list[torch.Tensor] = []
+                    with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
+                        old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
+                    draft_batch = DraftBatch(
+                        ids, torch.nn.functional.pad(mask, (0, 1)), torch.cat(logits), {i: torch.cat(h) for i, h in cap.hidden.items()}
+                    )  # loss mask (N, L): position p's next token is a completion token
+                ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
+
+        with stage("train"):
+            adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
+            stats = self._train(ids, mask, rollout_logp, ref_logp, adv, old_logp)
+            self._version += 1
+
+        draft_stats: dict[str, float] = {}
+        if self.online is not None:
+            with stage("draft_train"):
+                draft_stats = self.online.update(step, draft_batch)
+
+        m = timer.end_step()
+        if self.is_async:
+            m.update(async_m)
+        if self.modeled is not None:  # this rank's rollouts (averaged over ranks below)
+            m.update(self.modeled.metrics(out))
+        if self.dp is not None:  # the whole step's rollouts, rewards and slowest-rank timings, on every rank
+            m, out, rewards, paired = self.dp.gather_step(m, out, rewards, paired)
+        n_tok, self.completion_lengths = out.counters.num_generated_tokens, [len(t) for t in out.tokens]
+        m.update(out.counters.metrics())
+        if self.backend.k_policy is not None:  # adaptive speculation: the k_t chosen this step
+            m.update(out.counters.k_metrics())
+        if paired is not None:
+            m.update(paired_metrics(m, paired.counters, paired_first))
+        if self.spec.rollout.cuda_graphs:
+            m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
+        m.update({
+            "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
+            "gen/num_tokens": float(n_tok),
+            "reward/mean": rewards.mean().item(),
+            **scores.metrics(),
+            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "frac_reward_zero_std": frac_zero_std(rewards, G),
+            **completion_metrics(self.completion_lengths, out.finish_reasons),
+            **stats,
+            **draft_stats,
+        })
+        samples = [
+            {"prompt": rows[i // G]["prompt"], "completion": texts[i], "answer": answers[i], "reward": rewards[i].item()}
+            for i in range(min(g.num_samples_logged, len(texts)))
+        ]
+        return m, samples
+
+    # ------------------------------------------------------------------ rollouts
+
+    def _load_weights(self) -> None:
+        """The policy's weights (gathered from ZeRO-3 shards) into the rollout backend, and the
+        drafter adapted online into the backend's drafter."""
         ctx = self.dp.gathered(self.policy, self.spec.grpo.zero_stage) if self.dp else contextlib.nullcontext()
         with ctx:
-            self.rollout_model.load_weights(self.policy)
-        if self.drafter is not None:
-            self.drafter.sync(self.rollout_model)
-        if self.vllm is not None:  # in place, as NeMo RL's refit; the adapted drafter too (never lost on refit)
-            self.vllm.load_weights(self.policy)
-            if self.online is not None and self.vllm.has_drafter_model:
-                self.vllm.load_drafter(self.drafter)
-
-    # ------------------------------------------------------------------ stages
+            self.backend.load_policy_weights(self.policy)
+        if self.online is not None:  # in place, as NeMo RL's refit; the adapted drafter is never lost on refit
+            self.backend.load_drafter_weights(self.drafter)
 
     def _sync_rollouts(self, step: int, stage):
         """Step ``step``'s rollouts generated here with the current weights (data, prepare, gen);
         with ``measure.paired``, interleaved forward by forward with plain decoding of the same
-        prompts (docs/design.md §8), whose rollouts are timed and counted, never rewarded or trained on."""
+        prompts by the backend's twin (docs/design.md §8), whose rollouts are timed and counted,
+        never rewarded or trained on. A twin with weights of its own loads them outside the step
+        (the measurement ``prepare_autoregressive``)."""
         with stage("data"):
             rows, prompts, group_ids = self._step_prompts()
         with stage("prepare"):
-            self._weights_to_rollout_model()
+            self._load_weights()
         paired, paired_first = None, step % 2 == 0  # which arm opens alternates per step (and per round inside)
-        if self.vllm is not None:
-            out, paired = self.vllm.step_rollouts(self.timer, self.policy, prompts, self.sampling, paired_first)
-            return rows, prompts, out, paired, paired_first
+        if self.paired is not None and self.paired.owns_weights:
+            with self.timer.stage("prepare_autoregressive", measurement=True):
+                self.paired.load_policy_weights(self.policy)
         with stage("gen"):
-            if self.paired_engine is None:
-                out = self.engine.generate(prompts, self.sampling, self.generator, group_ids)
+            if self.paired is None:
+                out = self.backend.generate(prompts, self.sampling, self.generator, group_ids)
             else:
                 (out, paired), (_, ar_s) = generate_interleaved(
-                    [self.engine.generate_steps(prompts, self.sampling, self.generator, group_ids),
-                     self.paired_engine.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
+                    [self.backend.generate_steps(prompts, self.sampling, self.generator, group_ids),
+                     self.paired.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
                     self.timer.now, first=1 if paired_first else 0,
                 )
         if paired is not None:
@@ -260,15 +238,15 @@ class GRPOTrainer:
         if self.is_async:
             raise ValueError("drafter.adaptive with grpo.async.enabled: the rollout worker has no cost curves yet; "
                              "set drafter.adaptive=false or grpo.async.enabled=false")
-        self.engine.k_policy = policy
+        self.backend.k_policy = policy
 
     def close(self) -> None:
-        """Stop the rollout worker of asynchronous GRPO (idempotent; nothing to do otherwise)."""
+        """Stop the rollout worker of asynchronous GRPO and free the rollout backends (idempotent)."""
         if self.worker is not None:
             self.worker.close()
-        if self.vllm is not None:
-            self.vllm.close()
-            self.vllm = None
+        for b in (self.backend, self.paired):
+            if b is not None:
+                b.close()
 
     def _next_prompts(self) -> list[dict]:
         rows = []
@@ -278,84 +256,6 @@ class GRPOTrainer:
                 self._rng.shuffle(self._order)
             rows.append(self.train_data[self._order.pop()])
         return rows
-
-    def step(self, step: int, on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[dict]]:
-        """Run one GRPO step; return its metrics and a few rollout samples."""
-        g = self.spec.grpo
-        G = g.group_size
-        timer = self.timer
-        stage = lambda name: (on_stage(name) if on_stage else None, timer.stage(name))[1]  # noqa: E731
-        timer.start_step()
-
-        if self.is_async:
-            rows, prompts, out, async_m = self._async_rollouts(step, stage)
-        else:
-            rows, prompts, out, paired, paired_first = self._sync_rollouts(step, stage)
-
-        with stage("reward"):
-            texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
-            answers = [r["answer"] for r in rows for _ in range(G)]
-            scores = score(self.task, texts, answers, self.spec.task.format_reward)
-            rewards = torch.tensor(scores.total, device=self.device)
-
-        with stage("logprob"):
-            ids, mask, rollout_logp = pack_rollouts(prompts, out, self.tokenizer.pad_token_id, self.device)
-            temp = self.sampling.temperature or 1.0
-            # One optimiser step per batch, so pi_old = pi_theta: the train stage uses its own forward's
-            # log p, detached, as old log p (no policy forward here). Online adaptation still needs one,
-            # for the hidden states and logits the drafter learns from (detached; docs/design.md §5).
-            old_logp = None
-            with torch.no_grad():
-                if self.online is not None:
-                    logits: list[torch.Tensor] = []
-                    with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
-                        old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
-                    draft_batch = DraftBatch(
-                        ids, torch.nn.functional.pad(mask, (0, 1)), torch.cat(logits), {i: torch.cat(h) for i, h in cap.hidden.items()}
-                    )  # loss mask (N, L): position p's next token is a completion token
-                ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
-
-        with stage("train"):
-            adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
-            stats = self._train(ids, mask, rollout_logp, ref_logp, adv, old_logp)
-            self._version += 1
-
-        draft_stats: dict[str, float] = {}
-        if self.online is not None:
-            with stage("draft_train"):
-                draft_stats = self.online.update(step, draft_batch)
-
-        m = timer.end_step()
-        if self.is_async:
-            m.update(async_m)
-        if self.modeled is not None:  # this rank's rollouts (averaged over ranks below)
-            m.update(self.modeled.metrics(out))
-        if self.dp is not None:  # the whole step's rollouts, rewards and slowest-rank timings, on every rank
-            m, out, rewards, paired = self.dp.gather_step(m, out, rewards, paired if self.paired_engine else None)
-        n_tok, self.completion_lengths = out.counters.num_generated_tokens, [len(t) for t in out.tokens]
-        m.update(out.counters.metrics())
-        if self.engine.k_policy is not None:  # adaptive speculation: the k_t chosen this step
-            m.update(out.counters.k_metrics())
-        if self.is_paired and not self.is_async:
-            m.update(paired_metrics(m, paired.counters, paired_first))
-        if self.spec.rollout.cuda_graphs:
-            m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
-        m.update({
-            "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
-            "gen/num_tokens": float(n_tok),
-            "reward/mean": rewards.mean().item(),
-            **scores.metrics(),
-            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
-            "frac_reward_zero_std": frac_zero_std(rewards, G),
-            **completion_metrics(self.completion_lengths, out.finish_reasons),
-            **stats,
-            **draft_stats,
-        })
-        samples = [
-            {"prompt": rows[i // G]["prompt"], "completion": texts[i], "answer": answers[i], "reward": rewards[i].item()}
-            for i in range(min(g.num_samples_logged, len(texts)))
-        ]
-        return m, samples
 
     def _train(self, ids, mask, rollout_logp, ref_logp, adv, old_logp=None) -> dict[str, float]:
         """One optimiser step over the whole batch, micro-batched with exact loss weighting.
@@ -450,19 +350,20 @@ class GRPOTrainer:
         adaptive-k policy's estimates."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
-        self._weights_to_rollout_model()
+        self._load_weights()
         prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
         answers = list(self.eval_data["answer"])
         gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
-        greedy = SamplingParams(0.0, 1.0, 0, self.sampling.max_new_tokens, self.tokenizer.eos_token_id, self.stop_token_ids)
-        arms = [("eval", greedy)] + ([("eval_sampled", self.sampling)] if self.spec.grpo.eval_sampled else [])
+        sp = self.sampling
+        greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
+        arms = [("eval", greedy)] + ([("eval_sampled", sp)] if self.spec.grpo.eval_sampled else [])
         m: dict[str, float] = {}
-        policy, self.engine.k_policy = self.engine.k_policy, None
+        policy, self.backend.k_policy = self.backend.k_policy, None
         try:
-            for prefix, sp in arms:
-                out = self.vllm.engine.generate(prompts, sp) if self.vllm is not None else self.engine.generate(prompts, sp, gen)
+            for prefix, arm_sp in arms:
+                out = self.backend.generate(prompts, arm_sp, gen)
                 texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
                 m.update(score(self.task, texts, answers).metrics(prefix, ci=True))
         finally:
-            self.engine.k_policy = policy
+            self.backend.k_policy = policy
         return m

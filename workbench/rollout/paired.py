@@ -1,7 +1,11 @@
 """Two generations interleaved forward by forward, each timed on its own forwards (docs/design.md §8).
 
     (spec_out, ar_out), (spec_s, ar_s) = generate_interleaved(
-        [engine.generate_steps(prompts, sp, g), ar_engine.generate_steps(prompts, sp, g_ar)], clock, first=0)
+        [backend.generate_steps(prompts, sp, g), twin.generate_steps(prompts, sp, g_ar)], clock, first=0)
+
+The arms are a rollout backend (``workbench.rollout.backend``) and its plain twin, a second
+instance of the same backend without a drafter; :func:`paired_metrics` turns a step's two timings
+into its paired speedups.
 
 Why per forward: on a shared machine the speed of the CPU (or of a contended GPU) changes within
 a fraction of a second. Two plain-decoding runs of the same prompts, back to back, measured
@@ -19,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from workbench.rollout.counters import SpecCounters
+
 
 def generate_interleaved(arms: Sequence[Generator[None, None, Any]], clock: Callable[[], float],
                          first: int = 0) -> tuple[list[Any], list[float]]:
-    """Advance the ``arms`` (generators from ``RolloutEngine.generate_steps``) one step at a time,
+    """Advance the ``arms`` (generators from ``RolloutBackend.generate_steps``) one step at a time,
     round-robin, until each returns.
 
     Args:
@@ -52,3 +58,24 @@ def generate_interleaved(arms: Sequence[Generator[None, None, Any]], clock: Call
             seconds[i] += clock() - t0
         order.reverse()
     return outputs, seconds
+
+
+def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dict[str, float]:
+    """Per-step paired speedups from the step's timings ``m`` (which hold ``timing_s/gen``,
+    ``timing_s/gen_autoregressive`` and ``timing_s/step``, seconds) and the autoregressive arm's counters.
+
+    ``speedup/gen_per_step`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not
+    of time per token, because the stage time is what the step pays (a batch decodes until its longest
+    row ends, so time is not proportional to tokens) and both arms sample the same law, so their
+    expected work is equal. ``speedup/step_per_step`` = (step - gen + gen_ar) / step
+    (workbench.stats.step_ratios). The run's estimates ``speedup/gen`` / ``speedup/step`` are
+    computed from these by the run loop (workbench.stats.running_speedups).
+    """
+    gen, ar_s, step = m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]
+    return {
+        "speedup/gen_per_step": ar_s / max(gen, 1e-9),
+        "speedup/step_per_step": (step - gen + ar_s) / max(step, 1e-9),
+        "gen_autoregressive/num_tokens": float(ar.num_generated_tokens),
+        "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
+        "gen_autoregressive/first": float(ar_first),
+    }

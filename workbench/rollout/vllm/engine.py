@@ -23,8 +23,9 @@ import torch
 
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
-from workbench.vllm.config import engine_kwargs, sampling_kwargs
-from workbench.vllm.env import import_vllm, engine_start
+from workbench.rollout.vllm import cpu_fix
+from workbench.rollout.vllm.config import engine_kwargs, sampling_kwargs
+from workbench.rollout.vllm.env import import_vllm, engine_start
 
 _ids = itertools.count()
 
@@ -74,10 +75,14 @@ class VLLMEngine:
 
     def __init__(self, model_path: str | Path, spec, device_type: str, speculative: dict | None = None, seed: int = 0):
         vllm = import_vllm()
-        if spec.rollout.vllm.cpu_expand_fix and device_type == "cpu":
-            from workbench.vllm.cpu_fix import apply
-
-            apply()
+        # rollout.vllm.cpu_expand_fix: this engine's steps run the fixed expand kernel, and only its
+        # (cpu_fix.scope around each step); verified once the engine has started
+        self.expand_fix = bool(spec.rollout.vllm.cpu_expand_fix) and device_type == "cpu"
+        if self.expand_fix and not cpu_fix.apply():
+            raise ValueError("rollout.vllm.cpu_expand_fix=true: this vLLM build does not route speculative verification's "
+                             "expansion through the CPU wrapper the fix replaces (no vllm.utils.cpu_triton_utils._expand_kernel_impl, "
+                             "or Triton-CPU runs the kernel itself); set rollout.vllm.cpu_expand_fix=false and audit the build "
+                             "as it is (wb audit rollout.backend=vllm)")
         self._sp_cls = vllm.SamplingParams
         self.k = int(speculative["num_speculative_tokens"]) if speculative else 0
         self.speculative = speculative
@@ -90,6 +95,10 @@ class VLLMEngine:
                 self.llm = vllm.LLM(model=str(model_path), speculative_config=speculative, **kwargs)
         except (ValueError, TypeError, NotImplementedError) as e:
             raise ValueError(f"rollout.backend=vllm: vLLM refused the engine ({type(e).__name__}: {str(e).splitlines()[0][:300]})") from e
+        if self.expand_fix and not cpu_fix.expansion_ok(True):
+            self.close()
+            raise RuntimeError("rollout.vllm.cpu_expand_fix=true: the fix did not take (a float tensor expanded through vLLM's "
+                               "expand_batch_to_tokens in this engine came out wrong); refusing to run sampled speculation on it")
         self._totals = zero_totals()
         lm = self.llm.llm_engine.logger_manager
         if self.k and lm is None:
@@ -144,9 +153,10 @@ class VLLMEngine:
             if not eng.has_unfinished_requests():
                 break
             rows.append(min(eng.get_num_unfinished_requests(), self.window // 4))  # rows scheduled (at most max_num_seqs)
-            for o in eng.step():
-                if o.finished:
-                    done[o.request_id] = o
+            with cpu_fix.scope(self.expand_fix):  # the expand kernel this engine asked for (stock or fixed)
+                finished = [o for o in eng.step() if o.finished]
+            for o in finished:
+                done[o.request_id] = o
             yield
         c = counters_delta(self.k, before, self.counters_now()) if self.k else SpecCounters(k=0)
         c.rows_per_forward, c.num_verify_steps, c.k_per_step = rows, len(rows), [self.k] * len(rows)

@@ -1,0 +1,233 @@
+"""The parts a GRPO run is built from, each by a small builder, before any MLflow run opens.
+
+    parts = build_parts(spec)           # ranks, policy, reference, drafter, backend, optimiser, data
+    trainer = GRPOTrainer(spec, parts=parts)
+
+As TRL's trainers take a model, a config and a dataset: the trainer (``workbench.grpo.trainer``)
+runs GRPO steps on what it is handed and builds nothing itself. Order matters for reproducibility:
+the builders run in the order below, so the same seed draws the same random numbers (a fresh
+drafter's initial weights come from torch's global stream, after the policy's rollout copy).
+
+Which engine generates is the rollout backend's business (``workbench.rollout.backend``): with
+``rollout.backend=vllm`` no workbench engine is built, and the policy's rollout copy (a ``LeanLM``)
+only where a workbench drafter needs a target (its init, an EAGLE-3 head's shared modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drafters import DrafterTarget, build_drafter
+from drafters.chain import ChainDrafter
+from drafters.training import MasterAdamW
+from workbench.drafter_init import build_init
+from workbench.grpo.async_rollout import check_async_spec
+from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size
+from workbench.grpo.online import OnlineAdaptation
+from workbench.models import load_model, resolve_model
+from workbench.models.chat import PromptFormat, run_prompt_format
+from workbench.rollout.backend import RolloutBackend
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.specs import ExperimentSpec
+from workbench.tasks import get_task
+from workbench.tasks.loading import spec_task_data
+from workbench.vllm.build import DRAFTER_MODELS, admit, vllm_backend
+
+PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available else cpu. Raises ValueError for an unavailable CUDA device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device: {name!r} requested but CUDA is not available; use model.device=cpu or auto")
+    return dev
+
+
+@dataclass
+class Ranks:
+    """Where this process trains: its device, data-parallel ranks (None in one process), its rank."""
+
+    device: torch.device
+    dp: DataParallel | None
+    rank: int
+
+    def main_first(self):
+        """Rank 0 first, then the others (building into the shared cache); a no-op in one process."""
+        return self.dp.main_first() if self.dp is not None else contextlib.nullcontext()
+
+
+@dataclass
+class Policy:
+    """The trained model, its tokenizer and folder, and the frozen reference (None when beta = 0)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    path: Path
+    ref: torch.nn.Module | None
+
+
+@dataclass
+class DrafterParts:
+    """The workbench drafter (None: none, or a kind vLLM runs without one), its init checkpoint,
+    its online adaptation (None when off), and its target copy of the policy (None when unneeded)."""
+
+    drafter: Any
+    init_path: Path | None
+    online: OnlineAdaptation | None
+    target: LeanLM | None
+
+
+@dataclass
+class Optimiser:
+    """The policy's optimiser, or DeepSpeed's engine that owns it (``train_engine``), and the
+    module the train stage runs forwards through (``forward``: the policy, or the engine)."""
+
+    optimizer: Any
+    train_engine: Any
+    forward: Any
+
+
+@dataclass
+class TrainerParts:
+    """Everything a :class:`workbench.grpo.trainer.GRPOTrainer` trains with."""
+
+    ranks: Ranks
+    policy: Policy
+    drafter: DrafterParts
+    backend: RolloutBackend
+    paired: RolloutBackend | None  # measure.paired: a second instance of the backend, plain decoding
+    optimiser: Optimiser
+    sampling: SamplingParams
+    generator: torch.Generator  # the rollouts' sampling stream: seed + rank
+    paired_generator: torch.Generator  # the paired arm's: seed + PAIRED_SEED_OFFSET + rank
+    task: Any
+    train_data: Any
+    eval_data: Any
+    prompt_format: PromptFormat  # plain text or the model's chat template; its stop ids are in ``sampling``
+
+
+def start_ranks(spec: ExperimentSpec) -> Ranks:
+    """The device, the data-parallel ranks (``grpo.backend=deepspeed``), and the global seeds."""
+    device = resolve_device(spec.model.device)
+    check_distributed_spec(spec, launched_world_size())
+    dp = DataParallel.start(spec, device.type) if spec.grpo.backend == "deepspeed" else None
+    if dp is not None:
+        device = dp.device(device)
+    random.seed(spec.seed)
+    torch.manual_seed(spec.seed)  # the same on every rank; each rank samples on its own stream
+    return Ranks(device, dp, dp.rank if dp else 0)
+
+
+def load_policy(spec: ExperimentSpec, device: torch.device, progress: bool = True) -> Policy:
+    """The target checkpoint (built into the cache if a missing preset) as the trained policy, and
+    a frozen copy as the KL reference when ``grpo.beta > 0``."""
+    path = resolve_model(spec.model.target, progress=progress, what="model.target")
+    model, tokenizer = load_model(path, device=device, dtype=getattr(torch, spec.model.dtype))
+    model.train()
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if spec.grpo.beta > 0 else None
+    return Policy(model, tokenizer, path, ref)
+
+
+def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, progress: bool = True) -> DrafterParts:
+    """The drafter ``wb run`` drafts with: its init (cached; trained here if missing), the drafter
+    on the policy's rollout copy, and its online adaptation.
+
+    The rollout copy (``LeanLM.from_hf``, which refuses an architecture the workbench engine does
+    not run) is made when the workbench engine generates or a workbench drafter needs a target;
+    with rollout.backend=vllm that is only for draft_model and eagle3, whose weights vLLM loads.
+
+    Raises:
+        ValueError: a drafter kind that cannot be adapted with ``drafter.online.enabled`` (names it).
+    """
+    d = spec.drafter
+    on_vllm = spec.rollout.backend == "vllm"
+    if on_vllm and d.kind not in DRAFTER_MODELS:  # vLLM drafts itself (ngram, suffix) or not at all
+        if d.online.enabled and d.kind != "none":
+            raise ValueError(f"drafter.online.enabled: drafter kind {d.kind!r} cannot be adapted; "
+                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
+        return DrafterParts(None, None, None, None)
+    lm = LeanLM.from_hf(policy.model, what="model.target")
+    lm.fixed_attention_length = spec.rollout.fixed_attention_length
+    init_path = build_init(spec, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
+    drafter = build_drafter(d.kind, d, target=DrafterTarget(lm, policy.tokenizer, init_path=init_path), device=ranks.device)
+    # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
+    online = (OnlineAdaptation(drafter, d.online, spec.seed, reduce_grads=ranks.dp.average_grads if ranks.dp else None)
+              if d.online.enabled and drafter else None)
+    return DrafterParts(drafter, init_path, online, lm)
+
+
+def build_backend(spec: ExperimentSpec, policy: Policy, drafters: DrafterParts, ranks: Ranks,
+                  vllm_tags: dict[str, str] | None = None) -> RolloutBackend:
+    """The rollout backend ``rollout.backend`` names, speculating with the run's drafter."""
+    if spec.rollout.backend == "vllm":
+        # the drafter's target copy stays current only where its online training reads it (an EAGLE-3
+        # head's embedding and LM head are the target's); nothing else of it is synced
+        shared = drafters.target if drafters.online is not None and isinstance(drafters.drafter, ChainDrafter) else None
+        return vllm_backend(spec, policy.path, ranks.device.type, drafters.drafter, drafters.init_path,
+                            drafters.target.cfg if drafters.target is not None else None, drafter_target=shared, tags=vllm_tags)
+    return WorkbenchBackend.from_spec(drafters.target, drafters.drafter, spec)
+
+
+def build_optimiser(spec: ExperimentSpec, policy: torch.nn.Module, dp: DataParallel | None) -> Optimiser:
+    """float32 master weights when model.dtype is bfloat16/float16 (plain AdamW for float32);
+    under DeepSpeed its engine owns the optimiser (ZeRO-sharded) and the forward."""
+    g = spec.grpo
+    if dp is None:
+        return Optimiser(MasterAdamW(policy.parameters(), lr=g.lr, weight_decay=g.weight_decay), None, policy)
+    engine = dp.wrap_policy(policy, spec, g.prompts_per_step // dp.world_size * g.group_size)
+    return Optimiser(None, engine, engine)
+
+
+def load_data(spec: ExperimentSpec) -> tuple[Any, Any, Any]:
+    """(task, train rows, eval rows or None) for ``spec.task``."""
+    t = spec.task
+    train = spec_task_data(t, "train", t.num_train, spec.seed)
+    evals = spec_task_data(t, "eval", t.num_eval, spec.seed) if t.num_eval else None
+    return get_task(t.name), train, evals
+
+
+def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
+    """Every part of a GRPO run, built (models and drafter inits built into the cache if missing).
+
+    Raises:
+        ValueError: a spec the chosen backend cannot run, an unsupported architecture, a bad
+            checkpoint or data file (each names the field); ImportError: rollout.backend=vllm
+            without vLLM installed (names the extra).
+    """
+    ranks = start_ranks(spec)
+    vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # refused before anything is built
+    if spec.grpo.async_.enabled:
+        check_async_spec(spec)  # the worker itself starts with the first step
+    with ranks.main_first():  # rank 0 builds missing models and drafter inits into the cache
+        policy = load_policy(spec, ranks.device, progress)
+        drafters = build_drafter_parts(spec, policy, ranks, progress)
+    backend = build_backend(spec, policy, drafters, ranks, vllm_tags)
+    # Paired measurement (docs/design.md §8): plain decoding of the same prompts with the same target
+    # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws
+    paired = backend.plain_twin() if spec.paired else None
+    r = spec.rollout
+    optimiser = build_optimiser(spec, policy.model, ranks.dp)
+    task, train, evals = load_data(spec)
+    # Prompts in the model's chat template when it has one (task.chat_template); its end-of-turn
+    # token ends a completion in every engine (SamplingParams.stop_token_ids)
+    fmt = run_prompt_format(spec.task, policy.tokenizer)
+    stops = fmt.stop_token_ids(policy.model.generation_config)
+    return TrainerParts(
+        ranks, policy, drafters, backend, paired, optimiser,
+        sampling=SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, policy.tokenizer.eos_token_id, stops),
+        generator=torch.Generator(ranks.device).manual_seed(spec.seed + ranks.rank),
+        paired_generator=torch.Generator(ranks.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET + ranks.rank),
+        task=task, train_data=train, eval_data=evals, prompt_format=fmt,
+    )

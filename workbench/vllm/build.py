@@ -1,0 +1,90 @@
+"""A vLLM rollout backend as `wb run`, `wb audit` and `wb bench` build it from a spec: the spec
+checked against what vLLM can run, the guard (:mod:`workbench.vllm.verdicts`), and the workbench
+drafter handed to vLLM (a draft model's folder, an EAGLE-3 head exported in vLLM's layout).
+
+The engine itself is :class:`workbench.rollout.vllm.backend.VLLMBackend` (the rollout layer);
+this module is what the workbench adds around it and therefore sits above it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from workbench.rollout.vllm.backend import VLLMBackend
+from workbench.rollout.vllm.config import check_vllm_spec, speculative_config
+from workbench.rollout.vllm.env import build_id
+from workbench.vllm.verdicts import check_speculation_allowed
+
+DRAFTER_MODELS = ("draft_model", "eagle3")  # the kinds whose workbench drafter vLLM loads (and reloads after adaptation)
+
+
+def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
+    """The folder vLLM loads the drafter from: a draft model's checkpoint (its init when trained,
+    else ``drafter.model``); an EAGLE-3 head exported in vLLM's layout into ``work``; None otherwise."""
+    kind = spec.drafter.kind
+    if kind == "draft_model":
+        if init_path is not None:
+            return str(init_path)
+        if drafter is not None and getattr(drafter, "hf", None) is not None:  # the weights the workbench drafts with
+            drafter.save(work / "draft_model")
+            return str(work / "draft_model")
+        from workbench.models import resolve_model
+
+        return str(resolve_model(spec.drafter.model, what="drafter.model"))
+    if kind == "eagle3":
+        from drafters.eagle3_vllm import export_eagle3
+
+        return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
+    return None
+
+
+def drafter_weights(kind: str, drafter) -> list[tuple[str, torch.Tensor]]:
+    """The workbench drafter's current weights under its vLLM checkpoint's names."""
+    if kind == "draft_model":
+        return [(n, t.detach()) for n, t in drafter.hf.state_dict().items()]
+    if kind == "eagle3":
+        from drafters.eagle3_vllm import to_vllm_state
+
+        return list(to_vllm_state({n: t.detach() for n, t in drafter.net.state_dict().items()}).items())
+    raise ValueError(f"drafter.kind={kind}: no drafter model to reload into vLLM")
+
+
+def admit(spec) -> dict[str, str]:
+    """Check the spec against what the vLLM backend runs and the guard; returns the run's tags
+    (the build and its verdict). Call it before anything is built: it imports vLLM.
+
+    Raises:
+        ValueError: a spec vLLM cannot run, or sampled speculation that no passed audit covers
+            (names the field, the audit command and the override); ImportError: vLLM is not
+            installed (names the extra to install).
+    """
+    check_vllm_spec(spec)
+    build = build_id(spec.rollout.vllm.cpu_expand_fix)
+    return {"workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}", **check_speculation_allowed(spec, build)}
+
+
+def vllm_backend(spec, target_path, device_type: str, drafter=None, init_path: Path | None = None, target_cfg=None,
+                 drafter_target=None, tags: dict[str, str] | None = None, seed: int | None = None) -> VLLMBackend:
+    """The speculative (or plain, for drafter.kind none) vLLM backend of ``spec``.
+
+    Args:
+        drafter: the workbench drafter built for this run (draft_model, eagle3), or None.
+        init_path: its init checkpoint folder, if any. target_cfg: the target's ``LMConfig`` (an
+            EAGLE-3 head's export needs its shape). drafter_target: see ``VLLMBackend``.
+        tags: the run's tags from :func:`admit` (computed here when None). seed: default spec.seed.
+    """
+    tags = admit(spec) if tags is None else tags
+    work = tempfile.TemporaryDirectory(prefix="wb-vllm-")
+    try:
+        folder = drafter_folder(spec, drafter, init_path, target_cfg, Path(work.name))
+        sc = speculative_config(spec.drafter, folder, spec.rollout.vllm.draft_sample_method)
+        kind = spec.drafter.kind
+        reload = (lambda d: drafter_weights(kind, d)) if kind in DRAFTER_MODELS else None
+        return VLLMBackend(target_path, spec, device_type, sc, seed=spec.seed if seed is None else seed,
+                           drafter_weights=reload, drafter_target=drafter_target, tags=tags, scratch=work)
+    except BaseException:
+        work.cleanup()
+        raise
