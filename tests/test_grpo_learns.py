@@ -9,7 +9,6 @@ import workbench.grpo.trainer as trainer_mod
 from data import arith_chain
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
 from workbench.grpo.trainer import GRPOTrainer
-from workbench.models.tokenizer import encode_prompt
 from workbench.specs import load_spec
 from workbench.tasks import TASKS, Task
 
@@ -30,8 +29,8 @@ def _flip_advantages(monkeypatch) -> None:
 
 def _sampled_batch(tr: GRPOTrainer, prompt_rows: list[int], copies: int):
     """The policy's own completions of the given train prompts (``copies`` each), packed as the trainer packs them."""
-    prompts = [encode_prompt(tr.tokenizer, tr.train_data[i]["prompt"]) for i in prompt_rows for _ in range(copies)]
-    out = tr.engine.generate(prompts, tr.sampling, torch.Generator().manual_seed(0))
+    prompts = [tr.prompt_format.encode(tr.train_data[i]["prompt"]) for i in prompt_rows for _ in range(copies)]
+    out = tr.backend.generate(prompts, tr.sampling, torch.Generator().manual_seed(0))
     return pack_rollouts(prompts, out, tr.tokenizer.pad_token_id, tr.device)
 
 
@@ -110,7 +109,7 @@ def test_an_easy_reward_rises_within_30_steps_and_falls_with_the_sign_flipped(mo
         _flip_advantages(monkeypatch)
     tr = _trainer("task.name=first_token", "task.num_train=64", "rollout.max_new_tokens=4", "grpo.prompts_per_step=8",
                   "grpo.group_size=8", "grpo.lr=1e-3", "grpo.steps=30")
-    probe = [encode_prompt(tr.tokenizer, p) for p in tr.train_data["prompt"][:32]]
+    probe = [tr.prompt_format.encode(p) for p in tr.train_data["prompt"][:32]]
     before = _expected_reward(tr, probe)
     rewards = [tr.step(s)[0]["reward/mean"] for s in range(1, 31)]
     after = _expected_reward(tr, probe)
