@@ -89,7 +89,7 @@ def run_experiment(
 def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
          tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None,
          run_id: str | None = None) -> RunResult:
-    # speedup/gen_modeled (DESIGN.md §8): cost curves loaded or measured here, before any run opens
+    # speedup/gen_modeled (docs/design.md §8): cost curves loaded or measured here, before any run opens
     # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
     with trainer.main_first():  # the workbench engine's own cost curves (they say nothing of vLLM's)
         costs = None if not isinstance(trainer.backend, WorkbenchBackend) else build_modeled(
