@@ -133,6 +133,8 @@ def test_math_word_items_are_consistent_and_deterministic():
     ("\\boxed{13}", "12", 0.0),
     ("7 + 5 = 12", "12", 0.0),  # a number in the reasoning is not an answer: only boxed answers count
     ("The answer is \\boxed{}.", "12", 0.0),
+    ("So Mia has 12 apples. The final answer is 12.", "12", 1.0),  # an anchored plain answer counts
+    ("Answer: 13", "12", 0.0),
     ("\\boxed{1234}", "1,234", 1.0),
     ("\\boxed{x}", "not math {", 0.0),  # an unparsable gold answer scores 0, never raises
 ])

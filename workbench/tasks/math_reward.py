@@ -4,9 +4,12 @@
     boxed_format_reward("The answer is \\\\boxed{12}.")   # 1.0: the completion boxes an answer
 
 Accuracy (open-r1 ``accuracy_reward``, TRL ``trl.rewards.accuracy_reward``): the gold answer is
-parsed with math-verify's default extraction; the completion with LaTeX extraction only, boxed
-answers first (``boxed_match_priority=0``) and nothing without an anchor, so a number that merely
-appears in the reasoning never counts; ``verify`` compares them symbolically (12 = 12.0 = 24/2).
+parsed with math-verify's default extraction; the completion with LaTeX extraction, boxed answers
+first (``boxed_match_priority=0``), then math-verify's plain-expression extraction (its default's
+second config), both only after an anchor ("\\boxed", "the answer is", "Answer:"), so a number that
+merely appears in the reasoning never counts; ``verify`` compares them symbolically (12 = 12.0 =
+24/2). The plain anchored answer is what a small chat model writes before it learns to box (measured:
+SmolLM2-135M-Instruct boxes almost never); the format reward is what asks for the box.
 Format: the completion boxes a non-empty answer (``\\boxed{...}``), the instruction every math
 prompt gives. Both return floats in {0.0, 1.0} and never raise: a malformed rollout cannot crash a
 step. A gold answer math-verify cannot parse gives 0.0 (open-r1 skips such rows; a GRPO batch
@@ -30,11 +33,12 @@ def _math_verify():
     """
     try:
         from latex2sympy2_extended import NormalizationConfig
-        from math_verify import LatexExtractionConfig, parse, verify
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     except ImportError:
         raise ValueError("the math rewards need math-verify: pip install -e \".[real]\" (or pip install math-verify)") from None
     norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True)
-    cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=False)]
+    cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=False),
+           ExprExtractionConfig(try_extract_without_anchor=False)]
     return parse, verify, cfg
 
 
