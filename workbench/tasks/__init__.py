@@ -82,6 +82,15 @@ TASKS: dict[str, Task] = {
         version=math_word.VERSION,
         format_reward=boxed_format_reward,
     ),
+    # One operation: what a ~100M chat model can partly solve (docs/results/real-model.md)
+    "math_word_1": Task(
+        name="math_word_1",
+        generate=partial(math_word.generate, min_ops=1, max_ops=1),
+        reward=math_accuracy_reward,
+        description="math_word with one operation; reward = math-verify accuracy (+ format)",
+        version=math_word.VERSION,
+        format_reward=boxed_format_reward,
+    ),
 }
 
 
