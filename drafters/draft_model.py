@@ -25,6 +25,41 @@ from workbench.rollout.model import KVCache, LeanLM
 from workbench.rollout.sampling import probs_from_logits, sample
 
 
+def first_layers(target: DrafterTarget, n: int, device, dtype):
+    """The target's embeddings, first ``n`` decoder layers, final norm and LM head as a causal LM
+    (self-speculative early exit: Draft & Verify, Zhang et al. 2023; LayerSkip, Elhoushi et al. 2024),
+    read from the target's checkpoint folder with ``num_hidden_layers=n``.
+
+    Returns (transformers model in eval mode, tokenizer).
+
+    Raises:
+        ValueError: no target folder known, or ``n`` not below the target's depth (names drafter.draft_layers).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workbench.models.checkpoint import load_tokenizer, quiet_hf
+
+    if target.path is None:
+        raise ValueError("drafter.draft_layers: the target's checkpoint folder is not known here; give drafter.model instead")
+    depth = target.lm.cfg.num_layers
+    if not 1 <= n < depth:
+        raise ValueError(f"drafter.draft_layers: {n} is not below the target's {depth} layers; use 1..{depth - 1}")
+    cfg = AutoConfig.from_pretrained(str(target.path))
+    cfg.num_hidden_layers = n
+    if getattr(cfg, "layer_types", None):  # per-layer attention kinds (Qwen3, Mistral): the first n
+        cfg.layer_types = cfg.layer_types[:n]
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the load report lists the layers past n as unused: that is the point
+    try:
+        with quiet_hf():
+            hf = AutoModelForCausalLM.from_pretrained(str(target.path), config=cfg, dtype=dtype)
+    finally:
+        hf_logging.set_verbosity(level)
+    return hf.to(device).eval(), load_tokenizer(target.path)
+
+
 @register
 class DraftModelDrafter(Drafter):
     kind = "draft_model"
@@ -53,9 +88,12 @@ class DraftModelDrafter(Drafter):
         from workbench.models import check_same_tokenizer, load_model, resolve_model
 
         init_path = target.init_path
-        path = init_path or resolve_model(spec.model, what="drafter.model")
-        # in the target's dtype (model.dtype), so a bfloat16 run drafts in bfloat16 too
-        hf, tok = load_model(path, device=device, dtype=target.lm.lm_head.weight.dtype)
+        dtype = target.lm.lm_head.weight.dtype  # the target's (model.dtype): a bfloat16 run drafts in bfloat16 too
+        if init_path is None and spec.draft_layers is not None:
+            hf, tok = first_layers(target, spec.draft_layers, device, dtype)
+        else:
+            path = init_path or resolve_model(spec.model, what="drafter.model")
+            hf, tok = load_model(path, device=device, dtype=dtype)
         if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
         return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)

@@ -256,3 +256,49 @@ def test_incremental_proposals_equal_a_fresh_start_at_every_step(target_lm, trai
     assert spy.steps >= 5
     ragged = [e for e in spy.emitted if len(set(e.tolist())) > 1]
     assert len(ragged) >= 3, [e.tolist() for e in spy.emitted]  # acceptance differs between rows at several steps
+
+
+# ---------------------------------------------------------------- large vocabularies: top-K target logits
+
+
+def test_topk_logits_keep_the_head_and_the_argmax_exactly():
+    from drafters.training import TAIL_GAP, TopKLogits
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.randn(7, 5000, generator=g) * 3  # (L, V)
+    tk = TopKLogits.of(full, k=64)
+    dense = tk.dense()
+    assert dense.shape == (7, 5000) and tk.shape == (7, 5000)
+    top = full.topk(64, -1)
+    assert torch.equal(dense.gather(1, top.indices), top.values)  # the kept logits, exactly
+    assert torch.equal(dense.argmax(-1), full.argmax(-1))
+    outside = torch.ones_like(full, dtype=torch.bool).scatter_(1, top.indices, False)
+    assert torch.allclose(dense[outside].view(7, -1), (top.values[:, -1:] - TAIL_GAP).expand(7, 5000 - 64))
+    # the distribution: the head's probabilities renormalised, up to the (tiny) tail left at -TAIL_GAP
+    p_full, p_dense = full.softmax(-1), dense.softmax(-1)
+    head = p_full.gather(1, top.indices)
+    assert torch.allclose(p_dense.gather(1, top.indices), head / head.sum(-1, keepdim=True), rtol=1e-4)
+    # restricted to ids that are all outside the head, a softmax is still defined (no -inf)
+    assert torch.isfinite(dense[:, outside[0]].softmax(-1)).all()
+    padded = tk.dense(10)
+    assert padded.shape == (10, 5000) and padded[7:].abs().sum() == 0
+
+
+def test_rows_of_a_large_vocabulary_are_kept_compact_and_collated_dense():
+    from drafters.chain import DraftBatch
+    from drafters.training import TOPK, TOPK_MIN_VOCAB, TopKLogits
+
+    V, L = TOPK_MIN_VOCAB + 1, 6
+    logits = torch.randn(2, L, V)
+    mask = torch.zeros(2, L)
+    mask[0, 1:4] = 1
+    mask[1, 1:3] = 1
+    rows = split_rows(DraftBatch(torch.zeros(2, L, dtype=torch.long), mask, logits, {0: torch.randn(2, L, 4)}))
+    assert all(isinstance(r.target_logits, TopKLogits) for r in rows)
+    assert rows[0].target_logits.values.shape == (5, TOPK) and rows[1].target_logits.values.shape == (4, TOPK)
+    batch = collate(rows)
+    assert batch.target_logits.shape == (2, 5, V)
+    assert torch.equal(batch.target_logits[1, 4], torch.zeros(V))  # padding
+    assert torch.equal(batch.target_logits.argmax(-1)[0], logits[0, :5].argmax(-1))
+    small = split_rows(DraftBatch(torch.zeros(1, L, dtype=torch.long), mask[:1], logits[:1, :, :64], {}))
+    assert isinstance(small[0].target_logits, torch.Tensor)  # small vocabularies: whole, as before

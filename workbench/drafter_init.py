@@ -25,7 +25,7 @@ import torch
 
 from drafters import build_drafter
 from drafters.eagle3_vllm import is_eagle3_folder
-from drafters.training import completion_loss_mask, fit, evaluate, collate, lean_target_states, split_rows
+from drafters.training import completion_loss_mask, evaluate_rows, fit, lean_target_states, split_rows
 from workbench.cache import atomic_dir, cache_dir, short_hash
 from workbench.models.chat import generation_config_of, run_prompt_format
 from workbench.progress import progress_bar
@@ -60,7 +60,7 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {
         "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}, "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]} | ({"draft_layers": d.draft_layers} if d.draft_layers else {}), "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": init_seed(spec),
         # prompt format: keyed only when set away from the defaults (keys of earlier inits unchanged)
@@ -126,28 +126,31 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
     counts = torch.bincount(torch.tensor([x for c in out.tokens for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
-    ref = DrafterTarget(lm, tokenizer, token_counts=counts)
+    ref = DrafterTarget(lm, tokenizer, token_counts=counts, path=Path(target_path))
     drafter = build_drafter(d.kind, d, target=ref, device=device)
 
     rows = []
-    for i in range(0, len(seqs), 64):  # target states in chunks: (n, L, V) logits per chunk
-        chunk = seqs[i : i + 64]
+    # target states in chunks of (n, L, V) logits, n bounded so a chunk's logits stay under ~1 GB
+    # (a 49k vocabulary: 30 sequences of 180 tokens); rows keep them compact (drafters.training.TopKLogits)
+    step = max(1, min(64, (1 << 28) // (max(map(len, seqs)) * lm.cfg.vocab_size)))
+    for i in range(0, len(seqs), step):
+        chunk = seqs[i : i + step]
         L = max(map(len, chunk))
         ids = torch.full((len(chunk), L), tokenizer.pad_token_id, dtype=torch.long)
         for j, s in enumerate(chunk):
             ids[j, : len(s)] = torch.tensor(s)
-        mask = completion_loss_mask([len(p) for p in prompts[i : i + 64]], list(map(len, chunk)), L)
+        mask = completion_loss_mask([len(p) for p in prompts[i : i + step]], list(map(len, chunk)), L)
         rows += split_rows(lean_target_states(lm, ids.to(device), mask.to(device), drafter.hidden_layers))
     n_eval = max(1, int(len(rows) * HELD_OUT))
-    train, held = rows[n_eval:], collate(rows[:n_eval])
-    before = evaluate(drafter, held)
+    train, held = rows[n_eval:], rows[:n_eval]
+    before = evaluate_rows(drafter, held)
 
     with progress_bar(progress) as bar:
         task = bar.add_task(f"init {d.kind} ({d.init_data()})", total=d.init.steps, info="")
         fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=init_seed(spec),
             on_step=lambda s, st: bar.update(task, completed=s + 1,
                                              info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
-    after = evaluate(drafter, held)
+    after = evaluate_rows(drafter, held)
     info = {
         "kind": d.kind, "data": d.init_data(), "num_sequences": len(rows), "num_train": len(train),
         "num_completion_tokens": int(sum(map(len, out.tokens))), "steps": d.init.steps, "lr": d.init.lr,
@@ -186,4 +189,4 @@ def drafter_as_run(spec: ExperimentSpec, lm, tokenizer, target_path: Path, devic
             tokenizer (the message names the spec field).
     """
     init = build_init(spec, lm, tokenizer, target_path, device, progress=progress)
-    return build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tokenizer, init_path=init), device=device)
+    return build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tokenizer, init_path=init, path=Path(target_path)), device=device)

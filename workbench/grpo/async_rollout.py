@@ -140,7 +140,7 @@ def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, devic
         policy, tok = load_model(Path(target_path), device=device, dtype=getattr(torch, spec.model.dtype))
         lm = LeanLM.from_hf(policy, what="model.target")
         lm.fixed_attention_length = spec.rollout.fixed_attention_length
-        drafter = build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tok, init_path=None if init_path is None else Path(init_path)),
+        drafter = build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tok, init_path=None if init_path is None else Path(init_path), path=Path(target_path)),
                                 device=device)
         engine = RolloutEngine(lm, drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
                                 continuous=spec.rollout.continuous_batching)

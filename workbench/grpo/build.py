@@ -161,7 +161,7 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
     lm = LeanLM.from_hf(policy.model, what="model.target")
     lm.fixed_attention_length = spec.rollout.fixed_attention_length
     init_path = build_init(spec, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
-    drafter = build_drafter(d.kind, d, target=DrafterTarget(lm, policy.tokenizer, init_path=init_path), device=ranks.device)
+    drafter = build_drafter(d.kind, d, target=DrafterTarget(lm, policy.tokenizer, init_path=init_path, path=policy.path), device=ranks.device)
     # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
     online = (OnlineAdaptation(drafter, d.online, spec.seed, reduce_grads=ranks.dp.average_grads if ranks.dp else None)
               if d.online.enabled and drafter else None)

@@ -32,12 +32,15 @@ class DrafterTarget:
         to load instead of a fresh drafter, or None.
     token_counts: (V,) float token frequencies of the data a fresh drafter is initialised on;
         eagle3 picks its draft vocabulary (the most frequent ``draft_vocab_size`` tokens) from them.
+    path: the target's checkpoint folder (a ``draft_model`` made of the target's first layers,
+        ``drafter.draft_layers``, is read from it), or None where unknown.
     """
 
     lm: "LeanLM"
     tokenizer: Any = None
     init_path: Path | None = None
     token_counts: torch.Tensor | None = None
+    path: Path | None = None
 
 
 @dataclass

@@ -45,6 +45,19 @@ class TaskSpec(_Section):
         "auto", description="task.path's layout: gsm8k (question, answer ending '#### N') | dapo (prompt, solution) | "
         "fields (task.prompt_field/answer_field) | auto (detected from the columns)")
 
+    @model_validator(mode="after")
+    def _format_reward_exists(self) -> "TaskSpec":
+        """A format-reward weight on a task without one is refused here, before any run opens."""
+        if self.format_reward > 0:
+            from workbench.tasks import TASKS
+
+            task = TASKS.get(self.name)
+            if task is not None and task.format_reward is None:
+                with_one = ", ".join(n for n, t in TASKS.items() if t.format_reward is not None)
+                raise ValueError(f"format_reward: task {self.name!r} has no format reward (tasks with one: {with_one}); "
+                                 "set task.format_reward=0")
+        return self
+
 
 class VLLMSpec(_Section):
     """``rollout.backend=vllm``: vLLM's offline ``LLM`` in the trainer's process (colocated, as TRL's
@@ -164,6 +177,12 @@ class DrafterSpec(_Section):
         "same prompt; 0 = none (own and sibling rollouts only)"
     )
     model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)")
+    draft_layers: int | None = Field(
+        None, ge=1, description="draft_model: build the draft model from the target itself — its embeddings, first N decoder "
+        "layers, final norm and LM head (self-speculative early exit: Zhang et al. 2023 arXiv 2309.08168, LayerSkip "
+        "arXiv 2404.16710) — distilled on the target's outputs by drafter.init (DistillSpec, arXiv 2310.08461); "
+        "drafter.model is then not read; null: drafter.model",
+    )
     num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
     eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
         None, description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models"
@@ -185,7 +204,8 @@ class DrafterSpec(_Section):
         """``init.data`` with ``auto`` resolved for this kind."""
         if self.init.data != "auto":
             return self.init.data
-        return "in_domain" if self.kind in ("mtp", "eagle3") else "none"
+        trained = self.kind in ("mtp", "eagle3") or (self.kind == "draft_model" and self.draft_layers is not None)
+        return "in_domain" if trained else "none"
 
     @field_validator("kind")
     @classmethod
