@@ -364,12 +364,12 @@ class ChainDrafter(Drafter):
         num = torch.full((o.shape[0],), k, dtype=torch.long, device=o.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
 
-    def select(self, rows: torch.Tensor) -> None:
+    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
         if self._lazy is not None:  # not prefilled yet: the remaining rows keep their prompts' entries
             for key in ("index", "col", "first"):
                 self._lazy[key] = self._lazy[key].index_select(0, rows)
         if self.cache is not None:
-            self.cache.select(rows)
+            self.cache.select(rows, moved)
             self.last_out = self.last_out.index_select(0, rows)
         self._pending.select(rows)
 

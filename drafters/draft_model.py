@@ -176,9 +176,9 @@ class DraftModelDrafter(Drafter):
             self._missed += 1
         self._proposed = False
 
-    def select(self, rows: torch.Tensor) -> None:
+    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
         if self.cache is not None:
-            self.cache.select(rows)
+            self.cache.select(rows, moved)
         elif self._prompts is not None:  # not prefilled yet: the rows keep their distinct prompts
             self._index = self._index[rows]
 

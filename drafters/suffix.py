@@ -91,7 +91,7 @@ class SuffixDrafter(Drafter):
         for b, new in enumerate(emitted_tokens(ctx.tokens, ctx.lens, num_emitted)):
             self.batch.append(b, new)
 
-    def select(self, rows: torch.Tensor) -> None:
+    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
         self.batch.select(rows.tolist())
         if len(self.batch) == 0:  # the batch is over: its rollouts go into the history
             self.batch.finish()

@@ -240,8 +240,8 @@ class _AgainstFresh(Drafter):
         self.emitted.append(num_emitted.clone())
         self.inner.accept(ctx, num_emitted, hidden)
 
-    def select(self, rows):
-        self.inner.select(rows)
+    def select(self, rows, moved=None):
+        self.inner.select(rows, moved)
 
 
 @pytest.mark.parametrize("sp", [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],

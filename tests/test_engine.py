@@ -142,8 +142,8 @@ def test_drafter_contexts_are_snapshots_and_accept_gets_the_emitted_counts(targe
             assert ((num_emitted >= 1) & (num_emitted <= 4)).all()
             self.accepts += 1
 
-        def select(self, rows):
-            self.inner.select(rows)
+        def select(self, rows, moved=None):
+            self.inner.select(rows, moved)
 
     rec = Recorder()
     RolloutEngine(target_lm, rec, k=3).generate(PROMPTS, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0))
@@ -270,3 +270,34 @@ def test_spec_counters_count_only_drafts_that_were_emitted(target_lm):
     assert c.num_accepted_tokens == 3 * B
     assert c.num_accepted_tokens_per_pos == [B, B, B, 0, 0, 0]
     assert c.metrics()["spec/acceptance_length"] == pytest.approx(4.0)  # 1 + 3 accepted per draft step
+
+
+def test_compact_order_moves_only_the_tail_into_the_holes():
+    from workbench.rollout.engine import compact_order
+
+    assert compact_order([0, 2, 3, 5, 6]) == [0, 5, 2, 3, 6]  # holes 1 and 4 take rows 5 and 6
+    assert compact_order([0, 1, 2]) == [0, 1, 2] and compact_order([4, 5]) == [4, 5] and compact_order([]) == []
+    live = [1, 3, 4, 8, 9, 11]
+    out = compact_order(live)
+    assert sorted(out) == live and sum(i != j for j, i in enumerate(out)) == sum(i >= len(live) for i in live)
+
+
+@pytest.mark.parametrize("rows", [[0, 5, 2, 3, 6], [3, 1], [6, 5, 4, 3, 2, 1, 0], [0, 1, 2]])
+def test_kv_cache_select_with_moved_rows_equals_a_whole_copy(rows):
+    from types import SimpleNamespace
+
+    from workbench.rollout.layers import KVCache
+
+    cfg = SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=3)
+    a = KVCache(cfg, 7, 5, "cpu", torch.float32)
+    for t in a.k + a.v:
+        t.copy_(torch.randn_like(t))
+    b = KVCache(cfg, 7, 5, "cpu", torch.float32)
+    for s, t in zip(a.k + a.v, b.k + b.v):
+        t.copy_(s)
+    want = [t[rows].clone() for t in a.k + a.v]
+    r = torch.tensor(rows)
+    a.select(r)
+    b.select(r, torch.tensor([j for j, i in enumerate(rows) if i != j], dtype=torch.long))
+    for w, x, y in zip(want, a.k + a.v, b.k + b.v):
+        assert torch.equal(x, w) and torch.equal(y, w)

@@ -133,8 +133,10 @@ class Drafter:
             unless the drafter declares ``hidden_layers``.
         """
 
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep only ``rows`` (R,) long, indices into the current batch (finished rows left)."""
+    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
+        """Keep only ``rows`` (R,) long, indices into the current batch (finished rows left): row j
+        becomes row ``rows[j]``. ``moved``: (m,) the rows j with ``rows[j] != j`` when the engine
+        knows them, for caches to copy only those (``KVCache.select``); None = unknown."""
 
     def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
         """Continuous batching: rows ``n_old..B-1`` of ``ctx`` joined the batch after the step's

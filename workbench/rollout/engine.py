@@ -360,13 +360,29 @@ class RolloutEngine:
             live, dead = sorted(live + dead[:fill]), dead[fill:]
             if not dead:
                 return state
+        live = compact_order(live)
         drop = to_device(dead, state.lens.device)
         finished.append(([state.orig[i] for i in dead], *(t.index_select(0, drop) for t in (state.tokens, state.logps, state.prompt_lens, state.lens, state.eos))))
         keep = to_device(live, state.lens.device)
-        cache.select(keep)
+        moved = to_device([j for j, i in enumerate(live) if i != j], state.lens.device)  # (m,) rows that change
+        cache.select(keep, moved)
         if self.drafter is not None:
-            self.drafter.select(keep)
+            self.drafter.select(keep, moved)
         return state.select(keep, live)
+
+
+def compact_order(live: list[int]) -> list[int]:
+    """The kept rows' order after a retirement: ``out[j]`` = the old row that becomes row j.
+
+    Live rows already below ``len(live)`` stay where they are; the holes there are filled by the
+    live rows above, in order (swap-remove). So a retirement moves only as many rows as left,
+    which is what a cache's ``select`` then copies (the rows' order carries no meaning: every
+    per-row state is selected with the same indices, and results are keyed by ``orig``).
+    """
+    m = len(live)
+    stay = {i for i in live if i < m}
+    tail = iter(i for i in live if i >= m)
+    return [i if i in stay else next(tail) for i in range(m)]
 
 
 def drain(steps: Generator[None, None, Any]) -> Any:

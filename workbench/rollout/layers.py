@@ -254,14 +254,21 @@ class KVCache:
             for t in self.k + self.v:
                 torch._dynamo.mark_static_address(t)
 
-    def select(self, rows: torch.Tensor) -> None:
+    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
         """Keep only ``rows`` (R,) long row indices, in place: row j becomes old row ``rows[j]``
         (finished sequences leave; or, R > B, a prefilled prompt is copied to the rows sharing it).
+        ``moved``: (m,) long, the rows j with ``rows[j] != j`` when the caller knows them (the
+        engine does, on the host); only those are copied. None: every row is.
 
         Layer by layer, the kept rows are gathered (one layer's (R, T_max, Hkv, D), freed before
         the next layer) and written to the buffers' first R rows; gathered first, so overlapping
         source and destination rows copy correctly. Growing past ``capacity`` reallocates the
         buffers (not for pooled ones, whose addresses CUDA graphs hold).
+
+        Why ``moved``: a whole cache is large next to a CPU's memory bandwidth (SmolLM2 at batch 64:
+        0.5 GB; a whole copy per retirement made 80 % of a generation's time), and the engine
+        retires by moving the tail's live rows into the holes
+        (:func:`workbench.rollout.engine.compact_order`), so a retirement copies as many rows as left.
         """
         n = rows.shape[0]
         if n > self.capacity:
@@ -269,6 +276,12 @@ class KVCache:
                 raise ValueError(f"KVCache.select: {n} rows exceed the pooled buffers' {self.capacity} (lease with capacity=)")
             self.base = ([t.index_select(0, rows) for t in self.k], [t.index_select(0, rows) for t in self.v])
             self.capacity = n
+        elif moved is not None:
+            if moved.numel():
+                src = rows.index_select(0, moved)  # (m,) their source rows
+                for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
+                    for t, b in zip(views, bufs):
+                        b.index_copy_(0, moved, t.index_select(0, src))
         else:
             for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
                 for t, b in zip(views, bufs):
