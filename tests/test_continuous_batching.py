@@ -10,7 +10,7 @@ from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
 from drafters.suffix import SuffixDrafter
 from workbench.perf.modeled import ar_rows_per_forward
-from workbench.perf.simulate import batch_steps, simulate_steps, simulate_steps_continuous, slot_schedule
+from workbench.perf.steps import batch_steps, simulate_steps, simulate_steps_continuous, slot_schedule
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.layers import KVCache
 from workbench.rollout.model import LeanLM

@@ -7,7 +7,7 @@ One concept per module; pure maths apart from what measures or reads runs:
   (``wb project --gen ...`` / ``--run``);
 - :mod:`~workbench.perf.seeds`: the model against docs/design.md §6's published stage times (``--seeds``);
 - :mod:`~workbench.perf.calibrate`: one measured point fixes one unknown cost (``--calibrate``);
-- :mod:`~workbench.perf.simulate`: steps of a batch that sheds finished rows, affine step costs;
+- :mod:`~workbench.perf.steps`: steps of a batch that sheds finished rows, affine step costs;
 - :mod:`~workbench.perf.sweep_runs`: sweep runs read through :mod:`workbench.runs` (the one MLflow reader);
 - :mod:`~workbench.perf.microbench`: the rollout engine's microbenchmark (torch, imported lazily);
 - :mod:`~workbench.perf.sweep_check`: predicted vs measured step speedup per sweep point (``--sweep``);
@@ -41,7 +41,7 @@ from workbench.perf.calibrate import Calibration, alpha_from_inputs, fit_c, fit_
 from workbench.perf.microbench import EngineBench, load_costs, measure, save_costs, spec_from_params
 from workbench.perf.modeled import ModeledSpeedup, build_modeled, modeled_metrics
 from workbench.perf.seeds import SEEDS, STEP_SPEEDUP_TOLERANCE, PublishedSeed, SeedCheck, check_seed, seeds_check
-from workbench.perf.simulate import StepCost, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
+from workbench.perf.steps import StepCost, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
 from workbench.perf.sweep_check import PointPrediction, SweepCheck, check_sweep, find_pairs, predict_point, row_steps_of
 from workbench.perf.sweep_runs import (
     SweepRun,

@@ -5,7 +5,7 @@ forward over n × (k+1) tokens, drafter passes, sampling and rejection sampling,
 timed at n = 1 .. batch rows kept constant (EOS ignored, m1 and m2 new tokens, seconds per step =
 Δtime / Δsteps, the fastest of ``reps`` interleaved rounds) and fitted as a + b·n (per-step
 overhead + per-row cost); the remainder at the full batch is the per-batch cost P (prefill, first
-token, retiring rows): a :class:`workbench.perf.simulate.StepCost`. Completion lengths are sampled
+token, retiring rows): a :class:`workbench.perf.steps.StepCost`. Completion lengths are sampled
 by the target itself on the sweep's task prompts. Torch is imported inside the functions, so the
 package imports without it. The costs and lengths can be saved and reloaded (``--save-costs``,
 ``--costs``) to check a sweep again without measuring.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.perf.simulate import StepCost, fit_affine
+from workbench.perf.steps import StepCost, fit_affine
 from workbench.perf.sweep_runs import SweepRun, config_key, workload_key
 
 

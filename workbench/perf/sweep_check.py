@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from workbench.perf.simulate import StepCost, batch_steps, emit_pmf, tokens_per_step
+from workbench.perf.steps import StepCost, batch_steps, emit_pmf, tokens_per_step
 from workbench.perf.sweep_runs import SweepRun, baseline_for, config_key, load_sweep, missing_metrics, workload_key
 
 

@@ -16,8 +16,8 @@ speedup with its 95 % CI):
   slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
   prompts and the target's tokenizer unless given), and the completion lengths: the steps the runs
   logged, row by row and grouped by prompt (``completions/lengths/``, :mod:`workbench.grpo.completions`),
-  drawn whole (:meth:`workbench.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
-  logged fall back to a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) fitted to two
+  drawn whole (:meth:`workbench.perf.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
+  logged fall back to a lognormal (:func:`workbench.perf.simulate.rollout.lognormal_lengths`) fitted to two
   logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the autoregressive
   arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over batches of the
   longest row − 1; continuous, the end of the slot schedule; either sets the long tail:
@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.perf.simulate import emit_pmf, slot_schedule
+from workbench.perf.steps import emit_pmf, slot_schedule
 from workbench.perf.sweep_check import row_steps_of
 from workbench.perf.sweep_runs import SweepRun
-from workbench.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
-from workbench.simulate.rollout import lognormal_lengths
-from workbench.simulate.run import solve_monotone
+from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
+from workbench.perf.simulate.rollout import lognormal_lengths
+from workbench.perf.simulate.run import solve_monotone
 from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
@@ -110,7 +110,7 @@ def chunk_forwards(lengths: np.ndarray, chunk: int) -> int:
 
 def decode_forwards(lengths: np.ndarray, chunk: int, continuous: bool = False) -> int:
     """Autoregressive decode forwards of one GRPO step's rows: :func:`chunk_forwards`, or (``continuous``)
-    the end of their :func:`workbench.perf.simulate.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
+    the end of their :func:`workbench.perf.steps.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
     if not continuous:
         return chunk_forwards(lengths, chunk)
     return int(slot_schedule(np.maximum(np.asarray(lengths, dtype=np.int64) - 1, 0), chunk)[0])

@@ -110,6 +110,24 @@ def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed:
     return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
 
 
+def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
+    """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
+    target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
+
+    A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
+    rows of their steps, simulated from the measured per-position acceptance rates (and the share
+    of row-steps without a draft, e.g. n-gram misses) with :func:`simulate_steps`;
+    per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
+    """
+    if counters.num_drafts == 0 or max_new_tokens < 2:
+        return None
+    emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
+    undrafted = max(0.0, emitted - counters.num_drafts * tokens_per_step(rates))
+    no_draft = undrafted / (counters.num_drafts + undrafted)
+    S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
+    return (max_new_tokens - 1) / (S * (k * c + verify_cost))
+
+
 def fit_affine(ns: list[float], seconds: list[float]) -> tuple[float, float]:
     """Least-squares a + b·n through (n, seconds), with a, b ≥ 0 (a noisy fit is clipped, the other refitted)."""
     x, y = np.asarray(ns, dtype=float), np.asarray(seconds, dtype=float)
