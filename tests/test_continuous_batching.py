@@ -202,7 +202,7 @@ def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind)
 
 
 def test_sweep_run_reads_the_batching_it_ran_with():
-    """`wb project --sweep` models each run's batching: continuous only when the run logged it, so
+    """A sweep run (workbench.perf.sweep_runs) reads its batching: continuous only when the run logged it, so
     runs from before the option (no such param) keep the chunks they decoded in."""
     from workbench.perf.sweep_runs import SweepRun
 

@@ -119,7 +119,7 @@ def test_from_cache_picks_the_matching_curves(tmp_path):
     params = {"model.target": str(model), "drafter.kind": "ngram", "drafter.k": "2"}
     with pytest.raises(ValueError, match="no cached drafter cost for 'ngram k=2'"):
         from_cache([(params, "ngram", 2)], 4, cache)
-    from workbench.perf.microbench import spec_from_params
+    from workbench.perf.sweep_runs import spec_from_params
 
     conf = spec_from_params(params).drafter.model_dump(mode="json", exclude={"init", "online", "model"})
     entry("ng", {"what": "drafter", "rows_max": 4, "drafter": conf}, "2026-01-01", a_s=0.25, b_s=0.0)

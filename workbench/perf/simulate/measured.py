@@ -155,7 +155,7 @@ def from_cache(points: list[tuple[dict[str, str], str, int]], chunk: int, folder
         ValueError: a curve is missing (names it, and the `wb run` that measures it).
     """
     from workbench.cache import cache_dir
-    from workbench.perf.microbench import spec_from_params
+    from workbench.perf.sweep_runs import spec_from_params
 
     folder = Path(folder) if folder else cache_dir() / "cost_curves"
     entries = _entries(folder)
