@@ -4,7 +4,7 @@
     python benchmarks/simulate_gb200.py --render   # only re-render the write-up's tables from the committed JSON
 
 Pure arithmetic (no device, no timing); minutes on 2 cores. What runs and how it renders:
-workbench/simulate/writeup.py. tests/test_simulate_golden.py checks the JSON against a fresh run and
+workbench/perf/simulate/writeup.py. tests/test_simulate_golden.py checks the JSON against a fresh run and
 the write-up against the JSON.
 """
 
@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workbench.simulate.writeup import apply, collect, render
+from workbench.perf.simulate.writeup import apply, collect, render
 
 HERE = Path(__file__).resolve().parent
 JSON = HERE / "simulate-gb200.json"

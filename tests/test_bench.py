@@ -1,4 +1,4 @@
-"""wb bench: the maths of the performance model, and the structure of a tiny real benchmark
+"""wb bench: the performance model's maths it reports (workbench.perf), and the structure of a tiny real benchmark
 (values are measured, never asserted)."""
 
 import json
@@ -7,7 +7,9 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from workbench.bench import batch_predicted_speedup, expected_tokens, fit_alpha, predicted_speedup
+from workbench.perf.analytic import expected_tokens, fit_alpha
+from workbench.perf.analytic import gen_speedup as predicted_speedup
+from workbench.perf.steps import batch_predicted_speedup
 from workbench.cli import app
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.grpo.completions import FORMAT, completion_metrics, lengths_record
-from workbench.simulate.lengths import (MeasuredLengths, NoLengthsLogged, grouped_lognormal, icc_log, parse_record,
+from workbench.perf.simulate.lengths import (MeasuredLengths, NoLengthsLogged, grouped_lognormal, icc_log, parse_record,
                                         read_run_lengths)
 
 
@@ -117,8 +117,8 @@ def test_read_run_lengths_and_its_refusals(store):
 
 def test_scenario_takes_a_runs_lengths(store):
     """workload.response.kind=run: the scenario's prompts × G rows are the run's groups, resampled (and rescaled)."""
-    from workbench.simulate.rollout import response_lengths
-    from workbench.simulate.scenario import load_scenario
+    from workbench.perf.simulate.rollout import response_lengths
+    from workbench.perf.simulate.scenario import load_scenario
 
     exp = store.create_experiment("lengths-scenario")
     rid = store.create_run(exp).info.run_id
@@ -135,7 +135,7 @@ def test_scenario_takes_a_runs_lengths(store):
 def test_scenario_takes_a_sweeps_lengths_by_name(store):
     """workload.response.run may name a sweep: its FINISHED runs' lengths, pooled."""
     from test_runs import log_run
-    from workbench.simulate.rollout import run_lengths
+    from workbench.perf.simulate.rollout import run_lengths
 
     exp = store.create_experiment("lengths-sweep")
     parent = log_run(store, exp, "lensweep", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "parent"})

@@ -10,7 +10,7 @@ from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
 from drafters.suffix import SuffixDrafter
 from workbench.perf.modeled import ar_rows_per_forward
-from workbench.perf.simulate import batch_steps, simulate_steps, simulate_steps_continuous, slot_schedule
+from workbench.perf.steps import batch_steps, simulate_steps, simulate_steps_continuous, slot_schedule
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.layers import KVCache
 from workbench.rollout.model import LeanLM
@@ -202,7 +202,7 @@ def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind)
 
 
 def test_sweep_run_reads_the_batching_it_ran_with():
-    """`wb project --sweep` models each run's batching: continuous only when the run logged it, so
+    """A sweep run (workbench.perf.sweep_runs) reads its batching: continuous only when the run logged it, so
     runs from before the option (no such param) keep the chunks they decoded in."""
     from workbench.perf.sweep_runs import SweepRun
 

@@ -83,7 +83,7 @@ LAYERS = {
         "workbench.console",
         "workbench.drafter_init", "workbench.vllm"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
-        "workbench.perf", "workbench.simulate", "workbench.ui"),
+        "workbench.perf", "workbench.ui"),
     4: ("workbench.cli",),
 }
 

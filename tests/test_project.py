@@ -169,7 +169,7 @@ def test_project_rejects_out_of_range_options(args, option):
     assert res.exit_code == 2 and option in res.output
 
 
-# ----------------------------------------------------------------------------- wb project --sweep
+# ------------------------------------- step counts (workbench.perf.steps), wb project --sweep (an alias)
 
 
 def test_tokens_per_step_and_emit_distribution():
@@ -203,109 +203,41 @@ def test_fit_affine():
     assert pm.fit_affine([1, 2, 4], [0.003, 0.005, 0.009]) == pytest.approx((0.001, 0.002))
     a, b = pm.fit_affine([1, 2, 3], [0.0, 0.3, 0.5])  # negative intercept -> through the origin
     assert a == 0.0 and b == pytest.approx(2.1 / 14)
-    c = pm.StepCost(prefill=0.01, a=0.001, b=0.0001)
-    assert c.step(10) == pytest.approx(0.002) and c.gen_time(2, 32, 2048) == pytest.approx(0.02 + 0.032 + 0.2048)
 
 
-def _run(kind, k, means, run_id="r", **params):
-    p = {"drafter.kind": kind, "grpo.prompts_per_step": "8", "grpo.group_size": "8", "rollout.max_batch_size": "256",
-         "model.target": "tiny"} | ({"drafter.k": str(k)} if kind != "none" else {}) | params
-    return pm.SweepRun(run_id, f"{kind} k={k}", "FINISHED", p, means)
+def test_row_steps_from_the_counters():
+    """64 rows of 33 tokens (1 from the prefill): the baseline's 2048 row-steps; a k=2 point accepting
+    [1, 0] (2 tokens a step) 1024 drafted ones; an n-gram point's undrafted row-steps from the token count."""
+    from workbench.perf.simulate.from_sweep import row_steps_of
 
-
-# Hand-computed case: 64 rows, each generating 33 tokens (1 from the prefill + 32 in steps).
-# Baseline: R0 = 2112 − 64 = 2048 row-steps in S0 = 32 steps; model 0.01 + 0.001·32 + 0.0001·2048 = 0.2468 s.
-# Point (k=2, rates [1, 0]: always 2 tokens per step): R = 1024 drafts, no undrafted row-steps
-# (2048 − 1024·2 = 0), S = 16; model 0.02 + 0.002·16 + 0.00015·1024 = 0.2056 s.
-# gen' = 0.2 · 0.2056 / 0.2468 = 0.166613; step' = (0.7 − 0.25) + gen' = 0.616613;
-# predicted step speedup 0.6 / 0.616613 = 0.973058; measured 0.6 / 0.7 = 0.857143: error +13.52 %.
-BASE_MEANS = {"timing_s/gen": 0.2, "timing_s/step": 0.6, "gen/num_tokens": 2112.0}
-POINT_MEANS = {"timing_s/gen": 0.25, "timing_s/step": 0.7, "gen/num_tokens": 2112.0, "spec/num_drafts": 1024.0,
-               "spec/acceptance_rate_pos_0": 1.0, "spec/acceptance_rate_pos_1": 0.0}
-BASE_COST, POINT_COST = pm.StepCost(0.01, 0.001, 0.0001), pm.StepCost(0.02, 0.002, 0.00015)
-LENGTHS = [[33] * 64, [33] * 64]
-
-
-def test_prediction_on_hand_computed_numbers():
-    base, point = _run("none", 0, BASE_MEANS), _run("draft_model", 2, POINT_MEANS)
-    assert pm.row_steps_of(base) == (2048.0, 1.0) and pm.row_steps_of(point) == (1024.0, 0.0)
-    p = pm.predict_point(point, base, POINT_COST, BASE_COST, LENGTHS)
-    assert (p.base_steps, p.base_row_steps, p.steps, p.row_steps) == (32.0, 2048.0, 16.0, 1024.0)
-    assert p.model_gen_base == pytest.approx(0.2468) and p.model_gen == pytest.approx(0.2056)
-    assert p.gen_pred == pytest.approx(0.166613, abs=1e-6) and p.step_pred == pytest.approx(0.616613, abs=1e-6)
-    assert p.speedup_pred == pytest.approx(0.973058, abs=1e-6) and p.speedup_meas == pytest.approx(0.857143, abs=1e-6)
-    assert p.error == pytest.approx(0.13524, abs=1e-4) and not p.within(0.10) and p.within(0.14)
-    # --load-adjust: the point's non-gen s ran 0.45 / 0.4 = 1.125× the baseline's -> gen' × 1.125 = 0.187440,
-    # step' = 0.63744, predicted 0.6 / 0.63744 = 0.941265: error +9.81 %
-    assert p.non_gen_ratio == pytest.approx(1.125)
-    q = pm.predict_point(point, base, POINT_COST, BASE_COST, LENGTHS, load_adjust=True)
-    assert q.gen_pred == pytest.approx(0.187440, abs=1e-6) and q.error == pytest.approx(0.09814, abs=1e-4) and q.within(0.10)
-    # cost of one step at the mean rows in flight (64) relative to one autoregressive step there
-    assert p.step_cost_ratio == pytest.approx((0.002 + 0.00015 * 64) / (0.001 + 0.0001 * 64))
-    # an n-gram point: rows without a match emit one token; their row-steps come from the token count
-    ng = _run("ngram", 1, {**POINT_MEANS, "spec/num_drafts": 600.0, "spec/acceptance_rate_pos_0": 0.5})
-    R, f0 = pm.row_steps_of(ng)
+    shape = {"grpo.prompts_per_step": "8", "grpo.group_size": "8"}
+    run = lambda kind, k, means: pm.SweepRun("r", kind, "FINISHED", shape | {"drafter.kind": kind, "drafter.k": str(k)}, means)  # noqa: E731
+    assert row_steps_of(run("none", 0, {"gen/num_tokens": 2112.0})) == (2048.0, 1.0)
+    point = {"gen/num_tokens": 2112.0, "spec/num_drafts": 1024.0, "spec/acceptance_rate_pos_0": 1.0, "spec/acceptance_rate_pos_1": 0.0}
+    assert row_steps_of(run("draft_model", 2, point)) == (1024.0, 0.0)
+    R, f0 = row_steps_of(run("ngram", 1, {**point, "spec/num_drafts": 600.0, "spec/acceptance_rate_pos_0": 0.5}))
     assert R == pytest.approx(600 + (2048 - 600 * 1.5)) and f0 == pytest.approx(1148 / 1748)
 
 
-def _fake_sweep(uri, name="fake"):
-    """A sweep as `wb sweep` logs it: parent + baseline + draft_model k=2 (+13.5 % off) + ngram k=2 (+0.55 % off: 0.973058 / (0.6 / 0.62))
-    + a draft_model k=4 point without a finished baseline setting (not checked)."""
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric, Param
+def test_project_sweep_is_an_alias_of_simulate_from_sweep(monkeypatch):
+    """`wb project --sweep NAME` runs the one model-vs-sweep check (`wb simulate --from-sweep NAME`, its defaults)
+    with a one-line note; the retired step-speedup check's options are refused naming the survivor."""
+    from workbench.cli import app, simulate_sweep
 
-    c = MlflowClient(uri)
-    exp = c.create_experiment("workbench")
-    parent = c.create_run(exp, run_name=name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"}).info.run_id
-    points = [("none", 0, BASE_MEANS, {}), ("draft_model", 2, POINT_MEANS, {}),
-              ("ngram", 2, {**POINT_MEANS, "timing_s/gen": 0.17, "timing_s/step": 0.62}, {}),
-              ("draft_model", 4, POINT_MEANS, {"grpo.group_size": "4"})]
-    for kind, k, means, extra in points:
-        r = _run(kind, k, means, **extra)
-        rid = c.create_run(exp, run_name=f"{name}: {kind} k={k}", tags={
-            "workbench.sweep": name, "workbench.sweep.role": "point", "mlflow.parentRunId": parent,
-            "workbench.sweep.point": f"{kind}{k}", "workbench.axis.drafter.kind": kind}).info.run_id
-        metrics = [Metric(key, 99.0, 0, 1) for key in means]  # step 1: warm-up, excluded
-        metrics += [Metric(key, v * f, 0, s) for key, v in means.items() for s, f in ((2, 0.9), (3, 1.1))]
-        c.log_batch(rid, metrics=metrics, params=[Param(key, v) for key, v in r.params.items()])
-        c.set_terminated(rid)
-    c.set_terminated(parent)
-    return _run("none", 0, BASE_MEANS), [_run("draft_model", 2, POINT_MEANS), _run("ngram", 2, POINT_MEANS)]
-
-
-def test_cli_project_sweep_on_a_fake_store(tmp_path, monkeypatch):
-    from workbench import cli
-    from workbench.cli import app
-
-    monkeypatch.setattr(cli.console, "width", 250)  # the whole table on one line per row
-
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    base, points = _fake_sweep(uri)
-    runs, _ = pm.load_sweep("fake", uri)
-    assert [(r.kind, r.k) for r in runs][0] == ("none", 0) and len(runs) == 4
-    assert runs[0].means["timing_s/gen"] == pytest.approx(0.2)  # mean of steps 2.. (step 1 is warm-up)
-    costs = tmp_path / "costs.json"
-    pm.save_costs(costs, {pm.config_key(base.params): BASE_COST, **{pm.config_key(p.params): POINT_COST for p in points}},
-                  {pm.workload_key(base.params): LENGTHS}, {"threads": 1})
-    res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", uri, "--costs", str(costs)])
+    calls = []
+    monkeypatch.setattr(simulate_sweep, "sweep_check", lambda *a: calls.append(a))
+    res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", "sqlite:///x.db"])
     assert res.exit_code == 0, res.output
-    out = res.output
-    assert "1/2 points within 10%" in out
-    assert "+13.5%" in out and "+0.5%" in out and "FAIL" in out and "pass" in out
-    assert "1 + Σ per-position acceptance rates" in out
-    assert "0.857" in out and "0.973" in out  # measured and predicted step speedup of the draft_model point
-    assert "not checked" in out and "k=4" in out  # no baseline with the same group_size
-    res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", uri, "--costs", str(costs), "--load-adjust"])
-    assert res.exit_code == 0 and "2/2 points within 10%" in res.output and "+9.8%" in res.output
-    res = CliRunner().invoke(app, ["project", "--sweep", "nope", "--tracking-uri", uri, "--costs", str(costs)])
-    assert res.exit_code == 2 and "fake" in res.output  # the message lists the sweeps in the store
-    res = CliRunner().invoke(app, ["project", "--gen", "1", "--alpha", "0.8", "--costs", str(costs)])
-    assert res.exit_code == 2 and "--sweep" in res.output
+    assert "wb simulate --from-sweep fake" in res.output
+    (name, calibrate_k, unknown, *_, track), = calls
+    assert (name, calibrate_k, unknown, track["tracking_uri"]) == ("fake", 3, "verify_overhead_s", "sqlite:///x.db")
+    for extra in (["--costs", "c.json"], ["--load-adjust"], ["--threads", "2"]):
+        res = CliRunner().invoke(app, ["project", "--sweep", "fake", *extra])
+        assert res.exit_code == 2 and "wb simulate --from-sweep" in res.output
 
 
-def test_load_sweep_and_stages_read_through_workbench_runs(store):
-    """Means after the run's measure.warmup_steps; the one baseline rule (measure.* ignored, FAILED or
-    other-setting baselines never used)."""
+def test_stages_read_through_workbench_runs(store):
+    """Means after the run's measure.warmup_steps (``skip_first=False``: every step)."""
     from test_runs import log_run
 
     uri = store.tracking_uri
@@ -318,11 +250,6 @@ def test_load_sweep_and_stages_read_through_workbench_runs(store):
                                  ("p-g4", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "4"}, "FINISHED")]:
         log_run(store, exp, name, common | params, {"timing_s/gen": [50.0, 40.0, 2.0, 4.0], "spec/acceptance_length": [9, 9, 2, 2]},
                 status, tags={"workbench.sweep.point": name}, parent=parent)
-    runs, _ = pm.load_sweep("w", uri)
-    by = {r.name: r for r in runs}
-    assert by["p"].means["timing_s/gen"] == 3.0 and by["p"].means["spec/acceptance_length"] == 2.0  # 2 warm-up steps out
-    assert pm.baseline_for(by["p"], runs) is by["base"]  # measure.* differences do not matter
-    assert pm.baseline_for(by["p-g4"], runs) is None  # its baseline FAILED; base (group_size 8) is another setting
     assert pm.stages_from_mlflow("p", uri)[0] == {"gen": 3.0}
     assert pm.stages_from_mlflow("p", uri, skip_first=False)[0] == {"gen": 24.0}
     with pytest.raises(ValueError, match="--run: no MLflow run with id or name 'nope'"):

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from workbench.simulate import costs, rollout
-from workbench.simulate.run import compare, parse_grid, solve_monotone
-from workbench.simulate.scenario import Gen, Hardware, ModelShape, Speculation, load_scenario, validate, variant_raw
-from workbench.simulate.step import StepResult, sequence_flops, simulate, split_gpus, train_s
+from workbench.perf.simulate import costs, rollout
+from workbench.perf.simulate.run import compare, parse_grid, solve_monotone
+from workbench.perf.simulate.scenario import Gen, Hardware, ModelShape, Speculation, load_scenario, validate, variant_raw
+from workbench.perf.simulate.step import StepResult, sequence_flops, simulate, split_gpus, train_s
 from workbench.specs import SpecError
 
 Q8 = ModelShape(preset="qwen3-8b")
@@ -324,7 +324,7 @@ def test_shipped_scenarios_load():
 
 def test_calibration_unknown_none_from_the_command_line():
     """`calibration.unknown=none` reads as null from an override; it still means no calibration."""
-    from workbench.simulate.scenario import load_scenario
+    from workbench.perf.simulate.scenario import load_scenario
 
     _, sc = load_scenario("qwen3-8b-gb200", ["calibration.unknown=none"])
     assert sc.calibration.unknown == "none"

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.simulate import load_scenario, run
-from workbench.simulate.scenario import validate
+from workbench.perf.simulate import load_scenario, run
+from workbench.perf.simulate.scenario import validate
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""wb simulate: acceptance falling with context length (workbench/simulate/context.py), by hand."""
+"""wb simulate: acceptance falling with context length (workbench/perf/simulate/context.py), by hand."""
 
 import math
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from workbench.perf.analytic import alpha_from_acceptance_length, expected_tokens
-from workbench.simulate.context import (alpha_profile, fit_alpha_ref, mean_steps, relative, row_steps_ctx, stage_acceptance,
+from workbench.perf.simulate.context import (alpha_profile, fit_alpha_ref, mean_steps, relative, row_steps_ctx, stage_acceptance,
                                         step_integrals)
-from workbench.simulate.rollout import gen_stage, row_steps, tokens_per_step_var
-from workbench.simulate.scenario import Speculation, load_scenario
+from workbench.perf.simulate.rollout import gen_stage, row_steps, tokens_per_step_var
+from workbench.perf.simulate.scenario import Speculation, load_scenario
 
 
 def test_relative_interpolates_and_is_flat_outside():

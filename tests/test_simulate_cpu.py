@@ -12,10 +12,10 @@ from test_runs import log_run
 from workbench.cli import app
 from workbench.grpo.completions import lengths_record
 from workbench.perf.analytic import CostModel
-from workbench.perf.simulate import DrafterCost
-from workbench.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
-from workbench.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, continuous_of, decode_forwards, fit_length_cv
-from workbench.simulate.measured import MeasuredHardware, from_cache
+from workbench.perf.steps import DrafterCost
+from workbench.perf.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
+from workbench.perf.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, continuous_of, decode_forwards, fit_length_cv
+from workbench.perf.simulate.measured import MeasuredHardware, from_cache
 
 runner = CliRunner()
 MS = 1e-3
@@ -119,7 +119,7 @@ def test_from_cache_picks_the_matching_curves(tmp_path):
     params = {"model.target": str(model), "drafter.kind": "ngram", "drafter.k": "2"}
     with pytest.raises(ValueError, match="no cached drafter cost for 'ngram k=2'"):
         from_cache([(params, "ngram", 2)], 4, cache)
-    from workbench.perf.microbench import spec_from_params
+    from workbench.perf.sweep_runs import spec_from_params
 
     conf = spec_from_params(params).drafter.model_dump(mode="json", exclude={"init", "online", "model"})
     entry("ng", {"what": "drafter", "rows_max": 4, "drafter": conf}, "2026-01-01", a_s=0.25, b_s=0.0)
@@ -245,7 +245,7 @@ def test_cli_from_sweep_uses_the_logged_lengths(store, tmp_path):
 
 
 def test_from_sweep_refuses_lengths_of_another_batch_and_says_why_it_fits(store, tmp_path):
-    from workbench.simulate.from_sweep import read_sweep
+    from workbench.perf.simulate.from_sweep import read_sweep
 
     fake_sweep(store, "cpu-len-bad", lengths=[L] * (2 * ROWS))  # 8 rows logged for a 4-row step
     with pytest.raises(ValueError, match=r"holds 8 lengths, the sweep's steps 4 rows"):

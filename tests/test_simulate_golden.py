@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.simulate import load_scenario, run
-from workbench.simulate.validate import holdout
-from workbench.simulate.writeup import GRID_235B, SCENARIO_235B, SCENARIO_8B, apply, render
+from workbench.perf.simulate import load_scenario, run
+from workbench.perf.simulate.validate import holdout
+from workbench.perf.simulate.writeup import GRID_235B, SCENARIO_235B, SCENARIO_8B, apply, render
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 REL = 1e-6  # deterministic arithmetic (seeded draws): only float noise may differ

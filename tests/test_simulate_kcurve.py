@@ -3,12 +3,12 @@ per-k references, a variant's table replacing the base's, the implied per-step c
 
 import pytest
 
-from workbench.simulate import costs
-from workbench.simulate.run import compare
-from workbench.simulate.scenario import Hardware, merge_dotted, validate
-from workbench.simulate.step import StepResult
-from workbench.simulate.validate import implied_step_cost
-from workbench.simulate.writeup import apply
+from workbench.perf.simulate import costs
+from workbench.perf.simulate.run import compare
+from workbench.perf.simulate.scenario import Hardware, merge_dotted, validate
+from workbench.perf.simulate.step import StepResult
+from workbench.perf.simulate.validate import implied_step_cost
+from workbench.perf.simulate.writeup import apply
 
 HW = Hardware(flops=1e15, hbm_bandwidth=1e12, hbm_bytes=100e9, link_bandwidth=100e9, gpus_per_node=8,
               flops_efficiency=1.0, bandwidth_efficiency=0.5)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from workbench.simulate import costs
-from workbench.simulate.scenario import Gen, Hardware, ModelShape
+from workbench.perf.simulate import costs
+from workbench.perf.simulate.scenario import Gen, Hardware, ModelShape
 
 Q8 = ModelShape(preset="qwen3-8b")
 Q235 = ModelShape(preset="qwen3-235b-a22b")
@@ -65,8 +65,8 @@ def test_kv_capacity_replicated():
 
 
 def test_acceptance_survival_and_variance_alpha():
-    from workbench.simulate.rollout import acceptance_length, acceptance_survival, tokens_per_step_var
-    from workbench.simulate.scenario import Speculation
+    from workbench.perf.simulate.rollout import acceptance_length, acceptance_survival, tokens_per_step_var
+    from workbench.perf.simulate.scenario import Speculation
 
     s = Speculation(alpha=0.5)
     assert acceptance_survival(s, 2) == [1.0, 0.5, 0.25]
@@ -77,8 +77,8 @@ def test_acceptance_survival_and_variance_alpha():
 
 
 def test_acceptance_survival_measured_and_per_position():
-    from workbench.simulate.rollout import acceptance_length, acceptance_survival
-    from workbench.simulate.scenario import Speculation
+    from workbench.perf.simulate.rollout import acceptance_length, acceptance_survival
+    from workbench.perf.simulate.scenario import Speculation
 
     m = Speculation(acceptance_length={3: 2.47})
     assert sum(acceptance_survival(m, 3)) == pytest.approx(2.47)
@@ -90,7 +90,7 @@ def test_acceptance_survival_measured_and_per_position():
 def test_row_steps_deterministic_and_bounds():
     import numpy as np
 
-    from workbench.simulate.rollout import row_steps
+    from workbench.perf.simulate.rollout import row_steps
 
     L = np.array([1, 2, 11, 101])
     assert row_steps(L, 2.5, 0.0, 3, None).tolist() == [0, 1, 4, 40]  # ceil((L − 1) / 2.5)
@@ -107,7 +107,7 @@ def test_row_steps_deterministic_and_bounds():
 
 
 def test_draft_s_eagle_first_pass_over_verified_positions():
-    from workbench.simulate.rollout import draft_s
+    from workbench.perf.simulate.rollout import draft_s
 
     def fwd(rows, q, ctx):
         return rows * q + ctx  # a linear stand-in

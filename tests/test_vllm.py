@@ -399,7 +399,7 @@ def test_vllm_run_logs_completion_lengths(store):
     """The vLLM backend logs the same per-row completion lengths as the workbench engine (grouped by
     prompt, summing to the step's gen/num_tokens), which `wb simulate` reads back."""
     from workbench.experiment import run_experiment
-    from workbench.simulate.lengths import read_run_lengths
+    from workbench.perf.simulate.lengths import read_run_lengths
     from workbench.specs import load_spec
 
     spec = load_spec("quickstart", ["rollout.backend=vllm", "drafter.kind=none", "grpo.steps=2", "grpo.eval_every=0",

@@ -19,8 +19,7 @@ billed to whichever later stage happens to block. On CUDA every boundary calls
 from ``time.perf_counter``.
 
 The same barrier times single calls for the instruments that measure forwards and engine steps
-(``wb bench``, the cost curves of ``speedup/gen_modeled``, ``wb project --sweep``'s engine
-microbenchmark), so they all measure alike:
+(``wb bench``, the cost curves of ``speedup/gen_modeled`` and of ``wb simulate --from-sweep``), so they all measure alike:
 
     seconds, out = timed(lambda: lm(x, start, cache), device)        # one call, device-synchronised
     seconds, _ = timed(fn, device, repeat=10)                         # mean of 10 back-to-back calls

@@ -39,9 +39,8 @@ from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, set
 from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
-from workbench.perf.analytic import alpha_from_per_position, expected_tokens  # noqa: F401 (expected_tokens: part of the bench maths API)
-from workbench.perf.analytic import gen_speedup as predicted_speedup  # Leviathan E[N] / (k·c + verify cost)
-from workbench.perf.simulate import emit_pmf, simulate_steps, tokens_per_step
+from workbench.perf.analytic import fit_alpha, gen_speedup
+from workbench.perf.steps import batch_predicted_speedup
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
@@ -66,30 +65,6 @@ class BenchConfig:
     cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
-
-
-def fit_alpha(rates_per_pos: list[float]) -> float | None:
-    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`workbench.perf.analytic.alpha_from_per_position`);
-    None when no position was ever accepted."""
-    return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
-
-
-def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
-    """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
-    target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
-
-    A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
-    rows of their steps, simulated from the measured per-position acceptance rates (and the share
-    of row-steps without a draft, e.g. n-gram misses) with :func:`workbench.perf.simulate.simulate_steps`;
-    per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
-    """
-    if counters.num_drafts == 0 or max_new_tokens < 2:
-        return None
-    emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
-    undrafted = max(0.0, emitted - counters.num_drafts * tokens_per_step(rates))
-    no_draft = undrafted / (counters.num_drafts + undrafted)
-    S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
-    return (max_new_tokens - 1) / (S * (k * c + verify_cost))
 
 
 def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
@@ -299,7 +274,7 @@ class Bench:
                 # accept, every kind alike), per draft token, in target steps
                 c = self._drafter_cost(eng, prompts) / t1 / k
                 verify = costs["target_curve_s"][k + 1] / t1
-                per_row = predicted_speedup(alpha, k, c, verify) if alpha is not None else None
+                per_row = gen_speedup(alpha, k, c, verify) if alpha is not None else None  # Leviathan E[N] / (k·c + verify cost)
                 pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
                 meas = t_ar / t_spec
                 ci = paired_speedup_ci(t["ar"], t["spec"])

@@ -1,4 +1,4 @@
-"""`wb project`: the performance model (projection, published seeds, a measured sweep, calibration).
+"""`wb project`: the performance model (projection, published seeds, calibration; ``--sweep`` is `wb simulate --from-sweep`).
 
 Parses options, calls :mod:`workbench.perf`, renders with :mod:`workbench.cli.project_render`."""
 
@@ -35,13 +35,11 @@ def project(
     cv: float = typer.Option(0.2, "--cv", min=0.0, help="Async model: coefficient of variation of the per-step gen time."),
     async_run: Optional[str] = typer.Option(None, "--async-run", help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead of the projection's stages (a device per side)."),
     seeds: bool = typer.Option(False, "--seeds", help="Check the step model against docs/design.md §6's published stage times and speedups, and exit (1 on a failed check)."),
-    sweep: Optional[str] = typer.Option(None, "--sweep", help="Check the model on a measured sweep (MLflow sweep name): predicted vs measured step speedup per point."),
-    costs: Optional[str] = typer.Option(None, "--costs", help="--sweep: step costs and lengths from a --save-costs JSON instead of the engine microbenchmark."),
-    save_costs: Optional[str] = typer.Option(None, "--save-costs", help="--sweep: write the microbenchmark's step costs and lengths to this JSON."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="--sweep: torch threads for the microbenchmark (match the sweep's; default: torch's)."),
-    reps: int = typer.Option(3, "--reps", min=1, help="--sweep: repeats per microbenchmark timing (the fastest counts)."),
-    tolerance: float = typer.Option(0.10, "--tolerance", min=0.0, help="--sweep: relative error of the step speedup that passes."),
-    load_adjust: bool = typer.Option(False, "--load-adjust", help="--sweep: scale each point's predicted gen by its non-gen s / the baseline's (machine speed during the point)."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="Check the model on a measured sweep (MLflow sweep name): an alias of "
+                                        "`wb simulate --from-sweep NAME` with its defaults (--calibrate-k 3)."),
+    retired: Optional[list[str]] = typer.Option(None, "--costs", "--save-costs", "--threads", "--reps", "--tolerance", hidden=True,
+                                                help="Options of the retired step-speedup sweep check."),
+    load_adjust: bool = typer.Option(False, "--load-adjust", hidden=True, help="Option of the retired step-speedup sweep check."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Fit the unknown cost (--unknown c|knee) to one measured point (--k K, its acceptance, --gen-speedup S) and predict k=1..7."),
     gen_speedup: Optional[float] = typer.Option(None, "--gen-speedup", min=0.0, help="--calibrate: the measured gen speedup at --k (e.g. speedup/gen of a paired run)."),
     acceptance_length: Optional[float] = typer.Option(None, "--acceptance-length", min=1.0, help="--calibrate: the measured acceptance length at --k (α from inverting E[N])."),
@@ -51,7 +49,7 @@ def project(
     """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
 
     Examples: wb project --gen 100 --logprob 20 --train 15 --alpha 0.8 --c 0.05 |
-    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds | wb project --sweep note-1 |
+    wb project --run my-run --params 8e9 --batch 64 | wb project --seeds |
     wb project --calibrate --k 3 --acceptance-length 2.4 --gen-speedup 1.6
     """
     from workbench import perf
@@ -70,18 +68,15 @@ def project(
         except ValueError as e:
             _fail(str(e))
         return render.calibration(console, cal, how)
-    if (costs or save_costs) and not sweep:
-        _fail("--costs and --save-costs go with --sweep NAME")
-    if sweep and cost_curve:
-        _fail("--cost-curve is the target-forward curve of a projection; with --sweep the step costs come from the engine "
-              "microbenchmark or --costs FILE (written by --save-costs)")
-    if sweep:
-        try:
-            with console.status("engine microbenchmark") as st:
-                res = perf.check_sweep(sweep, tracking_uri, costs, save_costs, threads, reps, load_adjust, progress=st.update)
-        except ValueError as e:
-            _fail(str(e))
-        return render.sweep(console, res, tolerance, load_adjust)
+    if retired or load_adjust:
+        _fail("--costs, --save-costs, --threads, --reps, --tolerance and --load-adjust belonged to the retired step-speedup check of "
+              "`wb project --sweep`; the one model-vs-sweep check is `wb simulate --from-sweep NAME` (see its --help)")
+    if sweep:  # the one check of a model against a sweep: wb simulate --from-sweep
+        from workbench.cli.simulate_sweep import sweep_check
+
+        console.print(f"note: `wb project --sweep` runs `wb simulate --from-sweep {sweep}` (the one model-vs-sweep check)", highlight=False)
+        return sweep_check(sweep, 3, "verify_overhead_s", None, None, None, 32, None, None,
+                           dict(tracking_uri=tracking_uri, experiment="simulate", enabled=True, run_name=f"check {sweep} k=3"))
     if seeds:
         checks = perf.seeds_check()
         render.seeds(console, checks, perf.STEP_SPEEDUP_TOLERANCE)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from workbench.perf.analytic import Projection, expected_tokens
 from workbench.perf.calibrate import Calibration, verify_ratio
 from workbench.perf.seeds import GEN_FRACTION_RANGE, LOGPROB_TRAIN_RANGE, SeedCheck
-from workbench.perf.sweep_check import SweepCheck
 
 
 def projection(console: Console, stages: dict[str, float], cost_desc: str, batch: int, rows: list[Projection],
@@ -76,48 +74,6 @@ def seeds(console: Console, checks: list[SeedCheck], tolerance: float) -> None:
         console.print(f"{c.name}: the model keeps the non-gen stages; the data move them by {drift} s "
                       f"(net {c.non_gen[1] - c.non_gen[0]:+.1f} s, {(c.non_gen[1] - c.non_gen[0]) / c.step_spec:+.1%} of the speculative step)",
                       highlight=False)
-
-
-def sweep(console: Console, res: SweepCheck, tolerance: float, load_adjust: bool) -> None:
-    """Step costs, sampled lengths, measured vs predicted per point, calibration lines, what was not checked."""
-    c = Table(title=f"step costs ({res.source})")
-    for col in ("config", "per batch ms", "per step ms (a)", "per row·step µs (b)", "measured ms/step at n rows"):
-        c.add_column(col, justify="left" if col in ("config", "measured ms/step at n rows") else "right")
-    for key in res.config_keys():
-        sc = res.step_costs[key]
-        c.add_row(key, f"{sc.prefill * 1e3:.1f}", f"{sc.a * 1e3:.2f}", f"{sc.b * 1e6:.1f}", " ".join(f"{n}:{v * 1e3:.2f}" for n, v in sc.grid.items()))
-    console.print(c)
-    for bl in res.lengths.values():
-        flat = [x for bb in bl for x in bb]
-        if flat:
-            console.print(f"completion lengths sampled by the target ({len(bl)} batches): mean {sum(flat) / len(flat):.1f}, "
-                          f"max per batch {', '.join(str(max(bb)) for bb in bl)}", highlight=False)
-    t = Table(title=f"sweep {res.sweep}: measured vs predicted step speedup (tolerance {tolerance:.0%}"
-              + (", gen pred × non-gen × (--load-adjust))" if load_adjust else ")"), box=box.SIMPLE_HEAD,
-              caption="E[N] = 1 + Σ per-position acceptance rates (used directly, no geometric α); undrafted: row-steps without a "
-              "draft; S: verification steps per GRPO step (simulated), n̄ = R / S rows in flight; cost/step: one step at n̄ over one "
-              "autoregressive step at the baseline's n̄; gen pred = baseline gen × model(point) / model(baseline); step pred = "
-              "point's non-gen s + gen pred; non-gen ×: point's non-gen s / baseline's (speculation does not change them: "
-              "far from 1 = the machine's speed changed between the runs)")
-    for col in ("drafter", "k", "E[N]", "undrafted", "S", "n̄", "cost/step", "gen s", "gen s pred", "non-gen ×", "step ×", "step × pred", "error", "within"):
-        t.add_column(col, justify="left" if col in ("drafter", "within") else "right", no_wrap=True)
-    base_done = set()
-    for p in res.predictions:
-        if p.base.run_id not in base_done:
-            base_done.add(p.base.run_id)
-            t.add_row("none", "-", "1.00", "-", f"{p.base_steps:.1f}", f"{p.base_row_steps / max(p.base_steps, 1e-9):.1f}", "1.00",
-                      f"{p.base.gen:.3f}", "(ref)", "1.00", "1.00", "(ref)", "-", "-")
-        t.add_row(p.run.kind, str(p.run.k), f"{p.tokens_per_step:.2f}", f"{p.no_draft:.0%}", f"{p.steps:.1f}",
-                  f"{p.row_steps / max(p.steps, 1e-9):.1f}", f"{p.step_cost_ratio:.2f}", f"{p.gen_meas:.3f}", f"{p.gen_pred:.3f}",
-                  f"{p.non_gen_ratio:.2f}", f"{p.speedup_meas:.3f}", f"{p.speedup_pred:.3f}", f"{p.error:+.1%}",
-                  "[green]✓ pass[/]" if p.within(tolerance) else "[red]✗ FAIL[/]")
-    console.print(t)
-    for p in {p.base.run_id: p for p in res.predictions}.values():
-        console.print(f"calibration: the microbenchmark's gen of the baseline {p.model_gen_base:.3f} s vs measured {p.base.gen:.3f} s "
-                      f"(×{p.base.gen / p.model_gen_base:.2f} applied to its points)", highlight=False)
-    for s_ in res.skipped:
-        console.print(f"[yellow]not checked[/] {s_}", highlight=False)
-    console.print(f"{res.within(tolerance)}/{len(res.predictions)} points within {tolerance:.0%} (step speedup, store {res.uri})", highlight=False)
 
 
 def calibration(console: Console, cal: Calibration, alpha_how: str) -> None:

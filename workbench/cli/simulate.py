@@ -1,4 +1,4 @@
-"""`wb simulate`: project speculative and asynchronous RL to a cluster (parse -> workbench.simulate -> Rich)."""
+"""`wb simulate`: project speculative and asynchronous RL to a cluster (parse -> workbench.perf.simulate -> Rich)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def simulate(
     wb simulate qwen3-8b-gb200 hardware.preset=h100-sxm k=1..7 --plot k.png |
     wb simulate --from-sweep membound-k --calibrate-k 3
     """
-    from workbench.simulate.record import simulate_run
+    from workbench.perf.simulate.record import simulate_run
 
     track = dict(tracking_uri=tracking_uri, experiment=experiment, enabled=not no_track)
     if from_sweep:
@@ -60,7 +60,7 @@ def simulate(
         return
     if scenario is None:
         _fail("give a scenario (a YAML file or a name under experiments/scenarios/), or --from-sweep NAME")
-    from workbench.simulate import load_scenario, run
+    from workbench.perf.simulate import load_scenario, run
     from workbench.specs import SpecError
 
     args = [*(sweep or []), *(items or [])]
@@ -81,8 +81,8 @@ def simulate(
             if json_out:
                 json_out.write_text(json.dumps(rec, indent=1))
                 console.print(f"wrote {json_out}")
-            from workbench.simulate.plots import plot_rows
-            from workbench.simulate.record import log_scenario
+            from workbench.perf.simulate.plots import plot_rows
+            from workbench.perf.simulate.record import log_scenario
 
             if plot:
                 console.print(f"wrote {plot_rows(rows, plot)}")
@@ -99,7 +99,7 @@ def _show_run_lengths(base) -> None:
     r = base.workload.response
     if r.kind != "run":
         return
-    from workbench.simulate.rollout import run_lengths
+    from workbench.perf.simulate.rollout import run_lengths
 
     m = run_lengths(tuple(r.run), r.tracking_uri)
     n = len(m.source.split(", "))
@@ -151,7 +151,7 @@ def _is_axis(item: str) -> bool:
 
 
 def _unalias(item: str) -> str:
-    from workbench.simulate import ALIASES
+    from workbench.perf.simulate import ALIASES
 
     key, _, value = item.partition("=")
     return f"{ALIASES.get(key, key)}={value}"

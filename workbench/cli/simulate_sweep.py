@@ -1,4 +1,4 @@
-"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.simulate.cpu -> Rich)."""
+"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.perf.simulate.cpu -> Rich)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ def sweep_check(name: str, calibrate_k: int, unknown: str, costs: Optional[Path]
     """Read the sweep and the measured hardware (bad input: exit 2, no MLflow run), then check inside
     one MLflow run (FAILED if the check raises)."""
     from workbench.report import ReportError
-    from workbench.simulate.cpu import check
-    from workbench.simulate.from_sweep import read_sweep
-    from workbench.simulate.measured import MeasuredHardware, from_cache
-    from workbench.simulate.plots import plot_check
-    from workbench.simulate.record import log_sweep_check, simulate_run
+    from workbench.perf.simulate.cpu import check
+    from workbench.perf.simulate.from_sweep import read_sweep
+    from workbench.perf.simulate.measured import MeasuredHardware, from_cache
+    from workbench.perf.simulate.plots import plot_check
+    from workbench.perf.simulate.record import log_sweep_check, simulate_run
 
     try:
         with console.status(f"reading sweep {name}"):

@@ -2,7 +2,7 @@
 
 The long tail of completion lengths sets how long a rollout stage takes (docs/design.md §3, §13), and
 it is what transfers from a laptop run to a cluster projection (``wb simulate``, whose response
-lengths may be taken from a run: :mod:`workbench.simulate.lengths`). Each step logs
+lengths may be taken from a run: :mod:`workbench.perf.simulate.lengths`). Each step logs
 
 - the scalars TRL's ``GRPOTrainer`` logs under the same names: ``completions/mean_length``,
   ``completions/min_length``, ``completions/max_length`` (tokens, EOS included when emitted) and

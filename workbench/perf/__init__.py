@@ -7,12 +7,14 @@ One concept per module; pure maths apart from what measures or reads runs:
   (``wb project --gen ...`` / ``--run``);
 - :mod:`~workbench.perf.seeds`: the model against docs/design.md §6's published stage times (``--seeds``);
 - :mod:`~workbench.perf.calibrate`: one measured point fixes one unknown cost (``--calibrate``);
-- :mod:`~workbench.perf.simulate`: steps of a batch that sheds finished rows, affine step costs;
-- :mod:`~workbench.perf.sweep_runs`: sweep runs read through :mod:`workbench.runs` (the one MLflow reader);
-- :mod:`~workbench.perf.microbench`: the rollout engine's microbenchmark (torch, imported lazily);
-- :mod:`~workbench.perf.sweep_check`: predicted vs measured step speedup per sweep point (``--sweep``);
+- :mod:`~workbench.perf.steps`: steps of a batch that sheds finished rows, affine fits, drafter costs,
+  ``wb bench``'s batch prediction;
+- :mod:`~workbench.perf.sweep_runs`: runs read through :mod:`workbench.runs` (the one MLflow reader);
 - :mod:`~workbench.perf.cost_curve`, :mod:`~workbench.perf.modeled`: cached forward-cost curves and
-  the deterministic ``speedup/gen_modeled`` every speculative run logs (docs/design.md §8).
+  the deterministic ``speedup/gen_modeled`` every speculative run logs (docs/design.md §8);
+- :mod:`workbench.perf.simulate`: ``wb simulate``, the cluster simulator, and the one check of the
+  model against a measured sweep (``wb simulate --from-sweep``; ``wb project --sweep`` is its alias).
+  Not imported here: it reads sweeps through the report (:mod:`workbench.report`).
 
 The names below are re-exported; :mod:`~workbench.perf.cost_curve` (which imports torch) is loaded
 on first use of one of its names, so ``wb project --seeds`` does not pay for torch.
@@ -31,6 +33,7 @@ from workbench.perf.analytic import (
     async_step_time,
     best_k,
     expected_tokens,
+    fit_alpha,
     gen_speedup,
     load_cost_curve,
     project,
@@ -38,20 +41,10 @@ from workbench.perf.analytic import (
     step_speedup,
 )
 from workbench.perf.calibrate import Calibration, alpha_from_inputs, fit_c, fit_knee, predict_speedup
-from workbench.perf.microbench import EngineBench, load_costs, measure, save_costs, spec_from_params
 from workbench.perf.modeled import ModeledSpeedup, build_modeled, modeled_metrics
 from workbench.perf.seeds import SEEDS, STEP_SPEEDUP_TOLERANCE, PublishedSeed, SeedCheck, check_seed, seeds_check
-from workbench.perf.simulate import StepCost, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
-from workbench.perf.sweep_check import PointPrediction, SweepCheck, check_sweep, find_pairs, predict_point, row_steps_of
-from workbench.perf.sweep_runs import (
-    SweepRun,
-    baseline_for,
-    config_key,
-    load_sweep,
-    missing_metrics,
-    stages_from_mlflow,
-    workload_key,
-)
+from workbench.perf.steps import batch_predicted_speedup, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
+from workbench.perf.sweep_runs import SweepRun, spec_from_params, stages_from_mlflow
 
 _LAZY = {name: "workbench.perf.cost_curve" for name in ("DrafterCost", "drafter_cost", "forward_curve", "measure_forward_curve")}
 
@@ -63,14 +56,12 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "CostModel", "Projection", "alpha_from_acceptance_length", "alpha_from_per_position", "async_overlap", "async_step_time", "best_k",
+    "CostModel", "Projection", "alpha_from_acceptance_length", "alpha_from_per_position", "fit_alpha", "async_overlap", "async_step_time", "best_k",
     "expected_tokens", "gen_speedup", "load_cost_curve", "project", "roofline_time", "step_speedup",
     "Calibration", "alpha_from_inputs", "fit_c", "fit_knee", "predict_speedup",
-    "EngineBench", "load_costs", "measure", "save_costs", "spec_from_params",
     "ModeledSpeedup", "build_modeled", "modeled_metrics",
     "SEEDS", "STEP_SPEEDUP_TOLERANCE", "PublishedSeed", "SeedCheck", "check_seed", "seeds_check",
-    "StepCost", "batch_steps", "emit_pmf", "fit_affine", "simulate_steps", "tokens_per_step",
-    "PointPrediction", "SweepCheck", "check_sweep", "find_pairs", "predict_point", "row_steps_of",
-    "SweepRun", "baseline_for", "config_key", "load_sweep", "missing_metrics", "stages_from_mlflow", "workload_key",
+    "batch_predicted_speedup", "batch_steps", "emit_pmf", "fit_affine", "simulate_steps", "tokens_per_step",
+    "SweepRun", "spec_from_params", "stages_from_mlflow",
     *_LAZY,
 ]

@@ -57,6 +57,12 @@ def alpha_from_per_position(rates: list[float]) -> float:
     return min(math.exp(sum(w * lr for w, lr in pts) / sum(w * w for w, _ in pts)), 1.0)
 
 
+def fit_alpha(rates_per_pos: list[float]) -> float | None:
+    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`alpha_from_per_position`);
+    None when no position was ever accepted."""
+    return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
+
+
 def alpha_from_acceptance_length(length: float, k: int) -> float:
     """α with E[N](α, k) = ``length`` (bisection; length in [1, k+1])."""
     lo, hi = 0.0, 1.0

@@ -26,7 +26,7 @@ reproduces S exactly:
 Assumptions: per-position acceptance independent of position, r_i = α^(i+1) (α from the acceptance
 length by inverting E[N], or fitted to the rates); c, α and the knee do not change with k; every
 row of the batch stays in flight (B constant: the long tail of a batch is not modelled, see
-``wb project --sweep`` for that); sampling, rejection and bookkeeping cost nothing.
+``wb simulate --from-sweep`` for that); sampling, rejection and bookkeeping cost nothing.
 """
 
 from __future__ import annotations

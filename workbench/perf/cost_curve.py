@@ -18,7 +18,7 @@ belongs in the model"):
   forward of 2 tokens per row (catch-up) and k−1 of one token, so d(2n) + (k−1)·d(n);
   ``mtp`` / ``eagle3`` / ``ngram`` / ``suffix``: measured, the drafter's own ``propose`` + ``accept`` seconds per
   verification step inside short engine generations (EOS off, n = 1 and rows_max rows), fitted
-  a + b·n (:func:`workbench.perf.simulate.fit_affine`). For mtp/eagle3 that is their head forwards and
+  a + b·n (:func:`workbench.perf.steps.fit_affine`). For mtp/eagle3 that is their head forwards and
   sampling; for ngram it is the host/tensor time of the suffix match (measured, not assumed 0).
 
 Cache: ``<cache_dir>/cost_curves/<key>.json``, key = hash of the model config, dtype, device,
@@ -42,7 +42,7 @@ import torch
 
 from workbench.cache import cache_dir
 from workbench.perf.analytic import CostModel
-from workbench.perf.simulate import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
+from workbench.perf.steps import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
 from workbench.timing import TimeSpent, timed
 

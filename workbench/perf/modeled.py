@@ -35,7 +35,7 @@ def ar_rows_per_forward(lengths: Sequence[int], chunk: int, continuous: bool = F
     out: list[int] = []
     chunk = max(int(chunk), 1)
     if continuous and len(lengths) > chunk:
-        from workbench.perf.simulate import slot_schedule
+        from workbench.perf.steps import slot_schedule
 
         steps = [max(int(L) - 1, 0) for L in lengths]
         end, starts = slot_schedule(steps, chunk)

@@ -1,14 +1,14 @@
 """Step counts of a batch that sheds finished rows, and the measured cost of one engine step.
 
-Pure functions (numpy), used by ``wb project --sweep`` (:mod:`workbench.perf.sweep_check`) and
-``wb bench`` (:mod:`workbench.bench`); module doc of :mod:`workbench.perf.sweep_check` for how they
-combine into a prediction.
+Pure functions (numpy), used by ``wb simulate --from-sweep`` (:mod:`workbench.perf.simulate.from_sweep`,
+:mod:`workbench.perf.simulate.cpu`), ``speedup/gen_modeled`` (:mod:`workbench.perf.modeled`) and
+``wb bench``'s predicted speedup (:func:`batch_predicted_speedup`).
 
 - Acceptance: a drafted row emits E[N] = 1 + Σ_i r_i tokens per verification step, r_i the
   per-position acceptance rates (accepts form a prefix, so P(emit ≥ i+2) = r_i); no geometric α.
 - Steps: a batch runs until its slowest row has its tokens (rows leave as they finish), so its
   verification steps are E[max over rows], not tokens / E[N] (Leviathan et al. 2023 is per row).
-- Cost: one engine step with n rows in flight costs a + b·n seconds (:class:`StepCost`); the
+- Cost: an affine fit a + b·n of seconds against rows in flight (:func:`fit_affine`); the
   drafter's own seconds per verification step (:class:`DrafterCost`, measured by
   :mod:`workbench.perf.cost_curve`).
 """
@@ -110,6 +110,24 @@ def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed:
     return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
 
 
+def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
+    """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
+    target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
+
+    A batch runs until its slowest row has its tokens, so S is the expected *maximum* over the B
+    rows of their steps, simulated from the measured per-position acceptance rates (and the share
+    of row-steps without a draft, e.g. n-gram misses) with :func:`simulate_steps`;
+    per-row E[N] alone (Leviathan et al.) overstates a batch's speedup.
+    """
+    if counters.num_drafts == 0 or max_new_tokens < 2:
+        return None
+    emitted = counters.num_generated_tokens - B  # the prefill emits each row's first token
+    undrafted = max(0.0, emitted - counters.num_drafts * tokens_per_step(rates))
+    no_draft = undrafted / (counters.num_drafts + undrafted)
+    S, _ = simulate_steps([max_new_tokens] * B, emit_pmf(rates, no_draft), reps=256)
+    return (max_new_tokens - 1) / (S * (k * c + verify_cost))
+
+
 def fit_affine(ns: list[float], seconds: list[float]) -> tuple[float, float]:
     """Least-squares a + b·n through (n, seconds), with a, b ≥ 0 (a noisy fit is clipped, the other refitted)."""
     x, y = np.asarray(ns, dtype=float), np.asarray(seconds, dtype=float)
@@ -121,34 +139,6 @@ def fit_affine(ns: list[float], seconds: list[float]) -> tuple[float, float]:
     if b < 0:
         return float(max(y.mean(), 0.0)), 0.0
     return float(a), float(b)
-
-
-@dataclass
-class StepCost:
-    """Measured cost of the rollout engine at one configuration (target, drafter, k).
-
-    One step with n rows in flight: ``a + b·n`` seconds; ``prefill``: per-batch seconds (prefill,
-    first token, retiring rows). ``grid``: the measured seconds per step at each n.
-    """
-
-    prefill: float
-    a: float
-    b: float
-    grid: dict[int, float] = field(default_factory=dict)
-
-    def step(self, n: float) -> float:
-        return self.a + self.b * n
-
-    def gen_time(self, chunks: int, steps: float, row_steps: float) -> float:
-        """chunks·P + a·S + b·R: a GRPO step's gen seconds with S verification steps and R row-steps."""
-        return chunks * self.prefill + self.a * steps + self.b * row_steps
-
-    def to_json(self) -> dict:
-        return {"prefill_s": self.prefill, "a_s": self.a, "b_s": self.b, "grid_s": {str(n): v for n, v in self.grid.items()}}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "StepCost":
-        return cls(float(d["prefill_s"]), float(d["a_s"]), float(d["b_s"]), {int(n): float(v) for n, v in d.get("grid_s", {}).items()})
 
 
 @dataclass

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from workbench.simulate.rollout import gen_stage
-from workbench.simulate.scenario import Scenario, validate, variant_raw
-from workbench.simulate.step import StepResult, simulate
+from workbench.perf.simulate.rollout import gen_stage
+from workbench.perf.simulate.scenario import Scenario, validate, variant_raw
+from workbench.perf.simulate.step import StepResult, simulate
 from workbench.specs.dotted import set_dotted
 from workbench.specs.sections import SpecError
 from workbench.sweep.grid import SweepError, expand_grid, parse_axis

@@ -3,21 +3,21 @@
 The gen stage of one GRPO step, each arm as the workbench engine runs it (docs/design.md §13, the CPU
 leg of issue #23's validation):
 
-- rows: the step's completions (:meth:`~workbench.simulate.from_sweep.SweepWorkload.lengths`) in
+- rows: the step's completions (:meth:`~workbench.perf.simulate.from_sweep.SweepWorkload.lengths`) in
   batches of ``chunk`` rows decoded together; a batch runs until its longest row is done and rows
-  leave as they finish (:func:`workbench.simulate.rollout.replica_time`, all the batch's rows
+  leave as they finish (:func:`workbench.perf.simulate.rollout.replica_time`, all the batch's rows
   admitted at once, as the engine does with ``rollout.continuous_batching`` false or not logged);
   continuous (``SweepWorkload.continuous``: the param true and more rows than ``chunk``), all the
   step's rows in ``chunk`` slots, waiting rows joining in order as rows finish (the engine's slot
-  schedule, :func:`workbench.perf.simulate.slot_schedule`), each admission one prefill forward of
+  schedule, :func:`workbench.perf.steps.slot_schedule`), each admission one prefill forward of
   the rows it admits (:func:`batches`);
 - speculative arm: row i needs L_i − 1 tokens after the prefill; each verification step emits j + 1
   tokens with the point's measured probability (per-position acceptance, accepts form a prefix;
-  undrafted row-steps emit 1: :func:`workbench.perf.simulate.emit_pmf`), so a row's step count is
+  undrafted row-steps emit 1: :func:`workbench.perf.steps.emit_pmf`), so a row's step count is
   random and the batch runs for the largest (:func:`row_steps`, fixed seeds: the same draws at every
   value of the unknown); the autoregressive arm takes L_i − 1 decode steps;
 - a step at n live rows costs target(n · (k + 1)) + drafter(n) from the measured curves
-  (:class:`~workbench.simulate.measured.MeasuredHardware`; k = 0 and no drafter for the
+  (:class:`~workbench.perf.simulate.measured.MeasuredHardware`; k = 0 and no drafter for the
   autoregressive arm), a batch's prefill target(n · prompt) (+ the draft model's over the prompt;
   eagle3's and ngram's prefill are not measured and left out), linear extrapolation past a curve's
   last point;
@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from workbench.simulate.from_sweep import SweepPoint, SweepWorkload
-from workbench.simulate.measured import MeasuredHardware
-from workbench.simulate.rollout import replica_time
+from workbench.perf.simulate.from_sweep import SweepPoint, SweepWorkload
+from workbench.perf.simulate.measured import MeasuredHardware
+from workbench.perf.simulate.rollout import replica_time
 
 UNKNOWNS = {
     "verify_overhead_s": "seconds per verification step of the speculative arm beyond its forwards (rejection sampling, drafts' sampling, bookkeeping)",
@@ -67,7 +67,7 @@ def row_steps(lengths: np.ndarray, pmf: np.ndarray, rng: np.random.Generator) ->
 
 def batches(lengths: np.ndarray, chunk: int, continuous: bool) -> list[np.ndarray]:
     """The row groups the engine admits from a full queue: consecutive chunks of ``chunk`` rows, or
-    (``continuous``) one queue that :func:`~workbench.simulate.rollout.replica_time` feeds into ``chunk`` slots."""
+    (``continuous``) one queue that :func:`~workbench.perf.simulate.rollout.replica_time` feeds into ``chunk`` slots."""
     return [lengths] if continuous else [lengths[i : i + chunk] for i in range(0, len(lengths), chunk)]
 
 

@@ -24,7 +24,7 @@ prefill q = prompt), the rows having ``context`` tokens in their KV cache in all
 - overhead: a fixed per-forward second count (scheduling, sampling, kernel launches), a calibration
   candidate.
 
-Outside the forward (added per step by :mod:`workbench.simulate.rollout`): the sampler's passes over
+Outside the forward (added per step by :mod:`workbench.perf.simulate.rollout`): the sampler's passes over
 the fp32 logits of every sampled position (:func:`sampler_s`) and an n-gram drafter's host scan of
 the live rows' tokens (:func:`ngram_scan_s`).
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from workbench.simulate.scenario import Gen, Hardware, ModelShape
+from workbench.perf.simulate.scenario import Gen, Hardware, ModelShape
 
 ACT_BYTES = 2.0  # bf16 activations exchanged by collectives
 

@@ -1,12 +1,12 @@
 """The CPU (or any machine the workbench ran on) as the simulator's hardware: measured cost curves.
 
-A datasheet roofline (:mod:`workbench.simulate.costs`) says what a GPU could do; on the machine a
+A datasheet roofline (:mod:`workbench.perf.simulate.costs`) says what a GPU could do; on the machine a
 sweep ran on, the workbench has *measured* what its engine's forwards cost, and caches it
 (:mod:`workbench.perf.cost_curve`, the curves behind ``speedup/gen_modeled``):
 
 - ``target``: seconds of one target forward against tokens in flight (rows × tokens per row),
   linear between the measured points (:class:`workbench.perf.analytic.CostModel`, kind ``curve``);
-- per drafter (:class:`workbench.perf.simulate.DrafterCost`): ``draft_model`` its own forward curve,
+- per drafter (:class:`workbench.perf.steps.DrafterCost`): ``draft_model`` its own forward curve,
   d(2n) + (k − 1)·d(n) per verification step at n rows; ``eagle3`` / ``mtp`` / ``ngram`` / ``suffix``
   the measured a + b·n seconds per verification step at that k.
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.perf.analytic import CostModel
-from workbench.perf.simulate import DrafterCost
+from workbench.perf.steps import DrafterCost
 
-FORMAT = "workbench.simulate.measured/1"
+FORMAT = "workbench.perf.simulate.measured/1"
 # LeanLM config field -> Hugging Face config.json field (the shape that identifies a model's curve)
 SHAPE_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
                 "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads", "intermediate_size": "intermediate_size"}
@@ -155,7 +155,7 @@ def from_cache(points: list[tuple[dict[str, str], str, int]], chunk: int, folder
         ValueError: a curve is missing (names it, and the `wb run` that measures it).
     """
     from workbench.cache import cache_dir
-    from workbench.perf.microbench import spec_from_params
+    from workbench.perf.sweep_runs import spec_from_params
 
     folder = Path(folder) if folder else cache_dir() / "cost_curves"
     entries = _entries(folder)

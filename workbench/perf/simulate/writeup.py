@@ -1,7 +1,7 @@
 """The GB200 write-up (``docs/results/simulate-gb200.md``) from its result JSON (``benchmarks/simulate-gb200.json``).
 
 :func:`collect` runs what the write-up reports (the 8B scenario calibrated on RL-Zero k = 3 and, the
-other way round, on RL-Think k = 3, :mod:`workbench.simulate.validate`; the bound of a per-drafter-forward time;
+other way round, on RL-Think k = 3, :mod:`workbench.perf.simulate.validate`; the bound of a per-drafter-forward time;
 the 235B projection at 512 / 2048 GPUs) into one JSON-able dict; :func:`render` turns that dict into
 the write-up's generated sections (markdown tables), and :func:`apply` puts them between the
 ``<!-- BEGIN GENERATED name -->`` / ``<!-- END GENERATED name -->`` markers of the write-up, so the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from workbench.simulate.scenario import load_scenario
-from workbench.simulate.validate import Holdout, holdout
+from workbench.perf.simulate.scenario import load_scenario
+from workbench.perf.simulate.validate import Holdout, holdout
 
 SCENARIO_8B = "qwen3-8b-gb200"
 SCENARIO_235B = "qwen3-235b-gb200"
@@ -57,7 +57,7 @@ def collect_8b(overrides: list[str] | None = None, needed: bool = True, progress
 
 def collect_235b(progress: Callable[[str], None] = print) -> dict[str, Any]:
     """The 235B projection on the 235B grid (nothing fitted to it; its flops_efficiency is the scenario's)."""
-    from workbench.simulate.run import run
+    from workbench.perf.simulate.run import run
 
     raw, base = load_scenario(SCENARIO_235B)
     progress("235B grid " + " ".join(GRID_235B))

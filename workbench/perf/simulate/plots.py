@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.simulate.run import Row
+from workbench.perf.simulate.run import Row
 
 
 def _plt():

@@ -8,10 +8,10 @@ advances each live row (E = 1 token autoregressive; speculative, the tokens N of
 step are drawn independently per step with E[N](k) and Var(N) from the per-position acceptance,
 docs/design.md §4, so a row of L tokens takes about (L − 1)/E[N] ± sqrt((L − 1)·Var(N)/E[N]³) steps,
 :func:`row_steps`: the slowest of many long rows needs more steps than E[N] suggests; with
-``speculation.acceptance_vs_context``, :mod:`workbench.simulate.context`; each row's context grows by
+``speculation.acceptance_vs_context``, :mod:`workbench.perf.simulate.context`; each row's context grows by
 its own (L − 1)/steps per step, so it ends at prompt + L), and a row leaves when done, so the
-batch shrinks into the long tail (as :mod:`workbench.perf.simulate` counts it) and a queued row
-takes its place. A step's seconds come from :func:`workbench.simulate.costs.forward_cost` at the
+batch shrinks into the long tail (as :mod:`workbench.perf.steps` counts it) and a queued row
+takes its place. A step's seconds come from :func:`workbench.perf.simulate.costs.forward_cost` at the
 live rows' summed context, which grows by the rows' summed rates per step; between two events (a row leaving)
 the rows are fixed and the step time is integrated with Simpson's rule. The gen stage lasts until
 the slowest replica is done.
@@ -20,9 +20,9 @@ A speculative step is one verification (k + 1 tokens per row) plus k drafter for
 MTP: the first over the k + 1 verified positions per row, then k − 1 of 1 token per row,
 :func:`draft_s`; the draft layer attends over the same context with its own KV cache;
 ``ngram`` costs host seconds only: a fixed ``ngram_step_s`` and the scan of every live row's tokens,
-:func:`workbench.simulate.costs.ngram_scan_s`), each with its fixed overhead; every step also pays the
+:func:`workbench.perf.simulate.costs.ngram_scan_s`), each with its fixed overhead; every step also pays the
 sampler's passes over the target's fp32 logits at its B · (k + 1) positions
-(:func:`workbench.simulate.costs.sampler_s`, ``gen.sampler_bytes``).
+(:func:`workbench.perf.simulate.costs.sampler_s`, ``gen.sampler_bytes``).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from typing import Callable
 import numpy as np
 
 from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
-from workbench.perf.simulate import tokens_per_step
-from workbench.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
-from workbench.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
-from workbench.simulate.costs import (active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, ngram_scan_s, sampler_s,
+from workbench.perf.steps import tokens_per_step
+from workbench.perf.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
+from workbench.perf.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
+from workbench.perf.simulate.costs import (active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, ngram_scan_s, sampler_s,
                                       weight_bytes_resident)
-from workbench.simulate.scenario import ModelShape, Scenario, Speculation
+from workbench.perf.simulate.scenario import ModelShape, Scenario, Speculation
 
 # ------------------------------------------------------------------ acceptance
 
@@ -115,9 +115,9 @@ def lognormal_lengths(n: int, mean: float, cv: float, max_len: int, rng: np.rand
 
 def response_lengths(sc: Scenario) -> np.ndarray:
     """prompts × G response lengths (tokens, 1..max), rows grouped by prompt, seeded by workload.seed:
-    lognormal with the given mean, cv and within-prompt icc (:func:`workbench.simulate.lengths.grouped_lognormal`;
+    lognormal with the given mean, cv and within-prompt icc (:func:`workbench.perf.simulate.lengths.grouped_lognormal`;
     icc = 0 draws :func:`lognormal_lengths`, as before it existed), the given lengths resampled, or a run's
-    logged lengths resampled prompt by prompt (:class:`workbench.simulate.lengths.MeasuredLengths`)."""
+    logged lengths resampled prompt by prompt (:class:`workbench.perf.simulate.lengths.MeasuredLengths`)."""
     w, r = sc.workload, sc.workload.response
     n = w.prompts * w.group_size
     rng = np.random.default_rng(w.seed)
@@ -195,7 +195,7 @@ _ALPHA_REF: dict[tuple, float] = {}
 def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float:
     """α at short context under ``acceptance_vs_context``: ``alpha`` as given, or fitted so the stage's mean
     acceptance length at the measured k nearest ``speculation.k`` is the measured one, one α for every k of a
-    scan (:func:`workbench.simulate.context.fit_alpha_ref`; memoised: a fit or a grid simulates one stage often)."""
+    scan (:func:`workbench.perf.simulate.context.fit_alpha_ref`; memoised: a fit or a grid simulates one stage often)."""
     if s.alpha is not None:
         return float(s.alpha)
     assert s.acceptance_length is not None  # the validator allows alpha or acceptance_length here
@@ -311,7 +311,7 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
 
     order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))
     rng = np.random.default_rng(sc.workload.seed + 2)
-    if k and s.acceptance_vs_context:  # acceptance falling with context (workbench.simulate.context)
+    if k and s.acceptance_vs_context:  # acceptance falling with context (workbench.perf.simulate.context)
         table, kt = s.acceptance_vs_context, s.acceptance_vs_context_k
         grid = step_integrals(context_alpha_ref(s, lengths, prompt), table, kt, k, prompt + int(np.max(lengths)))
         steps = row_steps_ctx(lengths, prompt, grid, k, rng)

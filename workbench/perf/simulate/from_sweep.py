@@ -5,7 +5,7 @@ What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``, read thro
 speedup with its 95 % CI):
 
 - per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
-  and the share of row-steps without a draft (n-gram misses; :func:`workbench.perf.sweep_check.row_steps_of`),
+  and the share of row-steps without a draft (n-gram misses; :func:`row_steps_of`),
   means over the point's runs; the measured paired ``speedup/gen`` [95 % CI]: over ≥ 2 runs (seeds)
   the repeat-aware random-effects estimate :func:`workbench.stats.runs_ci` over the runs' per-step
   ratios (its τ, the between-run spread, kept beside it), one run's per-step CI otherwise (as the
@@ -16,8 +16,8 @@ speedup with its 95 % CI):
   slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
   prompts and the target's tokenizer unless given), and the completion lengths: the steps the runs
   logged, row by row and grouped by prompt (``completions/lengths/``, :mod:`workbench.grpo.completions`),
-  drawn whole (:meth:`workbench.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
-  logged fall back to a lognormal (:func:`workbench.simulate.rollout.lognormal_lengths`) fitted to two
+  drawn whole (:meth:`workbench.perf.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
+  logged fall back to a lognormal (:func:`workbench.perf.simulate.rollout.lognormal_lengths`) fitted to two
   logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the autoregressive
   arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over batches of the
   longest row − 1; continuous, the end of the slot schedule; either sets the long tail:
@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.perf.simulate import emit_pmf, slot_schedule
-from workbench.perf.sweep_check import row_steps_of
+from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
 from workbench.perf.sweep_runs import SweepRun
-from workbench.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
-from workbench.simulate.rollout import lognormal_lengths
-from workbench.simulate.run import solve_monotone
+from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
+from workbench.perf.simulate.rollout import lognormal_lengths
+from workbench.perf.simulate.run import solve_monotone
 from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
@@ -110,7 +109,7 @@ def chunk_forwards(lengths: np.ndarray, chunk: int) -> int:
 
 def decode_forwards(lengths: np.ndarray, chunk: int, continuous: bool = False) -> int:
     """Autoregressive decode forwards of one GRPO step's rows: :func:`chunk_forwards`, or (``continuous``)
-    the end of their :func:`workbench.perf.simulate.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
+    the end of their :func:`workbench.perf.steps.slot_schedule` in ``chunk`` slots (L − 1 forwards a row)."""
     if not continuous:
         return chunk_forwards(lengths, chunk)
     return int(slot_schedule(np.maximum(np.asarray(lengths, dtype=np.int64) - 1, 0), chunk)[0])
@@ -140,6 +139,17 @@ def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_l
     return solve_monotone(f, forwards, 0.0, CV_MAX, rtol=1e-3)
 
 
+def row_steps_of(run: SweepRun) -> tuple[float, float]:
+    """(row-steps R, share of them without a draft) from the run's counters (module doc: undrafted row-steps from the token count)."""
+    emitted = run.means["gen/num_tokens"] - run.rows  # the prefill emits each row's first token
+    if run.is_baseline:
+        return emitted, 1.0
+    drafts = run.means.get("spec/num_drafts", 0.0)
+    undrafted = max(0.0, emitted - drafts * tokens_per_step(run.per_pos))
+    total = drafts + undrafted
+    return total, (undrafted / total if total else 0.0)
+
+
 def _int(params: dict[str, str], key: str, default: int) -> int:
     try:
         return int(params.get(key, default))
@@ -153,7 +163,7 @@ def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
     from workbench.models.checkpoint import load_tokenizer
     from workbench.models.resolve import resolve_model
     from workbench.models.chat import run_prompt_format
-    from workbench.perf.microbench import spec_from_params
+    from workbench.perf.sweep_runs import spec_from_params
     from workbench.tasks.loading import spec_task_data
 
     spec = spec_from_params(params)

@@ -16,12 +16,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workbench.simulate.presets import HARDWARE_PRESETS, MODEL_PRESETS, model_from_hf_config
+from workbench.perf.simulate.presets import HARDWARE_PRESETS, MODEL_PRESETS, model_from_hf_config
 from workbench.specs.dotted import set_dotted
 from workbench.specs.load import apply_overrides
 from workbench.specs.sections import SpecError
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "experiments" / "scenarios"
+SCENARIOS_DIR = Path(__file__).resolve().parents[3] / "experiments" / "scenarios"
 
 
 class _Section(BaseModel):
@@ -110,7 +110,7 @@ class Gen(_Section):
     step_overhead_s: float = Field(0.0, ge=0, description="fixed seconds per target forward (schedule, sample, launch)")
     draft_overhead_s: float | None = Field(None, ge=0, description="fixed seconds per drafter forward; null = step_overhead_s")
     sampler_bytes: float = Field(0.0, ge=0, description="HBM bytes per vocabulary entry per sampled position (target logits in fp32 "
-                                 "through vLLM's sampler / rejection sampler: workbench.simulate.costs.sampler_s); 0 = not modelled")
+                                 "through vLLM's sampler / rejection sampler: workbench.perf.simulate.costs.sampler_s); 0 = not modelled")
 
     @property
     def draft_overhead(self) -> float:
@@ -126,7 +126,7 @@ class Gen(_Section):
 class Response(_Section):
     """Response lengths (tokens), rows grouped by prompt, cut at ``max``: ``lognormal`` with ``mean``, ``cv``
     and within-prompt correlation ``icc``; ``lengths``, a list resampled row by row; or ``run``, a workbench
-    run's logged lengths resampled prompt by prompt (:mod:`workbench.simulate.lengths`)."""
+    run's logged lengths resampled prompt by prompt (:mod:`workbench.perf.simulate.lengths`)."""
 
     kind: Literal["lognormal", "lengths", "run"] = "lognormal"
     mean: float = Field(2000.0, gt=0)
@@ -180,7 +180,7 @@ class Speculation(_Section):
     ngram_threads: int = Field(1, ge=1, description="ngram: threads the scan runs on (vLLM: max(1, cpu_count // 2 // tp))")
     acceptance_vs_context: dict[int, float] | None = Field(
         None, description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
-        "draft tokens: its long-context decay, shape only (workbench.simulate.context); null = acceptance independent of context")
+        "draft tokens: its long-context decay, shape only (workbench.perf.simulate.context); null = acceptance independent of context")
     acceptance_vs_context_k: int = Field(3, ge=1, description="draft tokens the acceptance_vs_context table was measured with")
 
     @model_validator(mode="after")

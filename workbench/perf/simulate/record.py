@@ -50,7 +50,7 @@ def simulate_run(tracking_uri: str | None, experiment: str, run_name: str | None
 
 
 def scenario_metrics(rows: list[Any]) -> list[dict[str, float]]:
-    """Per grid row (:class:`workbench.simulate.run.Row`) its ``simulate/<quantity>`` metrics (seconds
+    """Per grid row (:class:`workbench.perf.simulate.run.Row`) its ``simulate/<quantity>`` metrics (seconds
     per GRPO step ``_s``, speedups ×) and its errors against the reference (``simulate/error/<name>``)."""
     out = []
     for r in rows:
@@ -74,7 +74,7 @@ def log_scenario(tr: Tracker, raw: dict, overrides: list[str], axes: list[str], 
 
 
 def log_sweep_check(tr: Tracker, chk: Any, source_uri: str) -> None:
-    """Params, per-point metrics and the JSON record of a sweep check (:class:`workbench.simulate.cpu.CpuCheck`)."""
+    """Params, per-point metrics and the JSON record of a sweep check (:class:`workbench.perf.simulate.cpu.CpuCheck`)."""
     rec = chk.record()
     tr.log_params({"from_sweep": chk.sweep, "from_tracking_uri": source_uri, "calibrate_k": chk.calibrate_k, "unknown": chk.unknown,
                    "workload": rec["workload"], "hardware": {k: v for k, v in rec["hardware"].items() if k != "curves"}})

@@ -1,7 +1,7 @@
 """Out-of-sample validation of a scenario (#33): calibrate the one unknown on one published point, predict the rest.
 
 :func:`holdout` sets the scenario's ``calibration`` to one variant's speculative gen seconds at one k
-(its ``reference_by_k[k]["gen_spec"]``), solves the unknown there (:func:`workbench.simulate.run.calibrate`)
+(its ``reference_by_k[k]["gen_spec"]``), solves the unknown there (:func:`workbench.perf.simulate.run.calibrate`)
 and simulates every variant: each other reference value is a prediction. Run it twice with different
 calibration points (RL-Zero k = 3, then RL-Think k = 3) to see how much of the fit is the point it saw.
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.simulate.rollout import acceptance_length
-from workbench.simulate.run import Fit, Row, run, solve_monotone
-from workbench.simulate.scenario import Scenario, Speculation, validate, variant_raw
+from workbench.perf.simulate.rollout import acceptance_length
+from workbench.perf.simulate.run import Fit, Row, run, solve_monotone
+from workbench.perf.simulate.scenario import Scenario, Speculation, validate, variant_raw
 from workbench.specs.dotted import set_dotted
 from workbench.specs.sections import SpecError
 

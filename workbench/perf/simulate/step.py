@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from workbench.perf.analytic import async_step_time
-from workbench.simulate.costs import matmul_params
-from workbench.simulate.rollout import GenResult, gen_stage, response_lengths
-from workbench.simulate.scenario import ModelShape, Scenario
+from workbench.perf.simulate.costs import matmul_params
+from workbench.perf.simulate.rollout import GenResult, gen_stage, response_lengths
+from workbench.perf.simulate.scenario import ModelShape, Scenario
 
 
 def sequence_flops(m: ModelShape, seq: np.ndarray | float) -> np.ndarray | float:

@@ -15,7 +15,7 @@ tokens per step are r(c) = (AL(c) − 1)/(AL(c₀) − 1) times those at the tab
 one whose E[N] − 1 at the table's k is r(c) times that of α_ref (:func:`alpha_profile`); any other k
 follows from α(c) (docs/design.md §4). A row then needs ∫ dc / E[N](c) verification steps over its
 tokens' contexts, with variance ∫ Var(N)(c) / E[N](c)³ dc (the renewal CLT of
-:func:`workbench.simulate.rollout.row_steps`, integrated over a varying step law):
+:func:`workbench.perf.simulate.rollout.row_steps`, integrated over a varying step law):
 :func:`row_steps_ctx`. α_ref is the scenario's ``alpha``, or fitted so the stage's tokens per
 verification step (Σ (L − 1) / Σ steps, what vLLM reports as the mean acceptance length) equal the
 given ``acceptance_length`` (:func:`fit_alpha_ref`).
@@ -85,7 +85,7 @@ def mean_steps(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndar
 def row_steps_ctx(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndarray, np.ndarray], k: int,
                   rng: np.random.Generator | None) -> np.ndarray:
     """Verification steps per row with context-dependent acceptance (module doc): mean + z · sd, z ~ N(0, 1)
-    per row, rounded up, bounded by (L − 1)/(k + 1) and L − 1 (as :func:`workbench.simulate.rollout.row_steps`)."""
+    per row, rounded up, bounded by (L − 1)/(k + 1) and L − 1 (as :func:`workbench.perf.simulate.rollout.row_steps`)."""
     n = np.asarray(lengths, dtype=float) - 1.0
     m, var = mean_steps(lengths, prompt, grid)
     x = m + (rng.standard_normal(n.size) * np.sqrt(var) if rng is not None else 0.0)
