@@ -60,7 +60,7 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {
         "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]} | ({"draft_layers": d.draft_layers} if d.draft_layers else {}), "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]} | ({"draft_layers": d.draft_layers} if d.kind == "draft_model" and d.draft_layers else {}), "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": init_seed(spec),
         # prompt format: keyed only when set away from the defaults (keys of earlier inits unchanged)
