@@ -28,12 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import metrics as M
 from workbench.stats import RatioCI, after_warmup, ratio_ci, ratio_source
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT
 
-POS_PREFIX = "spec/acceptance_rate_pos_"
-# Histories loaded by default: everything the tables, plots and the performance model read.
-HISTORY_PREFIXES = ("timing_s/", "timing_frac/", "spec/", "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")
 # Params that do not change what a run computes (how it drafts, logs, measures, is named).
 NOT_SETTING = ("drafter.", "tracking.", "measure.", "name")
 
@@ -185,7 +183,7 @@ class RunReader:
 
     # ------------------------------------------------------------------ records
 
-    def load(self, run: Any, histories: bool = True, prefixes: tuple[str, ...] = HISTORY_PREFIXES) -> RunRecord:
+    def load(self, run: Any, histories: bool = True, prefixes: tuple[str, ...] = M.HISTORY_PREFIXES) -> RunRecord:
         """A RunRecord of an MLflow ``Run``; with ``histories``, every metric under ``prefixes``."""
         rec = RunRecord(run.info.run_id, run.info.run_name or run.info.run_id, run.info.status, run.info.experiment_id,
                         dict(run.data.params), dict(run.data.tags), dict(run.data.metrics), run.info.start_time or 0)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench import metrics as M
 from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
 from workbench.perf.sweep_runs import SweepRun
 from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
@@ -141,10 +142,10 @@ def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_l
 
 def row_steps_of(run: SweepRun) -> tuple[float, float]:
     """(row-steps R, share of them without a draft) from the run's counters (module doc: undrafted row-steps from the token count)."""
-    emitted = run.means["gen/num_tokens"] - run.rows  # the prefill emits each row's first token
+    emitted = run.means[M.NUM_TOKENS] - run.rows  # the prefill emits each row's first token
     if run.is_baseline:
         return emitted, 1.0
-    drafts = run.means.get("spec/num_drafts", 0.0)
+    drafts = run.means.get(M.NUM_DRAFTS, 0.0)
     undrafted = max(0.0, emitted - drafts * tokens_per_step(run.per_pos))
     total = drafts + undrafted
     return total, (undrafted / total if total else 0.0)
@@ -196,8 +197,8 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
             raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
     rows = _int(p0, "grpo.prompts_per_step", 8) * _int(p0, "grpo.group_size", 8)
     chunk = min(rows, _int(p0, "rollout.max_batch_size", 256))
-    lens = [m / rows for r in runs for key in ("gen/num_tokens", "gen_autoregressive/num_tokens") if (m := r.mean(key)) is not None]
-    fwd = [m for r in runs if (m := r.mean("gen_autoregressive/num_forwards")) is not None]
+    lens = [m / rows for r in runs for key in (M.NUM_TOKENS, M.AR_NUM_TOKENS) if (m := r.mean(key)) is not None]
+    fwd = [m for r in runs if (m := r.mean(M.AR_NUM_FORWARDS)) is not None]
     if not lens or not fwd:
         raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
                          "them; measure.paired=true)")
@@ -227,15 +228,15 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
             wl.skipped.append(f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)")
             continue
         k = int(run.k or 0)
-        per_pos = [row_mean(row, f"spec/acceptance_rate_pos_{i}") for i in range(k)]
-        means = {key: row_mean(row, key) for key in ("gen/num_tokens", "spec/num_drafts")}
+        per_pos = [row_mean(row, M.acceptance_rate_pos(i)) for i in range(k)]
+        means = {key: row_mean(row, key) for key in (M.NUM_TOKENS, M.NUM_DRAFTS)}
         if any(v is None for v in per_pos) or any(v is None for v in means.values()):
             wl.skipped.append(f"{label}: no per-position acceptance or spec/num_drafts")
             continue
         sr = SweepRun(run.run_id, run.name, run.status, dict(run.params),
-                      {**means, **{f"spec/acceptance_rate_pos_{i}": v for i, v in enumerate(per_pos)}})
+                      {**means, **{M.acceptance_rate_pos(i): v for i, v in enumerate(per_pos)}})
         _, no_draft = row_steps_of(sr)
-        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, "speedup/gen_modeled"),
+        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, M.SPEEDUP_GEN_MODELED),
                                     [x.run_id for x in row_runs(row)], dict(run.params), row.gen_runs))
     if not wl.points:
         raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
