@@ -254,7 +254,7 @@ def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row
         "rows": [
             {"label": label(r), "baseline": r.point.is_baseline, "drafter.kind": r.point.spec.drafter.kind,
              "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
-             "speedup/gen": _ci_json(r.gen, r.paired, r.gen_runs), "speedup/step": _ci_json(r.step, r.paired, r.step_runs),
+             M.SPEEDUP_GEN: _ci_json(r.gen, r.paired, r.gen_runs), M.SPEEDUP_STEP: _ci_json(r.step, r.paired, r.step_runs),
              "points": [{"point": o.point.key, "seed": o.point.spec.seed, "status": o.status, "run_id": o.run_id,
                          "error": o.error, **o.summary} for o in r.outcomes]}
             for r in rows
