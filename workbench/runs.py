@@ -30,7 +30,7 @@ from typing import Any
 
 from workbench import metrics as M
 from workbench.stats import RatioCI, after_warmup, ratio_ci, ratio_source
-from workbench.tags import PARENT_RUN_TAG, TAG_POINT
+from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STUDY, TAG_SWEEP
 
 # Params that do not change what a run computes (how it drafts, logs, measures, is named).
 NOT_SETTING = ("drafter.", "tracking.", "measure.", "name")
@@ -227,3 +227,25 @@ class RunReader:
 
     def has_children(self, run_id: str, experiment_id: str) -> bool:
         return bool(self.search(f"tags.`{PARENT_RUN_TAG}` = '{run_id}'", [experiment_id], max_results=1))
+
+    def named(self, name: str, histories: bool = True) -> tuple[str, RunRecord | None, list[RunRecord]]:
+        """What NAME names, as ``(kind, parent, runs)``: kind ``sweep`` or ``study`` (the newest parent
+        tagged with it), ``parent`` (a run, by name or id, with children) or ``run``; ``runs`` the
+        parent's children (one per point, oldest first) or the one run.
+
+        Raises:
+            RunNotFound: no sweep, study, run name or run id NAME.
+        """
+        parent, kind = self.find_parent(TAG_SWEEP, name, TAG_ROLE), "sweep"
+        if parent is None:
+            parent, kind = self.find_parent(TAG_STUDY, name), "study"
+        if parent is not None:
+            parent = self.load(parent, histories=False)
+        else:
+            try:
+                parent, kind = self.get(name, histories=False), "parent"
+            except RunNotFound:
+                raise RunNotFound(f"no sweep, study, run name or run id {name!r} in {self.uri}") from None
+            if not self.has_children(parent.run_id, parent.experiment_id):
+                return "run", None, [self.get(parent.run_id) if histories else parent]
+        return kind, parent, self.children(parent.run_id, [parent.experiment_id], histories=histories)

@@ -1,8 +1,8 @@
 """A workbench sweep as the simulator's workload, acceptance and measurements (read from MLflow).
 
-What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``, read through the report code
-(:func:`workbench.report.target.resolve`: one row per setting, repeats pooled, the paired gen
-speedup with its 95 % CI):
+What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``: the command resolves it with the
+report code (:func:`workbench.report.target.resolve`: one row per setting, repeats pooled, the paired
+gen speedup with its 95 % CI) and hands it over as a :class:`MeasuredSweep`; :func:`read_sweep` reads
 
 - per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
   and the share of row-steps without a draft (n-gram misses; :func:`row_steps_of`),
@@ -37,9 +37,38 @@ from workbench.perf.sweep_runs import SweepRun
 from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
 from workbench.perf.simulate.rollout import lognormal_lengths
 from workbench.perf.simulate.run import solve_monotone
+from workbench.runs import RunRecord
 from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
+
+
+@dataclass
+class MeasuredRow:
+    """One setting of a measured sweep, repeats pooled: the run heading it, its runs that did not fail,
+    its paired gen speedup [95 % CI] (``paired`` False: a ratio of means, no interval) and the
+    random-effects estimate behind it (>= 2 runs)."""
+
+    run: RunRecord
+    runs: list[RunRecord]
+    gen: RatioCI | None
+    paired: bool
+    gen_runs: RunsCI | None = None
+
+    def mean(self, key: str) -> float | None:
+        """Mean over the runs of :meth:`workbench.runs.RunRecord.mean` (each after its warm-up)."""
+        vals = [m for r in self.runs if (m := r.mean(key)) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+
+@dataclass
+class MeasuredSweep:
+    """A sweep as stored in MLflow: its name, store, runs (one per point) and rows (settings)."""
+
+    name: str
+    tracking_uri: str
+    runs: list[RunRecord]
+    rows: list[MeasuredRow]
 
 
 @dataclass
@@ -176,16 +205,14 @@ def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
     return int(round(sum(lens) / len(lens)))
 
 
-def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | None = None) -> SweepWorkload:
-    """Sweep ``name``'s workload and speculative points (module doc).
+def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload:
+    """The sweep's workload and speculative points (module doc).
 
     Raises:
-        ValueError: no such sweep or run (the report's message lists what exists), runs of different
-            workloads (target, task, batch shape), or no speculative point with a paired speedup.
+        ValueError: no FINISHED run, runs of different workloads (target, task, batch shape), or no
+            speculative point with a paired speedup.
     """
-    from workbench.report.target import resolve, row_mean, row_runs
-
-    t = resolve(name, tracking_uri)
+    name = t.name
     runs = [r for r in t.runs if r.status == "FINISHED"]
     if not runs:
         raise ValueError(f"sweep {name!r} has no FINISHED run")
@@ -220,7 +247,7 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
         wl.lengths_note = f"lognormal fitted to the mean and the AR forwards ({why_not})"
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
-        run = row.point.run
+        run = row.run
         if run.is_baseline:
             continue
         label = f"{run.kind} k={run.k}"
@@ -228,16 +255,16 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
             wl.skipped.append(f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)")
             continue
         k = int(run.k or 0)
-        per_pos = [row_mean(row, M.acceptance_rate_pos(i)) for i in range(k)]
-        means = {key: row_mean(row, key) for key in (M.NUM_TOKENS, M.NUM_DRAFTS)}
+        per_pos = [row.mean(M.acceptance_rate_pos(i)) for i in range(k)]
+        means = {key: row.mean(key) for key in (M.NUM_TOKENS, M.NUM_DRAFTS)}
         if any(v is None for v in per_pos) or any(v is None for v in means.values()):
             wl.skipped.append(f"{label}: no per-position acceptance or spec/num_drafts")
             continue
         sr = SweepRun(run.run_id, run.name, run.status, dict(run.params),
                       {**means, **{M.acceptance_rate_pos(i): v for i, v in enumerate(per_pos)}})
         _, no_draft = row_steps_of(sr)
-        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, M.SPEEDUP_GEN_MODELED),
-                                    [x.run_id for x in row_runs(row)], dict(run.params), row.gen_runs))
+        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row.mean(M.SPEEDUP_GEN_MODELED),
+                                    [x.run_id for x in row.runs], dict(run.params), row.gen_runs))
     if not wl.points:
         raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
     wl.points.sort(key=lambda p: (p.kind, p.k))
