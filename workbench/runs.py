@@ -135,8 +135,7 @@ def same_setting(a: RunRecord, b: RunRecord) -> bool:
 def baseline_for(run: RunRecord, runs: Iterable[RunRecord]) -> RunRecord | None:
     """The FINISHED ``drafter.kind=none`` run of the same setting (see the module docstring), or None.
 
-    Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work
-    (``workbench.perf.sweep_runs.SweepRun`` uses it too)."""
+    Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work."""
     return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and b.run_id != run.run_id and same_setting(run, b)), None)
 
 

@@ -52,32 +52,8 @@ class SweepRun:
         return self._int("grpo.prompts_per_step", 8) * self._int("grpo.group_size", 8)
 
     @property
-    def chunk(self) -> int:
-        return min(self.rows, self._int("rollout.max_batch_size", 256))
-
-    @property
-    def continuous(self) -> bool:
-        """rollout.continuous_batching (runs logged before it existed decoded in chunks)."""
-        return str(self.params.get("rollout.continuous_batching", "False")).lower() == "true"
-
-    @property
-    def chunks(self) -> int:
-        return -(-self.rows // self.chunk)
-
-    @property
     def per_pos(self) -> list[float]:
         return [self.means[M.acceptance_rate_pos(i)] for i in range(self.k) if M.acceptance_rate_pos(i) in self.means]
-
-    @property
-    def gen(self) -> float | None:
-        return self.means.get(M.GEN_S)
-
-    @property
-    def step(self) -> float | None:
-        return self.means.get(M.STEP_S)
-
-    def label(self) -> str:
-        return "baseline (none)" if self.is_baseline else f"{self.kind} k={self.k}"
 
 
 def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bool = True) -> tuple[dict[str, float], dict]:
