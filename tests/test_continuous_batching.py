@@ -199,14 +199,3 @@ def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind)
     finally:
         del target_lm.forward
     assert len(out.tokens) == 12
-
-
-def test_sweep_run_reads_the_batching_it_ran_with():
-    """A sweep run (workbench.perf.sweep_runs) reads its batching: continuous only when the run logged it, so
-    runs from before the option (no such param) keep the chunks they decoded in."""
-    from workbench.perf.sweep_runs import SweepRun
-
-    run = lambda params: SweepRun("r", "n", "FINISHED", params, {})  # noqa: E731
-    assert run({"rollout.continuous_batching": "True"}).continuous is True
-    assert run({"rollout.continuous_batching": "False"}).continuous is False
-    assert run({}).continuous is False

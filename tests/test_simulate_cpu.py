@@ -245,11 +245,13 @@ def test_cli_from_sweep_uses_the_logged_lengths(store, tmp_path):
 
 
 def test_from_sweep_refuses_lengths_of_another_batch_and_says_why_it_fits(store, tmp_path):
+    from workbench.cli.simulate_sweep import measured_sweep
     from workbench.perf.simulate.from_sweep import read_sweep
+    from workbench.report.target import resolve
 
     fake_sweep(store, "cpu-len-bad", lengths=[L] * (2 * ROWS))  # 8 rows logged for a 4-row step
     with pytest.raises(ValueError, match=r"holds 8 lengths, the sweep's steps 4 rows"):
-        read_sweep("cpu-len-bad", store.tracking_uri, prompt_len=1)
+        read_sweep(measured_sweep(resolve("cpu-len-bad", store.tracking_uri)), prompt_len=1)
     fake_sweep(store, "cpu-len-none")  # runs from before lengths were logged: the fit, and why
-    wl = read_sweep("cpu-len-none", store.tracking_uri, prompt_len=1)
+    wl = read_sweep(measured_sweep(resolve("cpu-len-none", store.tracking_uri)), prompt_len=1)
     assert wl.measured is None and "logged no completion lengths" in wl.lengths_note

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from workbench import metrics as M
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.kpolicy import AdaptiveK
@@ -137,7 +138,7 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
                     tracker.log_samples(samples, step=step)
                 if trainer.completion_lengths:  # per-row lengths for `wb simulate` (workbench.grpo.completions)
                     tracker.log_dict(lengths_record(trainer.completion_lengths, spec.grpo.group_size, spec.rollout.max_new_tokens),
-                                     f"completions/lengths/step_{step:05d}.json")
+                                     f"{M.COMPLETION_LENGTHS_DIR}/step_{step:05d}.json")
                 result.history.append(metrics)
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
                 if on_step is not None:
@@ -188,7 +189,7 @@ def _timed_eval(trainer: GRPOTrainer) -> dict[str, float]:
     t0 = time.perf_counter()
     ev = trainer.evaluate()
     if ev:
-        ev["timing_s/eval"] = time.perf_counter() - t0
+        ev[M.EVAL_S] = time.perf_counter() - t0
     return ev
 
 
@@ -198,9 +199,9 @@ def _default_run_name(spec: ExperimentSpec) -> str:
 
 
 def _progress_info(m: dict[str, float]) -> str:
-    parts = [f"{m.get('gen/tokens_per_s', 0):7.0f} tok/s", f"reward {m.get('reward/mean', 0):.2f}"]
-    if "spec/acceptance_length" in m:
-        parts.append(f"acc.len {m['spec/acceptance_length']:.2f}")
+    parts = [f"{m.get(M.TOKENS_PER_S, 0):7.0f} tok/s", f"reward {m.get(M.REWARD_MEAN, 0):.2f}"]
+    if M.ACCEPTANCE_LENGTH in m:
+        parts.append(f"acc.len {m[M.ACCEPTANCE_LENGTH]:.2f}")
     return "  ".join(parts)
 
 
@@ -218,23 +219,23 @@ def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for stage in STAGE_ORDER:
-        v = result.mean(f"timing_s/{stage}", skip_first=True)
+        v = result.mean(M.timing(stage), skip_first=True)
         if v is not None:
-            table.add_row(f"timing_s/{stage} (mean)", f"{v:.3f}")
-    for key in ("timing_frac/gen", "gen/tokens_per_s", "spec/acceptance_length", "spec/acceptance_rate", "completions/mean_length", "async/staleness"):
+            table.add_row(f"{M.timing(stage)} (mean)", f"{v:.3f}")
+    for key in (M.GEN_FRAC, M.TOKENS_PER_S, M.ACCEPTANCE_LENGTH, M.ACCEPTANCE_RATE, M.COMPLETIONS_MEAN_LENGTH, M.STALENESS):
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")
     for key in PAIRED_SPEEDUPS:
         if result.paired.get(f"{key}_mean") is not None:
             table.add_row(f"{key} (paired, 95 % CI)", fmt_ci(result.paired, key))
-    modeled = result.mean("speedup/gen_modeled", skip_first=True)
+    modeled = result.mean(M.SPEEDUP_GEN_MODELED, skip_first=True)
     if modeled is not None:  # counted forwards × the cached cost curve (workbench.perf.modeled): no timing noise
-        table.add_row("speedup/gen_modeled (mean)", f"{modeled:.2f}×")
+        table.add_row(f"{M.SPEEDUP_GEN_MODELED} (mean)", f"{modeled:.2f}×")
     h = result.history
     if h:
-        table.add_row("reward/mean first -> last", f"{h[0]['reward/mean']:.3f} -> {h[-1]['reward/mean']:.3f}")
-        evals = [m["eval/accuracy"] for m in h if "eval/accuracy" in m]
+        table.add_row(f"{M.REWARD_MEAN} first -> last", f"{h[0][M.REWARD_MEAN]:.3f} -> {h[-1][M.REWARD_MEAN]:.3f}")
+        evals = [m[M.EVAL_ACCURACY] for m in h if M.EVAL_ACCURACY in m]
         if evals:
-            table.add_row("eval/accuracy (last)", f"{evals[-1]:.3f}")
+            table.add_row(f"{M.EVAL_ACCURACY} (last)", f"{evals[-1]:.3f}")
     return table

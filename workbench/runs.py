@@ -28,12 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import metrics as M
 from workbench.stats import RatioCI, after_warmup, ratio_ci, ratio_source
-from workbench.tags import PARENT_RUN_TAG, TAG_POINT
+from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STUDY, TAG_SWEEP
 
-POS_PREFIX = "spec/acceptance_rate_pos_"
-# Histories loaded by default: everything the tables, plots and the performance model read.
-HISTORY_PREFIXES = ("timing_s/", "timing_frac/", "spec/", "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")
 # Params that do not change what a run computes (how it drafts, logs, measures, is named).
 NOT_SETTING = ("drafter.", "tracking.", "measure.", "name")
 
@@ -137,8 +135,7 @@ def same_setting(a: RunRecord, b: RunRecord) -> bool:
 def baseline_for(run: RunRecord, runs: Iterable[RunRecord]) -> RunRecord | None:
     """The FINISHED ``drafter.kind=none`` run of the same setting (see the module docstring), or None.
 
-    Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work
-    (``workbench.perf.sweep_runs.SweepRun`` uses it too)."""
+    Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work."""
     return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and b.run_id != run.run_id and same_setting(run, b)), None)
 
 
@@ -185,7 +182,7 @@ class RunReader:
 
     # ------------------------------------------------------------------ records
 
-    def load(self, run: Any, histories: bool = True, prefixes: tuple[str, ...] = HISTORY_PREFIXES) -> RunRecord:
+    def load(self, run: Any, histories: bool = True, prefixes: tuple[str, ...] = M.HISTORY_PREFIXES) -> RunRecord:
         """A RunRecord of an MLflow ``Run``; with ``histories``, every metric under ``prefixes``."""
         rec = RunRecord(run.info.run_id, run.info.run_name or run.info.run_id, run.info.status, run.info.experiment_id,
                         dict(run.data.params), dict(run.data.tags), dict(run.data.metrics), run.info.start_time or 0)
@@ -229,3 +226,25 @@ class RunReader:
 
     def has_children(self, run_id: str, experiment_id: str) -> bool:
         return bool(self.search(f"tags.`{PARENT_RUN_TAG}` = '{run_id}'", [experiment_id], max_results=1))
+
+    def named(self, name: str, histories: bool = True) -> tuple[str, RunRecord | None, list[RunRecord]]:
+        """What NAME names, as ``(kind, parent, runs)``: kind ``sweep`` or ``study`` (the newest parent
+        tagged with it), ``parent`` (a run, by name or id, with children) or ``run``; ``runs`` the
+        parent's children (one per point, oldest first) or the one run.
+
+        Raises:
+            RunNotFound: no sweep, study, run name or run id NAME.
+        """
+        parent, kind = self.find_parent(TAG_SWEEP, name, TAG_ROLE), "sweep"
+        if parent is None:
+            parent, kind = self.find_parent(TAG_STUDY, name), "study"
+        if parent is not None:
+            parent = self.load(parent, histories=False)
+        else:
+            try:
+                parent, kind = self.get(name, histories=False), "parent"
+            except RunNotFound:
+                raise RunNotFound(f"no sweep, study, run name or run id {name!r} in {self.uri}") from None
+            if not self.has_children(parent.run_id, parent.experiment_id):
+                return "run", None, [self.get(parent.run_id) if histories else parent]
+        return kind, parent, self.children(parent.run_id, [parent.experiment_id], histories=histories)

@@ -35,6 +35,8 @@ import math
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
+from workbench import metrics as M
+
 CONFIDENCE = 0.95
 # The fewest runs whose prediction interval for a new run (t on n-2 df) tables show: at 3 runs (1 df)
 # it spans ±35-118 % of the speedup, at 5 runs (3 df) ±7-22 %, and covers a new run's estimate 96-98 %
@@ -300,7 +302,7 @@ def runs_ci(runs: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> 
     return random_effects([m for m, _ in est], [v for _, v in est], confidence)
 
 
-PAIRED_SPEEDUPS = ("speedup/gen", "speedup/step")  # the names users read: the run's estimate (see paired_summary)
+PAIRED_SPEEDUPS = (M.SPEEDUP_GEN, M.SPEEDUP_STEP)  # the names users read: the run's estimate (see paired_summary)
 PER_STEP_SUFFIX = "_per_step"
 
 

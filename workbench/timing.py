@@ -35,6 +35,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import torch
 
+from workbench import metrics as M
+
 # The stage names of docs/design.md §2/§3, in step order; other names are allowed (e.g. "eval").
 STAGES: tuple[str, ...] = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train")
 
@@ -156,11 +158,11 @@ class StageTimer:
         self._step_t0 = None
         # Stages lie inside the step, so this is >= 0 except for float rounding; clamp that away.
         other = max(step - sum(self._stages.values()), 0.0)
-        out: dict[str, float] = {f"timing_s/{k}": v for k, v in {**self._stages, **self._measured}.items()}
-        out["timing_s/step"] = step
-        out["timing_s/other"] = other
+        out: dict[str, float] = {M.timing(k): v for k, v in {**self._stages, **self._measured}.items()}
+        out[M.STEP_S] = step
+        out[M.OTHER_S] = other
         for k, v in [*self._stages.items(), ("other", other)]:
-            out[f"timing_frac/{k}"] = v / step if step > 0 else 0.0
+            out[M.timing_frac(k)] = v / step if step > 0 else 0.0
         return out
 
 

@@ -35,6 +35,7 @@ from typing import Callable
 
 import torch
 
+from workbench import metrics as M
 from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, setting_name, static_kwargs
 from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
@@ -219,7 +220,7 @@ class Bench:
             t = _paired_median(fns, self.cfg.repeats, self.device, first)
             t_spec = t["spec"].seconds
             row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"].seconds,
-                   "acceptance_length": t["spec"].out.counters.metrics().get("spec/acceptance_length"),
+                   "acceptance_length": t["spec"].out.counters.metrics().get(M.ACCEPTANCE_LENGTH),
                    "ours_spec_peak_mib": t["spec"].peak_mib}
             if self.cfg.hf:
                 a = t.get("assisted")
@@ -268,7 +269,7 @@ class Bench:
                 ar_times.append(t_ar)
                 ar_peaks.append(t["ar"].peak_mib)
                 m = out.counters.metrics()
-                rates = [m[f"spec/acceptance_rate_pos_{i}"] for i in range(k) if f"spec/acceptance_rate_pos_{i}" in m]
+                rates = [m[M.acceptance_rate_pos(i)] for i in range(k) if M.acceptance_rate_pos(i) in m]
                 alpha = fit_alpha(rates)
                 # c: the drafter's seconds per verification step inside a real generation (propose +
                 # accept, every kind alike), per draft token, in target steps
@@ -280,7 +281,7 @@ class Bench:
                 ci = paired_speedup_ci(t["ar"], t["spec"])
                 rows.append({
                     "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
-                    "acceptance_length": m.get("spec/acceptance_length"), "predicted_per_row": per_row,
+                    "acceptance_length": m.get(M.ACCEPTANCE_LENGTH), "predicted_per_row": per_row,
                     "predicted_speedup": pred, "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
                     "speedup_mean": ci.mean, "speedup_ci95_low": ci.low, "speedup_ci95_high": ci.high, "repeats": ci.n,
                     "spec_tok_s": B * self.cfg.max_new_tokens / t_spec, "spec_peak_mib": t["spec"].peak_mib,

@@ -12,6 +12,7 @@ greedy decoding.
 
 from __future__ import annotations
 
+from workbench import metrics as M
 from workbench.timing import measure
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -68,8 +69,8 @@ def run_vllm(b, kind: str, k: int) -> list[dict]:
                    "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
                    "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
                    "vllm_spec_speedup": _ci(t["vllm_ar_greedy"], t["vllm_spec_greedy"]),
-                   "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get("spec/acceptance_length"),
-                   "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get("spec/acceptance_length"),
+                   "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                   "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
                    "greedy_identical": outs["ours_spec_greedy"].tokens == outs["vllm_spec_greedy"].tokens}
             rows.append(row)
     finally:

@@ -1,4 +1,5 @@
-"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.perf.simulate.cpu -> Rich)."""
+"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.report.target.resolve ->
+workbench.perf.simulate.cpu -> Rich)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ def sweep_check(name: str, calibrate_k: int, unknown: str, costs: Optional[Path]
     from workbench.report import ReportError
     from workbench.perf.simulate.cpu import check
     from workbench.perf.simulate.from_sweep import read_sweep
+    from workbench.report.target import resolve
     from workbench.perf.simulate.measured import MeasuredHardware, from_cache
     from workbench.perf.simulate.plots import plot_check
     from workbench.perf.simulate.record import log_sweep_check, simulate_run
 
     try:
         with console.status(f"reading sweep {name}"):
-            wl = read_sweep(name, track["tracking_uri"], prompt_len)
+            wl = read_sweep(measured_sweep(resolve(name, track["tracking_uri"])), prompt_len)
             hw = MeasuredHardware.load(costs) if costs else from_cache([(p.params, p.kind, p.k) for p in wl.points], wl.chunk)
     except (ReportError, ValueError) as e:
         _fail(str(e))
@@ -51,6 +53,16 @@ def sweep_check(name: str, calibrate_k: int, unknown: str, costs: Optional[Path]
         _fail(str(e))
     if tr.run_id:
         console.print(f"MLflow run {tr.run_id} ({tr.tracking_uri}, experiment {track['experiment']})", highlight=False)
+
+
+def measured_sweep(t):
+    """The resolved sweep (:class:`workbench.report.target.Target`) as the simulator reads it:
+    :class:`workbench.perf.simulate.from_sweep.MeasuredSweep`."""
+    from workbench.perf.simulate.from_sweep import MeasuredRow, MeasuredSweep
+    from workbench.report.target import row_runs
+
+    rows = [MeasuredRow(r.point.run, row_runs(r), r.gen, r.paired, r.gen_runs) for r in t.rows]
+    return MeasuredSweep(t.name, t.tracking_uri, t.runs, rows)
 
 
 def render(chk) -> None:

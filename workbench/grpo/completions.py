@@ -16,6 +16,8 @@ lengths may be taken from a run: :mod:`workbench.perf.simulate.lengths`). Each s
 
 from __future__ import annotations
 
+from workbench import metrics as M
+
 FORMAT = "workbench.completion_lengths/1"
 
 
@@ -35,11 +37,11 @@ def completion_metrics(lengths: list[int], finish_reasons: list[str]) -> dict[st
     n = len(lengths)
     stop = sum(r == "stop" for r in finish_reasons) / n
     return {
-        "completions/mean_length": sum(lengths) / n,
-        "completions/min_length": float(min(lengths)),
-        "completions/max_length": float(max(lengths)),
-        "completions/clipped_ratio": sum(r == "length" for r in finish_reasons) / n,
-        "completions/frac_stop": stop,
+        M.COMPLETIONS_MEAN_LENGTH: sum(lengths) / n,
+        M.COMPLETIONS_MIN_LENGTH: float(min(lengths)),
+        M.COMPLETIONS_MAX_LENGTH: float(max(lengths)),
+        M.COMPLETIONS_CLIPPED_RATIO: sum(r == "length" for r in finish_reasons) / n,
+        M.COMPLETIONS_FRAC_STOP: stop,
     }
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from workbench import metrics as M
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
 
@@ -94,12 +95,12 @@ def reduce_step_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for m in per_rank for k in m):
         vals = [m[key] for m in per_rank if key in m]
-        out[key] = max(vals) if key.startswith("timing_s/") else sum(vals) / len(vals)
-    gens = [m["timing_s/gen"] for m in per_rank if "timing_s/gen" in m]
+        out[key] = max(vals) if key.startswith(M.TIMING) else sum(vals) / len(vals)
+    gens = [m[M.GEN_S] for m in per_rank if M.GEN_S in m]
     if gens:
-        out["timing_s/gen_max"], out["timing_s/gen_min"] = max(gens), min(gens)
-    for key in [k for k in out if k.startswith("timing_frac/")]:  # shares of the (slowest) step
-        out[key] = out.get("timing_s/" + key.split("/", 1)[1], 0.0) / max(out.get("timing_s/step", 0.0), 1e-9)
+        out[M.GEN_MAX_S], out[M.GEN_MIN_S] = max(gens), min(gens)
+    for key in [k for k in out if k.startswith(M.TIMING_FRAC)]:  # shares of the (slowest) step
+        out[key] = out.get(M.timing(key.split("/", 1)[1]), 0.0) / max(out.get(M.STEP_S, 0.0), 1e-9)
     return out
 
 

@@ -11,6 +11,7 @@ import torch
 
 from drafters.chain import DraftBatch
 from drafters.training import DraftBuffer, DraftOptimizer, evaluate
+from workbench import metrics as M
 
 
 class OnlineAdaptation:
@@ -39,10 +40,10 @@ class OnlineAdaptation:
         due = step % self.spec.every == 0
         if due:
             ev = evaluate(self.drafter, batch)
-            out = {"draft/top1_agreement": ev["draft/top1_agreement"], "draft/heldout_loss": ev["draft/loss"]}
+            out = {M.DRAFT_TOP1: ev[M.DRAFT_TOP1], M.DRAFT_HELDOUT_LOSS: ev[M.DRAFT_LOSS]}
         self.buffer.add(batch)
         if due:
-            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))["draft/loss"] for _ in range(self.spec.steps)]
-            out["draft/loss"] = sum(losses) / len(losses)
-            out["draft/buffer_size"] = float(len(self.buffer))
+            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))[M.DRAFT_LOSS] for _ in range(self.spec.steps)]
+            out[M.DRAFT_LOSS] = sum(losses) / len(losses)
+            out[M.DRAFT_BUFFER_SIZE] = float(len(self.buffer))
         return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench import metrics as M
 from workbench.tasks import Task
 
 
@@ -22,16 +23,16 @@ class Scores:
     format: list[float] | None  # (N,) 1.0 in the asked-for format; None when the task has no format reward
     total: list[float]  # (N,) accuracy + format_weight * format
 
-    def metrics(self, prefix: str = "reward", ci: bool = False) -> dict[str, float]:
+    def metrics(self, prefix: str = M.REWARD, ci: bool = False) -> dict[str, float]:
         """Means over the rows: ``<prefix>/accuracy`` and, if the task has one, ``<prefix>/format``;
         ``ci``: also their Wilson 95 % intervals (``_ci95_low`` / ``_ci95_high``; binary rewards only)."""
         m: dict[str, float] = {}
         for name, vals in (("accuracy", self.accuracy), ("format", self.format)):
             if vals is None:
                 continue
-            m[f"{prefix}/{name}"] = sum(vals) / max(len(vals), 1)
+            m[M.reward_key(prefix, name)] = sum(vals) / max(len(vals), 1)
             if ci and vals:
-                m[f"{prefix}/{name}_ci95_low"], m[f"{prefix}/{name}_ci95_high"] = wilson_interval(int(sum(vals)), len(vals))
+                m[M.reward_key(prefix, f"{name}_ci95_low")], m[M.reward_key(prefix, f"{name}_ci95_high")] = wilson_interval(int(sum(vals)), len(vals))
         return m
 
 

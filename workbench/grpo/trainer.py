@@ -22,6 +22,7 @@ import torch
 
 from drafters.chain import DraftBatch
 from drafters.training import capture_hidden
+from workbench import metrics as M
 from workbench.grpo.advantages import frac_zero_std, group_advantages
 from workbench.grpo.async_rollout import RolloutWorker
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
@@ -139,11 +140,11 @@ class GRPOTrainer:
         if self.spec.rollout.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update({
-            "gen/tokens_per_s": n_tok / max(m["timing_s/gen"], 1e-9),
-            "gen/num_tokens": float(n_tok),
-            "reward/mean": rewards.mean().item(),
+            M.TOKENS_PER_S: n_tok / max(m[M.GEN_S], 1e-9),
+            M.NUM_TOKENS: float(n_tok),
+            M.REWARD_MEAN: rewards.mean().item(),
             **scores.metrics(),
-            "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            M.REWARD_STD: rewards.std().item() if rewards.numel() > 1 else 0.0,
             "frac_reward_zero_std": frac_zero_std(rewards, G),
             **completion_metrics(self.completion_lengths, out.finish_reasons),
             **stats,
@@ -230,7 +231,7 @@ class GRPOTrainer:
         if res.step != step:
             raise RuntimeError(f"grpo.async: expected the rollouts of step {step}, got step {res.step}")
         rows, prompts, _ = self._requested.pop(step)
-        return rows, prompts, res.output, {"timing_s/gen": res.seconds, "async/staleness": float(self._version - res.version)}
+        return rows, prompts, res.output, {M.GEN_S: res.seconds, M.STALENESS: float(self._version - res.version)}
 
     def set_k_policy(self, policy) -> None:
         """Adaptive speculation: ``policy`` (a :class:`workbench.rollout.kpolicy.KPolicy`) chooses each
@@ -335,10 +336,10 @@ class GRPOTrainer:
         if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
             loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
                 [loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped]).tolist()
-        out = {"loss/policy": loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": grad_norm,
-               "train/step_skipped": skipped, "gen/logprob_abs_diff": gap_sum / float(total_tok), "gen/logprob_truncation_abs_diff": trunc_sum / float(total_tok)}
+        out = {M.LOSS_POLICY: loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": grad_norm,
+               M.STEP_SKIPPED: skipped, M.LOGPROB_ABS_DIFF: gap_sum / float(total_tok), M.LOGPROB_TRUNCATION_ABS_DIFF: trunc_sum / float(total_tok)}
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
-            out.update({"async/is_weight_mean": is_sum / float(total_tok), "async/is_capped_frac": is_capped / float(total_tok)})
+            out.update({M.IS_WEIGHT_MEAN: is_sum / float(total_tok), M.IS_CAPPED_FRAC: is_capped / float(total_tok)})
         return out
 
     @torch.no_grad()
@@ -356,7 +357,7 @@ class GRPOTrainer:
         gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
         sp = self.sampling
         greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
-        arms = [("eval", greedy)] + ([("eval_sampled", sp)] if self.spec.grpo.eval_sampled else [])
+        arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.spec.grpo.eval_sampled else [])
         m: dict[str, float] = {}
         policy, self.backend.k_policy = self.backend.k_policy, None
         try:

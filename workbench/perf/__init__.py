@@ -14,7 +14,7 @@ One concept per module; pure maths apart from what measures or reads runs:
   the deterministic ``speedup/gen_modeled`` every speculative run logs (docs/design.md §8);
 - :mod:`workbench.perf.simulate`: ``wb simulate``, the cluster simulator, and the one check of the
   model against a measured sweep (``wb simulate --from-sweep``; ``wb project --sweep`` is its alias).
-  Not imported here: it reads sweeps through the report (:mod:`workbench.report`).
+  Not imported here; its command resolves the sweep with the report (:mod:`workbench.report`) and hands it over.
 
 The names below are re-exported; :mod:`~workbench.perf.cost_curve` (which imports torch) is loaded
 on first use of one of its names, so ``wb project --seeds`` does not pay for torch.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from workbench import metrics as M
 from workbench.perf.analytic import CostModel
 
 
@@ -74,7 +75,7 @@ def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: 
     """``speedup/gen_modeled``, ``gen/modeled_s`` and ``gen_autoregressive/modeled_s`` of one step."""
     ar = modeled_ar_seconds(lengths, chunk, cost, continuous)
     spec = modeled_spec_seconds(rows_per_forward, k, cost, drafter)
-    return {"speedup/gen_modeled": ar / spec if spec > 0 else 1.0, "gen/modeled_s": spec, "gen_autoregressive/modeled_s": ar}
+    return {M.SPEEDUP_GEN_MODELED: ar / spec if spec > 0 else 1.0, M.GEN_MODELED_S: spec, M.AR_MODELED_S: ar}
 
 
 class ModeledSpeedup:

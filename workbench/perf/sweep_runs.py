@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.runs import POS_PREFIX, RunNotFound, RunReader
+from workbench import metrics as M
+from workbench.runs import RunNotFound, RunReader
 
 # The stages a projection reads from a run (docs/design.md §3), in the order `wb project` prints them.
 STAGES = ("data", "prepare", "gen", "logprob", "train", "draft_train")
-POS_KEY = POS_PREFIX  # spec/acceptance_rate_pos_<i>
 
 
 @dataclass
@@ -52,32 +52,8 @@ class SweepRun:
         return self._int("grpo.prompts_per_step", 8) * self._int("grpo.group_size", 8)
 
     @property
-    def chunk(self) -> int:
-        return min(self.rows, self._int("rollout.max_batch_size", 256))
-
-    @property
-    def continuous(self) -> bool:
-        """rollout.continuous_batching (runs logged before it existed decoded in chunks)."""
-        return str(self.params.get("rollout.continuous_batching", "False")).lower() == "true"
-
-    @property
-    def chunks(self) -> int:
-        return -(-self.rows // self.chunk)
-
-    @property
     def per_pos(self) -> list[float]:
-        return [self.means[f"{POS_KEY}{i}"] for i in range(self.k) if f"{POS_KEY}{i}" in self.means]
-
-    @property
-    def gen(self) -> float | None:
-        return self.means.get("timing_s/gen")
-
-    @property
-    def step(self) -> float | None:
-        return self.means.get("timing_s/step")
-
-    def label(self) -> str:
-        return "baseline (none)" if self.is_baseline else f"{self.kind} k={self.k}"
+        return [self.means[M.acceptance_rate_pos(i)] for i in range(self.k) if M.acceptance_rate_pos(i) in self.means]
 
 
 def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bool = True) -> tuple[dict[str, float], dict]:
@@ -101,15 +77,15 @@ def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bo
 
     stages = {}
     for st in STAGES + ("reward", "other"):
-        v = mean(f"timing_s/{st}")
+        v = mean(M.timing(st))
         if v is not None:
             stages[st] = v
     if "gen" not in stages:
         raise ValueError(f"--run {run}: no timing_s/gen metric")
     k = int(r.params.get("drafter.k", 0) or 0)
-    per_pos = [mean(f"spec/acceptance_rate_pos_{i}") for i in range(k)]
+    per_pos = [mean(M.acceptance_rate_pos(i)) for i in range(k)]
     info = dict(drafter=r.params.get("drafter.kind", "drafter"), k=k,
-                per_pos=[p for p in per_pos if p is not None], acceptance_length=mean("spec/acceptance_length"))
+                per_pos=[p for p in per_pos if p is not None], acceptance_length=mean(M.ACCEPTANCE_LENGTH))
     return stages, info
 
 

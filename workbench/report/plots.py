@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from workbench import metrics as M
 from workbench.report.target import Target, label, online, row_mean, row_runs, short
 from workbench.report.tables import REWARD, reward_groups, stage_rows
-from workbench.rollout.counters import K_BY_ROWS
-from workbench.runs import POS_PREFIX
 from workbench.sweep.results import REPEAT_KEY
 
 
@@ -79,8 +78,8 @@ def plot_speedup_vs_k(t: Target, out: Path) -> str | None:
 def plot_acceptance_per_position(t: Target, out: Path) -> str | None:
     lines = []
     for r in t.rows:
-        keys = {k for x in row_runs(r) for k in x.history if k.startswith(POS_PREFIX)}
-        pos = sorted((int(k[len(POS_PREFIX):]), row_mean(r, k)) for k in keys)
+        keys = {k for x in row_runs(r) for k in x.history if k.startswith(M.ACCEPTANCE_RATE_POS)}
+        pos = sorted((M.suffix_int(k, M.ACCEPTANCE_RATE_POS), row_mean(r, k)) for k in keys)
         pos = [(i, v) for i, v in pos if v is not None]
         if pos:
             lines.append((r, pos))
@@ -97,13 +96,13 @@ def plot_acceptance_per_position(t: Target, out: Path) -> str | None:
 
 
 def plot_acceptance_over_steps(t: Target, out: Path) -> str | None:
-    lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get("spec/acceptance_length")]
+    lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get(M.ACCEPTANCE_LENGTH)]
     if not lines:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for r, x in lines:
-        pts, mode = x.history["spec/acceptance_length"], online(x)
+        pts, mode = x.history[M.ACCEPTANCE_LENGTH], online(x)
         seed = f" seed={x.params[REPEAT_KEY]}" if len(r.outcomes) > 1 and REPEAT_KEY in x.params else ""
         tag = {True: " (online)", False: " (frozen)", None: ""}[mode]
         ax.plot([s for s, _ in pts], [v for _, v in pts], "--" if mode is False else "-", marker="o", ms=3,
@@ -174,8 +173,8 @@ def plot_k_histogram(t: Target, out: Path) -> str | None:
     """Adaptive speculation: the share of verification steps at each chosen k_t, per row."""
     bars = []
     for r in t.rows:
-        keys = sorted({k for x in row_runs(r) for k in x.history if k.startswith("spec/k_frac_")}, key=lambda k: int(k.rsplit("_", 1)[1]))
-        vals = [(int(k.rsplit("_", 1)[1]), row_mean(r, k)) for k in keys]
+        keys = sorted({k for x in row_runs(r) for k in x.history if k.startswith(M.K_FRAC)}, key=lambda k: M.suffix_int(k, M.K_FRAC))
+        vals = [(M.suffix_int(k, M.K_FRAC), row_mean(r, k)) for k in keys]
         if vals:
             bars.append((r, [(j, v) for j, v in vals if v is not None]))
     if not bars:
@@ -193,8 +192,8 @@ def plot_k_vs_batch(t: Target, out: Path) -> str | None:
     """Adaptive speculation: mean chosen k_t against the live batch size (power-of-two bins)."""
     lines = []
     for r in t.rows:
-        keys = {k for x in row_runs(r) for k in x.history if k.startswith(K_BY_ROWS)}
-        pts = sorted((int(k[len(K_BY_ROWS):]), row_mean(r, k)) for k in keys)
+        keys = {k for x in row_runs(r) for k in x.history if k.startswith(M.K_MEAN_BY_ROWS)}
+        pts = sorted((M.suffix_int(k, M.K_MEAN_BY_ROWS), row_mean(r, k)) for k in keys)
         pts = [(b, v) for b, v in pts if v is not None]
         if pts:
             lines.append((r, pts))
@@ -211,7 +210,7 @@ def plot_k_vs_batch(t: Target, out: Path) -> str | None:
 
 def plot_completion_lengths(t: Target, out: Path) -> str | None:
     """Mean (solid) and longest (dotted) completion per RL step, per point: the long tail the gen stage waits for."""
-    lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get("completions/mean_length")]
+    lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get(M.COMPLETIONS_MEAN_LENGTH)]
     if not lines:
         return None
     plt = _plt()
@@ -220,7 +219,7 @@ def plot_completion_lengths(t: Target, out: Path) -> str | None:
     for i, (r, x) in enumerate(lines):
         seed = f" seed={x.params[REPEAT_KEY]}" if len(r.outcomes) > 1 and REPEAT_KEY in x.params else ""
         color = cmap(i % 10)
-        for key, ls, what in (("completions/mean_length", "-", "mean"), ("completions/max_length", ":", "max")):
+        for key, ls, what in ((M.COMPLETIONS_MEAN_LENGTH, "-", "mean"), (M.COMPLETIONS_MAX_LENGTH, ":", "max")):
             pts = x.history.get(key) or []
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], ls, color=color, marker="o" if what == "mean" else None, ms=3,

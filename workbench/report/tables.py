@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 
+from workbench import metrics as M
 from workbench.report.target import Target, axis_value, label, row_mean, row_runs, short
 from workbench.runs import RunRecord
 from workbench.stats import PREDICTION_MIN_RUNS, RatioCI, two_sample
 from workbench.sweep.results import INTERVAL_NOTE, REPEAT_KEY, Row, fmt_tau
 
 STAGES = ("data", "prepare", "gen", "reward", "logprob", "train", "draft_train", "other")
-REWARD = "reward/mean"
+REWARD = M.REWARD_MEAN
 ALPHA, POWER, TAIL = 0.05, 0.8, 3
 
 RESULTS_NOTE = (
@@ -81,8 +82,8 @@ def results_table_md(t: Target) -> str:
         finals = [v for x in row_runs(r) if (v := x.last(REWARD)) is not None]
         out.append([
             run.kind, *[axis_value(run, a) for a in axes],
-            fmt_num(row_mean(r, "spec/acceptance_length"), ".2f"), fmt_num(row_mean(r, "spec/acceptance_rate"), ".2f"),
-            fmt_num(row_mean(r, "timing_s/gen")), fmt_num(row_mean(r, "timing_s/step")),
+            fmt_num(row_mean(r, M.ACCEPTANCE_LENGTH), ".2f"), fmt_num(row_mean(r, M.ACCEPTANCE_RATE), ".2f"),
+            fmt_num(row_mean(r, M.GEN_S)), fmt_num(row_mean(r, M.STEP_S)),
             fmt_ci(r.gen, r.paired) + mark, fmt_ci(r.step, r.paired), fmt_tau(r.gen_runs),
             fmt_num(sum(finals) / len(finals) if finals else None), str(len(r.ok)),
             ", ".join(sorted({x.status.lower() for x in row_runs(r, ok=False)})),
@@ -130,10 +131,10 @@ def stage_rows(t: Target) -> tuple[list[Row], list[tuple[str, list[float | None]
     if best is not None and base is not None:
         shown = [base, best]
     else:
-        shown = [r for r in t.rows if any(k.startswith("timing_s/") for x in row_runs(r) for k in x.history)][:4]
-    lines = [(s, [row_mean(r, f"timing_s/{s}") for r in shown]) for s in STAGES]
+        shown = [r for r in t.rows if any(k.startswith(M.TIMING) for x in row_runs(r) for k in x.history)][:4]
+    lines = [(s, [row_mean(r, M.timing(s)) for r in shown]) for s in STAGES]
     lines = [(s, v) for s, v in lines if any(x for x in v)]
-    lines.append(("total", [row_mean(r, "timing_s/step") for r in shown]))
+    lines.append(("total", [row_mean(r, M.STEP_S) for r in shown]))
     return shown, lines
 
 

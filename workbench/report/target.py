@@ -163,31 +163,16 @@ def resolve(name: str, tracking_uri: str | None = None) -> Target:
         reader.experiment_ids()
     except Exception as e:  # noqa: BLE001 - unreachable server, unreadable store
         raise ReportError(f"cannot read the MLflow store {reader.uri}: {e}") from None
-    parent, kind = reader.find_parent(TAG_SWEEP, name, TAG_ROLE), "sweep"
-    if parent is None:
-        parent, kind = reader.find_parent(TAG_STUDY, name), "study"
-    single = None
-    if parent is None:
-        try:
-            single = reader.get(name, histories=False)
-        except RunNotFound:
-            groups, runs = recent_names(reader)
-            raise ReportError(
-                f"no sweep, study, run name or run id {name!r} in {reader.uri}\n"
-                f"  recent sweeps/studies: {', '.join(groups) or '(none)'}\n"
-                f"  recent runs: {', '.join(runs) or '(none)'}\n"
-                "  (set the store with --tracking-uri or $MLFLOW_TRACKING_URI)"
-            ) from None
-        if reader.has_children(single.run_id, single.experiment_id):
-            kind = "parent"
-    if parent is not None:
-        parent = reader.load(parent, histories=False)
-    elif kind == "parent":
-        parent = single
-    if parent is not None:
-        runs = reader.children(parent.run_id, [parent.experiment_id])
-    else:
-        kind, runs = "run", [reader.get(single.run_id)]
+    try:
+        kind, parent, runs = reader.named(name)
+    except RunNotFound as e:
+        groups, recent = recent_names(reader)
+        raise ReportError(
+            f"{e}\n"
+            f"  recent sweeps/studies: {', '.join(groups) or '(none)'}\n"
+            f"  recent runs: {', '.join(recent) or '(none)'}\n"
+            "  (set the store with --tracking-uri or $MLFLOW_TRACKING_URI)"
+        ) from None
     exp = reader.client.get_experiment((parent or runs[0]).experiment_id)
     axes = _axes(parent, runs)
     return Target(kind, name, parent, runs, reader.uri, exp.name, axes, build_rows(runs, axes))

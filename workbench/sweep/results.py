@@ -28,10 +28,11 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from workbench import metrics as M
 from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
 from workbench.stats import Decision, RatioCI, RunsCI, after_warmup, decide, per_step_ratios, ratio_ci, runs_ci
 
-SUMMARY_KEYS = ("timing_s/gen", "timing_s/step", "timing_s/gen_autoregressive", "spec/acceptance_length", "spec/acceptance_rate")
+SUMMARY_KEYS = (M.GEN_S, M.STEP_S, M.GEN_AR_S, M.ACCEPTANCE_LENGTH, M.ACCEPTANCE_RATE)
 
 
 def summarize(history: list[dict[str, float]], warmup: int = 1) -> dict[str, float | None]:
@@ -44,11 +45,11 @@ def summarize(history: list[dict[str, float]], warmup: int = 1) -> dict[str, flo
     for k in SUMMARY_KEYS:
         vals = after_warmup([h[k] for h in history if k in h], warmup)
         out[k] = sum(vals) / len(vals) if vals else None
-    rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
-    out["reward/final"] = rewards[-1] if rewards else None
-    acc = [h["spec/acceptance_length"] for h in history if "spec/acceptance_length" in h]
-    out["spec/acceptance_length_first"] = acc[0] if acc else None  # step 1 vs the last step: does the drafter
-    out["spec/acceptance_length_last"] = acc[-1] if acc else None  # keep up with the moving policy?
+    rewards = [h[M.REWARD_MEAN] for h in history if M.REWARD_MEAN in h]
+    out[M.REWARD_FINAL] = rewards[-1] if rewards else None
+    acc = [h[M.ACCEPTANCE_LENGTH] for h in history if M.ACCEPTANCE_LENGTH in h]
+    out[M.ACCEPTANCE_LENGTH_FIRST] = acc[0] if acc else None  # step 1 vs the last step: does the drafter
+    out[M.ACCEPTANCE_LENGTH_LAST] = acc[-1] if acc else None  # keep up with the moving policy?
     return out
 
 
@@ -147,15 +148,15 @@ def fill_speedups(rows: list[Row]) -> None:
     for r in rows:
         if r.point.is_baseline or not r.ok:
             continue
-        r.gen, r.gen_runs = paired_interval([o.ratios("speedup/gen") for o in r.ok])
+        r.gen, r.gen_runs = paired_interval([o.ratios(M.SPEEDUP_GEN) for o in r.ok])
         if r.gen is not None:
-            r.step, r.step_runs = paired_interval([o.ratios("speedup/step") for o in r.ok])
+            r.step, r.step_runs = paired_interval([o.ratios(M.SPEEDUP_STEP) for o in r.ok])
             r.paired = True
             continue
         r.paired = False  # not paired: a ratio of means against the baseline run(s), no interval
         pairs = [(base.get(o.point.baseline_key), o) for o in r.ok]
-        g = [speedup(b.summary["timing_s/gen"], o.summary["timing_s/gen"]) for b, o in pairs if b]
-        s = [speedup(b.summary["timing_s/step"], o.summary["timing_s/step"]) for b, o in pairs if b]
+        g = [speedup(b.summary[M.GEN_S], o.summary[M.GEN_S]) for b, o in pairs if b]
+        s = [speedup(b.summary[M.STEP_S], o.summary[M.STEP_S]) for b, o in pairs if b]
         g, s = [x for x in g if x], [x for x in s if x]
         r.gen = RatioCI(sum(g) / len(g), None, None, 0, None) if g else None
         r.step = RatioCI(sum(s) / len(s), None, None, 0, None) if s else None
@@ -211,7 +212,7 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
     for r in rows:
         p, name = r.point, label(r)
         mark = " ★" if name == dec.best else (" ≈" if name in tie else "")
-        first, last = r.mean("spec/acceptance_length_first"), r.mean("spec/acceptance_length_last")
+        first, last = r.mean(M.ACCEPTANCE_LENGTH_FIRST), r.mean(M.ACCEPTANCE_LENGTH_LAST)
         failed = [o for o in r.outcomes if o.status == "failed"]
         statuses = sorted({o.status for o in r.outcomes})
         status = " ".join({"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]", "other": "[cyan]other worker[/]"}.get(s, "[red]FAILED[/]") for s in statuses)
@@ -219,12 +220,12 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
             status += " " + (failed[0].error or "")
         table.add_row(
             p.spec.drafter.kind, *[p.display(a) for a in cols],
-            _fmt(r.mean("spec/acceptance_length"), ".2f"),
+            _fmt(r.mean(M.ACCEPTANCE_LENGTH), ".2f"),
             f"{_fmt(first, '.2f')}→{_fmt(last, '.2f')}" if first is not None else "-",
-            _fmt(r.mean("spec/acceptance_rate"), ".2f"),
-            _fmt(r.mean("timing_s/gen")), _fmt(r.mean("timing_s/step")),
+            _fmt(r.mean(M.ACCEPTANCE_RATE), ".2f"),
+            _fmt(r.mean(M.GEN_S)), _fmt(r.mean(M.STEP_S)),
             fmt_ratio(r.gen, r.paired) + mark, fmt_ratio(r.step, r.paired), fmt_tau(r.gen_runs),
-            _fmt(r.mean("reward/final")), str(len(r.ok)), status,
+            _fmt(r.mean(M.REWARD_FINAL)), str(len(r.ok)), status,
             style="bold" if name == dec.best else None,
         )
     return table
@@ -253,7 +254,7 @@ def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row
         "rows": [
             {"label": label(r), "baseline": r.point.is_baseline, "drafter.kind": r.point.spec.drafter.kind,
              "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
-             "speedup/gen": _ci_json(r.gen, r.paired, r.gen_runs), "speedup/step": _ci_json(r.step, r.paired, r.step_runs),
+             M.SPEEDUP_GEN: _ci_json(r.gen, r.paired, r.gen_runs), M.SPEEDUP_STEP: _ci_json(r.step, r.paired, r.step_runs),
              "points": [{"point": o.point.key, "seed": o.point.spec.seed, "status": o.status, "run_id": o.run_id,
                          "error": o.error, **o.summary} for o in r.outcomes]}
             for r in rows

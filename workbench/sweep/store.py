@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from workbench import metrics as M
 from workbench.runs import RunReader, RunRecord, quote
 from workbench.specs import ExperimentSpec
 from workbench.sweep.results import Outcome, Row
@@ -177,7 +178,7 @@ class SweepStore:
         if row.paired or not o.run_id:
             return
         ts, step = int(time.time() * 1000), o.point.spec.grpo.steps
-        vals = (("speedup/gen_unpaired", row.gen), ("speedup/step_unpaired", row.step))
+        vals = ((f"{M.SPEEDUP_GEN}_unpaired", row.gen), (f"{M.SPEEDUP_STEP}_unpaired", row.step))
         metrics = [Metric(k, ci.mean, ts, step) for k, ci in vals if ci is not None]
         if metrics:
             self.client.log_batch(o.run_id, metrics=metrics)

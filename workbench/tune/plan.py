@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench import metrics as M
 from workbench.specs import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
 from workbench.sweep.grid import paired_by_default
 from workbench.specs import set_dotted
 from workbench.tune.space import check_params, edge_values
 
 DEFAULT_TUNE_SPEC = "tune"
-PAIRED_KEY = {"speedup_gen": "speedup/gen_per_step", "speedup_step": "speedup/step_per_step"}  # objective -> per-step paired ratio
+PAIRED_KEY = {"speedup_gen": M.SPEEDUP_GEN_PER_STEP, "speedup_step": M.SPEEDUP_STEP_PER_STEP}  # objective -> per-step paired ratio
 OBJECTIVES = ("gen_tokens_per_s", *PAIRED_KEY)
 
 

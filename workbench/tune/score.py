@@ -15,6 +15,7 @@ import optuna
 from rich import box
 from rich.table import Table
 
+from workbench import metrics as M
 from workbench.experiment import EarlyStop
 from workbench.specs import ExperimentSpec
 from workbench.stats import after_warmup, ratio_ci
@@ -52,7 +53,7 @@ def objective_score(objective: str, history: list[dict[str, float]], warmup: int
         ValueError: an unknown objective.
     """
     if objective == "gen_tokens_per_s":
-        vals = after_warmup([h["gen/tokens_per_s"] for h in history if "gen/tokens_per_s" in h], warmup)
+        vals = after_warmup([h[M.TOKENS_PER_S] for h in history if M.TOKENS_PER_S in h], warmup)
         return Score(sum(vals) / len(vals), n=len(vals)) if vals else None
     if objective not in PAIRED_KEY:
         raise ValueError(f"unknown objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")

@@ -1,8 +1,8 @@
 """A workbench sweep as the simulator's workload, acceptance and measurements (read from MLflow).
 
-What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``, read through the report code
-(:func:`workbench.report.target.resolve`: one row per setting, repeats pooled, the paired gen
-speedup with its 95 % CI):
+What a sweep stored in MLflow gives ``wb simulate --from-sweep NAME``: the command resolves it with the
+report code (:func:`workbench.report.target.resolve`: one row per setting, repeats pooled, the paired
+gen speedup with its 95 % CI) and hands it over as a :class:`MeasuredSweep`; :func:`read_sweep` reads
 
 - per point (drafter kind, k): the per-position acceptance rates ``spec/acceptance_rate_pos_<i>``
   and the share of row-steps without a draft (n-gram misses; :func:`row_steps_of`),
@@ -31,14 +31,44 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench import metrics as M
 from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
 from workbench.perf.sweep_runs import SweepRun
 from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
 from workbench.perf.simulate.rollout import lognormal_lengths
 from workbench.perf.simulate.run import solve_monotone
+from workbench.runs import RunRecord
 from workbench.stats import RatioCI, RunsCI
 
 CV_MAX = 3.0
+
+
+@dataclass
+class MeasuredRow:
+    """One setting of a measured sweep, repeats pooled: the run heading it, its runs that did not fail,
+    its paired gen speedup [95 % CI] (``paired`` False: a ratio of means, no interval) and the
+    random-effects estimate behind it (>= 2 runs)."""
+
+    run: RunRecord
+    runs: list[RunRecord]
+    gen: RatioCI | None
+    paired: bool
+    gen_runs: RunsCI | None = None
+
+    def mean(self, key: str) -> float | None:
+        """Mean over the runs of :meth:`workbench.runs.RunRecord.mean` (each after its warm-up)."""
+        vals = [m for r in self.runs if (m := r.mean(key)) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+
+@dataclass
+class MeasuredSweep:
+    """A sweep as stored in MLflow: its name, store, runs (one per point) and rows (settings)."""
+
+    name: str
+    tracking_uri: str
+    runs: list[RunRecord]
+    rows: list[MeasuredRow]
 
 
 @dataclass
@@ -141,10 +171,10 @@ def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_l
 
 def row_steps_of(run: SweepRun) -> tuple[float, float]:
     """(row-steps R, share of them without a draft) from the run's counters (module doc: undrafted row-steps from the token count)."""
-    emitted = run.means["gen/num_tokens"] - run.rows  # the prefill emits each row's first token
+    emitted = run.means[M.NUM_TOKENS] - run.rows  # the prefill emits each row's first token
     if run.is_baseline:
         return emitted, 1.0
-    drafts = run.means.get("spec/num_drafts", 0.0)
+    drafts = run.means.get(M.NUM_DRAFTS, 0.0)
     undrafted = max(0.0, emitted - drafts * tokens_per_step(run.per_pos))
     total = drafts + undrafted
     return total, (undrafted / total if total else 0.0)
@@ -175,16 +205,14 @@ def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
     return int(round(sum(lens) / len(lens)))
 
 
-def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | None = None) -> SweepWorkload:
-    """Sweep ``name``'s workload and speculative points (module doc).
+def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload:
+    """The sweep's workload and speculative points (module doc).
 
     Raises:
-        ValueError: no such sweep or run (the report's message lists what exists), runs of different
-            workloads (target, task, batch shape), or no speculative point with a paired speedup.
+        ValueError: no FINISHED run, runs of different workloads (target, task, batch shape), or no
+            speculative point with a paired speedup.
     """
-    from workbench.report.target import resolve, row_mean, row_runs
-
-    t = resolve(name, tracking_uri)
+    name = t.name
     runs = [r for r in t.runs if r.status == "FINISHED"]
     if not runs:
         raise ValueError(f"sweep {name!r} has no FINISHED run")
@@ -196,8 +224,8 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
             raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
     rows = _int(p0, "grpo.prompts_per_step", 8) * _int(p0, "grpo.group_size", 8)
     chunk = min(rows, _int(p0, "rollout.max_batch_size", 256))
-    lens = [m / rows for r in runs for key in ("gen/num_tokens", "gen_autoregressive/num_tokens") if (m := r.mean(key)) is not None]
-    fwd = [m for r in runs if (m := r.mean("gen_autoregressive/num_forwards")) is not None]
+    lens = [m / rows for r in runs for key in (M.NUM_TOKENS, M.AR_NUM_TOKENS) if (m := r.mean(key)) is not None]
+    fwd = [m for r in runs if (m := r.mean(M.AR_NUM_FORWARDS)) is not None]
     if not lens or not fwd:
         raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
                          "them; measure.paired=true)")
@@ -219,7 +247,7 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
         wl.lengths_note = f"lognormal fitted to the mean and the AR forwards ({why_not})"
     wl.prompt_len = int(prompt_len) if prompt_len is not None else prompt_tokens(p0)
     for row in t.rows:
-        run = row.point.run
+        run = row.run
         if run.is_baseline:
             continue
         label = f"{run.kind} k={run.k}"
@@ -227,16 +255,16 @@ def read_sweep(name: str, tracking_uri: str | None = None, prompt_len: int | Non
             wl.skipped.append(f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)")
             continue
         k = int(run.k or 0)
-        per_pos = [row_mean(row, f"spec/acceptance_rate_pos_{i}") for i in range(k)]
-        means = {key: row_mean(row, key) for key in ("gen/num_tokens", "spec/num_drafts")}
+        per_pos = [row.mean(M.acceptance_rate_pos(i)) for i in range(k)]
+        means = {key: row.mean(key) for key in (M.NUM_TOKENS, M.NUM_DRAFTS)}
         if any(v is None for v in per_pos) or any(v is None for v in means.values()):
             wl.skipped.append(f"{label}: no per-position acceptance or spec/num_drafts")
             continue
         sr = SweepRun(run.run_id, run.name, run.status, dict(run.params),
-                      {**means, **{f"spec/acceptance_rate_pos_{i}": v for i, v in enumerate(per_pos)}})
+                      {**means, **{M.acceptance_rate_pos(i): v for i, v in enumerate(per_pos)}})
         _, no_draft = row_steps_of(sr)
-        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row_mean(row, "speedup/gen_modeled"),
-                                    [x.run_id for x in row_runs(row)], dict(run.params), row.gen_runs))
+        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row.mean(M.SPEEDUP_GEN_MODELED),
+                                    [x.run_id for x in row.runs], dict(run.params), row.gen_runs))
     if not wl.points:
         raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
     wl.points.sort(key=lambda p: (p.kind, p.k))

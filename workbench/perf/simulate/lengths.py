@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench import metrics as M
 from workbench.grpo.completions import FORMAT
 
 
@@ -174,12 +175,12 @@ def read_run_lengths(run_ids: list[str], tracking_uri: str) -> MeasuredLengths:
     client = MlflowClient(tracking_uri)
     out: MeasuredLengths | None = None
     for rid in run_ids:
-        files = sorted(f.path for f in client.list_artifacts(rid, "completions/lengths") if f.path.endswith(".json"))
+        files = sorted(f.path for f in client.list_artifacts(rid, M.COMPLETION_LENGTHS_DIR) if f.path.endswith(".json"))
         if not files:
             raise NoLengthsLogged(f"run {rid} logged no completion lengths (completions/lengths/step_*.json): runs before the workbench "
                                   "logged them have none; re-run it (or give workload.response.kind: lognormal)")
         with tempfile.TemporaryDirectory() as tmp:  # one download per run, removed after
-            local = Path(client.download_artifacts(rid, "completions/lengths", dst_path=tmp))
+            local = Path(client.download_artifacts(rid, M.COMPLETION_LENGTHS_DIR, dst_path=tmp))
             for path in files:
                 where = f"run {rid}, {path}"
                 try:

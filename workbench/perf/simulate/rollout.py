@@ -138,7 +138,7 @@ def run_lengths(runs: tuple[str, ...], tracking_uri: str | None) -> MeasuredLeng
     simulated many times in a fit or grid).
 
     Raises:
-        ValueError: a name that matches nothing (the message lists what exists), or lengths not logged.
+        ValueError: a name that matches nothing (RunNotFound), or lengths not logged.
     """
     from workbench.tracking import resolve_tracking_uri
 
@@ -147,12 +147,12 @@ def run_lengths(runs: tuple[str, ...], tracking_uri: str | None) -> MeasuredLeng
 
 @functools.lru_cache(maxsize=8)
 def _run_lengths(runs: tuple[str, ...], uri: str) -> MeasuredLengths:
-    from workbench.report.target import resolve
+    from workbench.runs import RunReader
 
-    ids: list[str] = []
+    reader, ids = RunReader(uri), []
     for name in runs:
-        t = resolve(name, uri)  # one run as named (whatever its status), or a sweep's FINISHED runs
-        ids += [r.run_id for r in t.runs if t.kind == "run" or r.status == "FINISHED"]
+        kind, _, named = reader.named(name, histories=False)  # one run as named (whatever its status), or a sweep's FINISHED runs
+        ids += [r.run_id for r in named if kind == "run" or r.status == "FINISHED"]
     ids = list(dict.fromkeys(ids))
     if not ids:
         raise ValueError(f"workload.response.run={','.join(runs)}: no FINISHED run")

@@ -6,7 +6,7 @@ section names one unknown (``hardware.bandwidth_efficiency``, ``hardware.flops_e
 seconds; the unknown is solved so the model reproduces that one number (Illinois regula falsi on
 its range: gen seconds are monotone in each unknown), then fixed for every variant and sweep point:
 everything else is a prediction. Sweep arguments use the sweep grammar of ``wb sweep``
-(:func:`workbench.sweep.grid.parse_axis`: ``k=1..7``, ``gpus=512,2048``, ``KEY=VALUE`` fixed), with
+(:func:`workbench.specs.grid.parse_axis`: ``k=1..7``, ``gpus=512,2048``, ``KEY=VALUE`` fixed), with
 the aliases of :data:`ALIASES`.
 """
 
@@ -20,7 +20,7 @@ from workbench.perf.simulate.scenario import Scenario, validate, variant_raw
 from workbench.perf.simulate.step import StepResult, simulate
 from workbench.specs.dotted import set_dotted
 from workbench.specs.sections import SpecError
-from workbench.sweep.grid import SweepError, expand_grid, parse_axis
+from workbench.specs.grid import SweepError, expand_grid, parse_axis
 
 ALIASES = {"k": "speculation.k", "gpus": "cluster.gpus", "staleness": "async.staleness", "tp": "gen.tp",
            "drafter": "speculation.drafter", "alpha": "speculation.alpha", "hardware": "hardware.preset"}
