@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from drafters.pending import PendingSteps
+from drafters.targets import TopKLogits, extend_time, soft_ce, target_argmax, target_distribution
 from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal
 from workbench.rollout.layers import (
     MLP,
@@ -52,13 +53,14 @@ class DraftBatch:
 
     input_ids: (N, L) long prompt + completion.
     loss_mask: (N, L) float; 1 at positions whose next-token distribution is learned.
-    target_logits: (N, L, V) float32 target logits (temperature 1) at every position.
+    target_logits: (N, L, V) float32 target logits (temperature 1) at every position, or their top K
+        (:class:`drafters.targets.TopKLogits` (N, L, K)) for a large vocabulary.
     hidden: {layer: (N, L, H)} target hidden states (inputs of ``layer``; ``num_layers`` = last output).
     """
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
-    target_logits: torch.Tensor
+    target_logits: "torch.Tensor | TopKLogits"
     hidden: dict[int, torch.Tensor]
 
     def index(self, rows: torch.Tensor) -> "DraftBatch":
@@ -147,18 +149,14 @@ def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device
     return fn
 
 
-def soft_ce(draft_logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
-    """-sum_v p(v) log q(v) per position: draft_logits and target_probs (..., V') -> (...)."""
-    return -(target_probs * F.log_softmax(draft_logits.float(), -1)).sum(-1)
-
-
 def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restrict=None) -> tuple[torch.Tensor, dict]:
     """Training-time-test loss of a chain drafter on ``batch`` (see module doc).
 
     Args:
         steps: unroll depth S (EAGLE-3 uses 7); ``decay``: weight of step j is decay**j.
-        restrict: optional (V,) -> (Vd,) index map (eagle3's draft->target ids): the target
-            distribution is restricted to those ids and renormalised (softmax of the gathered logits).
+        restrict: optional (d2t (Vd,) draft -> target ids, t2d (V,) target -> draft id or -1)
+            (eagle3's draft vocabulary): the target distribution is restricted to those ids and
+            renormalised (:func:`drafters.targets.target_distribution`).
     Returns:
         (scalar loss = sum_j decay**j * mean masked soft-CE of step j, stats with ``draft/loss_step_j``
         and ``draft/top1_agreement`` of step 0: argmax draft (mapped to target ids) == argmax target).
@@ -173,23 +171,23 @@ def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restric
     stats: dict[str, float] = {}
     pad = torch.zeros(N, steps + 1, dtype=ids.dtype, device=dev)
     ids_p = torch.cat([ids, pad], 1)  # (N, L+S+1)
-    tl_p = torch.cat([tl, tl[:, :1].expand(N, steps + 1, tl.shape[-1])], 1)  # (N, L+S+1, V)
+    tl_p = extend_time(tl, steps + 1)  # (N, L+S+1, V) or top-K (N, L+S+1, K)
     mask_p = torch.cat([mask, torch.zeros(N, steps + 1, device=dev, dtype=mask.dtype)], 1)
     for j in range(steps):
         tok = ids_p[:, j + 1 : j + 1 + L]  # (N, L) token s+j+1
         out = net.block(j, feat, net.embed(tok), (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1), ttt_kv_fn(step_keys, L, dev))
         logits = net.head(j, out)  # (N, L, Vd)
-        t_logits = tl_p[:, j + 1 : j + 1 + L]  # (N, L, V) target at s+j+1
+        t_logits = tl_p[:, j + 1 : j + 1 + L]  # (N, L, V) / top-K (N, L, K): target at s+j+1
         w = mask_p[:, j + 1 : j + 1 + L]  # (N, L)
-        t_sel = t_logits if restrict is None else t_logits[..., restrict]
-        ce = soft_ce(logits, F.softmax(t_sel.float(), -1))
+        probs, cols = target_distribution(t_logits, *(restrict or (None, None)))
+        ce = soft_ce(logits, probs, cols)
         lj = (ce * w).sum() / w.sum().clamp_min(1)
         total = total + decay**j * lj
         stats[f"draft/loss_step_{j}"] = float(lj.detach())
         if j == 0:
             pred = logits.argmax(-1)
-            pred = pred if restrict is None else restrict[pred]
-            agree = (pred == t_logits.argmax(-1)).float()
+            pred = pred if restrict is None else restrict[0][pred]
+            agree = (pred == target_argmax(t_logits)).float()
             stats["draft/top1_agreement"] = float((agree * w).sum() / w.sum().clamp_min(1))
         feat = out
     stats["draft/loss"] = float(total.detach())
@@ -378,7 +376,8 @@ class ChainDrafter(Drafter):
         return list(self.net.parameters())
 
     def draft_loss(self, batch: DraftBatch) -> tuple[torch.Tensor, dict]:
-        return ttt_loss(self.net, batch, self.ttt_steps, self.ttt_decay, restrict=self.d2t)
+        restrict = None if self.d2t is None else (self.d2t, self.net.t2d)
+        return ttt_loss(self.net, batch, self.ttt_steps, self.ttt_decay, restrict=restrict)
 
 
 def _merge_entries(a: dict, b: dict) -> dict:

@@ -188,13 +188,13 @@ class DraftModelDrafter(Drafter):
 
     def draft_loss(self, batch) -> tuple[torch.Tensor, dict]:
         """batch: :class:`drafters.chain.DraftBatch`; loss = mean masked KL(target || draft) (nats/token)."""
-        from workbench.models.losses import forward_kl
+        from drafters.targets import forward_kl, target_argmax
 
         self.hf.train()
         logits = self.hf(input_ids=batch.input_ids).logits  # (N, L, V)
         loss = forward_kl(logits, batch.target_logits, batch.loss_mask)
         m = batch.loss_mask
-        agree = (logits.argmax(-1) == batch.target_logits.argmax(-1)).float()
+        agree = (logits.argmax(-1) == target_argmax(batch.target_logits)).float()
         top1 = float((agree * m).sum() / m.sum().clamp_min(1))
         return loss, {"draft/loss": float(loss.detach()), "draft/top1_agreement": top1}
 

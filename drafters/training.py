@@ -8,12 +8,12 @@ under ``no_grad``), so a drafter update can never reach the policy's gradients.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from drafters.chain import DraftBatch
+from drafters.targets import TopKLogits, compact, pad_rows
 from workbench.models.schedule import warmup_cosine
 from workbench.rollout.drafter import Drafter
 
@@ -67,56 +67,10 @@ def completion_loss_mask(prompt_lens: list[int], lens: list[int], L: int) -> tor
     return m
 
 
-TOPK_MIN_VOCAB = 8192  # vocabularies larger than this keep only the target's top-K logits per position
-TOPK = 256
-TAIL_GAP = 30.0  # densified: logits outside the top K sit this far below the K-th (exp(-30) * 49k ~ 5e-9 of the mass)
-
-
-@dataclass
-class TopKLogits:
-    """A row's target logits kept as their top K per position: ``values`` (L, K) float32 and
-    ``indices`` (L, K) long, of a vocabulary of ``vocab_size``.
-
-    Why: a stored row of full logits costs L * V * 4 bytes — 35 MB for 180 positions of a 49k
-    vocabulary (SmolLM2), 18 GB for 512 init sequences — while the drafter's soft cross-entropy only
-    needs the head of each distribution. Sparse top-K logit distillation (Raman et al. 2023, "For
-    distillation, tokens are not all you need"; Anshumann et al. 2025, arXiv 2503.16870) is the
-    standard compression; the argmax (top-1 agreement) is kept exactly.
-    """
-
-    values: torch.Tensor
-    indices: torch.Tensor
-    vocab_size: int
-
-    @classmethod
-    def of(cls, logits: torch.Tensor, k: int = TOPK) -> "TopKLogits":
-        """(L, V) logits -> their top ``k`` per position."""
-        v, i = logits.float().topk(min(k, logits.shape[-1]), dim=-1)
-        return cls(v, i, logits.shape[-1])
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.values.shape[0], self.vocab_size)
-
-    def dense(self, length: int | None = None) -> torch.Tensor:
-        """(length, V) float32 logits: the kept ones, everything else ``TAIL_GAP`` below each
-        position's K-th (finite, so a softmax restricted to ids outside the top K stays defined);
-        positions past the row's own length are zero (padding)."""
-        L = self.values.shape[0]
-        out = torch.zeros(length or L, self.vocab_size, dtype=torch.float32, device=self.values.device)
-        out[:L] = (self.values[:, -1:] - TAIL_GAP).expand(L, self.vocab_size)
-        out[:L].scatter_(1, self.indices, self.values)
-        return out
-
-
-def _compact(logits: torch.Tensor) -> torch.Tensor | TopKLogits:
-    """A row's (L, V) logits as stored: whole for small vocabularies, top-K above TOPK_MIN_VOCAB."""
-    return TopKLogits.of(logits) if logits.shape[-1] > TOPK_MIN_VOCAB else logits
-
-
 class DraftBuffer:
     """FIFO of per-sequence target states (on CPU memory of the device), at most ``size`` sequences.
-    Rows of a vocabulary above ``TOPK_MIN_VOCAB`` keep their target logits as :class:`TopKLogits`."""
+    Rows of a vocabulary above ``drafters.targets.TOPK_MIN_VOCAB`` keep their target logits as
+    :class:`~drafters.targets.TopKLogits`."""
 
     def __init__(self, size: int):
         self.rows: deque = deque(maxlen=size)
@@ -130,7 +84,7 @@ class DraftBuffer:
             # keep up to one position past the last masked one (its token is the last label)
             n = min(L, int(batch.loss_mask[i].nonzero().max()) + 2) if batch.loss_mask[i].any() else L
             self.rows.append(DraftBatch(
-                batch.input_ids[i, :n], batch.loss_mask[i, :n], _compact(batch.target_logits[i, :n]),
+                batch.input_ids[i, :n], batch.loss_mask[i, :n], compact(batch.target_logits[i, :n]),
                 {k: h[i, :n] for k, h in batch.hidden.items()},
             ))
 
@@ -140,19 +94,17 @@ class DraftBuffer:
 
 
 def collate(rows: list[DraftBatch]) -> DraftBatch:
-    """Right-pad per-sequence DraftBatches (each (L_i,), (L_i, V), ...) into one (N, L_max) batch
-    (:class:`TopKLogits` rows densified to (L_max, V))."""
+    """Right-pad per-sequence DraftBatches (each (L_i,), (L_i, V) or TopKLogits (L_i, K), ...)
+    into one (N, L_max) batch (target logits (N, L_max, V) or TopKLogits (N, L_max, K))."""
     L = max(r.input_ids.shape[0] for r in rows)
 
-    def pad(t: torch.Tensor | TopKLogits) -> torch.Tensor:
-        if isinstance(t, TopKLogits):
-            return t.dense(L)
+    def pad(t: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(t, [0, 0] * (t.dim() - 1) + [0, L - t.shape[0]])
 
     return DraftBatch(
         torch.stack([pad(r.input_ids) for r in rows]),
         torch.stack([pad(r.loss_mask) for r in rows]),
-        torch.stack([pad(r.target_logits) for r in rows]),
+        pad_rows([r.target_logits for r in rows], L),
         {k: torch.stack([pad(r.hidden[k]) for r in rows]) for k in rows[0].hidden},
     )
 
@@ -254,9 +206,9 @@ def evaluate(drafter: Drafter, batch: DraftBatch) -> dict[str, float]:
 
 
 def evaluate_rows(drafter: Drafter, rows: list[DraftBatch], batch_size: int = 16) -> dict[str, float]:
-    """:func:`evaluate` over per-sequence ``rows`` in batches of ``batch_size`` (so densified top-K
-    logits never exceed a batch's (batch_size, L, V)); each statistic averaged with the batches'
-    masked positions as weights."""
+    """:func:`evaluate` over per-sequence ``rows`` in batches of ``batch_size`` (a batch's
+    activations, not the whole held-out set's, in memory at once); each statistic averaged with the
+    batches' masked positions as weights."""
     total: dict[str, float] = {}
     weight = 0.0
     for i in range(0, len(rows), batch_size):

@@ -262,7 +262,7 @@ def test_incremental_proposals_equal_a_fresh_start_at_every_step(target_lm, trai
 
 
 def test_topk_logits_keep_the_head_and_the_argmax_exactly():
-    from drafters.training import TAIL_GAP, TopKLogits
+    from drafters.targets import TAIL_GAP, TopKLogits, target_argmax
 
     g = torch.Generator().manual_seed(0)
     full = torch.randn(7, 5000, generator=g) * 3  # (L, V)
@@ -271,22 +271,42 @@ def test_topk_logits_keep_the_head_and_the_argmax_exactly():
     assert dense.shape == (7, 5000) and tk.shape == (7, 5000)
     top = full.topk(64, -1)
     assert torch.equal(dense.gather(1, top.indices), top.values)  # the kept logits, exactly
-    assert torch.equal(dense.argmax(-1), full.argmax(-1))
+    assert torch.equal(target_argmax(tk), full.argmax(-1)) and torch.equal(dense.argmax(-1), full.argmax(-1))
     outside = torch.ones_like(full, dtype=torch.bool).scatter_(1, top.indices, False)
     assert torch.allclose(dense[outside].view(7, -1), (top.values[:, -1:] - TAIL_GAP).expand(7, 5000 - 64))
     # the distribution: the head's probabilities renormalised, up to the (tiny) tail left at -TAIL_GAP
     p_full, p_dense = full.softmax(-1), dense.softmax(-1)
     head = p_full.gather(1, top.indices)
     assert torch.allclose(p_dense.gather(1, top.indices), head / head.sum(-1, keepdim=True), rtol=1e-4)
-    # restricted to ids that are all outside the head, a softmax is still defined (no -inf)
-    assert torch.isfinite(dense[:, outside[0]].softmax(-1)).all()
-    padded = tk.dense(10)
-    assert padded.shape == (10, 5000) and padded[7:].abs().sum() == 0
+    assert torch.isfinite(dense[:, outside[0]].softmax(-1)).all()  # a restriction outside the head: still defined
 
 
-def test_rows_of_a_large_vocabulary_are_kept_compact_and_collated_dense():
+@pytest.mark.parametrize("restricted", [False, True])
+def test_sparse_losses_equal_the_dense_ones_on_the_densified_logits(restricted):
+    """soft CE (eagle3/mtp, optionally over a draft vocabulary) and forward KL (draft_model) computed
+    on the K kept logits equal the dense computation on the densified logits (tail at -30 nats)."""
+    from drafters.eagle3 import vocab_map
+    from drafters.targets import TopKLogits, forward_kl, soft_ce, target_distribution
+    from workbench.models.losses import forward_kl as dense_kl
+
+    g = torch.Generator().manual_seed(1)
+    V, Vd = 3000, 700
+    full = torch.randn(2, 5, V, generator=g) * 4  # (N, L, V)
+    tk = TopKLogits.of(full, k=128)
+    d2t, t2d = vocab_map(torch.rand(V, generator=g), Vd) if restricted else (None, None)
+    draft = torch.randn(2, 5, Vd if restricted else V, generator=g)
+    p_sparse, cols = target_distribution(tk, d2t, t2d)
+    p_dense, none = target_distribution(tk.dense(), d2t, t2d)
+    assert none is None and cols.shape == (2, 5, 128)
+    assert torch.allclose(soft_ce(draft, p_sparse, cols), soft_ce(draft, p_dense), rtol=1e-4, atol=1e-4)
+    mask = torch.ones(2, 5)
+    student = torch.randn(2, 5, V, generator=g)
+    assert torch.allclose(forward_kl(student, tk, mask), dense_kl(student, tk.dense(), mask), rtol=1e-4, atol=1e-4)
+
+
+def test_rows_of_a_large_vocabulary_are_kept_compact_and_collated_as_top_k():
     from drafters.chain import DraftBatch
-    from drafters.training import TOPK, TOPK_MIN_VOCAB, TopKLogits
+    from drafters.targets import TOPK, TOPK_MIN_VOCAB, TopKLogits
 
     V, L = TOPK_MIN_VOCAB + 1, 6
     logits = torch.randn(2, L, V)
@@ -297,8 +317,28 @@ def test_rows_of_a_large_vocabulary_are_kept_compact_and_collated_dense():
     assert all(isinstance(r.target_logits, TopKLogits) for r in rows)
     assert rows[0].target_logits.values.shape == (5, TOPK) and rows[1].target_logits.values.shape == (4, TOPK)
     batch = collate(rows)
-    assert batch.target_logits.shape == (2, 5, V)
-    assert torch.equal(batch.target_logits[1, 4], torch.zeros(V))  # padding
-    assert torch.equal(batch.target_logits.argmax(-1)[0], logits[0, :5].argmax(-1))
+    assert isinstance(batch.target_logits, TopKLogits) and batch.target_logits.values.shape == (2, 5, TOPK)
+    assert torch.equal(batch.target_logits.indices[0, :, 0], logits[0, :5].argmax(-1))
+    assert batch.index(torch.tensor([1])).target_logits.values.shape == (1, 5, TOPK)
     small = split_rows(DraftBatch(torch.zeros(1, L, dtype=torch.long), mask[:1], logits[:1, :, :64], {}))
     assert isinstance(small[0].target_logits, torch.Tensor)  # small vocabularies: whole, as before
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft_model"])
+def test_a_drafter_trains_on_top_k_targets(target_lm, kind):
+    """The top-K path end to end on a small model (K below its vocabulary): the loss falls."""
+    import drafters.targets as targets
+    from drafters.draft_model import DraftModelDrafter
+
+    rows, counts = _rollout_rows(target_lm, n=32, layers=(0, 1, 2))
+    k = 8  # of SMALL_V ids
+    for r in rows:
+        r.target_logits = targets.TopKLogits.of(r.target_logits, k)
+    if kind == "eagle3":
+        drafter = _make("eagle3", target_lm, counts, draft_vocab_size=24)
+    else:
+        hf = random_llama(layers=1, seed=1)
+        drafter = DraftModelDrafter(LeanLM.from_hf(hf), hf)
+    before = evaluate(drafter, collate(rows))["draft/loss"]
+    fit(drafter, rows, steps=30, lr=3e-3, batch_size=16)
+    assert evaluate(drafter, collate(rows))["draft/loss"] < before
