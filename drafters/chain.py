@@ -176,11 +176,15 @@ def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restric
     for j in range(steps):
         tok = ids_p[:, j + 1 : j + 1 + L]  # (N, L) token s+j+1
         out = net.block(j, feat, net.embed(tok), (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1), ttt_kv_fn(step_keys, L, dev))
-        logits = net.head(j, out)  # (N, L, Vd)
-        t_logits = tl_p[:, j + 1 : j + 1 + L]  # (N, L, V) / top-K (N, L, K): target at s+j+1
         w = mask_p[:, j + 1 : j + 1 + L]  # (N, L)
+        # the head and the loss only where the step is scored (about half the positions are the
+        # prompt's): the head is most of a step's cost for a large draft vocabulary
+        at = w > 0  # (N, L) bool
+        logits = net.head(j, out[at])  # (M, Vd)
+        t_logits = tl_p[:, j + 1 : j + 1 + L][at]  # (M, V) / top-K (M, K): target at s+j+1
+        w = w[at]  # (M,)
         probs, cols = target_distribution(t_logits, *(restrict or (None, None)))
-        ce = soft_ce(logits, probs, cols)
+        ce = soft_ce(logits, probs, cols)  # (M,)
         lj = (ce * w).sum() / w.sum().clamp_min(1)
         total = total + decay**j * lj
         stats[f"draft/loss_step_{j}"] = float(lj.detach())

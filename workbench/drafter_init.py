@@ -102,6 +102,28 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     return [fmt.encode(p) for p in prompts]
 
 
+def init_completions(spec: ExperimentSpec, lm, prompts: list[list[int]], sp: SamplingParams, target_path: Path,
+                     device) -> list[list[int]]:
+    """The target's sampled completions (token ids, one list per prompt) of the init ``prompts``,
+    generated once and cached in ``cache_dir()/drafters/completions-<hash>.json``: every drafter
+    kind (and every re-init with other training fields) of the same target, prompts, sampling and
+    seed learns from the same sequences without generating them again (minutes on a CPU)."""
+    r = spec.rollout
+    key = {"target": str(Path(target_path).resolve()), "dtype": spec.model.dtype, "prompts": prompts,
+           "sampling": [sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.eos_token_id, list(sp.stop_ids)],
+           "seed": init_seed(spec), "batch": [r.max_batch_size, r.continuous_batching], "v": 1}
+    file = cache_dir() / "drafters" / f"completions-{short_hash(key)}.json"
+    if file.is_file():
+        return json.loads(file.read_text())
+    gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
+    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(prompts, sp, gen)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out.tokens))
+    tmp.replace(file)  # atomic: a killed init leaves no half-written file
+    return out.tokens
+
+
 def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True,
                console=None) -> Path | None:
     """Train and save the drafter init checkpoint if it is not cached; return its folder (or None).
@@ -120,12 +142,11 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     r = spec.rollout
     stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config_of(target_path))
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id, stops)
-    gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
-    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(prompts, sp, gen)
-    seqs = [p + c for p, c in zip(prompts, out.tokens)]
+    completions = init_completions(spec, lm, prompts, sp, target_path, device)
+    seqs = [p + c for p, c in zip(prompts, completions)]
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
-    counts = torch.bincount(torch.tensor([x for c in out.tokens for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
+    counts = torch.bincount(torch.tensor([x for c in completions for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
     ref = DrafterTarget(lm, tokenizer, token_counts=counts, path=Path(target_path))
     drafter = build_drafter(d.kind, d, target=ref, device=device)
 
@@ -153,7 +174,7 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     after = evaluate_rows(drafter, held)
     info = {
         "kind": d.kind, "data": d.init_data(), "num_sequences": len(rows), "num_train": len(train),
-        "num_completion_tokens": int(sum(map(len, out.tokens))), "steps": d.init.steps, "lr": d.init.lr,
+        "num_completion_tokens": int(sum(map(len, completions))), "steps": d.init.steps, "lr": d.init.lr,
         "batch_size": d.init.batch_size, "seconds": round(time.perf_counter() - t0, 2),
         "held_out_before": {k: round(v, 4) for k, v in before.items() if k in ("draft/loss", "draft/top1_agreement")},
         "held_out_after": {k: round(v, 4) for k, v in after.items() if k in ("draft/loss", "draft/top1_agreement")},
