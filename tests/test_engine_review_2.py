@@ -109,10 +109,10 @@ def test_engine_retirement_keeps_every_cache_in_place(target_lm, draft_lm, kind,
     assert len({len(t) for t in ref.tokens}) > 1
     seen, real = [], KVCache.select
 
-    def spy(self, rows):
+    def spy(self, rows, moved=None):
         n0, ptrs, layer = self.k[0].shape[0], _ptrs(self), _layer_bytes(self)
         with FreshBytes() as mode:
-            real(self, rows)
+            real(self, rows, moved)
         if rows.shape[0] < n0:  # a retirement (the prefill's expansion grows the cache)
             seen.append((len(self.k), _ptrs(self) == ptrs, mode.peak <= layer * rows.shape[0] // n0))
 
