@@ -161,3 +161,26 @@ def test_draft_model_from_the_targets_first_layers(store):
     assert res.exit_code == 0, res.output
     info = json.loads((_checkpoint_from(res.output) / "init_info.json").read_text())
     assert info["data"] == "in_domain" and info["held_out_after"]["draft/loss"] < info["held_out_before"]["draft/loss"]
+
+
+def test_init_completions_are_generated_once_and_shared_across_drafter_kinds(store, monkeypatch):
+    """Two kinds initialised on the same prompts, sampling and seed learn from the same cached
+    completions: the second init generates nothing."""
+    from workbench.cache import cache_dir
+    from workbench.rollout.engine import RolloutEngine
+
+    args = ["drafter", "init", "micro", "drafter.init.data=in_domain", "drafter.init.seed=11", *FAST]
+    before = set((cache_dir() / "drafters").glob("completions-*.json"))
+    assert runner.invoke(app, [*args, "drafter.kind=mtp"]).exit_code == 0
+    files = set((cache_dir() / "drafters").glob("completions-*.json")) - before
+    assert len(files) == 1 and len(json.loads(files.pop().read_text())) == 24
+
+    def no_generation(*a, **kw):
+        raise AssertionError("the completions were generated again")
+
+    monkeypatch.setattr(RolloutEngine, "generate", no_generation)
+    res = runner.invoke(app, [*args, "drafter.kind=eagle3"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((_checkpoint_from(res.output) / "init_info.json").read_text())["num_sequences"] == 24
+    other = runner.invoke(app, [*args, "drafter.kind=eagle3", "drafter.init.seed=12"])  # other prompts: generates
+    assert isinstance(other.exception, AssertionError) and "generated again" in str(other.exception)
