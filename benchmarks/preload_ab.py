@@ -57,9 +57,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--name", default="preload-ab")
     ap.add_argument("--out", default="benchmarks")
-    ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: the wb bench options")
-    a = ap.parse_args()
-    bench_args = [x for x in a.bench_args if x != "--"]
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = ap.parse_args(argv[:cut])
+    bench_args = argv[cut + 1:]  # after --: the wb bench options
     runs: dict[bool, list[dict]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
