@@ -57,6 +57,7 @@ def test_8b_committed_verdict(committed):
         assert t[(v, "gen_speedup", 3)]["predicted"] > 1.0  # n-gram not slower than plain decoding
 
 
+@pytest.mark.slow  # ~50 s on the 2-core CPU (docs/testing.md)
 def test_235b_headline_numbers(committed):
     raw, base = load_scenario(SCENARIO_235B)
     _, rows = run(raw, base, ["gpus=512,2048", "staleness=1", "k=5"])

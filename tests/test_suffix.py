@@ -256,6 +256,7 @@ def test_greedy_speculative_equals_greedy_autoregressive(target_lm, k):
             assert sv.counters.num_accepted_tokens > 0
 
 
+@pytest.mark.slow  # ~65 s each on the 2-core CPU (docs/testing.md)
 @pytest.mark.parametrize("sp", [
     SamplingParams(temperature=1.0, max_new_tokens=3),
     SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3),
