@@ -103,3 +103,16 @@ def test_installed_wb_reexecutes_and_runs_the_command():
     assert "preloading" in out.stderr and "Usage" in out.stdout
     off = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "0"}, timeout=120)
     assert off.returncode == 0 and "preloading" not in off.stderr
+
+
+def test_a_bad_switch_is_refused_naming_the_variable():
+    assert P.preload_switch(" Off ") == "0" and P.preload_switch("yes") == "1" and P.preload_switch("auto") == "auto"
+    with pytest.raises(ValueError, match=r"WB_PRELOAD='sometimes': use auto .* 1 .* or 0"):
+        P.plan(["bench", "--vllm", "ngram"], env={"WB_PRELOAD": "sometimes"})
+
+
+def test_wb_exits_2_on_a_bad_switch():
+    code = "from workbench.rollout.vllm.preload import reexec_if_needed; reexec_if_needed(['models'])"
+    env = {k: v for k, v in os.environ.items() if k != "WB_PRELOADED"} | {"WB_PRELOAD": "sometimes"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "WB_PRELOAD='sometimes'" in out.stderr and "Traceback" not in out.stderr

