@@ -14,7 +14,8 @@ law, computed by teacher-forcing the sampled rows through the target (docs/desig
     heterogeneous conditionals the statistic is stochastically smaller than chi-square(C-1), so
     the stated false-alarm rate still holds (conservative);
 (b) whole short sequences: the first two tokens as one joint category against the enumerated exact
-    joint law p(x0) p(x1 | x0) (rows that stop at x0 = EOS excluded);
+    joint law p(x0) p(x1 | x0) (rows that stop at x0 = EOS excluded; at a real vocabulary the first
+    tokens too rare to fill a cell are pooled per first token, :mod:`workbench.audit.joint`);
 (c) greedy: temperature-0 speculative decoding must equal greedy autoregressive decoding token for
     token (deterministic, so it cannot false-alarm and is not part of the error budget).
 
@@ -57,9 +58,10 @@ A sampler can be injected (``rejection_fn``) to check that the audit catches a b
 """
 
 from workbench.audit.engines import EngineOptions
-from workbench.audit.law import (END, AuditResult, AuditTest, accept_all_rejection_sample, detectable_shift, exact_joint2,
+from workbench.audit.joint import Joint2, exact_joint2
+from workbench.audit.law import (END, AuditResult, AuditTest, accept_all_rejection_sample, detectable_shift,
                                  expected_counts, goodness_of_fit, informative_prompts, plan, position_counts,
                                  required_samples, run_audit, summary_rows)
 
-__all__ = ["END", "AuditResult", "EngineOptions", "AuditTest", "accept_all_rejection_sample", "detectable_shift", "exact_joint2", "expected_counts",
+__all__ = ["END", "AuditResult", "Joint2", "EngineOptions", "AuditTest", "accept_all_rejection_sample", "detectable_shift", "exact_joint2", "expected_counts",
            "goodness_of_fit", "informative_prompts", "plan", "position_counts", "required_samples", "run_audit", "summary_rows"]

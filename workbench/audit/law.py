@@ -14,6 +14,7 @@ import torch
 from scipy import stats
 
 from workbench.audit.engines import EngineOptions, build_engine
+from workbench.audit.joint import Joint2, exact_joint2
 from workbench.rollout.drafter import Drafter
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.backend import RolloutBackend
@@ -68,6 +69,13 @@ def goodness_of_fit(observed: torch.Tensor, expected: torch.Tensor, min_expected
 
 
 @torch.no_grad()
+def rows_per_forward(vocab_size: int, tokens_per_row: int, limit: int, budget: int = 1 << 27) -> int:
+    """Rows per forward so that its (rows, tokens, V) logits stay within ``budget`` elements (512 MB
+    of float32; the probabilities in float64 double it): 4096 rows of 4 tokens are 1.6 M logits for the
+    embedded models' vocabulary, 805 M (3.2 GB) for SmolLM2's 49,152. At most ``limit``, at least 1."""
+    return max(1, min(limit, budget // max(vocab_size * max(tokens_per_row, 1), 1)))
+
+
 def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.Tensor, sp: SamplingParams, chunk: int = 4096) -> torch.Tensor:
     """E_t(v) = sum over rows alive at t of p(v | prompt + the row's tokens < t): (T, V) float64.
 
@@ -89,6 +97,7 @@ def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.T
     if T == 1:
         return E
     lens = lens.clamp_max(T)
+    chunk = rows_per_forward(V, T - 1, chunk)
     key = torch.cat([torch.where(torch.arange(T - 1)[None, :] < lens[:, None], toks[:, : T - 1], -1), lens[:, None]], 1)  # (n, T)
     uniq, counts = torch.unique(key, dim=0, return_counts=True)  # (U, T), (U,)
     for i in range(0, uniq.shape[0], chunk):
@@ -105,25 +114,6 @@ def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.T
         w = alive * counts[i : i + chunk].to(dev).double()[:, None]  # (c, T-1) rows standing behind each
         E[1:] += (p * w[..., None]).sum(0)
     return E
-
-
-@torch.no_grad()
-def exact_joint2(target, prompt: list[int], sp: SamplingParams, eos: int | None) -> torch.Tensor:
-    """Exact law of the first two completion tokens, (V, V) float64, given x0 != EOS (renormalised)."""
-    P = len(prompt)
-    dev = target.lm_head.weight.device
-    base = target.new_cache(1, P + 2)
-    logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
-                        logits_col=torch.tensor([P - 1], device=dev))
-    p0 = probs_from_logits(logits0[0, 0], sp).double()
-    if eos is not None:
-        p0[eos] = 0.0
-    support = p0.nonzero().flatten()  # (U,)
-    base.select(torch.zeros(support.numel(), dtype=torch.long, device=dev))
-    logits1, _ = target(support[:, None], torch.full((support.numel(),), P, device=dev), base)  # (U, 1, V)
-    joint = torch.zeros(p0.numel(), p0.numel(), dtype=torch.float64, device=dev)
-    joint[support] = p0[support, None] * probs_from_logits(logits1[:, 0], sp).double()
-    return joint / joint.sum()
 
 
 def position_counts(seqs: list[list[int]], t: int) -> Counter:
@@ -276,8 +266,9 @@ def run_audit(
     greedy_sp = SamplingParams(0.0, 1.0, 0, max(T, 16), sampling.eos_token_id)
     patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
     V = target.cfg.vocab_size
+    batch = rows_per_forward(V, k + 1, batch)  # a real vocabulary: fewer rows per verification forward
     for pi, prompt in enumerate(prompts):
-        joint = exact_joint2(target, prompt, sampling, sampling.eos_token_id) if T >= 2 else None
+        joint = exact_joint2(target, prompt, sampling, sampling.eos_token_id, n=n) if T >= 2 else None
         for di, (name, drafter) in enumerate(drafters.items()):
             say(f"prompt {pi}: {name} k={k}, {n} rows")
             eng = _engine(target, drafter, k, batch, n, opts)
@@ -300,8 +291,8 @@ def run_audit(
                                            f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(O, E[t].double())}"))
             if joint is not None:
                 two = (lens >= 2) & (toks[:, 0] != (sampling.eos_token_id if sampling.eos_token_id is not None else -2))
-                O = torch.bincount(toks[two, 0] * V + toks[two, 1], minlength=V * V).double()
-                Ej = joint.flatten().cpu() * float(two.sum())
+                O = joint.observed(toks[two, 0], toks[two, 1])
+                Ej = joint.probs() * float(two.sum())
                 stat, df, p = goodness_of_fit(O, Ej)
                 res.tests.append(AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}"))
     ar_greedy = WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens

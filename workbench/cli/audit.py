@@ -26,6 +26,8 @@ def audit(
     adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive."),
     buckets: bool = typer.Option(False, "--buckets", help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs."),
     compile_: bool = typer.Option(False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."),
+    pilot_rows: int = typer.Option(256, "--pilot-rows", min=8, help="Rows of the autoregressive pilot that finds each prompt's first uncertain position (fewer: faster on a large model)."),
+    pilot_tokens: int = typer.Option(64, "--pilot-tokens", min=1, help="Completion tokens the pilot scans for an uncertain position."),
     verdicts_file: Optional[Path] = typer.Option(None, "--verdicts-file", help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache)."),
     biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
 ) -> None:
@@ -75,7 +77,7 @@ def audit(
     )
     with console.status("sampling") as status:
         status.update("pilot: finding uncertain positions")
-        contexts = informative_prompts(lm, prompt_ids, sp, seed=s.seed)
+        contexts = informative_prompts(lm, prompt_ids, sp, pilot=pilot_rows, scan=pilot_tokens, seed=s.seed)
         res = run_audit(lm, drafters, contexts, sp, k=kk, n=n, alpha=alpha, skipped=skipped, greedy_prompts=all_ids,
                         rejection_fn=accept_all_rejection_sample if biased else None,
                         on_progress=lambda msg: status.update(msg), engine=opts)
