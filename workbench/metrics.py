@@ -150,4 +150,4 @@ COMPLETIONS_FRAC_STOP = "completions/frac_stop"
 COMPLETION_LENGTHS_DIR = "completions/lengths"  # an artifact folder, not a metric: step_<n>.json
 
 # Histories a reader loads by default: everything the tables, plots and the performance models read.
-HISTORY_PREFIXES = (TIMING, TIMING_FRAC, SPEC, "reward/", "eval/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")
+HISTORY_PREFIXES = (TIMING, TIMING_FRAC, SPEC, "reward/", "eval/", "eval_sampled/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")

@@ -34,6 +34,7 @@ from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STUDY, TAG_S
 
 # Params that do not change what a run computes (how it drafts, logs, measures, is named).
 NOT_SETTING = ("drafter.", "tracking.", "measure.", "name")
+EVAL_PREFIXES = (f"{M.EVAL}/", f"{M.EVAL_SAMPLED}/")  # logged at step 0 too (before training)
 
 
 class RunNotFound(ValueError):
@@ -43,7 +44,7 @@ class RunNotFound(ValueError):
 @dataclass
 class RunRecord:
     """One MLflow run: params, tags, latest metrics and per-step histories (``key -> [(step, value)]``,
-    steps >= 1, ascending)."""
+    steps >= 1, ascending; the held-out evals ``eval/*``, ``eval_sampled/*`` from step 0, before training)."""
 
     run_id: str
     name: str
@@ -189,7 +190,9 @@ class RunReader:
         if histories:
             for key in rec.metrics:
                 if key.startswith(prefixes):
-                    rec.history[key] = [(s, v) for s, v in self.history(rec.run_id, key) if s >= 1]
+                    # step 0 is the trainer's eval before any update; every other history starts at step 1
+                    first = 0 if key.startswith(EVAL_PREFIXES) else 1
+                    rec.history[key] = [(s, v) for s, v in self.history(rec.run_id, key) if s >= first]
         return rec
 
     def get(self, id_or_name: str, histories: bool = True) -> RunRecord:

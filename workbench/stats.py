@@ -360,3 +360,37 @@ def paired_summary(history: Sequence[Mapping[str, float]], warmup: int = 1) -> d
         if vals:
             out.update(ratio_ci(vals).as_metrics(name))
     return out
+
+
+# ----------------------------------------------------------------------------- proportions: held-out accuracy
+
+
+def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval (low, high) of a binomial proportion successes / n (Wilson 1927).
+
+    Raises:
+        ValueError: n < 1 or successes outside 0..n.
+    """
+    from scipy import stats
+
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"wilson: need n >= 1 and 0 <= successes <= n, got {successes} / {n}")
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def proportion_diff_ci(s1: int, n1: int, s2: int, n2: int, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """p2 - p1 with Newcombe's hybrid score interval (Newcombe 1998, method 10: from the two Wilson
+    intervals), e.g. held-out accuracy after training (2) minus before (1). For two independent
+    samples; where the same prompts are scored twice the positive correlation makes it conservative.
+
+    Returns (difference, low, high). Raises ValueError as :func:`wilson`.
+    """
+    p1, p2 = s1 / max(n1, 1), s2 / max(n2, 1)
+    l1, u1 = wilson(s1, n1, confidence)
+    l2, u2 = wilson(s2, n2, confidence)
+    d = p2 - p1
+    return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.report.plots import NOTES, PLOTS
+from workbench.report.learning import eval_rise_md
 from workbench.report.tables import RESULTS_NOTE, fmt_ci, results_table_md, stage_table_md, training_signal_md, verdict
 from workbench.report.target import Target, label, resolve
 
@@ -56,6 +57,9 @@ def write_report(t: Target, out: Path, with_html: bool = False) -> Report:
            "Seconds per RL step, means after warm-up (`measure.warmup_steps`); speedup: paired where the run was "
            "paired (gen, total), else `~` autoregressive s / speculative s (timings taken at different times).", ""]
     md += ["## Training signal with and without speculation", "", *training_signal_md(t), ""]
+    rise = eval_rise_md(t)
+    if rise:
+        md += ["## Does GRPO learn? Held-out accuracy before and after", "", *rise]
     plots, skipped = [], []
     for key, title, fn, why in PLOTS:
         md += [f"## {title}", ""]
