@@ -2,8 +2,11 @@
 
 For each row, find the longest suffix of prompt + generated tokens, of length in
 [prompt_lookup_min, prompt_lookup_max], that occurred earlier in the same row, and propose the (up
-to k) tokens that followed its most recent earlier occurrence — vLLM v1's NgramProposer
-semantics. No match -> no drafts for that row (it decodes one token that step). Drafts are
+to k) tokens that followed its earliest occurrence — vLLM v1's NgramProposer semantics
+(``_find_longest_matched_ngram_and_propose_tokens``: the longest n wins, then the earliest position;
+a test compares the two where vLLM is installed, so both engines draft the same tokens).
+Before 2026-11-26 the most recent occurrence won here: ngram results recorded before then drafted
+differently from vLLM where a suffix occurred more than once. No match -> no drafts for that row (it decodes one token that step). Drafts are
 deterministic, so verification uses q = one-hot(draft). Stateless: every ``propose`` searches
 the tokens of its fresh context; ``start``/``accept`` do nothing.
 """
@@ -20,7 +23,7 @@ from drafters.registry import register
 def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
     """Draft tokens (<= k) for one sequence ``tokens`` (T,) int; empty if no suffix match.
 
-    The longest matching n wins; among equal n the most recent earlier occurrence wins.
+    The longest matching n wins; among equal n the earliest occurrence wins (vLLM's rule).
     """
     T = len(tokens)
     for n in range(min(max_n, T - 1), min_n - 1, -1):
@@ -29,7 +32,7 @@ def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndar
         windows = np.lib.stride_tricks.sliding_window_view(tokens[: T - 1], n)
         hits = np.flatnonzero((windows == suffix).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
+            start = int(hits[0]) + n
             return tokens[start : start + k]
     return tokens[:0]
 
@@ -52,9 +55,9 @@ def ngram_propose_batch(tokens: torch.Tensor, lens: torch.Tensor, min_n: int, ma
         i = torch.arange(windows.shape[1], device=dev)
         # earlier occurrences only: the window lies inside tokens[:len-1] (i + n <= len - 1)
         hit = (windows == suffix[:, None, :]).all(-1) & (i[None, :] <= (lens - 1 - n)[:, None])  # (B, W)
-        last = torch.where(hit, i[None, :], -1).amax(1)  # (B,) most recent occurrence, -1 if none
-        new = (last >= 0) & ~found & (lens - 1 >= n)
-        start = last + n  # (B,) first token after the occurrence
+        first = torch.where(hit, i[None, :], T_max).amin(1)  # (B,) earliest occurrence, T_max if none
+        new = (first < T_max) & ~found & (lens - 1 >= n)
+        start = first + n  # (B,) first token after the occurrence
         cnt = (lens - start).clamp(0, k)
         cols = (start[:, None] + torch.arange(k, device=dev)).clamp_max(T_max - 1)  # (B, k)
         take = new[:, None] & (torch.arange(k, device=dev)[None, :] < cnt[:, None])

