@@ -38,7 +38,12 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
     from workbench.rollout.vllm.backend import VLLMBackend
     from workbench.vllm.build import vllm_backend
 
-    spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k})})
+    # vLLM schedules at most rollout.max_batch_size sequences a step (max_num_seqs); ours runs every row
+    # of the batch at once, so the widest batch measured sets it (membound's spec says 4: at batch 16 vLLM
+    # ran 4 rows a step, 127 steps to our 34, until 2026-11-26)
+    r = b.spec.rollout
+    rollout = r.model_copy(update={"max_batch_size": max(r.max_batch_size, max(b.cfg.batch_sizes))})
+    spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout})
     dev = b.device.type
     greedy = SamplingParams(0.0, 1.0, 0, b.cfg.max_new_tokens, None)
     ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)
