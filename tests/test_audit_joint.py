@@ -101,3 +101,12 @@ def test_exact_samples_pass_and_a_biased_second_token_fails(target, biased):
     stat, df, p = goodness_of_fit(j.observed(x0, x1), j.probs() * n)
     assert df > 10
     assert (p < 1e-6) if biased else (p > 1e-3)
+
+
+def test_rows_per_forward_bounds_the_logits():
+    from workbench.audit.law import rows_per_forward
+
+    assert rows_per_forward(64, 4, 4096) == 4096  # a small vocabulary: the limit
+    r = rows_per_forward(49152, 4, 4096)
+    assert r * 4 * 49152 <= 1 << 27 < (r + 1) * 4 * 49152  # SmolLM2: as many rows as fit the budget
+    assert rows_per_forward(10**9, 10, 4096) == 1  # never 0

@@ -276,3 +276,15 @@ def test_repeat_costs_from_one_pair_of_runs():
     c, used = repeat_costs(plain, spec, 3)
     assert used == 2 and c.plain_step_s == pytest.approx(0.010) and c.spec_step_s == {3: pytest.approx(0.015)}
     assert math.isclose(c.plain_fixed_s, 0.035) and math.isclose(c.spec_fixed_s, 0.045)
+
+
+def test_vllm_bench_spec_schedules_the_widest_batch():
+    from workbench.bench.vllm import vllm_bench_spec
+    from workbench.specs.load import load_spec
+
+    spec = load_spec("membound")
+    assert spec.rollout.max_batch_size == 4
+    s = vllm_bench_spec(spec, "ngram", 2, [1, 4, 16])
+    assert s.rollout.max_batch_size == 16 and s.drafter.kind == "ngram" and s.drafter.k == 2
+    assert vllm_bench_spec(spec, "draft_model", 3, [1, 2]).rollout.max_batch_size == 4  # never narrower than the spec
+    assert spec.rollout.max_batch_size == 4  # the bench's own spec untouched

@@ -26,6 +26,16 @@ def _ci(num: list[float], den: list[float]) -> dict:
     return {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
 
 
+def vllm_bench_spec(spec, kind: str, k: int, batch_sizes: list[int]):
+    """The spec vLLM's contenders are built from: the drafter ``kind`` at ``k``, and
+    ``rollout.max_batch_size`` (vLLM's ``max_num_seqs``) at least the widest batch measured. Why: ours
+    runs every row of a batch at once, vLLM at most max_num_seqs a step (membound's spec says 4: at
+    batch 16 vLLM ran 4 rows a step, 127 steps to our 34, until 2026-11-26)."""
+    r = spec.rollout
+    rollout = r.model_copy(update={"max_batch_size": max(r.max_batch_size, max(batch_sizes))})
+    return spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout})
+
+
 def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
     """Rows of the vLLM table for ``b`` (a :class:`workbench.bench.core.Bench`): per batch size, tok/s
     of each contender (medians) and the paired ratios with CIs; with ``transfer``, the predicted
@@ -38,12 +48,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
     from workbench.rollout.vllm.backend import VLLMBackend
     from workbench.vllm.build import vllm_backend
 
-    # vLLM schedules at most rollout.max_batch_size sequences a step (max_num_seqs); ours runs every row
-    # of the batch at once, so the widest batch measured sets it (membound's spec says 4: at batch 16 vLLM
-    # ran 4 rows a step, 127 steps to our 34, until 2026-11-26)
-    r = b.spec.rollout
-    rollout = r.model_copy(update={"max_batch_size": max(r.max_batch_size, max(b.cfg.batch_sizes))})
-    spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout})
+    spec = vllm_bench_spec(b.spec, kind, k, b.cfg.batch_sizes)
     dev = b.device.type
     greedy = SamplingParams(0.0, 1.0, 0, b.cfg.max_new_tokens, None)
     ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)

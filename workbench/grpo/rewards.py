@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench import metrics as M
+from workbench.stats import wilson
 from workbench.tasks import Task
 
 
@@ -37,14 +38,12 @@ class Scores:
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (scipy's ``binomtest(...).proportion_ci``).
+    """Wilson score interval of a binomial proportion: :func:`workbench.stats.wilson` (one implementation,
+    shared with the report's held-out accuracy table).
 
     Raises ValueError if n < 1 or successes is outside 0..n.
     """
-    from scipy.stats import binomtest
-
-    ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
+    return wilson(successes, n, confidence)
 
 
 def score(task: Task, completions: list[str], answers: list[str], format_weight: float = 0.0) -> Scores:
