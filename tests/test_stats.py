@@ -93,6 +93,13 @@ def test_decide_treats_unknown_intervals_as_overlapping():
     assert d.best is None and d.tied == ("a", "b")
 
 
+def test_decide_names_no_best_for_a_lone_point_without_an_interval():
+    # an unpaired sweep (learn.yaml: measure.paired=false) has one speculative row and no CI: no "best"
+    d = decide({"draft_model": RatioCI(1.01, None, None, 0, None)})
+    assert d.best is None and d.tied == () and d.top == "draft_model"
+    assert decide({"draft_model": RatioCI(1.3, 1.2, 1.4, 5, 0.1)}).best == "draft_model"
+
+
 def test_paired_summary_skips_warmup_and_unpaired_runs():
     hist = [{"speedup/gen_per_step": 5.0, "speedup/step_per_step": 3.0}, {"speedup/gen_per_step": 1.1, "speedup/step_per_step": 1.05},
             {"speedup/gen_per_step": 1.3, "speedup/step_per_step": 1.15}]

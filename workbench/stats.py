@@ -142,6 +142,8 @@ def decide(cis: Mapping[str, RatioCI]) -> Decision:
         return Decision(None, (), None)
     top = max(cis, key=lambda p: cis[p].mean)
     others = [p for p in cis if p != top]
+    if not others and None in (cis[top].low, cis[top].high):
+        return Decision(None, (), top)  # one point without an interval (unpaired): nothing is decided, nothing to name
     rivals = [p for p in others if cis[top].overlaps(cis[p])]
     if not rivals:
         return Decision(top, (), top)
