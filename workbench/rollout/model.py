@@ -32,7 +32,9 @@ from workbench.rollout.layers import (
     RMSNorm,
     cache_kv,
     decoder_layer,
+    linear,
     position_mask,
+    prepack,
     rms_norm,
     rope_cos_sin,
     rope_tables,
@@ -171,6 +173,23 @@ class LeanLM(nn.Module):
         mode = "reduce-overhead" if cuda_graphs else None
         # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
         self.__dict__["_compiled"] = torch.compile(compiled_step, dynamic=True, fullgraph=True, mode=mode)
+
+    def enable_prepack(self, rows_hint: int = 16) -> None:
+        """Pack every linear weight (q/k/v, o, gate/up, down, lm_head) once for oneDNN's prepacked CPU
+        kernel (:func:`workbench.rollout.layers.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does
+        at load (``create_onednn_mm``). Eager forwards only; a weight written in place (the weight
+        sync) is packed again at its next use. Costs one more copy of those weights in memory.
+
+        Raises:
+            ValueError: weights not CPU float32, or :meth:`enable_compile` was called (inductor packs
+                compiled graphs' weights itself): names rollout.prepack_weights.
+        """
+        if "_fused" in self.__dict__:
+            raise ValueError("rollout.prepack_weights: the compiled forward (rollout.compile) does not use packed weights; "
+                             "set one of rollout.prepack_weights / rollout.compile to false")
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                prepack(m.weight, rows_hint)
 
     @property
     def cuda_graphs(self) -> bool:
@@ -377,4 +396,4 @@ def lm_forward(
         hidden[n_layers] = x
     if logits_col is not None:
         x = x[torch.arange(B, device=dev), logits_col][:, None]  # (B, 1, H)
-    return F.linear(rms_norm(x, W[-2], eps), W[-1]).float(), hidden
+    return linear(rms_norm(x, W[-2], eps), W[-1]).float(), hidden

@@ -29,17 +29,20 @@ class WorkbenchBackend:
         max_batch_size, continuous, retire_buckets: as :class:`RolloutEngine`.
         compile, cuda_graphs: ``torch.compile`` the forwards, as CUDA graphs (``rollout.compile``,
             ``rollout.cuda_graphs``).
+        prepack: CPU float32: the eager forwards' weights packed for oneDNN (``rollout.prepack_weights``,
+            :meth:`RolloutEngine.enable_prepack`).
         owns_weights: False for a twin sharing another backend's ``target``.
 
     Raises:
-        ValueError: ``cuda_graphs`` on a target that is not on a CUDA device (names the field).
+        ValueError: ``cuda_graphs`` on a target that is not on a CUDA device, ``prepack`` off CPU float32 or
+            with ``compile`` (each names the field).
     """
 
     tags: dict[str, str] = {}
 
     def __init__(self, target: LeanLM, drafter=None, k: int = 3, max_batch_size: int = 256, continuous: bool = True,
                  retire_buckets: tuple[int, ...] | None = None, compile: bool = False, cuda_graphs: bool = False,
-                 owns_weights: bool = True):
+                 owns_weights: bool = True, prepack: bool = False):
         self.target, self.drafter, self.owns_weights = target, drafter, owns_weights
         self.engine = RolloutEngine(target, drafter, k=k, max_batch_size=max_batch_size, continuous=continuous,
                                     retire_buckets=retire_buckets)
@@ -49,13 +52,15 @@ class WorkbenchBackend:
                              "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
         if compile or cuda_graphs:
             self.engine.enable_compile(cuda_graphs=cuda_graphs)
+        if prepack:
+            self.engine.enable_prepack()
 
     @classmethod
     def from_spec(cls, target: LeanLM, drafter, spec) -> "WorkbenchBackend":
         """The backend ``wb run`` builds from the experiment spec's ``rollout`` and ``drafter`` sections."""
         r = spec.rollout
         return cls(target, drafter, k=spec.drafter.k, max_batch_size=r.max_batch_size, continuous=r.continuous_batching,
-                   compile=r.compile, cuda_graphs=r.cuda_graphs)
+                   compile=r.compile, cuda_graphs=r.cuda_graphs, prepack=r.prepack_weights)
 
     def plain_twin(self) -> "WorkbenchBackend":
         """The paired arm: plain decoding with this backend's ``target`` (no weights of its own) and

