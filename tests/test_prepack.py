@@ -63,6 +63,18 @@ def test_few_rows_take_f_linear_bit_for_bit(monkeypatch):
         unpack(w)
 
 
+def test_autograd_calls_take_f_linear():
+    """A drafter trained online runs its forward under autograd: the packed kernel has no backward."""
+    w = torch.randn(16, 8, requires_grad=True)
+    prepack(w)
+    try:
+        x = torch.randn(layers.PACKED_MIN_ROWS * 2, 8)
+        linear(x, w).sum().backward()
+        assert torch.allclose(w.grad, x.sum(0).expand(16, 8))
+    finally:
+        unpack(w)
+
+
 def test_registry_forgets_freed_weights_and_unpacked_ones():
     n = len(layers._PACKED)
     w, v = torch.randn(8, 8), torch.randn(8, 8)

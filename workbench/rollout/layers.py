@@ -77,9 +77,13 @@ def unpack(w: torch.Tensor) -> None:
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, w, b)``: x (..., in) -> (..., out); through the packed copy when ``w`` was
     :func:`prepack`-ed and x has at least :data:`PACKED_MIN_ROWS` rows (equal to F.linear up to float32
-    rounding, not bit for bit), else ``F.linear``.
-    Compiled graphs always take ``F.linear`` (inductor packs weights itself)."""
-    e = None if torch.compiler.is_compiling() or not _PACKED or x.numel() < PACKED_MIN_ROWS * x.shape[-1] else _PACKED.get(id(w))
+    rounding, not bit for bit), else ``F.linear``. Compiled graphs (inductor packs weights itself) and
+    calls that autograd records (the packed kernel has no backward) always take ``F.linear``."""
+    if torch.compiler.is_compiling() or not _PACKED or x.numel() < PACKED_MIN_ROWS * x.shape[-1]:
+        return F.linear(x, w, b)
+    if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):  # training (a drafter's online step): no backward there
+        return F.linear(x, w, b)
+    e = _PACKED.get(id(w))
     if e is None or e[0]() is not w:
         return F.linear(x, w, b)
     if e[2] != w._version:  # written in place since it was packed (the weight sync): pack again
