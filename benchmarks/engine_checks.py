@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 import warnings
 
 import torch
@@ -78,10 +80,18 @@ def memcpy_dtod_fraction(fn) -> tuple[float, float]:
 
 def check_engine(name: str, eng: RolloutEngine, prompts, sp, cuda: bool, max_frac: float, max_extra_syncs: int) -> dict:
     gen = lambda: eng.generate(prompts, sp, torch.Generator(eng.device).manual_seed(0))  # noqa: E731
+    t0 = time.perf_counter()
     gen()  # compiles / records graphs
-    out = gen()
+    warmup_s = time.perf_counter() - t0
+    walls = []
+    for _ in range(3):  # wall seconds of a whole generation (the engine reads the device each step: no sync needed)
+        t0 = time.perf_counter()
+        out = gen()
+        walls.append(time.perf_counter() - t0)
     steps = out.counters.num_verify_steps
-    res = {"engine": name, "steps": steps, "tokens": sum(map(len, out.tokens))}
+    tokens = sum(map(len, out.tokens))
+    res = {"engine": name, "steps": steps, "tokens": tokens, "warmup_s": round(warmup_s, 2),
+           "gen_s_median": round(statistics.median(walls), 4), "tokens_per_s": round(tokens / statistics.median(walls), 1)}
     if not cuda:
         return res | {"checks": "skipped (not CUDA): the script ran, nothing proven"}
     skips0 = cudagraph_skips()
