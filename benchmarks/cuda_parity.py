@@ -57,6 +57,7 @@ G = torch.Generator().manual_seed(0)
 PROMPTS = [torch.randint(3, 500, (n,), generator=G).tolist() for n in (3, 12, 25, 40)]  # as tests/test_architectures.py
 SEQS = [torch.randint(3, 500, (n,), generator=G).tolist() for n in (30, 47, 62, 81)]
 RESULTS: list[dict] = []
+OUT: Path | None = None  # written after every record, so a crash or a timeout keeps what ran
 
 
 def record(check: str, ok: bool | None, value=None, **extra) -> None:
@@ -64,6 +65,8 @@ def record(check: str, ok: bool | None, value=None, **extra) -> None:
     RESULTS.append({"check": check, "ok": ok, "value": value, **extra})
     flag = {True: "ok", False: "FAIL", None: "info"}[ok]
     print(f"{flag:5} {check}: {value}", flush=True)
+    if OUT is not None:
+        OUT.write_text(json.dumps({"results": RESULTS}, indent=1))
 
 
 def greedy(max_new: int = MAX_NEW) -> SamplingParams:
@@ -82,12 +85,12 @@ def stepped_logits(lm: LeanLM, seqs: list[list[int]], chunks=(4, 5)) -> list[tor
         ids[b, : starts[b]] = torch.tensor(s[: starts[b]])
     cache = lm.new_cache(B, max(len(s) for s in seqs))
     pre, _ = lm(ids, torch.zeros(B, dtype=torch.long, device=dev), cache)  # (B, P, V)
-    out = [[pre[b, : starts[b]].float()] for b in range(B)]
+    out = [[pre[b, : starts[b]].float().clone()] for b in range(B)]  # clone: a CUDA graph's output is overwritten by its next replay
     for n in chunks:
         step = torch.stack([torch.tensor(s[st : st + n]) for s, st in zip(seqs, starts.tolist())]).to(dev)  # (B, n)
         logits, _ = lm(step, starts, cache)
         for b in range(B):
-            out[b].append(logits[b].float())
+            out[b].append(logits[b].float().clone())
         starts = starts + n
     return [torch.cat(o) for o in out]
 
@@ -216,8 +219,12 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--n", type=int, default=30_000, help="rollouts per law check (30,000 as the CPU suite)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"families, of {','.join(CASES)}")
+    ap.add_argument("--sections", default="graphs,law,families",
+                    help="which checks, in this order: graphs (compiles: ~100 s on an H100), law, families")
     ap.add_argument("--out", default="cuda-parity.json")
     a = ap.parse_args()
+    global OUT
+    OUT = Path(a.out)
     dev = torch.device(a.device)
     import transformers
 
@@ -227,13 +234,19 @@ def main() -> int:
         torch.backends.cudnn.allow_tf32 = False
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for case in a.cases.split(","):
-            check_family(case, Path(tmp), dev)
-        check_cuda_graphs(Path(tmp), dev)
-    check_law(dev, a.n)
+        for section in a.sections.split(","):
+            if section == "graphs":
+                check_cuda_graphs(Path(tmp), dev)
+            elif section == "law":
+                check_law(dev, a.n)
+            elif section == "families":
+                for case in a.cases.split(","):
+                    check_family(case, Path(tmp), dev)
+            else:
+                ap.error(f"--sections: unknown section {section!r} (allowed: graphs, law, families)")
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     meta = {"device": name, "torch": torch.__version__, "seconds": round(time.perf_counter() - t0, 1), "n_law": a.n}
-    Path(a.out).write_text(json.dumps({"meta": meta, "results": RESULTS}, indent=1))
+    OUT.write_text(json.dumps({"meta": meta, "results": RESULTS}, indent=1))
     failed = [r["check"] for r in RESULTS if r["ok"] is False]
     print(f"{len(RESULTS)} checks on {name} in {meta['seconds']} s: {len(failed)} failed", flush=True)
     return 1 if failed else 0

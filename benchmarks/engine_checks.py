@@ -83,6 +83,7 @@ def check_engine(name: str, eng: RolloutEngine, prompts, sp, cuda: bool, max_fra
     t0 = time.perf_counter()
     gen()  # compiles / records graphs
     warmup_s = time.perf_counter() - t0
+    print(f"{name}: warm-up (compile, graph capture) {warmup_s:.1f} s", flush=True)
     walls = []
     for _ in range(3):  # wall seconds of a whole generation (the engine reads the device each step: no sync needed)
         t0 = time.perf_counter()
@@ -132,12 +133,13 @@ def main() -> int:
     g = torch.Generator().manual_seed(0)
     prompts = [[1] + torch.randint(3, min(V, 512), (int(n),), generator=g).tolist() for n in torch.randint(4, 24, (a.batch,), generator=g)]
     sp = SamplingParams(temperature=1.0, max_new_tokens=a.max_new_tokens, eos_token_id=None)
-    results = [check_engine(name, eng, prompts, sp, cuda, a.max_memcpy_frac, a.max_extra_syncs) for name, eng in engines.items()]
-    with open(a.out, "w") as f:
-        json.dump({"device": str(a.device), "dtype": a.dtype, "torch": torch.__version__, "results": results}, f, indent=1)
+    results = []
+    for name, eng in engines.items():  # printed and written per engine: a timeout keeps what finished
+        results.append(check_engine(name, eng, prompts, sp, cuda, a.max_memcpy_frac, a.max_extra_syncs))
+        print(json.dumps(results[-1]), flush=True)
+        with open(a.out, "w") as f:
+            json.dump({"device": str(a.device), "dtype": a.dtype, "torch": torch.__version__, "results": results}, f, indent=1)
     failed = [f"{r['engine']}: {k}" for r in results for k, ok in r.get("pass", {}).items() if not ok]
-    for r in results:
-        print(json.dumps(r))
     if failed:
         print("engine checks FAILED: " + ", ".join(failed), file=sys.stderr)
         return 1

@@ -51,16 +51,16 @@ def exact_joint(lm, prompt, sp, n_tokens):
     """Exact law of the first n_tokens completion tokens by enumeration: (V**n_tokens,) tensor."""
     from workbench.rollout.sampling import probs_from_logits
 
-    V = lm.cfg.vocab_size
-    seqs = torch.tensor([prompt])
-    logp = torch.zeros(1)
+    V, dev = lm.cfg.vocab_size, lm.lm_head.weight.device  # on the model's device (benchmarks/cuda_parity.py runs it on CUDA)
+    seqs = torch.tensor([prompt], device=dev)
+    logp = torch.zeros(1, device=dev)
     for _ in range(n_tokens):
         cache = lm.new_cache(seqs.shape[0], seqs.shape[1] + 1)
-        logits, _ = lm(seqs, torch.zeros(seqs.shape[0], dtype=torch.long), cache)
+        logits, _ = lm(seqs, torch.zeros(seqs.shape[0], dtype=torch.long, device=dev), cache)
         p = probs_from_logits(logits[:, -1], sp)  # (S, V)
         logp = (logp[:, None] + p.log()).reshape(-1)
-        seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(seqs.shape[0])[:, None]], 1)
-    return logp.exp()
+        seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V, device=dev).repeat(seqs.shape[0])[:, None]], 1)
+    return logp.exp().cpu()
 
 
 def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2, max_batch_size=None, k_policy=None):

@@ -42,3 +42,25 @@ def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
 def test_gpu_script_rejects_unknown_arguments():
     res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--fast"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--smoke" in res.stderr
+
+
+def test_cuda_parity_script_runs_its_checks_on_the_cpu(tmp_path):
+    """benchmarks/cuda_parity.py (the GPU lease's exactness checks) on the CPU at a small n: every
+    asserted check passes, the law section ran for each drafter, the bf16 rows are reported."""
+    out = tmp_path / "parity.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_parity.py"), "--device", "cpu", "--n", "2000",
+                          "--cases", "qwen3", "--sections", "law,families", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert all(r["ok"] is not False for r in rows)
+    laws = [r["check"] for r in rows if r["check"].startswith("law ")]
+    assert {c.split()[1] for c in laws} == {"draft_model", "ngram", "suffix", "mtp", "eagle3"}
+    assert sum(r["ok"] is None and r["check"].startswith("bf16 qwen3") for r in rows) == 4
+    assert any("plain greedy == transformers generate()" in r["check"] and r["ok"] for r in rows)
+
+
+def test_gpu_lease_script_rejects_unknown_phases():
+    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "checks"], capture_output=True, text=True, timeout=60,
+                         env=os.environ | {"GPU_LEASE_SMOKE": "1", "OUT": "/tmp/wb-lease-test"})
+    assert res.returncode == 2 and "parity, engine, bench" in res.stderr
