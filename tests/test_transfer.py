@@ -97,8 +97,8 @@ def test_costs_and_steps_refuse_bad_input():
         VLLMCosts(0.01, {}, 0.0, 0.0)
     with pytest.raises(ValueError, match=">= 0"):
         VLLMCosts(0.01, {3: 0.01}, -1.0, 0.0)
-    with pytest.raises(ValueError, match="k=2"):
-        COSTS.step_s(2, 1.0)  # adaptive k needs a cost at every k_t chosen
+    with pytest.raises(ValueError, match="k=4 or above"):
+        COSTS.step_s(4, 1.0)  # above the measured k: no extrapolation
     assert COSTS.step_s(0, 1.0) == COSTS.step_s(3, 0.0) == 0.010
     with pytest.raises(ValueError, match="plain_steps"):
         predicted_plain_seconds(0, COSTS)
@@ -288,3 +288,66 @@ def test_vllm_bench_spec_schedules_the_widest_batch():
     assert s.rollout.max_batch_size == 16 and s.drafter.kind == "ngram" and s.drafter.k == 2
     assert vllm_bench_spec(spec, "draft_model", 3, [1, 2]).rollout.max_batch_size == 4  # never narrower than the spec
     assert spec.rollout.max_batch_size == 4  # the bench's own spec untouched
+
+
+# ----------------------------------------------------------------- settings vLLM cannot run (--vllm-predict)
+
+def test_a_smaller_k_is_priced_affine_in_its_draft_tokens_from_the_next_measured_k():
+    """Adaptive k's k_t < K: t_v(b,0) + (t_v(b,K) - t_v(b,0))·share·k_t/K, from the smallest measured K > k_t."""
+    assert COSTS.step_s(1, 1.0) == pytest.approx(0.010 + 0.005 / 3)
+    assert COSTS.step_s(2, 0.5) == pytest.approx(0.010 + 0.005 * 0.5 * 2 / 3)
+    two = VLLMCosts(0.010, {2: 0.012, 4: 0.020}, 0.0, 0.0)
+    assert two.step_s(1, 1.0) == pytest.approx(0.011) and two.step_s(3, 1.0) == pytest.approx(0.010 + 0.010 * 3 / 4)
+    assert two.step_s(2, 1.0) == 0.012  # a measured k is read, not interpolated
+
+
+def test_predict_setting_prices_adaptive_steps_and_undrafted_ones():
+    from workbench.bench.transfer import predict_setting
+
+    plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)
+    spec = _run([30] + [15] * 4, [4] * 5, [0] + [12] * 4)
+    ar = _counters(0, [4] * 63, [0] * 63, [0] * 63)
+    c = SpecCounters(k=3)  # adaptive: 10 plain steps, 10 at k_t = 1, 10 at k_t = 3 (2 of 4 rows drafting)
+    for k_t, m, acc in [(0, 0, 0)] * 10 + [(1, 4, 3)] * 10 + [(3, 6, 4)] * 10:
+        c.add_step(4, k_t, m // max(k_t, 1), m, [acc] + [0] * (k_t - 1) if k_t else [])
+    p = predict_setting(3, [(plain, spec)] * 2, c, ar)
+    spec_s = 0.04 + 10 * 0.010 + 10 * (0.010 + 0.005 / 3) + 10 * (0.010 + 0.005 * 0.5)
+    assert p["vllm_predicted_speedup"]["mean"] == pytest.approx((0.04 + 63 * 0.010) / spec_s)
+    assert p["k_used"] == [0, 1, 3] and p["ours_undrafted_steps"] == 10 and p["repeats_used"] == 2
+    assert p["ours_tokens_per_row_step"] == pytest.approx(1 + 70 / 120)
+    assert predict_setting(3, [(plain, spec)], SpecCounters(k=3), SpecCounters(k=0))["vllm_predicted_speedup"] is None
+
+
+def test_group_prompts_lays_the_batch_out_as_grpo_groups():
+    from workbench.bench.vllm import group_prompts
+
+    ps = [[1, i] for i in range(10)]
+    assert group_prompts(ps[:8], 4) == [[1, 0]] * 4 + [[1, 1]] * 4
+    assert group_prompts(ps[:6], 4) == [[1, 0]] * 4 + [[1, 1]] * 2  # the last group cut to fill B
+    assert group_prompts(ps[:1], 8) == [[1, 0]]
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--vllm-predict", "suffix"], "needs --vllm DRAFTER"),
+    (["--vllm", "draft_model", "--vllm-predict", "suffix"], "use --vllm ngram"),
+    (["--vllm", "ngram", "--vllm-predict", "eagle"], "allowed values: suffix, adaptive"),
+    (["--vllm", "ngram", "--no-transfer", "--vllm-predict", "adaptive"], "drop --no-transfer"),
+])
+def test_vllm_predict_is_refused_without_a_cost_proxy(args, msg):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "micro", *args])
+    assert res.exit_code == 2 and msg in " ".join(res.output.split()), res.output
+
+
+def test_predictions_table_renders_one_line_per_batch_and_setting():
+    from workbench.bench.transfer import predictions_markdown
+
+    assert predictions_markdown([_vllm_row()]) == []
+    p = {"setting": "suffix", "proxy": "vLLM ngram k=3", "ours_spec_speedup": {"mean": 1.3, "lo": 1.2, "hi": 1.4}, "acceptance_length": 2.5,
+         "ours_tokens_per_row_step": 1.8, "vllm_predicted_speedup": {"mean": 1.1, "lo": 1.0, "hi": 1.2}, "ours_spec_steps": 30,
+         "ours_undrafted_steps": 4, "k_used": [0, 3]}
+    md = predictions_markdown([_vllm_row(vllm_predicted_for=[p])])
+    assert md[-1] == "| 4 | suffix | 1.30× [1.20, 1.40] | 2.50 | 1.80 | 1.10× [1.00, 1.20] | 30 | 4 | 0,3 | vLLM ngram k=3 |"

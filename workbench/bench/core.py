@@ -68,6 +68,7 @@ class BenchConfig:
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
     transfer: bool = True  # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
+    vllm_predict: tuple[str, ...] = ()  # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
 
 
 def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
@@ -144,10 +145,11 @@ class Bench:
         return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
                                 prepack=self.spec.rollout.prepack_weights)
 
-    def _engine(self, kind: str, k: int) -> WorkbenchBackend:
+    def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
+        """Our speculative engine with drafter ``kind`` at ``k`` (other ``drafter.*`` fields: ``fields``)."""
         from workbench.drafter_init import drafter_as_run
 
-        ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k})
+        ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k, **fields})
         drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
         return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs,
                                 prepack=self.spec.rollout.prepack_weights)
@@ -327,7 +329,8 @@ class Bench:
             from workbench.rollout.vllm.env import build_id
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
-            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k, transfer=self.cfg.transfer)
+            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k, transfer=self.cfg.transfer,
+                                           predict=self.cfg.vllm_predict)
             b = build_id(self.spec.rollout.vllm.cpu_expand_fix)
             vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {

@@ -102,6 +102,40 @@ def _ci(values: list[float]) -> dict | None:
     return {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
 
 
+def _shares(counters) -> list[float]:
+    return draft_shares(counters.rows_per_forward, counters.k_per_step, counters.draft_tokens_per_step, counters.num_draft_tokens)
+
+
+def _costs(k: int, cost_runs: list[tuple[StepRun, StepRun]]) -> tuple[list[VLLMCosts], list[int]]:
+    """The repeats' :class:`VLLMCosts` (those with t_v(b,k) measured) and each repeat's full-step count."""
+    costs, used = [], []
+    for plain, spec in cost_runs:
+        c, n_used = repeat_costs(plain, spec, k)
+        used.append(n_used)
+        if c is not None:
+            costs.append(c)
+    return costs, used
+
+
+def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, ours_ar) -> dict:
+    """vLLM's speedup predicted for a setting vLLM cannot run (``suffix``, adaptive k), from our
+    engine's greedy counters of that setting and the cost runs of the drafter vLLM ran at ``k``
+    (its proxy; a step at k_t < k priced by :meth:`workbench.perf.transfer.VLLMCosts.step_s`).
+
+    Returns ``vllm_predicted_speedup`` {mean, lo, hi} (None without a usable repeat or decode step)
+    and the inputs: tokens per row-step, steps, undrafted steps, the k_t used.
+    """
+    if not counters.rows_per_forward or ours_ar.num_verify_steps < 1:
+        return {"vllm_predicted_speedup": None, "note": "no decode steps to price (max_new_tokens < 2)"}
+    shares = _shares(counters)
+    costs, _ = _costs(k, cost_runs)
+    pred = [predicted_speedup(ours_ar.num_verify_steps, counters.k_per_step, shares, c) for c in costs]
+    return {"vllm_predicted_speedup": _ci(pred), "repeats_used": len(costs),
+            "ours_tokens_per_row_step": tokens_per_row_step(counters.num_accepted_tokens, sum(counters.rows_per_forward)),
+            "ours_spec_steps": counters.num_verify_steps, "ours_undrafted_steps": sum(1 for f in shares if f == 0),
+            "k_used": sorted(set(counters.k_per_step))}
+
+
 def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ours_ar, vllm_spec, vllm_ar,
                  measured: dict) -> dict:
     """The row keys of the transfer prediction at one batch size.
@@ -123,17 +157,13 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
         none = dict.fromkeys(("vllm_predicted_speedup", "vllm_predicted_in_ci", "vllm_predicted_ci_overlap",
                               "vllm_predicted_speedup_per_row", "vllm_predicted_from_vllm_acceptance"))
         return none | {"transfer": {"note": "no decode steps to price (max_new_tokens < 2)"}}
-    shares = draft_shares(ours_spec.rows_per_forward, ours_spec.k_per_step, ours_spec.draft_tokens_per_step, ours_spec.num_draft_tokens)
+    shares = _shares(ours_spec)
     tau = tokens_per_row_step(ours_spec.num_accepted_tokens, sum(ours_spec.rows_per_forward))
     v_rows, v_k, v_drafts = vllm_spec.rows_per_forward[1:], vllm_spec.k_per_step[1:], (vllm_spec.draft_tokens_per_step or [])[1:]
     v_shares = draft_shares(v_rows, v_k, v_drafts, vllm_spec.num_draft_tokens) if v_rows else None
-    pred, per_row, control, costs, used = [], [], [], [], []
-    for plain, spec in cost_runs:
-        c, n_used = repeat_costs(plain, spec, k)
-        used.append(n_used)
-        if c is None:
-            continue
-        costs.append(c)
+    costs, used = _costs(k, cost_runs)
+    pred, per_row, control = [], [], []
+    for c in costs:
         pred.append(predicted_speedup(ours_ar.num_verify_steps, ours_spec.k_per_step, shares, c))
         per_row.append(per_row_speedup(tau, c.plain_step_s, c.spec_step_s[k]))
         if v_shares is not None and vllm_ar.num_verify_steps > 1:
@@ -189,4 +219,25 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
                      f"{t.get('ours_spec_steps', '-')} / {t.get('vllm_spec_steps', '-')} | {_f(t.get('plain_step_ms'), 2)} | "
                      f"{_f(t.get('spec_step_ms'), 2)} | {_f(t.get('plain_fixed_ms'))} / {_f(t.get('spec_fixed_ms'))} | "
                      f"{t.get('full_steps_min', '-')} | {t.get('repeats_used', '-')}/{t.get('repeats', '-')} |")
+    return lines
+
+
+def predictions_markdown(rows: list[dict]) -> list[str]:
+    """The table of vLLM-predicted speedups for settings vLLM cannot run ([] when none was asked for)."""
+    items = [(x["batch"], p) for x in rows for p in x.get("vllm_predicted_for", [])]
+    if not items:
+        return []
+    lines = ["", "### vLLM's speedup predicted for settings vLLM cannot run", "",
+             "Our engine runs each setting as GRPO rolls out (the batch as groups of grpo.group_size siblings, the spec's "
+             "sampling, in the rotation; suffix drafts from its own and its siblings' tokens only); its speedup over our plain "
+             "decoding of the same groups is paired per repeat; vLLM's is predicted from that run's steps and the cost runs above "
+             "(the proxy: vLLM's drafter at the spec's k; a step at k_t < k priced affine in its draft tokens). Unvalidated by "
+             "construction: vLLM cannot run these.", "",
+             "| batch | setting | ours measured speedup | acc. length | tokens / row-step | vLLM predicted | steps | undrafted steps | k_t used | cost proxy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for b, p in items:
+        lines.append(f"| {b} | {p['setting']} | {_ci_text(p.get('ours_spec_speedup'))} | {_f(p.get('acceptance_length'), 2)} | "
+                     f"{_f(p.get('ours_tokens_per_row_step'), 2)} | {_ci_text(p.get('vllm_predicted_speedup'))} | "
+                     f"{p.get('ours_spec_steps', '-')} | {p.get('ours_undrafted_steps', '-')} | "
+                     f"{','.join(map(str, p.get('k_used', []))) or '-'} | {p.get('proxy', '-')} |")
     return lines

@@ -15,7 +15,8 @@ runs, and each row gains vLLM's speedup predicted from our engine's acceptance
 from __future__ import annotations
 
 from workbench import metrics as M
-from workbench.bench.transfer import COST_NAMES, cost_prompts, timed_steps, transfer_markdown, transfer_row
+from workbench.bench.transfer import (COST_NAMES, cost_prompts, predict_setting, predictions_markdown, timed_steps, transfer_markdown,
+                                      transfer_row)
 from workbench.timing import measure
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -36,15 +37,68 @@ def vllm_bench_spec(spec, kind: str, k: int, batch_sizes: list[int]):
     return spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout})
 
 
-def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
+PREDICT_SETTINGS = ("suffix", "adaptive")  # --vllm-predict: settings vLLM cannot run
+
+
+def check_predict(kind: str | None, predict: tuple[str, ...], transfer: bool) -> None:
+    """Refuse --vllm-predict settings that have no valid cost proxy.
+
+    Raises:
+        ValueError: an unknown setting, no --vllm, --no-transfer (no cost runs), or suffix with a
+            model-based --vllm drafter (suffix's proxy is vLLM's ngram: both draft on the host).
+    """
+    bad = [p for p in predict if p not in PREDICT_SETTINGS]
+    if bad:
+        raise ValueError(f"--vllm-predict: unknown setting {bad[0]!r}; allowed values: {', '.join(PREDICT_SETTINGS)}")
+    if predict and (kind is None or not transfer):
+        raise ValueError("--vllm-predict needs --vllm DRAFTER and the transfer cost runs (drop --no-transfer)")
+    if "suffix" in predict and kind != "ngram":
+        raise ValueError(f"--vllm-predict suffix: its cost proxy is vLLM's ngram (both draft on the host, no model forward); "
+                         f"use --vllm ngram, not --vllm {kind}")
+
+
+def _predict_engines(b, kind: str, k: int, predict: tuple[str, ...]) -> dict:
+    """Our engines for the --vllm-predict settings: suffix at k, drafting from each row's own and its
+    siblings' tokens only (``suffix_decoding_max_cached_requests=0``: the bench repeats the same
+    prompts with the same seed, so a cache of earlier calls would hold the very completions); the
+    --vllm drafter with adaptive k (k the maximum; AdaptiveK from the workbench's cost curves, as
+    ``wb run`` builds it)."""
+    from workbench.rollout.kpolicy import AdaptiveK
+
+    engines = {}
+    if "suffix" in predict:
+        engines["suffix"] = b._engine("suffix", k, suffix_decoding_max_cached_requests=0)
+    if "adaptive" in predict:
+        from workbench.perf.modeled import build_modeled
+
+        eng = b._engine(kind, k)
+        spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k, "adaptive": True})})
+        costs = build_modeled(spec, b.target, eng.drafter, b.prompts[:64], progress=False)
+        eng.k_policy = AdaptiveK(k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps)
+        engines[f"adaptive {kind}"] = eng
+    return engines
+
+
+def group_prompts(prompts: list[list[int]], group_size: int) -> list[list[int]]:
+    """As many prompts as ``prompts``, in GRPO's layout: its first ceil(B / G) prompts, each G times
+    in a row (the last group cut to fill B); G = min(group_size, B)."""
+    B = len(prompts)
+    G = max(1, min(group_size, B))
+    return [p for p in prompts[: -(-B // G)] for _ in range(G)][:B]
+
+
+def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ...] = ()) -> list[dict]:
     """Rows of the vLLM table for ``b`` (a :class:`workbench.bench.core.Bench`): per batch size, tok/s
     of each contender (medians) and the paired ratios with CIs; with ``transfer``, the predicted
-    speedup's keys (:func:`workbench.bench.transfer.transfer_row`).
+    speedup's keys (:func:`workbench.bench.transfer.transfer_row`); with ``predict`` (settings of
+    :data:`PREDICT_SETTINGS`), our engine runs each too and the row's ``vllm_predicted_for`` lists
+    our measured speedup and vLLM's predicted one (:func:`workbench.bench.transfer.predict_setting`).
 
     Raises:
         ImportError: vLLM is not installed (names the install command); ValueError: a drafter vLLM
-            cannot run (names drafter.kind).
+            cannot run (names drafter.kind), or a ``predict`` setting without a cost proxy.
     """
+    check_predict(kind, predict, transfer)
     from workbench.rollout.vllm.backend import VLLMBackend
     from workbench.vllm.build import vllm_backend
 
@@ -55,6 +109,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
     v_ar = VLLMBackend(b.target_path, spec, dev, None, seed=spec.seed)
     # greedy speculation only (no verdict needed): the guard's tags are not asked for
     v_spec = vllm_backend(spec, b.target_path, dev, ours_spec.drafter, None, b.target.cfg, tags={})
+    extra = _predict_engines(b, kind, k, predict)
     rows = []
     try:
         for B in b.cfg.batch_sizes:
@@ -70,6 +125,11 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
                 cp = cost_prompts(prompts)
                 fns[COST_NAMES[0]] = lambda p=cp: timed_steps(v_ar, p, greedy, b.device)
                 fns[COST_NAMES[1]] = lambda p=cp: timed_steps(v_spec, p, greedy, b.device)
+            if extra:  # the predicted settings run as GRPO rolls out: groups of siblings, the spec's sampling, seeded
+                gp = group_prompts(prompts, b.spec.grpo.group_size)
+                fns["ours plain"] = b._ours(ours_ar, gp)
+                for name, eng in extra.items():
+                    fns[f"ours {name}"] = b._ours(eng, gp)
             names = list(fns)
             for fn in fns.values():  # warm-up
                 fn()
@@ -85,7 +145,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
                         runs[n].append(m.out)
             tokens = B * b.cfg.max_new_tokens
             med = {n: sorted(v)[len(v) // 2] for n, v in t.items()}
-            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names if n not in runs},
+            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names if n not in runs and not n.startswith("ours ")},
                    "ours_over_vllm_ar": _ci(t["vllm_ar"], t["ours_ar"]),
                    "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
                    "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
@@ -97,6 +157,13 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True) -> list[dict]:
                 row |= transfer_row(k, list(zip(*(runs[n] for n in COST_NAMES))), outs["ours_spec_greedy"].counters,
                                     outs["ours_ar_greedy"].counters, outs["vllm_spec_greedy"].counters,
                                     outs["vllm_ar_greedy"].counters, row["vllm_spec_speedup"])
+                cost_runs = list(zip(*(runs[n] for n in COST_NAMES)))
+                row["vllm_predicted_for"] = [
+                    {"setting": name, "proxy": f"vLLM {kind} k={k}", "tok_s": tokens / med[f"ours {name}"],
+                     "ours_spec_speedup": _ci(t["ours plain"], t[f"ours {name}"]),
+                     "acceptance_length": outs[f"ours {name}"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                     **predict_setting(k, cost_runs, outs[f"ours {name}"].counters, outs["ours plain"].counters)}
+                    for name in extra]
             rows.append(row)
     finally:
         v_ar.close()
@@ -131,4 +198,4 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
                      f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
                      f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
                      f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |" + extra)
-    return lines + transfer_markdown(rows)
+    return lines + transfer_markdown(rows) + predictions_markdown(rows)

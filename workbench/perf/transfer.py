@@ -35,9 +35,12 @@ undrafted step is a plain one in vLLM, that understates); it needs no per-step c
 the one to use where only totals are known.
 
 Drafters vLLM cannot run (``suffix``; ``drafter.adaptive``'s k per step): the same functions apply
-with a proxy's cost curve (vLLM's ngram for suffix, both model-free; for adaptive k,
-:func:`predicted_spec_seconds` takes each step's k_t and a cost per k_t, so it needs t_v(b,j) for
-every j chosen). ``wb bench`` does not measure those yet.
+with a proxy's cost curve (vLLM's ngram for suffix, both model-free and drafting on the host; for
+adaptive k, the drafter's own cost runs at the maximum k, a step at k_t < k priced by
+:meth:`VLLMCosts.step_s`'s affine rule). ``wb bench --vllm KIND --vllm-predict suffix,adaptive``
+measures them (:mod:`workbench.bench.transfer`). What such a prediction cannot check: that vLLM would
+run those steps as our engine does (suffix's host-side cost per step is ours, not Arctic
+Inference's; adaptive k's choices were made for our engine's costs).
 
 Uncertainty: every repeat of the cost runs (plain and speculative, interleaved) gives one
 :class:`VLLMCosts` and one predicted speedup; :func:`prediction_ci` is the geometric mean of the
@@ -77,14 +80,23 @@ class VLLMCosts:
     def step_s(self, k_t: int, share: float) -> float:
         """t(s) of a step at k_t whose rows used ``share`` (0..1) of their k_t draft slots.
 
+        A k_t without a measured cost (adaptive k's smaller steps) is priced from the smallest
+        measured K > k_t by the same affine-in-draft-tokens rule as the share:
+        t_v(b,0) + (t_v(b,K) − t_v(b,0))·share·k_t/K (a step's draft tokens over the K-step's).
+
         Raises:
-            ValueError: no measured cost at k_t (names the k values that have one).
+            ValueError: k_t above every measured k (extrapolation is refused; names the k values
+                that have a cost).
         """
         if k_t == 0 or share == 0:
             return self.plain_step_s
-        if k_t not in self.spec_step_s:
-            raise ValueError(f"no vLLM step cost at k={k_t}; measured at k={sorted(self.spec_step_s)}")
-        return self.plain_step_s + (self.spec_step_s[k_t] - self.plain_step_s) * share
+        if k_t in self.spec_step_s:
+            return self.plain_step_s + (self.spec_step_s[k_t] - self.plain_step_s) * share
+        above = [k for k in self.spec_step_s if k > k_t]
+        if not above:
+            raise ValueError(f"no vLLM step cost at k={k_t} or above; measured at k={sorted(self.spec_step_s)}")
+        K = min(above)
+        return self.plain_step_s + (self.spec_step_s[K] - self.plain_step_s) * share * k_t / K
 
 
 def tokens_per_row_step(num_accepted: int, row_steps: int) -> float:
