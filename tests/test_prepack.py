@@ -159,3 +159,20 @@ def test_enable_prepack_after_compile_is_refused():
     lm.enable_compile()
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
         lm.enable_prepack()
+
+
+def test_cost_curves_of_packed_weights_are_cached_apart():
+    """A forward curve measured with packed weights is not read back for unpacked ones (or the reverse):
+    curve_key includes the flag (adaptive k and speedup/gen_modeled price steps with these curves)."""
+    from workbench.perf.cost_curve import curve_key
+
+    lm = LeanLM.from_hf(random_llama(seed=3))
+    plain_key, fields = curve_key(lm, {"what": "forward"})
+    assert "prepacked" not in fields
+    lm.enable_prepack()
+    packed_key, fields = curve_key(lm, {"what": "forward"})
+    assert fields["prepacked"] is True and packed_key != plain_key
+    for m in lm.modules():
+        if isinstance(m, torch.nn.Linear):
+            unpack(m.weight)
+    assert curve_key(lm, {"what": "forward"})[0] == plain_key

@@ -351,3 +351,19 @@ def test_predictions_table_renders_one_line_per_batch_and_setting():
          "ours_undrafted_steps": 4, "k_used": [0, 3]}
     md = predictions_markdown([_vllm_row(vllm_predicted_for=[p])])
     assert md[-1] == "| 4 | suffix | 1.30× [1.20, 1.40] | 2.50 | 1.80 | 1.10× [1.00, 1.20] | 30 | 4 | 0,3 | vLLM ngram k=3 |"
+
+
+def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
+    from workbench.perf.transfer import fitted_step_cost
+
+    # 4 rows, k = 3: steps with 0, 4, 8 draft tokens cost 10 + 0.5 ms per draft token; read at m = 12
+    step_s = [0.03] + [0.010, 0.012, 0.014, 0.012, 0.010]
+    rows, drafts = [4] * 6, [0, 0, 4, 8, 4, 0]
+    assert fitted_step_cost(step_s, rows, drafts, 3) == pytest.approx(0.016)
+    assert fitted_step_cost(step_s, [4, 2, 4, 4, 4, 4], drafts, 3) == pytest.approx(0.016)  # tail steps (fewer rows) left out
+    assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 6, 6], 3) is None  # one draft count: no slope
+    assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 0, 0], 3) is None  # no drafts at all
+    plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)
+    spec = _run([30, 10, 12, 14, 12, 10], [4] * 6, drafts)
+    c, used = repeat_costs(plain, spec, 3)
+    assert used == 0 and c.spec_step_s[3] == pytest.approx(0.016) and c.plain_step_s == pytest.approx(0.010)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from workbench.perf.transfer import (
     VLLMCosts,
     draft_shares,
+    fitted_step_cost,
     inside,
     per_row_speedup,
     prediction_ci,
@@ -87,9 +88,13 @@ def timed_steps(backend, prompts: list[list[int]], sampling, device=None) -> Ste
 
 def repeat_costs(plain: StepRun, spec: StepRun, k: int) -> tuple[VLLMCosts | None, int]:
     """vLLM's costs from one repeat's plain and speculative cost runs, and how many speculative
-    steps had every row drafting k (None when none had: t_v(b,k) unmeasured in this repeat)."""
+    steps had every row drafting k. Where none had, t_v(b,k) is fitted on the steps' draft counts
+    (:func:`workbench.perf.transfer.fitted_step_cost`; 0 steps used says so); None when that
+    fails too (t_v(b,k) unmeasured in this repeat)."""
     t0, f0, _ = step_costs(plain.step_s, plain.rows, None, 0, plain.wall_s)
     tk, fk, used = step_costs(spec.step_s, spec.rows, spec.draft_tokens, k, spec.wall_s)
+    if tk is None:
+        tk = fitted_step_cost(spec.step_s, spec.rows, spec.draft_tokens, k)
     if t0 is None or tk is None:
         return None, used
     return VLLMCosts(t0, {k: tk}, f0, fk), used
@@ -205,7 +210,8 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
     lines = ["", "### Transfer: vLLM's speedup predicted from our engine's acceptance", "",
              "Predicted = (F_plain + S_plain·t_v(b,0)) / (F_spec + Σ_s t(s)) over our engine's greedy steps, t(s) = t_v(b,0) + "
              "(t_v(b,k) − t_v(b,0))·(share of the step's draft slots used); t_v and F (seconds outside the decode steps) from vLLM's "
-             "cost runs on periodic prompts of the task's lengths, interleaved with the measured arms; geometric mean and 95 % CI "
+             "cost runs on periodic prompts of the task's lengths, interleaved with the measured arms (full steps 0: t_v(b,k) "
+             "fitted on the steps' draft counts, no step having every row drafting k); geometric mean and 95 % CI "
              "over the repeats (workbench.perf.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). From vLLM's "
              "acceptance: the same model with vLLM's own step counts (the cost model's error alone).", "",
              "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / vLLM | "

@@ -106,10 +106,11 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
     dev = b.device.type
     greedy = SamplingParams(0.0, 1.0, 0, b.cfg.max_new_tokens, None)
     ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)
+    # before vLLM's engines start: their processes load the CPU, and adaptive k's cost curves are measured here
+    extra = _predict_engines(b, kind, k, predict)
     v_ar = VLLMBackend(b.target_path, spec, dev, None, seed=spec.seed)
     # greedy speculation only (no verdict needed): the guard's tags are not asked for
     v_spec = vllm_backend(spec, b.target_path, dev, ours_spec.drafter, None, b.target.cfg, tags={})
-    extra = _predict_engines(b, kind, k, predict)
     rows = []
     try:
         for B in b.cfg.batch_sizes:

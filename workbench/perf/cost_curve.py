@@ -22,7 +22,7 @@ belongs in the model"):
   sampling; for ngram it is the host/tensor time of the suffix match (measured, not assumed 0).
 
 Cache: ``<cache_dir>/cost_curves/<key>.json``, key = hash of the model config, dtype, device,
-torch version, CPU/GPU name, torch threads, compile flag and the measurement's shape parameters
+torch version, CPU/GPU name, torch threads, compile and packed-weights flags and the measurement's shape parameters
 (see :func:`curve_key`); a second run on the same machine and model loads it without measuring.
 Sampling, rejection sampling, bookkeeping and the prefill are not in these costs.
 """
@@ -44,6 +44,7 @@ from workbench.cache import cache_dir
 from workbench.perf.analytic import CostModel
 from workbench.perf.steps import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
+from workbench.rollout.layers import is_packed
 from workbench.timing import TimeSpent, timed
 
 CURVE_VERSION = 1
@@ -69,7 +70,7 @@ def curve_key(lm, extra: dict) -> tuple[str, dict]:
     w = lm.lm_head.weight
     fields = {"version": CURVE_VERSION, "config": dataclasses.asdict(lm.cfg), "dtype": str(w.dtype), "device": w.device.type,
               "torch": torch.__version__, "machine": device_name(w.device), "threads": torch.get_num_threads(),
-              "compiled": "_compiled" in lm.__dict__, **extra}
+              "compiled": "_compiled" in lm.__dict__, **({"prepacked": True} if is_packed(w) else {}), **extra}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12], fields
 
 

@@ -212,6 +212,28 @@ def step_costs(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Seque
     return (sum(used) / len(used) if used else None), max(fixed, 0.0), len(used)
 
 
+def fitted_step_cost(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Sequence[int], k: int) -> float | None:
+    """t_v(b,k) fitted where no step had every row drafting k (ngram at 16 rows: some row always
+    misses): a least-squares line seconds = a + s·m over the decode steps at the full batch b, m
+    the step's draft tokens verified (0 for a step without drafts, which vLLM runs as a plain one),
+    read at m = b·k. The same affine-in-tokens model as the shares (:meth:`VLLMCosts.step_s`).
+
+    Same lists as :func:`step_costs` (the first entry the prefill). None when the steps at b rows
+    have fewer than two distinct draft counts or none above 0 (no slope to fit), or the fit is not
+    positive at b·k.
+    """
+    b = max(rows)
+    pts = [(draft_tokens[i], step_s[i]) for i in range(1, len(step_s)) if rows[i] == b]
+    ms = {m for m, _ in pts}
+    if len(ms) < 2 or max(ms) == 0:
+        return None
+    n = len(pts)
+    mx, my = sum(m for m, _ in pts) / n, sum(t for _, t in pts) / n
+    slope = sum((m - mx) * (t - my) for m, t in pts) / sum((m - mx) ** 2 for m, _ in pts)
+    t = my + slope * (b * k - mx)
+    return t if t > 0 else None
+
+
 def prediction_ci(predictions: Sequence[float]) -> RatioCI:
     """Geometric mean of per-repeat predicted speedups with a Student-t 95 % interval on their logs
     (``low``/``high`` None for a single repeat).

@@ -70,6 +70,12 @@ def prepack(w: torch.Tensor, rows_hint: int = 16) -> None:
     _PACKED[key] = (weakref.ref(w), _pack(w, rows_hint), w._version, rows_hint)
 
 
+def is_packed(w: torch.Tensor) -> bool:
+    """Whether ``w`` has a packed copy registered (:func:`prepack`): a cost curve measured with packed
+    weights is keyed apart from an unpacked one (workbench.perf.cost_curve.curve_key)."""
+    return id(w) in _PACKED
+
+
 def unpack(w: torch.Tensor) -> None:
     """Drop ``w``'s packed copy: :func:`linear` calls ``F.linear`` on it again."""
     _PACKED.pop(id(w), None)
