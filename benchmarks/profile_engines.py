@@ -12,6 +12,9 @@ per op name, divided by the engine's decode steps, the top ``--top`` ops each, a
 step. vLLM runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as ``wb`` sets), so the
 profiler sees its model runner's ops (its attention and its matmuls) as it sees ours.
 
+``--speculative DRAFTER``: the same for speculative decoding (greedy, the spec's drafter.k): a step
+is then a (k+1)-token verification plus the drafter's work, and both engines take the same steps.
+
 Writes OUT.json (every number) and OUT.md (the tables). Numbers are from the machine it runs on;
 time nothing else beside it.
 """
@@ -78,6 +81,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--compiled", action="store_true", help="also ours with torch.compile (rollout.compile), as vLLM-CPU compiles its model")
     ap.add_argument("--prepacked", action="store_true", help="also ours with its weights packed for oneDNN (rollout.prepack_weights)")
+    ap.add_argument("--speculative", metavar="DRAFTER", choices=["draft_model", "eagle3", "ngram"],
+                    help="profile speculative decoding with this drafter at the spec's drafter.k instead of plain decoding "
+                         "(greedy in both engines, as wb bench --vllm: same tokens, same steps)")
     ap.add_argument("overrides", nargs="*", help="dotted spec overrides, e.g. model.device=cpu")
     a = ap.parse_args()
     from workbench.rollout.vllm.backend import VLLMBackend
@@ -85,8 +91,17 @@ def main() -> None:
     bs = [int(x) for x in a.batch_sizes.split(",")]
     spec = load_spec(a.spec, a.overrides)
     b = Bench(spec, BenchConfig(batch_sizes=tuple(bs), max_new_tokens=a.max_new_tokens, repeats=a.repeats, hf=False))
-    vspec = vllm_bench_spec(b.spec, b.spec.drafter.kind, b.spec.drafter.k, bs)
-    ours, vllm = b._ar_engine(), VLLMBackend(b.target_path, vspec, b.device.type, None, seed=spec.seed)
+    kind = a.speculative or b.spec.drafter.kind
+    vspec = vllm_bench_spec(b.spec, kind, b.spec.drafter.k, bs)
+    if a.speculative:  # a (k+1)-token verification step and its drafts in each engine, greedy
+        from workbench.rollout.sampling import SamplingParams
+        from workbench.vllm.build import vllm_backend
+
+        b.sp = SamplingParams(0.0, 1.0, 0, a.max_new_tokens, None)
+        ours = b._engine(kind, b.spec.drafter.k)
+        vllm = vllm_backend(vspec, b.target_path, b.device.type, ours.drafter, None, b.target.cfg, tags={})
+    else:
+        ours, vllm = b._ar_engine(), VLLMBackend(b.target_path, vspec, b.device.type, None, seed=spec.seed)
     engines = {"ours": ours, "vllm": vllm}
     if a.compiled:  # a second LeanLM over the same weights, its plain forwards compiled (docs/results/engine-optimisation-log.md §3)
         from workbench.rollout.model import LeanLM
@@ -100,7 +115,10 @@ def main() -> None:
         from workbench.rollout.workbench_backend import WorkbenchBackend
 
         engines["ours_prepacked"] = WorkbenchBackend(LeanLM.from_hf(b.hf_target), prepack=True)
-    res = {"spec": a.spec, "command": " ".join(["python", *sys.argv]), "machine": platform.processor() or platform.machine(),
+    if a.speculative and (a.compiled or a.prepacked):
+        ap.error("--speculative profiles ours as the spec sets it up (rollout.prepack_weights=true as an override); "
+                 "drop --compiled/--prepacked")
+    res = {"spec": a.spec, "speculative": a.speculative, "k": b.spec.drafter.k if a.speculative else 0, "command": " ".join(["python", *sys.argv]), "machine": platform.processor() or platform.machine(),
            "torch": torch.__version__, "threads": torch.get_num_threads(), "max_new_tokens": a.max_new_tokens, "rows": []}
     try:
         for B in bs:
@@ -154,7 +172,8 @@ def markdown(res: dict) -> str:
     """The summary table, the time per category, and each batch's top ops side by side."""
     names = [n for n in ("ours", "ours_compiled", "ours_prepacked", "vllm") if n in res["rows"][0]]
     extra = [n for n in ("ours_compiled", "ours_prepacked") if n in names]
-    lines = [f"# Decode step profile, ours vs vLLM-CPU: `{res['spec']}`", "",
+    what = f"speculative ({res['speculative']}, k = {res['k']}, greedy) step" if res.get("speculative") else "Decode step"
+    lines = [f"# {what} profile, ours vs vLLM-CPU: `{res['spec']}`", "",
              f"`{res['command']}`; torch {res['torch']}, {res['threads']} threads, {res['max_new_tokens']} tokens per row.", "",
              "| batch | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / vLLM [95 %] |"
              + "".join(f" {n} / vLLM [95 %] | {n} / ours [95 %] |" for n in extra)
