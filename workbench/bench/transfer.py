@@ -204,8 +204,7 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
             "ours_tokens_per_row_step": tau, "ours_spec_steps": ours_spec.num_verify_steps,
             "vllm_spec_steps": max(vllm_spec.num_verify_steps - 1, 0), "plain_steps": ours_ar.num_verify_steps,
             "ours_undrafted_steps": sum(1 for f in shares if f == 0),
-            "accept_slope_ms": med(lambda c: c.accept_slope_s),
-            "accept_ref": statistics.median(c.accept_ref for c in costs) if costs else None,
+            "accept_slope_ms": med(lambda c: c.accept_slope_s), "accept_ref": med(lambda c: c.accept_ref / 1e3),
         },
     }
 
