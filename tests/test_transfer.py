@@ -367,33 +367,3 @@ def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
     spec = _run([30, 10, 12, 14, 12, 10], [4] * 6, drafts)
     c, used = repeat_costs(plain, spec, 3)
     assert used == 0 and c.spec_step_s[3] == pytest.approx(0.016) and c.plain_step_s == pytest.approx(0.010)
-
-
-def test_a_model_drafters_step_cost_grows_with_the_tokens_it_accepted():
-    """accept_slope: the least-squares slope of full steps' seconds on their accepted tokens; a step
-    is then priced at that slope about the cost runs' mean (cost prompts accept more than a task)."""
-    from workbench.perf.transfer import accept_slope
-
-    # 4 rows x k = 3 every step; 20 ms + 0.5 ms per accepted token
-    acc = [0, 12, 6, 0, 12, 6]
-    step_s = [0.03] + [0.020 + 0.0005 * a for a in acc[1:]]
-    rows, drafts = [4] * 6, [0] + [12] * 5
-    slope, ref = accept_slope(step_s, rows, drafts, acc, 3)
-    assert slope == pytest.approx(0.0005) and ref == pytest.approx(36 / 5)
-    assert accept_slope(step_s[:3], rows[:3], drafts[:3], acc[:3], 3) is None  # < 3 full steps
-    assert accept_slope(step_s, rows, drafts, [0, 6, 6, 6, 6, 6], 3) is None  # one accepted count
-    c = VLLMCosts(0.010, {3: 0.0236}, 0.0, 0.0, slope, ref)
-    assert c.step_s(3, 1.0, 2) == pytest.approx(0.0236 + 0.0005 * (2 - 7.2))
-    assert c.step_s(3, 1.0) == c.step_s(3, 1.0, None) == 0.0236 and c.step_s(0, 1.0, 12) == 0.010  # not modelled / plain
-    plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)
-    spec = StepRun(0.2, step_s, rows, drafts, None, acc)
-    model, _ = repeat_costs(plain, spec, 3, model_drafter=True)
-    assert model.accept_slope_s == pytest.approx(0.0005) and repeat_costs(plain, spec, 3)[0].accept_slope_s == 0.0  # ngram: off
-    # fewer accepted tokens in the task than in the cost runs: the prediction rises
-    ours = _counters(3, [4] * 10, [12] * 10, [2] * 10)
-    ar = _counters(0, [4] * 30, [0] * 30, [0] * 30)
-    assert ours.accepted_per_step == [2] * 10
-    lo = transfer_row(3, [(plain, spec)], ours, ar, ours, ar, {"mean": 1.0, "lo": 0.9, "hi": 1.1})
-    hi = transfer_row(3, [(plain, spec)], ours, ar, ours, ar, {"mean": 1.0, "lo": 0.9, "hi": 1.1}, model_drafter=True)
-    assert hi["vllm_predicted_speedup"]["mean"] > lo["vllm_predicted_speedup"]["mean"]
-    assert hi["transfer"]["accept_slope_ms"] == pytest.approx(0.5)

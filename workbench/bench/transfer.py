@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from workbench.perf.transfer import (
     VLLMCosts,
     draft_shares,
-    accept_slope,
     fitted_step_cost,
     inside,
     per_row_speedup,
@@ -62,7 +61,6 @@ class StepRun:
     rows: list[int]
     draft_tokens: list[int]
     out: object
-    accepted: list[int] | None = None  # draft tokens accepted per step (None: not recorded)
 
 
 def timed_steps(backend, prompts: list[list[int]], sampling, device=None) -> StepRun:
@@ -85,25 +83,21 @@ def timed_steps(backend, prompts: list[list[int]], sampling, device=None) -> Ste
     sync()
     wall = time.perf_counter() - t_start
     c = out.counters
-    return StepRun(wall, steps, list(c.rows_per_forward), list(c.draft_tokens_per_step or [0] * len(steps)), out,
-                   list(c.accepted_per_step) if c.accepted_per_step else None)
+    return StepRun(wall, steps, list(c.rows_per_forward), list(c.draft_tokens_per_step or [0] * len(steps)), out)
 
 
-def repeat_costs(plain: StepRun, spec: StepRun, k: int, model_drafter: bool = False) -> tuple[VLLMCosts | None, int]:
+def repeat_costs(plain: StepRun, spec: StepRun, k: int) -> tuple[VLLMCosts | None, int]:
     """vLLM's costs from one repeat's plain and speculative cost runs, and how many speculative
     steps had every row drafting k. Where none had, t_v(b,k) is fitted on the steps' draft counts
     (:func:`workbench.perf.transfer.fitted_step_cost`; 0 steps used says so); None when that
-    fails too (t_v(b,k) unmeasured in this repeat). ``model_drafter``: also the step cost's slope
-    in accepted tokens (:func:`workbench.perf.transfer.accept_slope`)."""
+    fails too (t_v(b,k) unmeasured in this repeat)."""
     t0, f0, _ = step_costs(plain.step_s, plain.rows, None, 0, plain.wall_s)
     tk, fk, used = step_costs(spec.step_s, spec.rows, spec.draft_tokens, k, spec.wall_s)
     if tk is None:
         tk = fitted_step_cost(spec.step_s, spec.rows, spec.draft_tokens, k)
     if t0 is None or tk is None:
         return None, used
-    fit = accept_slope(spec.step_s, spec.rows, spec.draft_tokens, spec.accepted, k) if model_drafter and spec.accepted else None
-    slope, ref = fit if fit is not None else (0.0, 0.0)
-    return VLLMCosts(t0, {k: tk}, f0, fk, slope, ref), used
+    return VLLMCosts(t0, {k: tk}, f0, fk), used
 
 
 def _ci(values: list[float]) -> dict | None:
@@ -117,24 +111,18 @@ def _shares(counters) -> list[float]:
     return draft_shares(counters.rows_per_forward, counters.k_per_step, counters.draft_tokens_per_step, counters.num_draft_tokens)
 
 
-def _costs(k: int, cost_runs: list[tuple[StepRun, StepRun]], model_drafter: bool = False) -> tuple[list[VLLMCosts], list[int]]:
+def _costs(k: int, cost_runs: list[tuple[StepRun, StepRun]]) -> tuple[list[VLLMCosts], list[int]]:
     """The repeats' :class:`VLLMCosts` (those with t_v(b,k) measured) and each repeat's full-step count."""
     costs, used = [], []
     for plain, spec in cost_runs:
-        c, n_used = repeat_costs(plain, spec, k, model_drafter)
+        c, n_used = repeat_costs(plain, spec, k)
         used.append(n_used)
         if c is not None:
             costs.append(c)
     return costs, used
 
 
-def _accepted(counters, model_drafter: bool) -> list[int] | None:
-    """A model drafter's per-step accepted counts, where recorded and one per step (else None: not modelled)."""
-    a = counters.accepted_per_step
-    return list(a) if model_drafter and a and len(a) == len(counters.k_per_step) else None
-
-
-def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, ours_ar, model_drafter: bool = False) -> dict:
+def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, ours_ar) -> dict:
     """vLLM's speedup predicted for a setting vLLM cannot run (``suffix``, adaptive k), from our
     engine's greedy counters of that setting and the cost runs of the drafter vLLM ran at ``k``
     (its proxy; a step at k_t < k priced by :meth:`workbench.perf.transfer.VLLMCosts.step_s`).
@@ -145,9 +133,8 @@ def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, 
     if not counters.rows_per_forward or ours_ar.num_verify_steps < 1:
         return {"vllm_predicted_speedup": None, "note": "no decode steps to price (max_new_tokens < 2)"}
     shares = _shares(counters)
-    costs, _ = _costs(k, cost_runs, model_drafter)
-    acc = _accepted(counters, model_drafter)
-    pred = [predicted_speedup(ours_ar.num_verify_steps, counters.k_per_step, shares, c, acc) for c in costs]
+    costs, _ = _costs(k, cost_runs)
+    pred = [predicted_speedup(ours_ar.num_verify_steps, counters.k_per_step, shares, c) for c in costs]
     return {"vllm_predicted_speedup": _ci(pred), "repeats_used": len(costs),
             "ours_tokens_per_row_step": tokens_per_row_step(counters.num_accepted_tokens, sum(counters.rows_per_forward)),
             "ours_spec_steps": counters.num_verify_steps, "ours_undrafted_steps": sum(1 for f in shares if f == 0),
@@ -155,7 +142,7 @@ def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, 
 
 
 def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ours_ar, vllm_spec, vllm_ar,
-                 measured: dict, model_drafter: bool = False) -> dict:
+                 measured: dict) -> dict:
     """The row keys of the transfer prediction at one batch size.
 
     k: num_speculative_tokens. cost_runs: (plain, speculative) :class:`StepRun` per repeat.
@@ -179,15 +166,13 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
     tau = tokens_per_row_step(ours_spec.num_accepted_tokens, sum(ours_spec.rows_per_forward))
     v_rows, v_k, v_drafts = vllm_spec.rows_per_forward[1:], vllm_spec.k_per_step[1:], (vllm_spec.draft_tokens_per_step or [])[1:]
     v_shares = draft_shares(v_rows, v_k, v_drafts, vllm_spec.num_draft_tokens) if v_rows else None
-    costs, used = _costs(k, cost_runs, model_drafter)
-    acc = _accepted(ours_spec, model_drafter)
-    v_acc = vllm_spec.accepted_per_step[1:] if acc is not None and len(vllm_spec.accepted_per_step) == len(vllm_spec.k_per_step) else None
+    costs, used = _costs(k, cost_runs)
     pred, per_row, control = [], [], []
     for c in costs:
-        pred.append(predicted_speedup(ours_ar.num_verify_steps, ours_spec.k_per_step, shares, c, acc))
+        pred.append(predicted_speedup(ours_ar.num_verify_steps, ours_spec.k_per_step, shares, c))
         per_row.append(per_row_speedup(tau, c.plain_step_s, c.spec_step_s[k]))
         if v_shares is not None and vllm_ar.num_verify_steps > 1:
-            control.append(predicted_speedup(vllm_ar.num_verify_steps - 1, v_k, v_shares, c, v_acc))
+            control.append(predicted_speedup(vllm_ar.num_verify_steps - 1, v_k, v_shares, c))
     p = _ci(pred)
     med = (lambda f: 1e3 * statistics.median(f(c) for c in costs)) if costs else (lambda f: None)
     return {
@@ -204,7 +189,6 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
             "ours_tokens_per_row_step": tau, "ours_spec_steps": ours_spec.num_verify_steps,
             "vllm_spec_steps": max(vllm_spec.num_verify_steps - 1, 0), "plain_steps": ours_ar.num_verify_steps,
             "ours_undrafted_steps": sum(1 for f in shares if f == 0),
-            "accept_slope_ms": med(lambda c: c.accept_slope_s), "accept_ref": med(lambda c: c.accept_ref / 1e3),
         },
     }
 

@@ -38,7 +38,6 @@ def vllm_bench_spec(spec, kind: str, k: int, batch_sizes: list[int]):
 
 
 PREDICT_SETTINGS = ("suffix", "adaptive")  # --vllm-predict: settings vLLM cannot run
-MODEL_DRAFTERS = ("draft_model", "eagle3", "mtp")  # a step's cost grows with the tokens it accepted (workbench.perf.transfer.accept_slope)
 
 
 def check_predict(kind: str | None, predict: tuple[str, ...], transfer: bool) -> None:
@@ -158,14 +157,13 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
             if transfer:
                 row |= transfer_row(k, list(zip(*(runs[n] for n in COST_NAMES))), outs["ours_spec_greedy"].counters,
                                     outs["ours_ar_greedy"].counters, outs["vllm_spec_greedy"].counters,
-                                    outs["vllm_ar_greedy"].counters, row["vllm_spec_speedup"], model_drafter=kind in MODEL_DRAFTERS)
+                                    outs["vllm_ar_greedy"].counters, row["vllm_spec_speedup"])
                 cost_runs = list(zip(*(runs[n] for n in COST_NAMES)))
                 row["vllm_predicted_for"] = [
                     {"setting": name, "proxy": f"vLLM {kind} k={k}", "tok_s": tokens / med[f"ours {name}"],
                      "ours_spec_speedup": _ci(t["ours plain"], t[f"ours {name}"]),
                      "acceptance_length": outs[f"ours {name}"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
-                     **predict_setting(k, cost_runs, outs[f"ours {name}"].counters, outs["ours plain"].counters,
-                                       model_drafter=kind in MODEL_DRAFTERS and name != "suffix")}
+                     **predict_setting(k, cost_runs, outs[f"ours {name}"].counters, outs["ours plain"].counters)}
                     for name in extra]
             rows.append(row)
     finally:

@@ -64,16 +64,12 @@ class VLLMCosts:
     plain_step_s: t_v(b,0), one plain decode step. spec_step_s: {k: t_v(b,k)}, one speculative
     step in which every row drafted k tokens. plain_fixed_s / spec_fixed_s: a plain / speculative
     generation's seconds outside its decode steps (admission, prefill, reading outputs back).
-    accept_slope_s / accept_ref: a speculative step's extra seconds per draft token accepted in it
-    beyond the cost runs' mean (:func:`accept_slope`; 0 = the step cost does not depend on them).
     """
 
     plain_step_s: float
     spec_step_s: Mapping[int, float]
     plain_fixed_s: float
     spec_fixed_s: float
-    accept_slope_s: float = 0.0  # seconds per accepted draft token in a step, about accept_ref (model drafters' catch-up)
-    accept_ref: float = 0.0  # the cost runs' mean accepted tokens per full step
 
     def __post_init__(self) -> None:
         if not self.plain_step_s > 0 or not self.spec_step_s or any(not v > 0 for v in self.spec_step_s.values()):
@@ -81,11 +77,8 @@ class VLLMCosts:
         if self.plain_fixed_s < 0 or self.spec_fixed_s < 0:
             raise ValueError(f"VLLMCosts: fixed seconds must be >= 0, got plain {self.plain_fixed_s}, speculative {self.spec_fixed_s}")
 
-    def step_s(self, k_t: int, share: float, accepted: float | None = None) -> float:
+    def step_s(self, k_t: int, share: float) -> float:
         """t(s) of a step at k_t whose rows used ``share`` (0..1) of their k_t draft slots.
-
-        ``accepted``: the draft tokens the step accepted (None: not modelled), priced at
-        ``accept_slope_s`` each about ``accept_ref``.
 
         A k_t without a measured cost (adaptive k's smaller steps) is priced from the smallest
         measured K > k_t by the same affine-in-draft-tokens rule as the share:
@@ -97,14 +90,13 @@ class VLLMCosts:
         """
         if k_t == 0 or share == 0:
             return self.plain_step_s
-        extra = 0.0 if accepted is None else self.accept_slope_s * (accepted - self.accept_ref)
         if k_t in self.spec_step_s:
-            return self.plain_step_s + (self.spec_step_s[k_t] - self.plain_step_s) * share + extra
+            return self.plain_step_s + (self.spec_step_s[k_t] - self.plain_step_s) * share
         above = [k for k in self.spec_step_s if k > k_t]
         if not above:
             raise ValueError(f"no vLLM step cost at k={k_t} or above; measured at k={sorted(self.spec_step_s)}")
         K = min(above)
-        return self.plain_step_s + (self.spec_step_s[K] - self.plain_step_s) * share * k_t / K + extra
+        return self.plain_step_s + (self.spec_step_s[K] - self.plain_step_s) * share * k_t / K
 
 
 def tokens_per_row_step(num_accepted: int, row_steps: int) -> float:
@@ -173,46 +165,21 @@ def predicted_plain_seconds(plain_steps: int, costs: VLLMCosts) -> float:
     return costs.plain_fixed_s + plain_steps * costs.plain_step_s
 
 
-def predicted_spec_seconds(k_per_step: Sequence[int], shares: Sequence[float], costs: VLLMCosts,
-                           accepted: Sequence[int] | None = None) -> float:
-    """F_spec + Σ_s t(s) over the speculative generation's decode steps (each step's k_t and share,
-    and with ``accepted`` each step's accepted draft tokens).
+def predicted_spec_seconds(k_per_step: Sequence[int], shares: Sequence[float], costs: VLLMCosts) -> float:
+    """F_spec + Σ_s t(s) over the speculative generation's decode steps (each step's k_t and share).
 
     Raises:
         ValueError: no steps, lists of different lengths, a k_t without a measured cost.
     """
-    if not shares or len(shares) != len(k_per_step) or (accepted is not None and len(accepted) != len(shares)):
-        raise ValueError(f"predicted_spec_seconds: need one k_t per share (and one accepted count) and >= 1 step, got "
-                         f"{len(k_per_step)}, {len(shares)} and {None if accepted is None else len(accepted)}")
-    acc = accepted if accepted is not None else [None] * len(shares)
-    return costs.spec_fixed_s + sum(costs.step_s(k, f, a) for k, f, a in zip(k_per_step, shares, acc))
+    if not shares or len(shares) != len(k_per_step):
+        raise ValueError(f"predicted_spec_seconds: need one k_t per share and >= 1 step, got {len(k_per_step)} and {len(shares)}")
+    return costs.spec_fixed_s + sum(costs.step_s(k, f) for k, f in zip(k_per_step, shares))
 
 
-def predicted_speedup(plain_steps: int, k_per_step: Sequence[int], shares: Sequence[float], costs: VLLMCosts,
-                      accepted: Sequence[int] | None = None) -> float:
+def predicted_speedup(plain_steps: int, k_per_step: Sequence[int], shares: Sequence[float], costs: VLLMCosts) -> float:
     """vLLM's speculative speedup over its plain decoding of the same prompts, predicted:
     :func:`predicted_plain_seconds` / :func:`predicted_spec_seconds`."""
-    return predicted_plain_seconds(plain_steps, costs) / predicted_spec_seconds(k_per_step, shares, costs, accepted)
-
-
-def accept_slope(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Sequence[int], accepted: Sequence[int],
-                 k: int) -> tuple[float, float] | None:
-    """(seconds per accepted draft token, mean accepted) over a cost run's full steps (b rows each
-    drafting k; the first entry the prefill): the least-squares slope of step seconds on the step's
-    accepted tokens. A model drafter (draft_model, eagle3, mtp) proposes the next step's drafts
-    after running over the tokens just accepted, so in a compute-bound step the accepted count
-    costs: cost runs on periodic prompts accept more than the task does and would overprice the
-    task's steps (measured: membound eagle3 and SmolLM2 draft_model at 16 rows). None with fewer
-    than 3 full steps or one accepted count (no slope).
-    """
-    b = max(rows)
-    pts = [(accepted[i], step_s[i]) for i in range(1, len(step_s)) if rows[i] == b and draft_tokens[i] == b * k]
-    if len(pts) < 3 or len({a for a, _ in pts}) < 2:
-        return None
-    n = len(pts)
-    ma, mt = sum(a for a, _ in pts) / n, sum(t for _, t in pts) / n
-    slope = sum((a - ma) * (t - mt) for a, t in pts) / sum((a - ma) ** 2 for a, _ in pts)
-    return slope, ma
+    return predicted_plain_seconds(plain_steps, costs) / predicted_spec_seconds(k_per_step, shares, costs)
 
 
 def step_costs(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Sequence[int] | None, k: int,

@@ -32,9 +32,6 @@ class SpecCounters:
     # draft tokens verified in each batched forward after prefill (0 = no row drafted: an ngram or
     # suffix step without a match): which steps vLLM would run as plain ones (workbench.perf.transfer)
     draft_tokens_per_step: list[int] = field(default_factory=list)
-    # draft tokens accepted in each batched forward after prefill: a model drafter's next proposal
-    # first runs over them (its catch-up), so a step's cost grows with them (workbench.perf.transfer)
-    accepted_per_step: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.num_accepted_tokens_per_pos:
@@ -46,7 +43,6 @@ class SpecCounters:
         self.rows_per_forward.append(rows)
         self.k_per_step.append(k_t)
         self.draft_tokens_per_step.append(num_draft_tokens)
-        self.accepted_per_step.append(sum(accepted_per_pos))
         self.num_drafts += num_drafts
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += sum(accepted_per_pos)
@@ -62,7 +58,6 @@ class SpecCounters:
         self.rows_per_forward += other.rows_per_forward
         self.k_per_step += other.k_per_step
         self.draft_tokens_per_step += other.draft_tokens_per_step
-        self.accepted_per_step += other.accepted_per_step
         for i, n in enumerate(other.num_accepted_tokens_per_pos):
             self.num_accepted_tokens_per_pos[i] += n
 

