@@ -124,7 +124,8 @@ def _costs(k: int, cost_runs: list[tuple[StepRun, StepRun]]) -> tuple[list[VLLMC
 
 def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, ours_ar) -> dict:
     """vLLM's speedup predicted for a setting vLLM cannot run (``suffix``, adaptive k), from our
-    engine's greedy counters of that setting and the cost runs of the drafter vLLM ran at ``k``
+    engine's counters of that setting's run (``counters``; ``ours_ar``: our plain run of the same
+    prompts, for its step count) and the cost runs of the drafter vLLM ran at ``k``
     (its proxy; a step at k_t < k priced by :meth:`workbench.perf.transfer.VLLMCosts.step_s`).
 
     Returns ``vllm_predicted_speedup`` {mean, lo, hi} (None without a usable repeat or decode step)

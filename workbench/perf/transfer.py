@@ -1,7 +1,7 @@
 """Transfer (issue #32 part 3): vLLM's speculative speedup predicted from a drafter's acceptance
 measured in the workbench engine and vLLM's own measured step costs.
 
-Pure functions (floats and lists in, floats out; no torch, no vLLM). What they model, per batch of
+Pure functions (floats and lists in, floats out; numpy only, no torch, no vLLM). What they model, per batch of
 b rows generating a fixed number of tokens (docs/vllm.md, "Transfer"):
 
 - A generation's wall time in vLLM is F + Σ_s t(s): F the seconds outside its decode steps
@@ -53,6 +53,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from workbench.stats import RatioCI, ratio_ci
 
@@ -227,10 +229,8 @@ def fitted_step_cost(step_s: Sequence[float], rows: Sequence[int], draft_tokens:
     ms = {m for m, _ in pts}
     if len(ms) < 2 or max(ms) == 0:
         return None
-    n = len(pts)
-    mx, my = sum(m for m, _ in pts) / n, sum(t for _, t in pts) / n
-    slope = sum((m - mx) * (t - my) for m, t in pts) / sum((m - mx) ** 2 for m, _ in pts)
-    t = my + slope * (b * k - mx)
+    slope, intercept = np.polyfit([m for m, _ in pts], [t for _, t in pts], 1)
+    t = float(intercept + slope * b * k)
     return t if t > 0 else None
 
 
