@@ -160,3 +160,14 @@ def test_paired_speedup_ci_over_the_interleaved_repeats():
     assert math.log(ci.high) - m == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-5)  # t(0.975, 2 df)
     assert _ci({"speedup_mean": ci.mean, "speedup_ci95_low": ci.low, "speedup_ci95_high": ci.high}).startswith("1.59 [")
     assert _ci({}) == "-"
+
+
+def test_draft_label_names_the_draft_the_bench_runs():
+    # a draft built from the target's own layers is not drafter.model (which is then not read)
+    from workbench.bench.core import draft_label
+    from workbench.specs import load_spec
+
+    d = load_spec("quickstart").drafter
+    assert draft_label(d) == d.model
+    d2 = d.model_copy(update={"draft_layers": 4})
+    assert "first 4 layers" in draft_label(d2) and d.model not in draft_label(d2)

@@ -334,7 +334,7 @@ class Bench:
             b = build_id(self.spec.rollout.vllm.cpu_expand_fix)
             vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {
-            "target": self.spec.model.target, "draft": self.spec.drafter.model, "max_new_tokens": self.cfg.max_new_tokens,
+            "target": self.spec.model.target, "draft": draft_label(self.spec.drafter), "max_new_tokens": self.cfg.max_new_tokens,
             "repeats": self.cfg.repeats, "compile": self.cfg.compile, "cuda_graphs": self.cfg.cuda_graphs,
             "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
             "resident_mib": resident, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
@@ -364,3 +364,12 @@ def machine_info(device: torch.device | str = "cpu") -> dict:
         "transformers": transformers.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "ld_preload": preloaded(),  # tcmalloc / Intel OpenMP (vLLM-CPU's setup) change both engines' timings
     }
+
+
+def draft_label(d) -> str:
+    """What the bench's draft model is, for its header: ``drafter.model``, or with
+    ``drafter.draft_layers`` the target's own first N layers (``drafter.model`` is then not read)."""
+    if d.draft_layers is not None:
+        return f"the target's first {d.draft_layers} layers, distilled (drafter.draft_layers)"
+    return d.model
+
