@@ -97,8 +97,8 @@ def test_prepack_refuses_other_dtypes_naming_the_field(dtype):
 def test_packed_model_logits_and_weight_sync():
     hf = random_llama(seed=3)
     ref, packed = LeanLM.from_hf(hf), LeanLM.from_hf(hf)
-    packed.enable_prepack(8)
-    ids = torch.randint(3, 48, (3, 10))  # 30 rows per call: the packed kernel runs
+    packed.enable_prepack(8, min_rows=1)
+    ids = torch.randint(3, 48, (3, 10))  # every call runs the packed kernel
     a, _ = ref(ids, torch.zeros(3, dtype=torch.long), ref.new_cache(3, 16))
     b, _ = packed(ids, torch.zeros(3, dtype=torch.long), packed.new_cache(3, 16))
     assert torch.allclose(a, b, atol=1e-4)
@@ -129,7 +129,7 @@ def test_packed_engine_sampled_speculative_rollouts_follow_target():
     target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
     target, draft = LeanLM.from_hf(target_hf), LeanLM.from_hf(target_hf)
     draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
-    target.enable_prepack(64), draft.enable_prepack(64)
+    target.enable_prepack(64, min_rows=1), draft.enable_prepack(64, min_rows=1)
     assert_rollouts_follow_target(target, DraftModelDrafter(draft), [1, 3, 4, 3, 4], SamplingParams(temperature=1.0, max_new_tokens=3))
 
 
@@ -171,8 +171,97 @@ def test_cost_curves_of_packed_weights_are_cached_apart():
     assert "prepacked" not in fields
     lm.enable_prepack()
     packed_key, fields = curve_key(lm, {"what": "forward"})
-    assert fields["prepacked"] is True and packed_key != plain_key
+    assert fields["prepacked"] == 2 and packed_key != plain_key  # 2: fused q/k/v and gate/up, per-shape thresholds
     for m in lm.modules():
         if isinstance(m, torch.nn.Linear):
             unpack(m.weight)
     assert curve_key(lm, {"what": "forward"})[0] == plain_key
+
+
+# --- fused weights and per-shape thresholds (workbench.rollout.prepack_rows) ---
+
+
+def test_choose_min_rows_is_the_start_of_the_packed_kernels_winning_run():
+    from workbench.rollout.prepack_rows import choose_min_rows
+
+    plain = {1: 1.0, 2: 1.0, 4: 4.0, 8: 5.0, 16: 9.0}
+    assert choose_min_rows(plain, {1: 2.0, 2: 2.0, 4: 3.0, 8: 4.0, 16: 5.0}) == 4
+    assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 5.0}) == 1
+    # a win below a loss does not count: the run must reach the largest row count
+    assert choose_min_rows(plain, {1: 0.5, 2: 2.0, 4: 3.0, 8: 6.0, 16: 5.0}) == 16
+    assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 10.0}) == 32  # lost at the largest: never packed below 32
+    with pytest.raises(ValueError, match="same row counts"):
+        choose_min_rows({1: 1.0}, {2: 1.0})
+
+
+def test_measured_min_rows_measures_once_per_shape_and_hint(monkeypatch, tmp_path):
+    from workbench.rollout import prepack_rows
+
+    monkeypatch.setenv("WB_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def fake(o, i, hint):
+        calls.append((o, i, hint))
+        return {1: 1.0, 4: 2.0}, {1: 2.0, 4: 1.0}
+
+    monkeypatch.setattr(prepack_rows, "time_kernels", fake)
+    assert prepack_rows.measured_min_rows(96, 64, 16) == 4
+    assert prepack_rows.measured_min_rows(96, 64, 16) == 4  # read back from the cache file
+    assert prepack_rows.measured_min_rows(96, 64, 8) == 4
+    assert calls == [(96, 64, 16), (96, 64, 8)]
+    entry = next(iter(prepack_rows._read().values()))
+    assert entry["shape"] == [96, 64] and entry["plain_us"] and "load_avg_1m" in entry
+
+
+def test_time_kernels_times_both_kernels_at_each_row_count():
+    from workbench.rollout.prepack_rows import time_kernels
+
+    plain, packed = time_kernels(32, 16, 4, rows=(1, 4), rounds=3, round_s=1e-4)
+    assert set(plain) == set(packed) == {1, 4} and all(v > 0 for v in [*plain.values(), *packed.values()])
+
+
+def test_packed_model_runs_four_gemms_a_layer_with_fused_weights(monkeypatch):
+    """enable_prepack fuses q/k/v and gate/up: 4 linear calls per layer outside autograd, not 7; the
+    Linears' parameters view the fused tensors, so the weight sync still reaches them."""
+    hf = random_llama(seed=8)
+    lm = LeanLM.from_hf(hf)
+    lm.enable_prepack(8, min_rows=1)
+    a = lm.model.layers[0].self_attn
+    assert layers.packed_min_rows(lm.__dict__["_fused"][0][0]) == 1
+    assert a.q_proj.weight.data_ptr() == lm.__dict__["_fused"][0][0].data_ptr()
+    calls = []
+    real = layers.linear
+    monkeypatch.setattr(layers, "linear", lambda x, w, b=None: calls.append(tuple(w.shape)) or real(x, w, b))
+    ids = torch.randint(3, 48, (2, 5))
+    with torch.no_grad():
+        lm(ids, torch.zeros(2, dtype=torch.long), lm.new_cache(2, 8))
+    assert len(calls) == 4 * lm.cfg.num_layers
+    c = lm.cfg
+    qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+    assert calls[:2] == [(qkv, c.hidden_size), (c.hidden_size, c.num_heads * c.head_dim)]
+
+
+def test_in_place_write_to_a_fused_weights_parameter_repacks_it():
+    """The q/k/v parameters are views of the fused tensor with version counters of their own: a write to
+    one (an optimiser step, a copy) must still reach the packed forward."""
+    lm = LeanLM.from_hf(random_llama(seed=9))
+    ref = LeanLM.from_hf(random_llama(seed=9))
+    lm.enable_prepack(8, min_rows=1)
+    ids = torch.randint(3, 48, (2, 5))
+
+    def logits(m):
+        return m(ids, torch.zeros(2, dtype=torch.long), m.new_cache(2, 8))[0]
+
+    assert torch.allclose(logits(lm), logits(ref), atol=1e-4)
+    with torch.no_grad():
+        for m in (lm, ref):
+            m.model.layers[0].self_attn.v_proj.weight.mul_(-1.5)
+            m.model.layers[1].mlp.up_proj.weight.add_(0.1)
+    assert torch.allclose(logits(lm), logits(ref), atol=1e-4)
+
+
+def test_enable_prepack_refuses_before_fusing_anything():
+    lm = LeanLM.from_hf(random_llama(seed=10)).to(torch.float64)
+    with pytest.raises(ValueError, match="rollout.prepack_weights"):
+        lm.enable_prepack()
+    assert "_fused" not in lm.__dict__

@@ -28,6 +28,7 @@ The same barrier times single calls for the instruments that measure forwards an
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -188,3 +189,18 @@ def measure(fn: Callable[[], object], device: torch.device | None) -> Timing:
     torch.cuda.reset_peak_memory_stats(device)
     dt, out = timed(fn, device)
     return Timing(dt, out, (torch.cuda.max_memory_allocated(device) - before) / 2**20)
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU model (``/proc/cpuinfo`` where there is one): which machine a timing
+    kept on disk (cost curves, packing thresholds) was measured on."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

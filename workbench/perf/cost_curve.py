@@ -35,7 +35,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import time
 
 import torch
@@ -45,23 +44,9 @@ from workbench.perf.analytic import CostModel
 from workbench.perf.steps import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
 from workbench.rollout.layers import is_packed
-from workbench.timing import TimeSpent, timed
+from workbench.timing import TimeSpent, device_name, timed  # noqa: F401 (device_name: re-exported, it lived here)
 
 CURVE_VERSION = 1
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU model (``/proc/cpuinfo`` where there is one)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def curve_key(lm, extra: dict) -> tuple[str, dict]:
@@ -70,7 +55,7 @@ def curve_key(lm, extra: dict) -> tuple[str, dict]:
     w = lm.lm_head.weight
     fields = {"version": CURVE_VERSION, "config": dataclasses.asdict(lm.cfg), "dtype": str(w.dtype), "device": w.device.type,
               "torch": torch.__version__, "machine": device_name(w.device), "threads": torch.get_num_threads(),
-              "compiled": "_compiled" in lm.__dict__, **({"prepacked": True} if is_packed(w) else {}), **extra}
+              "compiled": "_compiled" in lm.__dict__, **({"prepacked": 2} if is_packed(w) else {}), **extra}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12], fields
 
 

@@ -31,6 +31,7 @@ from workbench.rollout.layers import (
     KVCache,
     RMSNorm,
     cache_kv,
+    check_packable,
     decoder_layer,
     linear,
     position_mask,
@@ -40,6 +41,7 @@ from workbench.rollout.layers import (
     rope_tables,
     rotate_half,  # noqa: F401  (importable from here, as before the split)
 )
+from workbench.rollout.prepack_rows import measured_min_rows
 
 # Entries per layer in :func:`lm_forward`'s flat weight list: input norm, q/k/v, o, post-attention
 # norm, gate/up, down, q/k/v bias (or None), q/k norm weights (or None).
@@ -174,22 +176,40 @@ class LeanLM(nn.Module):
         # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
         self.__dict__["_compiled"] = torch.compile(compiled_step, dynamic=True, fullgraph=True, mode=mode)
 
-    def enable_prepack(self, rows_hint: int = 16) -> None:
-        """Pack every linear weight (q/k/v, o, gate/up, down, lm_head) once for oneDNN's prepacked CPU
-        kernel (:func:`workbench.rollout.layers.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does
-        at load (``create_onednn_mm``). Eager forwards only; a weight written in place (the weight
-        sync) is packed again at its next use. Costs one more copy of those weights in memory.
+    def enable_prepack(self, rows_hint: int = 16, min_rows: int | None = None) -> None:
+        """Pack the linear weights once for oneDNN's prepacked CPU kernel
+        (:func:`workbench.rollout.layers.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does at load
+        (``create_onednn_mm``): per layer one fused q/k/v and one fused gate/up weight (the Linears'
+        parameters become views into them, as for the compiled step; vLLM's ``QKVParallelLinear`` and
+        ``MergedColumnParallelLinear``), o, down, and the LM head. Forwards then run four GEMMs a layer
+        instead of seven (fewer, larger calls; the eager step made ~9,700 op calls against vLLM's
+        ~6,000, benchmarks/profile-engines-smollm2-spec-cpu.md). A weight written in place (the weight
+        sync, or a trained draft model's ``load_weights``) is packed again at its next use. Costs one
+        more copy of those weights in memory.
+
+        ``min_rows``: calls with fewer rows (tokens) take ``F.linear``; None = measured per weight
+        shape on this machine and cached (:func:`workbench.rollout.prepack_rows.measured_min_rows`).
 
         Raises:
             ValueError: weights not CPU float32, or :meth:`enable_compile` was called (inductor packs
                 compiled graphs' weights itself): names rollout.prepack_weights.
         """
-        if "_fused" in self.__dict__:
+        if "_compiled" in self.__dict__:
             raise ValueError("rollout.prepack_weights: the compiled forward (rollout.compile) does not use packed weights; "
                              "set one of rollout.prepack_weights / rollout.compile to false")
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                prepack(m.weight, rows_hint)
+        check_packable(self.lm_head.weight)  # before fusing anything
+        if "_fused" not in self.__dict__:
+            self._fuse_weights()
+            self.__dict__["_flat"] = self._flat_weights(fused=True)
+        weights = [(self.lm_head.weight, ())]
+        for layer, (qkv, gu) in zip(self.model.layers, self.__dict__["_fused"]):
+            a, m = layer.self_attn, layer.mlp
+            # the fused tensors' rows are the Linears' parameters (views with version counters of their own)
+            weights += [(qkv, (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), (a.o_proj.weight, ()),
+                        (gu, (m.gate_proj.weight, m.up_proj.weight)), (m.down_proj.weight, ())]
+        for w, sources in weights:
+            prepack(w, rows_hint, measured_min_rows(*w.shape, rows_hint) if min_rows is None else min_rows, sources)
+        self.__dict__["_prepacked"] = True
 
     @property
     def cuda_graphs(self) -> bool:
@@ -306,9 +326,11 @@ class LeanLM(nn.Module):
                 # a replay overwrites its outputs, and drafters keep hidden states past the next step
                 hidden = {i: h.clone() for i, h in hidden.items()}
             return logits, hidden
-        # eager (prefill with logits_col, or not compiled): the weights read afresh from the modules
-        # on every call, attention over exactly `need` positions
-        return lm_forward(eps, self._flat_weights(), input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
+        # eager (prefill with logits_col, or not compiled): attention over exactly `need` positions; the
+        # weights read afresh from the modules on every call, or with packed weights outside autograd
+        # the fused ones (their packed copies are what `linear` runs)
+        W = self.__dict__["_flat"] if "_prepacked" in self.__dict__ else self._flat_weights()
+        return lm_forward(eps, W, input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
 
 
 def _fuse(params: list[nn.Parameter]) -> torch.Tensor:
