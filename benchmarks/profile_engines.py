@@ -35,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from workbench.bench.core import Bench, BenchConfig
 from workbench.bench.transfer import timed_steps
 from workbench.bench.vllm import vllm_bench_spec
+from workbench.prepack_rows import measured_min_rows
 from workbench.specs.load import load_spec
 from workbench.stats import paired_ratios, ratio_ci
 
@@ -114,7 +115,7 @@ def main() -> None:
         from workbench.rollout.model import LeanLM
         from workbench.rollout.workbench_backend import WorkbenchBackend
 
-        engines["ours_prepacked"] = WorkbenchBackend(LeanLM.from_hf(b.hf_target), prepack=True)
+        engines["ours_prepacked"] = WorkbenchBackend(LeanLM.from_hf(b.hf_target), prepack=True, prepack_min_rows=measured_min_rows)
     if a.speculative and (a.compiled or a.prepacked):
         ap.error("--speculative profiles ours as the spec sets it up (rollout.prepack_weights=true as an override); "
                  "drop --compiled/--prepacked")

@@ -79,7 +79,7 @@ def test_rollout_engine_is_the_bottom_layer():
 LAYERS = {
     1: ("workbench.rollout",),
     2: ("drafters", "data", "workbench.grpo", "workbench.models", "workbench.tasks", "workbench.specs", "workbench.tracking",
-        "workbench.runs", "workbench.metrics", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.progress",
+        "workbench.runs", "workbench.metrics", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.prepack_rows", "workbench.progress",
         "workbench.console",
         "workbench.drafter_init", "workbench.vllm"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",

@@ -178,11 +178,11 @@ def test_cost_curves_of_packed_weights_are_cached_apart():
     assert curve_key(lm, {"what": "forward"})[0] == plain_key
 
 
-# --- fused weights and per-shape thresholds (workbench.rollout.prepack_rows) ---
+# --- fused weights and per-shape thresholds (workbench.prepack_rows) ---
 
 
 def test_choose_min_rows_is_the_start_of_the_packed_kernels_winning_run():
-    from workbench.rollout.prepack_rows import choose_min_rows
+    from workbench.prepack_rows import choose_min_rows
 
     plain = {1: 1.0, 2: 1.0, 4: 4.0, 8: 5.0, 16: 9.0}
     assert choose_min_rows(plain, {1: 2.0, 2: 2.0, 4: 3.0, 8: 4.0, 16: 5.0}) == 4
@@ -195,7 +195,7 @@ def test_choose_min_rows_is_the_start_of_the_packed_kernels_winning_run():
 
 
 def test_measured_min_rows_measures_once_per_shape_and_hint(monkeypatch, tmp_path):
-    from workbench.rollout import prepack_rows
+    from workbench import prepack_rows
 
     monkeypatch.setenv("WB_CACHE_DIR", str(tmp_path))
     calls = []
@@ -214,7 +214,7 @@ def test_measured_min_rows_measures_once_per_shape_and_hint(monkeypatch, tmp_pat
 
 
 def test_time_kernels_times_both_kernels_at_each_row_count():
-    from workbench.rollout.prepack_rows import time_kernels
+    from workbench.prepack_rows import time_kernels
 
     plain, packed = time_kernels(32, 16, 4, rows=(1, 4), rounds=3, round_s=1e-4)
     assert set(plain) == set(packed) == {1, 4} and all(v > 0 for v in [*plain.values(), *packed.values()])
@@ -265,3 +265,20 @@ def test_enable_prepack_refuses_before_fusing_anything():
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
         lm.enable_prepack()
     assert "_fused" not in lm.__dict__
+
+
+def test_wb_builds_engines_with_measured_thresholds(monkeypatch):
+    """The CLI's paths (GRPO's backend, the bench) pass workbench.prepack_rows.measured_min_rows; the
+    rollout layer itself defaults to PACKED_MIN_ROWS (it imports nothing above it)."""
+    from workbench.grpo import build
+
+    seen = []
+    monkeypatch.setattr(build, "measured_min_rows", lambda o, i, hint: seen.append((o, i)) or 3)
+    spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
+    lm = LeanLM.from_hf(random_llama(seed=11))
+    drafters = type("D", (), {"target": lm, "drafter": None})()
+    build.build_backend(spec, None, drafters, None)
+    assert seen and layers.packed_min_rows(lm.lm_head.weight) == 3
+    plain = LeanLM.from_hf(random_llama(seed=12))
+    WorkbenchBackend(plain, prepack=True)
+    assert layers.packed_min_rows(plain.lm_head.weight) == layers.PACKED_MIN_ROWS

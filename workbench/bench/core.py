@@ -42,6 +42,7 @@ from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
 from workbench.perf.analytic import fit_alpha, gen_speedup
 from workbench.perf.steps import batch_predicted_speedup
+from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
@@ -143,7 +144,7 @@ class Bench:
         """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes; with
         ``rollout.prepack_weights``, as every engine of the bench, its weights packed for oneDNN)."""
         return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
-                                prepack=self.spec.rollout.prepack_weights)
+                                prepack=self.spec.rollout.prepack_weights, prepack_min_rows=measured_min_rows)
 
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
         """Our speculative engine with drafter ``kind`` at ``k`` (other ``drafter.*`` fields: ``fields``)."""
@@ -152,7 +153,7 @@ class Bench:
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k, **fields})
         drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
         return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs,
-                                prepack=self.spec.rollout.prepack_weights)
+                                prepack=self.spec.rollout.prepack_weights, prepack_min_rows=measured_min_rows)
 
     def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))

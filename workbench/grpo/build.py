@@ -33,6 +33,7 @@ from workbench.grpo.distributed import DataParallel, check_distributed_spec, lau
 from workbench.grpo.online import OnlineAdaptation
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import PromptFormat, run_prompt_format
+from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
@@ -177,7 +178,7 @@ def build_backend(spec: ExperimentSpec, policy: Policy, drafters: DrafterParts, 
         shared = drafters.target if drafters.online is not None and isinstance(drafters.drafter, ChainDrafter) else None
         return vllm_backend(spec, policy.path, ranks.device.type, drafters.drafter, drafters.init_path,
                             drafters.target.cfg if drafters.target is not None else None, drafter_target=shared, tags=vllm_tags)
-    return WorkbenchBackend.from_spec(drafters.target, drafters.drafter, spec)
+    return WorkbenchBackend.from_spec(drafters.target, drafters.drafter, spec, prepack_min_rows=measured_min_rows)
 
 
 def build_optimiser(spec: ExperimentSpec, policy: torch.nn.Module, dp: DataParallel | None) -> Optimiser:

@@ -89,14 +89,14 @@ class RolloutEngine:
         if cuda_graphs and self.retire_buckets is None:
             self.retire_buckets = capture_sizes(self.max_batch_size)
 
-    def enable_prepack(self) -> None:
+    def enable_prepack(self, min_rows=None) -> None:
         """Pack the target's and the draft model's linear weights for oneDNN (:meth:`LeanLM.enable_prepack`),
-        laid out for ``max_batch_size`` rows of k + 1 tokens (any count runs)."""
+        laid out for ``max_batch_size`` rows of k + 1 tokens (any count runs); ``min_rows``: as there."""
         rows = max(1, min(self.max_batch_size, 64)) * (self.k + 1)
-        self.target.enable_prepack(rows)
+        self.target.enable_prepack(rows, min_rows)
         draft = getattr(self.drafter, "model", None)
         if isinstance(draft, LeanLM):
-            draft.enable_prepack(max(1, min(self.max_batch_size, 64)))
+            draft.enable_prepack(max(1, min(self.max_batch_size, 64)), min_rows)
 
     @property
     def device(self) -> torch.device:

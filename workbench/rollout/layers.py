@@ -48,8 +48,8 @@ _PACKED: dict[int, "_Packed"] = {}
 # 2-core CPU the packed kernel lost at 1 row (membound decode step 14.3 vs 10.7 ms) and tied at 4, won at 16 (21.1 vs
 # 28.3 ms; medians, the first run of benchmarks/profile-engines-membound-prepacked-cpu.md, commit 4333027). Where it
 # crosses depends on the weight's shape (SmolLM2's q/k/v win from 4 rows, its down projection only at 16:
-# benchmarks/ab-prepack-onednn-smollm2-cpu.md), so LeanLM.enable_prepack measures it per shape
-# (workbench.rollout.prepack_rows) and passes it to prepack().
+# benchmarks/ab-prepack-onednn-smollm2-cpu.md), so wb measures it per shape
+# (workbench.prepack_rows) and passes it to prepack().
 PACKED_MIN_ROWS = 8
 
 

