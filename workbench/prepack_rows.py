@@ -102,8 +102,10 @@ def measured_min_rows(out_features: int, in_features: int, rows_hint: int) -> in
               "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": device_name(torch.device("cpu"))}
     key = short_hash(fields, 12)
     hit = _read().get(key)
-    if hit is not None:
+    try:
         return int(hit["min_rows"])
+    except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: measure (again)
+        pass
     plain_s, packed_s = time_kernels(out_features, in_features, rows_hint)
     entry = {**fields, "min_rows": choose_min_rows(plain_s, packed_s),
              "plain_us": {m: round(1e6 * s, 2) for m, s in plain_s.items()},

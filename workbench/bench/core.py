@@ -373,4 +373,3 @@ def draft_label(d) -> str:
     if d.draft_layers is not None:
         return f"the target's first {d.draft_layers} layers, distilled (drafter.draft_layers)"
     return d.model
-

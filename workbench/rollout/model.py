@@ -332,8 +332,8 @@ class LeanLM(nn.Module):
                 hidden = {i: h.clone() for i, h in hidden.items()}
             return logits, hidden
         # eager (prefill with logits_col, or not compiled): attention over exactly `need` positions; the
-        # weights read afresh from the modules on every call, or with packed weights outside autograd
-        # the fused ones (their packed copies are what `linear` runs)
+        # weights read afresh from the modules on every call, or with packed weights the fused ones
+        # (their packed copies are what `linear` runs; this forward never records autograd)
         W = self.__dict__["_flat"] if "_prepacked" in self.__dict__ else self._flat_weights()
         return lm_forward(eps, W, input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
 
