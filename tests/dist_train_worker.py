@@ -2,7 +2,8 @@
 
 Builds the micro trainer with grpo.backend=deepspeed, trains one GRPO optimiser step on its half
 of a fixed synthetic batch (tests/test_distributed.py:fixed_batch) and, on rank 0, saves the loss
-stats and the updated policy weights (gathered under ZeRO-3) to argv[1].
+stats and the updated policy weights (gathered under ZeRO-3) to argv[1]; then trains on a batch
+without signal and on one with a non-finite gradient and saves whether either moved a weight.
 """
 
 import sys
@@ -24,10 +25,20 @@ def main(out_path: str, stage: str) -> None:
     dp = trainer.dp
     rows = shard_range(ids.shape[0], dp.rank, dp.world_size)
     stats = trainer._train(ids[rows], mask[rows], logp[rows], None, adv[rows])
-    with dp.gathered(trainer.policy, spec.grpo.zero_stage):
-        state = {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
+    state = _state(trainer)
+    # then a batch without signal (every advantage 0) and one whose gradient is not finite: neither may
+    # move a weight (AdamW's momentum from the first step would), and each counts as skipped
+    after = {}
+    for name, a in (("zero_signal", torch.zeros_like(adv)), ("non_finite", adv.clone().fill_(float("inf")))):
+        s = trainer._train(ids[rows], mask[rows], logp[rows], None, a[rows])
+        after[name] = (s["train/step_skipped"], all(torch.equal(v, state[k]) for k, v in _state(trainer).items()))
     if dp.is_main:
-        torch.save({"stats": stats, "state": state, "world_size": dp.world_size}, out_path)
+        torch.save({"stats": stats, "state": state, "world_size": dp.world_size, "after": after}, out_path)
+
+
+def _state(trainer) -> dict:
+    with trainer.dp.gathered(trainer.policy, trainer.spec.grpo.zero_stage):
+        return {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
 
 
 def online(out_path: str) -> None:

@@ -137,9 +137,39 @@ def test_math_word_items_are_consistent_and_deterministic():
     ("Answer: 13", "12", 0.0),
     ("\\boxed{1234}", "1,234", 1.0),
     ("\\boxed{x}", "not math {", 0.0),  # an unparsable gold answer scores 0, never raises
+    ("Answer: **12**", "12", 1.0),
+    ("The answer is:\n\n12 apples", "12", 1.0),
+    ("first \\boxed{3}, then \\boxed{12}", "12", 1.0),  # the last boxed answer is the final one
+    ("first \\boxed{3}, then \\boxed{12}", "3", 0.0),
+    # reward hacks the anchors must not admit: words that merely contain "answer", and bare numbers
+    ("I answered 3", "3", 0.0),
+    ("answers: 3, 12", "3", 0.0),
+    ("answers: 3, 12", "12", 0.0),
+    ("The answerer is 12", "12", 0.0),
+    ("so she has 12", "12", 0.0),
+    ("12", "12", 0.0),
 ])
 def test_math_accuracy_reward(text, gold, want):
     assert math_accuracy_reward(text, gold) == want
+
+
+def test_math_accuracy_reward_refuses_off_the_main_thread():
+    """math-verify's timeout is signal.alarm: in another thread it raised inside and every answer scored 0."""
+    import threading
+
+    got = []
+
+    def score():
+        try:
+            got.append(math_accuracy_reward("\\boxed{12}", "12"))
+        except RuntimeError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=score)
+    t.start()
+    t.join()
+    assert len(got) == 1 and "main thread" in str(got[0])
+    assert math_accuracy_reward("\\boxed{12}", "12") == 1.0  # in the main thread it scores
 
 
 def test_format_reward_and_scores():

@@ -70,8 +70,9 @@ def test_what_ranks_cannot_run_is_refused_naming_the_field(overrides, world, nee
 
 
 def test_zero_stage_out_of_range_names_the_field():
-    with pytest.raises(ValueError, match="zero_stage"):
-        load_spec("micro", ["grpo.zero_stage=4"])
+    for stage in (0, 4):  # 0: DeepSpeed would step on a non-finite float32 gradient there
+        with pytest.raises(ValueError, match="zero_stage"):
+            load_spec("micro", [f"grpo.zero_stage={stage}"])
 
 
 def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -105,6 +106,8 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
         torch.testing.assert_close(got["state"][name], w, rtol=1e-4, atol=1e-5, msg=name)
         moved += int(not torch.equal(before[name], w))
     assert moved > 0  # the step changed the weights, so the comparison has teeth
+    # the ranks agreed to take no step on a zero-signal batch nor on a non-finite gradient
+    assert got["after"] == {"zero_signal": (1.0, True), "non_finite": (1.0, True)}
 
 
 @pytest.mark.distributed

@@ -86,6 +86,42 @@ def test_a_batch_without_signal_takes_no_step():
     assert all(torch.equal(a, p) for a, p in zip(w, tr.policy.parameters()))
 
 
+@pytest.mark.parametrize("value", [1.2, 0.2, 0.7])
+def test_groups_of_equal_non_binary_rewards_take_no_step(value):
+    """Correct-and-boxed (1.2), wrong-but-boxed (0.2) ...: all-equal groups whose float32 mean is one ulp
+    off used to get a shared non-zero advantage, so the batch stepped; now nothing moves."""
+    tr = _trainer("grpo.lr=1e-3", "rollout.max_new_tokens=8")
+    ids, mask, rollout_logp = _sampled_batch(tr, [0, 1], 4)
+    tr._train(ids, mask, rollout_logp, None, torch.tensor([1.0, -1.0] * 4))  # momentum now non-zero
+    w = [p.detach().clone() for p in tr.policy.parameters()]
+    # G = 8 (at G = 4 these means happen to round exactly; at 8 and 16 they do not)
+    adv = trainer_mod.group_advantages(torch.full((8,), value), 8, scale_rewards=tr.spec.grpo.scale_rewards)
+    stats = tr._train(ids, mask, rollout_logp, None, adv)
+    assert stats["train/step_skipped"] == 1.0
+    assert all(torch.equal(a, p) for a, p in zip(w, tr.policy.parameters()))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_non_finite_gradient_moves_no_weight_and_is_counted(dtype, bad):
+    """An inf/NaN gradient (float32: clipping multiplies it by 0, giving NaN weights; bfloat16: the master
+    AdamW declined it but the step was not counted) never reaches the weights; the next batch trains."""
+    tr = _trainer("grpo.lr=1e-3", "rollout.max_new_tokens=8", f"model.dtype={dtype}")
+    ids, mask, rollout_logp = _sampled_batch(tr, [0, 1], 2)
+    adv = torch.tensor([1.0, -1.0] * 2)
+    w = [p.detach().clone() for p in tr.policy.parameters()]
+    p0 = next(tr.policy.parameters())
+    hook = p0.register_hook(lambda g: torch.full_like(g, bad))
+    stats = tr._train(ids, mask, rollout_logp, None, adv)
+    hook.remove()
+    assert stats["train/step_skipped"] == 1.0
+    assert all(torch.equal(a, p) for a, p in zip(w, tr.policy.parameters()))
+    assert all(torch.isfinite(p).all() for p in tr.policy.parameters())
+    stats = tr._train(ids, mask, rollout_logp, None, adv)  # a finite batch after it steps as usual
+    assert stats["train/step_skipped"] == 0.0
+    assert any(not torch.equal(a, p) for a, p in zip(w, tr.policy.parameters()))
+
+
 def _first_token_task(monkeypatch) -> None:
     """A test-local task: arith_chain prompts, reward 1 when the completion starts with TARGET."""
     monkeypatch.setitem(TASKS, "first_token", Task("first_token", arith_chain.generate,

@@ -279,3 +279,51 @@ def test_processed_token_logprobs_is_the_engines_formula():
     assert torch.all(got[~kept] == LOG_TINY)
     with pytest.raises(ValueError, match="logits must be"):
         logprob_gaps(logits, tokens, tokens.float(), tokens.float(), tokens.float(), sp)
+
+
+# ----------------------------------------------------------------------------- advantages: exactly GRPO's
+
+
+@pytest.mark.parametrize("value", [1.2, 0.2, 0.7, 0.3])
+@pytest.mark.parametrize("G", [4, 8, 16])
+@pytest.mark.parametrize("mode", ["group", "batch", "none"])
+def test_an_all_equal_group_gets_exactly_zero_advantage(value, G, mode):
+    """Rewards that are not binary fractions: the float32 mean of G equal values is one ulp off, and that
+    ulp over std + eps (std ~ 0) used to give every member the same non-zero advantage (1.2 x 8: +0.106)."""
+    r = torch.cat([torch.full((G,), value), torch.arange(G, dtype=torch.float32) / G])  # one flat group, one not
+    a = group_advantages(r, G, scale_rewards=mode)
+    assert torch.equal(a[:G], torch.zeros(G))
+    assert a[G:].abs().min() > 0  # the group with a spread keeps its signal
+    assert frac_zero_std(r, G) == 0.5
+
+
+def test_batch_scaling_divides_by_the_whole_batch_std():
+    """TRL's scale_rewards='batch': centred by the group mean, divided by the std of every reward."""
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0])
+    got = group_advantages(r, 4, scale_rewards="batch", eps=0.0)
+    centred = r.view(2, 4) - r.view(2, 4).mean(1, keepdim=True)
+    torch.testing.assert_close(got, (centred / r.std()).reshape(-1))
+    # with ranks the trainer passes the std of every rank's rewards
+    torch.testing.assert_close(group_advantages(r, 4, "batch", eps=0.0, batch_std=2.0), (centred / 2.0).reshape(-1))
+
+
+def test_scale_rewards_accepts_trl_bools_and_names_the_allowed_values():
+    r = torch.tensor([0.0, 1.0, 1.0, 1.0])
+    assert torch.equal(group_advantages(r, 4, scale_rewards=True), group_advantages(r, 4, scale_rewards="group"))
+    assert torch.equal(group_advantages(r, 4, scale_rewards=False), group_advantages(r, 4, scale_rewards="none"))
+    with pytest.raises(ValueError, match="group, batch, none"):
+        group_advantages(r, 4, scale_rewards="rank")
+    from workbench.specs import load_spec
+
+    assert load_spec("micro", ["grpo.scale_rewards=false"]).grpo.scale_rewards == "none"
+    assert load_spec("micro", ["grpo.scale_rewards=batch"]).grpo.scale_rewards == "batch"
+    with pytest.raises(ValueError, match="scale_rewards"):
+        load_spec("micro", ["grpo.scale_rewards=rank"])
+
+
+def test_learning_signal_is_any_non_zero_advantage_or_a_kl_term():
+    from workbench.grpo.advantages import has_learning_signal
+
+    assert not has_learning_signal(torch.zeros(8))
+    assert has_learning_signal(torch.zeros(8), beta=0.04)
+    assert has_learning_signal(torch.tensor([0.0, 1e-30]))

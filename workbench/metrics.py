@@ -33,7 +33,7 @@ Imports nothing of the project (the bottom layer).
 | ``speedup/gen_modeled`` | modelled generation speedup (``gen_autoregressive/modeled_s`` / ``gen/modeled_s``) | ratio |
 | ``async/staleness`` | policy versions between the rollout and the step that trains on it | versions |
 | ``async/is_weight_mean``, ``async/is_capped_frac`` | truncated importance weights: mean, share at the cap | ratio, fraction |
-| ``train/step_skipped`` | 1 when the optimiser step was skipped (non-finite gradient) | 0/1 |
+| ``train/step_skipped`` | 1 when no optimiser step was taken: no learning signal (every group's rewards equal, no KL term) or a non-finite gradient | 0/1 |
 | ``loss/policy`` | the GRPO loss | nats |
 | ``draft/loss`` (+ ``_step_<j>``), ``draft/top1_agreement`` | drafter training loss (per chain step), top-1 agreement with the target | nats, fraction |
 | ``draft/heldout_loss``, ``draft/buffer_size`` | online adaptation: held-out loss, rows in the replay buffer | nats, count |

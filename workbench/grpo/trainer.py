@@ -15,6 +15,7 @@ options (arXiv 2503.14476, 2503.20783).
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from typing import Callable
 
@@ -23,7 +24,7 @@ import torch
 from drafters.chain import DraftBatch
 from drafters.training import capture_hidden
 from workbench import metrics as M
-from workbench.grpo.advantages import frac_zero_std, group_advantages
+from workbench.grpo.advantages import frac_zero_std, group_advantages, has_learning_signal
 from workbench.grpo.async_rollout import RolloutWorker
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
 from workbench.grpo.build import TrainerParts, build_parts
@@ -115,7 +116,10 @@ class GRPOTrainer:
                 ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
 
         with stage("train"):
-            adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards)
+            batch_std = None
+            if g.scale_rewards == "batch" and self.dp is not None:  # the std of the whole step's rewards, every rank's
+                batch_std = torch.tensor([r for part in self.dp.gather(rewards.tolist()) for r in part]).std()
+            adv = group_advantages(rewards, G, scale_rewards=g.scale_rewards, batch_std=batch_std)
             stats = self._train(ids, mask, rollout_logp, ref_logp, adv, old_logp)
             self._version += 1
 
@@ -266,8 +270,8 @@ class GRPOTrainer:
         log p, detached, is the old log p: ratio exp(logp - logp.detach()) = 1 with gradient
         A * grad log p, as TRL does with one iteration per batch; the policy is not run twice.
 
-        A batch whose gradient is exactly zero (no group with unequal rewards, no KL term) takes no
-        optimiser step (``train/step_skipped`` = 1): AdamW's momentum would move the weights anyway.
+        A batch without learning signal (every advantage 0, no KL term) runs no backward and takes no
+        optimiser step, nor does a non-finite gradient (``train/step_skipped`` = 1; :meth:`_optimiser_step`).
 
         Returns the loss stats and, from the same forward's logits (no extra forward),
         ``gen/logprob_abs_diff`` and ``gen/logprob_truncation_abs_diff`` (workbench.grpo.mismatch;
@@ -284,6 +288,11 @@ class GRPOTrainer:
             total_tok = self.dp.sum([float(mask.sum())])[0].clamp_min(1).to(mask.device, mask.dtype)
             N *= world  # every rank holds the same number of sequences
         temp = self.sampling.temperature or 1.0
+        # The gradient is exactly zero when every advantage is 0 (every group's rewards equal) and there
+        # is no KL term: decided here, before any backward, from what every rank holds, so all ranks agree.
+        has_signal = has_learning_signal(adv, g.beta if ref_logp is not None else 0.0)
+        if self.dp is not None:
+            has_signal = bool(self.dp.sum([float(has_signal)])[0] > 0)
         loss_sum, acc = 0.0, {"clip_frac": 0.0, "kl": 0.0}
         a = g.async_
         use_is = self.is_async and a.importance_sampling == "truncated"
@@ -291,8 +300,9 @@ class GRPOTrainer:
         gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
         for i in range(0, ids.shape[0], g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
-            full = self.forward(ids[sl]).logits  # (n, L, V)
-            logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
+            with contextlib.nullcontext() if has_signal else torch.no_grad():  # no signal: the forward for the metrics only
+                full = self.forward(ids[sl]).logits  # (n, L, V)
+                logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
             old = logp.detach() if old_logp is None else old_logp[sl]
             # asynchronous GRPO: the rollouts' behaviour policy is older than pi_old (truncated IS)
             isw = truncated_is_weight(old, rollout_logp[sl], a.is_cap) if use_is else None
@@ -306,7 +316,9 @@ class GRPOTrainer:
                 is_capped += float(((isw >= a.is_cap) * m_sl).sum())
             # Weight so the micro-batch sum equals the full-batch aggregate.
             w = (mask[sl].sum() / total_tok) if g.loss_agg == "token_mean" else (ids[sl].shape[0] / N)
-            if self.train_engine is None:
+            if not has_signal:
+                pass  # no backward, no optimiser step: nothing to learn, and AdamW's momentum would move the weights
+            elif self.train_engine is None:
                 (loss * w).backward()
             else:  # x world: DeepSpeed's mean over ranks then equals the whole batch's sum; step() acts at the last micro-batch
                 self.train_engine.backward(loss * w * world, scale_wrt_gas=False)
@@ -317,21 +329,7 @@ class GRPOTrainer:
             gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()
-        skipped = 0.0
-        if self.train_engine is None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm))
-            # No learning signal (every group's rewards equal and no KL term): the gradient is exactly 0,
-            # yet AdamW would still move every weight by its momentum, lr * m_hat / sqrt(v_hat), which
-            # stays O(lr) for ~10-20 steps after the last signal. With sparse rewards such batches come in
-            # runs, and that drift (along the last update, measured to flatten the policy) makes all-wrong
-            # batches likelier still: the quickstart's unlearning (tests/test_grpo_learns.py; DAPO's
-            # dynamic sampling never steps on such groups either). So no step; NaN skips too.
-            if grad_norm > 0.0:
-                self.optimizer.step()
-            else:
-                skipped = 1.0
-        else:  # DeepSpeed clipped at gradient_clipping = grpo.max_grad_norm (its engine stepped above, zero gradient or not)
-            grad_norm = float(self.train_engine.get_global_grad_norm() or 0.0)
+        grad_norm, skipped = self._optimiser_step(has_signal)
         gap_sum, trunc_sum = float(gap_sum), float(trunc_sum)
         if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
             loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
@@ -341,6 +339,31 @@ class GRPOTrainer:
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
             out.update({M.IS_WEIGHT_MEAN: is_sum / float(total_tok), M.IS_CAPPED_FRAC: is_capped / float(total_tok)})
         return out
+
+    def _optimiser_step(self, has_signal: bool) -> tuple[float, float]:
+        """The step after the batch's backward passes: (grad_norm, ``train/step_skipped``).
+
+        No optimiser step is taken, and 1.0 is returned as skipped, when the batch has no learning
+        signal (every group's rewards equal and no KL term: the gradient is exactly 0, yet AdamW would
+        still move every weight by its momentum, lr * m_hat / sqrt(v_hat), O(lr) for ~10-20 steps after
+        the last signal; with sparse rewards such batches come in runs and that drift, measured to
+        flatten the policy, made the quickstart unlearn; DAPO's dynamic sampling never steps on such
+        groups either), or when the gradient is not finite (an inf norm would make clipping multiply
+        by 0 and inf by 0 is NaN). Under DeepSpeed (ZeRO >= 1) the engine itself declines a
+        non-finite step (its overflow check, every rank agreeing) and ``was_step_applied`` says so.
+        """
+        g = self.spec.grpo
+        if not has_signal:
+            return 0.0, 1.0
+        if self.train_engine is not None:  # stepped at the last micro-batch, clipped at gradient_clipping
+            norm = self.train_engine.get_global_grad_norm()
+            return float(norm if norm is not None else 0.0), 0.0 if self.train_engine.was_step_applied() else 1.0
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm))
+        # NaN fails both comparisons; MasterAdamW also declines non-finite half-precision gradients
+        if math.isfinite(grad_norm) and grad_norm > 0.0 and self.optimizer.step() is not False:
+            return grad_norm, 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, 1.0
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -267,7 +267,9 @@ class GRPOSpec(_Section):
     clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
     beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
     loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
-    scale_rewards: bool = Field(True, description="divide advantages by the group std (False = Dr. GRPO)")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
+        "or not at all (none, Dr. GRPO); true/false mean group/none as in TRL. All-equal groups get advantage 0 in every mode")
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
     eval_sampled: bool = Field(
@@ -278,8 +280,18 @@ class GRPOSpec(_Section):
         "single", description="single: one process trains the policy; deepspeed: data-parallel ranks (wb run --nproc N, "
         "torchrun or deepspeed launchers) each generate their share of the prompt groups, and the policy trains under "
         "DeepSpeed ZeRO (gloo on CPU, NCCL on CUDA)")
-    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage with grpo.backend=deepspeed (2: optimizer "
-                            "state and gradients sharded; 3: parameters too, gathered for the prepare stage's weight sync)")
+    zero_stage: int = Field(2, ge=1, le=3, description="DeepSpeed ZeRO stage with grpo.backend=deepspeed (1: optimizer state "
+                            "sharded; 2: gradients too; 3: parameters too, gathered for the prepare stage's weight sync). "
+                            "Stage 0 is not offered: there DeepSpeed steps on float32 gradients without checking them for "
+                            "inf/NaN, so a non-finite gradient would reach the weights")
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_rewards_bool(cls, v: Any) -> Any:
+        """TRL's spelling: true = group, false = none (also as the strings an override gives)."""
+        if isinstance(v, bool):
+            return "group" if v else "none"
+        return {"true": "group", "false": "none"}.get(v.lower(), v) if isinstance(v, str) else v
 
 
 class MeasureSpec(_Section):

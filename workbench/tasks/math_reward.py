@@ -4,25 +4,32 @@
     boxed_format_reward("The answer is \\\\boxed{12}.")   # 1.0: the completion boxes an answer
 
 Accuracy (open-r1 ``accuracy_reward``, TRL ``trl.rewards.accuracy_reward``): the gold answer is
-parsed with math-verify's default extraction; the completion with LaTeX extraction, boxed answers
-first (``boxed_match_priority=0``), then math-verify's plain-expression extraction (its default's
-second config), both only after an anchor ("\\boxed", "the answer is", "Answer:"), so a number that
-merely appears in the reasoning never counts; ``verify`` compares them symbolically (12 = 12.0 =
-24/2). The plain anchored answer is what a small chat model writes before it learns to box (measured:
-SmolLM2-135M-Instruct boxes almost never); the format reward is what asks for the box.
+parsed with math-verify's default extraction; ``verify`` compares it with the completion's answer
+symbolically (12 = 12.0 = 24/2). The completion's answer is, in this order, (1) its last
+``\\boxed{...}``, or (2) the first line after its last documented anchor, "the answer is" /
+"the final answer is" or "Answer:" (whole words, any case). Nothing else counts: math-verify's own
+anchors match any word containing "answer" ("I answered 3", "answers: 3, 12"), so the workbench
+finds the anchor itself and hands math-verify only the text after it; a number that merely appears
+in the reasoning never scores. The plain anchored answer is what a small chat model writes before it
+learns to box (measured: SmolLM2-135M-Instruct boxes almost never); the format reward is what asks
+for the box.
 Format: the completion boxes a non-empty answer (``\\boxed{...}``), the instruction every math
-prompt gives. Both return floats in {0.0, 1.0} and never raise: a malformed rollout cannot crash a
-step. A gold answer math-verify cannot parse gives 0.0 (open-r1 skips such rows; a GRPO batch
-needs a number for every row).
+prompt gives. Both return floats in {0.0, 1.0}: a malformed rollout cannot crash a step. A gold
+answer math-verify cannot parse gives 0.0 (open-r1 skips such rows; a GRPO batch needs a number for
+every row). math-verify's timeouts use ``signal.alarm``, which works in the main thread only: off it
+every answer would silently score 0, so the accuracy reward refuses there (RuntimeError).
 Source: github.com/huggingface/Math-Verify, open-r1 src/open_r1/rewards.py.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*[^{}\s]")
+# the documented plain-answer anchors, whole words: "the answer is", "the final answer is", "Answer:"
+_ANCHOR_RE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\b|\banswer\s*:", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)
@@ -37,9 +44,24 @@ def _math_verify():
     except ImportError:
         raise ValueError("the math rewards need math-verify: pip install -e \".[real]\" (or pip install math-verify)") from None
     norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True)
-    cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=False),
-           ExprExtractionConfig(try_extract_without_anchor=False)]
+    # the text handed over is already just the answer (a boxed tail or the line after an anchor)
+    cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=True),
+           ExprExtractionConfig(try_extract_without_anchor=True)]
     return parse, verify, cfg
+
+
+def answer_text(completion: str) -> str | None:
+    """The part of ``completion`` that states its final answer, or None: from its last ``\\boxed`` to
+    the end, else the first non-empty line after its last documented anchor (markdown bold removed)."""
+    box = completion.rfind("\\boxed")
+    if box >= 0:
+        return completion[box:]
+    anchors = list(_ANCHOR_RE.finditer(completion))
+    if not anchors:
+        return None
+    tail = completion[anchors[-1].end():].replace("**", "").lstrip(" \t:\n")
+    line = tail.split("\n", 1)[0].strip()
+    return line or None
 
 
 @lru_cache(maxsize=4096)
@@ -49,16 +71,24 @@ def _gold(answer: str):
 
 
 def math_accuracy_reward(completion: str, answer: str) -> float:
-    """1.0 if the completion's (boxed) final answer equals ``answer`` mathematically, else 0.0.
+    """1.0 if the completion's final answer (:func:`answer_text`) equals ``answer`` mathematically, else 0.0.
 
-    Raises ValueError only if math-verify is not installed.
+    Raises:
+        ValueError: math-verify is not installed.
+        RuntimeError: called off the main thread (math-verify's timeout is ``signal.alarm``; every
+            answer would score 0.0 there): score in the main thread, or in worker processes.
     """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the math accuracy reward must run in the main thread: math-verify times out with "
+                           "signal.alarm, which fails in any other thread and would score every answer 0; "
+                           "score in the main thread or in processes (e.g. multiprocessing), not threads")
     parse, verify, cfg = _math_verify()
     try:
         gold = _gold(str(answer).strip())
-        if not gold:
+        text = answer_text(completion)
+        if not gold or text is None:
             return 0.0
-        got = parse(completion, extraction_config=cfg, extraction_mode="first_match")
+        got = parse(text, extraction_config=cfg, extraction_mode="first_match")
         return 1.0 if got and verify(gold, got) else 0.0
     except Exception:  # math-verify's own timeouts and sympy errors on odd text: a wrong answer, not a crash
         return 0.0
