@@ -90,6 +90,7 @@ def grpo_loss(
     ref_logp: Tensor | None = None,
     max_len: int | None = None,
     is_weight: Tensor | None = None,
+    kl_ratio_correction: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped GRPO surrogate loss (to minimise) and its diagnostics.
 
@@ -109,6 +110,9 @@ def grpo_loss(
         loss_agg: one of LOSS_AGGS.
         beta: k3 KL coefficient; needs ref_logp (B, T) when > 0 (detached here).
         max_len: generation budget, required by ``seq_mean_token_sum_norm``.
+        kl_ratio_correction: multiply each token's KL by its (differentiable) ratio pi_theta / pi_old, so
+            the KL gradient is the unbiased reverse-KL gradient (DeepSeek-V3.2, arXiv 2512.02556; TRL's
+            ``use_bias_correction_kl``, its default since 1.x). False: the classic GRPO k3 penalty.
         is_weight: (B, T) per-token importance weight of the surrogate (detached here), e.g.
             :func:`truncated_is_weight` for rollouts of an older behaviour policy (asynchronous
             GRPO); None = 1.
@@ -151,7 +155,7 @@ def grpo_loss(
     if ref_logp is not None:
         kl = kl_k3(logp, ref_logp.detach())
         if beta > 0:
-            objective = objective - beta * kl
+            objective = objective - beta * (kl * ratio if kl_ratio_correction else kl)
 
     loss = -aggregate(objective, mask, loss_agg, max_len)
 

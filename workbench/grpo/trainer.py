@@ -309,6 +309,7 @@ class GRPOTrainer:
             loss, st = grpo_loss(
                 logp, old, adv[sl], mask[sl], g.clip_low, g.clip_high, g.loss_agg, beta=g.beta,
                 ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens, is_weight=isw,
+                kl_ratio_correction=g.use_bias_correction_kl,
             )
             if isw is not None:
                 m_sl = mask[sl].to(isw.dtype)
@@ -324,8 +325,9 @@ class GRPOTrainer:
                 self.train_engine.backward(loss * w * world, scale_wrt_gas=False)
                 self.train_engine.step()
             loss_sum += loss.item() * float(w)
-            acc["clip_frac"] += st["clip_frac"] * float(w)
-            acc["kl"] += st["kl"] * float(w)
+            w_tok = float(mask[sl].sum() / total_tok)  # clip_frac and kl are means over the batch's tokens, as TRL's
+            acc["clip_frac"] += st["clip_frac"] * w_tok
+            acc["kl"] += st["kl"] * w_tok
             gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()

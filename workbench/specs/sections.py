@@ -266,6 +266,9 @@ class GRPOSpec(_Section):
     clip_low: float = Field(0.2, ge=0.0, description="epsilon_low of the clipped ratio")
     clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
     beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
+    use_bias_correction_kl: bool = Field(
+        False, description="multiply each token's KL by its ratio pi_theta / pi_old, the unbiased reverse-KL gradient "
+        "(DeepSeek-V3.2; TRL's option of the same name, on by default there); false: the classic GRPO k3 penalty")
     loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
@@ -288,7 +291,10 @@ class GRPOSpec(_Section):
     @field_validator("scale_rewards", mode="before")
     @classmethod
     def _scale_rewards_bool(cls, v: Any) -> Any:
-        """TRL's spelling: true = group, false = none (also as the strings an override gives)."""
+        """TRL's spelling: true = group, false = none (also as the strings an override gives); an override's
+        ``none`` reads as YAML null."""
+        if v is None:
+            return "none"
         if isinstance(v, bool):
             return "group" if v else "none"
         return {"true": "group", "false": "none"}.get(v.lower(), v) if isinstance(v, str) else v
