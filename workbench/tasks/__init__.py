@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from data import arith_chain, math_word
+from data import arith_chain, math_word, reasoning_gym_tasks
 from workbench.tasks.math_reward import boxed_format_reward, math_accuracy_reward
 
 
@@ -89,6 +89,36 @@ TASKS: dict[str, Task] = {
         reward=math_accuracy_reward,
         description="math_word with one operation; reward = math-verify accuracy (+ format)",
         version=math_word.VERSION,
+        format_reward=boxed_format_reward,
+    ),
+    # reasoning-gym's procedural maths (issue #42 part 3; data/reasoning_gym_tasks.py, the [real] extra):
+    # its question + math_word's boxed-answer instruction, its answer string scored by math-verify.
+    # Baselines of SmolLM2-135M-Instruct: docs/results/reasoning-gym-tasks.md
+    "gsm_symbolic": Task(
+        name="gsm_symbolic",
+        generate=reasoning_gym_tasks.task_generate("gsm_symbolic"),
+        reward=math_accuracy_reward,
+        description="reasoning-gym gsm_symbolic: GSM8K templates with fresh numbers, answer in \\boxed{}; "
+        "reward = math-verify accuracy (+ format)",
+        version=reasoning_gym_tasks.VERSION,
+        format_reward=boxed_format_reward,
+    ),
+    "chain_sum": Task(
+        name="chain_sum",
+        generate=reasoning_gym_tasks.task_generate("chain_sum"),
+        reward=math_accuracy_reward,
+        description="reasoning-gym chain_sum: 2-6 whole numbers of 1-4 digits joined by + and -, answer in \\boxed{}; "
+        "reward = math-verify accuracy (+ format)",
+        version=reasoning_gym_tasks.VERSION,
+        format_reward=boxed_format_reward,
+    ),
+    "chain_sum_small": Task(
+        name="chain_sum_small",
+        generate=reasoning_gym_tasks.task_generate("chain_sum_small"),
+        reward=math_accuracy_reward,
+        description="reasoning-gym chain_sum with 2-3 numbers of 1-2 digits, answer in \\boxed{}; "
+        "reward = math-verify accuracy (+ format)",
+        version=reasoning_gym_tasks.VERSION,
         format_reward=boxed_format_reward,
     ),
 }
