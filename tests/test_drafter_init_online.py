@@ -184,3 +184,31 @@ def test_init_completions_are_generated_once_and_shared_across_drafter_kinds(sto
     assert json.loads((_checkpoint_from(res.output) / "init_info.json").read_text())["num_sequences"] == 24
     other = runner.invoke(app, [*args, "drafter.kind=eagle3", "drafter.init.seed=12"])  # other prompts: generates
     assert isinstance(other.exception, AssertionError) and "generated again" in str(other.exception)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("online", [False, True])
+def test_drafter_drift_measures_the_drafter_on_fresh_rollouts_and_the_policys_kl_from_init(store, monkeypatch, online):
+    """measure.drafter_drift: a frozen drafter (or an adapted one) is measured on each step's rollouts before any
+    drafter training, and the policy's KL from its initial weights is 0 at step 1 (it has not moved yet) and > 0
+    after one optimiser step; the frozen drafter itself never changes, and the loss is unchanged by the reference."""
+    from workbench.grpo import trainer as trainer_mod
+
+    # micro's rewards are all 0 (no signal, no step): advantages +-1 instead, so the policy moves
+    monkeypatch.setattr(trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2))
+    spec = load_spec("micro", ["drafter.kind=eagle3", "drafter.init.data=none", f"drafter.online.enabled={online}",
+                               "measure.drafter_drift=true", "grpo.eval_every=0", "tracking.enabled=false",
+                               "measure.modeled=false", "grpo.lr=1e-2"])
+    tr = trainer_mod.GRPOTrainer(spec, progress=False)
+    assert tr.ref is not None and spec.grpo.beta == 0.0
+    before = [p.detach().clone() for p in tr.drafter.train_parameters()]
+    kls = []
+    for step in (1, 2, 3):
+        m, _ = tr.step(step)
+        assert 0.0 <= m["draft/top1_agreement"] <= 1.0 and m["draft/heldout_loss"] > 0.0
+        assert ("draft/loss" in m) == online
+        kls.append(m["policy/kl_from_init"])
+    assert kls[0] == pytest.approx(0.0, abs=1e-6)
+    assert kls[1] > 1e-5 and kls[2] > kls[1], kls  # the policy moves away from its start
+    frozen = all(torch.equal(a, b.detach()) for a, b in zip(before, tr.drafter.train_parameters()))
+    assert frozen != online

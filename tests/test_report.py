@@ -227,3 +227,12 @@ def test_adaptive_run_report_plots_the_chosen_k(store, tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     for png in ("k_histogram", "k_vs_batch"):
         assert (tmp_path / "r" / f"{png}.png").stat().st_size > 5000 and f"]({png}.png)" in md
+
+
+def test_mean_and_sd_per_step_across_runs():
+    """The band of several seeds' curves (acceptance vs step per arm): sample sd, 0 where one run has the step."""
+    from workbench.report.plots import _mean_sd_by_step
+
+    steps, mean, sd = _mean_sd_by_step([[(1, 2.0), (2, 3.0)], [(1, 4.0), (2, 3.0), (3, 5.0)]])
+    assert steps == [1, 2, 3] and mean == [3.0, 3.0, 5.0]
+    assert sd == pytest.approx([2 ** 0.5, 0.0, 0.0])

@@ -35,6 +35,7 @@ Imports nothing of the project (the bottom layer).
 | ``async/is_weight_mean``, ``async/is_capped_frac`` | truncated importance weights: mean, share at the cap | ratio, fraction |
 | ``train/step_skipped`` | 1 when no optimiser step was taken: no learning signal (every group's rewards equal, no KL term) or a non-finite gradient | 0/1 |
 | ``loss/policy`` | the GRPO loss | nats |
+| ``policy/kl_from_init`` | with ``measure.drafter_drift``: k3 KL of the policy from its initial weights on the step's rollouts | nats / token |
 | ``draft/loss`` (+ ``_step_<j>``), ``draft/top1_agreement`` | drafter training loss (per chain step), top-1 agreement with the target | nats, fraction |
 | ``draft/heldout_loss``, ``draft/buffer_size`` | online adaptation: held-out loss, rows in the replay buffer | nats, count |
 | ``completions/mean_length``, ``min_length``, ``max_length`` | completion lengths in the step | tokens |
@@ -134,6 +135,7 @@ IS_WEIGHT_MEAN = "async/is_weight_mean"
 IS_CAPPED_FRAC = "async/is_capped_frac"
 STEP_SKIPPED = "train/step_skipped"
 LOSS_POLICY = "loss/policy"
+KL_FROM_INIT = "policy/kl_from_init"
 
 # --- draft/: drafter training (drafters/*: their loss functions write these literals) ---
 DRAFT_LOSS = "draft/loss"

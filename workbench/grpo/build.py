@@ -133,11 +133,13 @@ def start_ranks(spec: ExperimentSpec) -> Ranks:
 
 def load_policy(spec: ExperimentSpec, device: torch.device, progress: bool = True) -> Policy:
     """The target checkpoint (built into the cache if a missing preset) as the trained policy, and
-    a frozen copy as the KL reference when ``grpo.beta > 0``."""
+    a frozen copy of its initial weights as the KL reference when ``grpo.beta > 0`` (or to measure how
+    far the policy moved, ``measure.drafter_drift``)."""
     path = resolve_model(spec.model.target, progress=progress, what="model.target")
     model, tokenizer = load_model(path, device=device, dtype=getattr(torch, spec.model.dtype))
     model.train()
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if spec.grpo.beta > 0 else None
+    keep = spec.grpo.beta > 0 or spec.measure.drafter_drift
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if keep else None
     return Policy(model, tokenizer, path, ref)
 
 

@@ -23,6 +23,7 @@ import torch
 
 from drafters.chain import DraftBatch
 from drafters.training import capture_hidden
+from drafters.training import evaluate as evaluate_drafter
 from workbench import metrics as M
 from workbench.grpo.advantages import frac_zero_std, group_advantages, has_learning_signal
 from workbench.grpo.async_rollout import RolloutWorker
@@ -63,6 +64,8 @@ class GRPOTrainer:
         self._order: list[int] = []
         self._rng = random.Random(spec.seed)
         self.timer = StageTimer(self.device)
+        # measure.drafter_drift: the drafter measured on each step's fresh rollouts, also when it is not adapted
+        self._drift = spec.measure.drafter_drift and self.drafter is not None and self.drafter.trainable
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
         self.is_async = spec.grpo.async_.enabled
         self.worker: RolloutWorker | None = None  # started with the first step (not while cost curves are measured)
@@ -106,7 +109,7 @@ class GRPOTrainer:
             # for the hidden states and logits the drafter learns from (detached; docs/design.md §5).
             old_logp = None
             with torch.no_grad():
-                if self.online is not None:
+                if self.online is not None or self._drift:
                     logits: list[torch.Tensor] = []
                     with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
                         old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
@@ -126,7 +129,13 @@ class GRPOTrainer:
         draft_stats: dict[str, float] = {}
         if self.online is not None:
             with stage("draft_train"):
-                draft_stats = self.online.update(step, draft_batch)
+                draft_stats = self.online.update(step, draft_batch)  # measures on the fresh rollouts first
+        elif self._drift:  # the frozen drafter on the fresh rollouts (a measurement, outside the step's stages)
+            with self.timer.stage("drafter_drift", measurement=True):
+                ev = evaluate_drafter(self.drafter, draft_batch)
+            draft_stats = {M.DRAFT_TOP1: ev[M.DRAFT_TOP1], M.DRAFT_HELDOUT_LOSS: ev[M.DRAFT_LOSS]}
+        if self.spec.measure.drafter_drift:
+            draft_stats[M.KL_FROM_INIT] = stats["kl"]  # the reference is the initial policy
 
         m = timer.end_step()
         if self.is_async:

@@ -95,18 +95,40 @@ def plot_acceptance_per_position(t: Target, out: Path) -> str | None:
     return _save(fig, out / "acceptance_per_position.png")
 
 
+def _mean_sd_by_step(series: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
+    """Per step, the mean and sample sd of several runs' (step, value) series (sd 0 where one run has it)."""
+    by: dict[int, list[float]] = {}
+    for pts in series:
+        for s, v in pts:
+            by.setdefault(s, []).append(v)
+    steps = sorted(by)
+    mean = [sum(by[s]) / len(by[s]) for s in steps]
+    sd = [math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0 for s, m in zip(steps, mean)]
+    return steps, mean, sd
+
+
 def plot_acceptance_over_steps(t: Target, out: Path) -> str | None:
+    """Acceptance length per RL step: one line per run, or, where a row (an arm: frozen or online drafter)
+    has several runs (seeds), their mean with a ± sd band (drafter staleness: docs/results/staleness.md)."""
     lines = [(r, x) for r in t.rows for x in row_runs(r, ok=False) if x.history.get(M.ACCEPTANCE_LENGTH)]
     if not lines:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
+    cmap = plt.get_cmap("tab10")
+    arms: dict[tuple[str, bool | None], list] = {}
     for r, x in lines:
-        pts, mode = x.history[M.ACCEPTANCE_LENGTH], online(x)
-        seed = f" seed={x.params[REPEAT_KEY]}" if len(r.outcomes) > 1 and REPEAT_KEY in x.params else ""
+        arms.setdefault((label(r), online(x)), []).append(x)
+    for i, ((name, mode), runs) in enumerate(arms.items()):
         tag = {True: " (online)", False: " (frozen)", None: ""}[mode]
-        ax.plot([s for s, _ in pts], [v for _, v in pts], "--" if mode is False else "-", marker="o", ms=3,
-                label=label(r) + seed + tag)
+        style, color = "--" if mode is False else "-", cmap(i % 10)
+        if len(runs) == 1:
+            pts = runs[0].history[M.ACCEPTANCE_LENGTH]
+            ax.plot([s for s, _ in pts], [v for _, v in pts], style, color=color, marker="o", ms=3, label=name + tag)
+            continue
+        steps, mean, sd = _mean_sd_by_step([x.history[M.ACCEPTANCE_LENGTH] for x in runs])
+        ax.plot(steps, mean, style, color=color, lw=2, label=f"{name}{tag} ({len(runs)} runs, mean ± sd)")
+        ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
     _finish(ax, "RL step", "acceptance length (tokens / verification)", "acceptance length over training (drafter staleness)")
     return _save(fig, out / "acceptance_length_steps.png")
 
@@ -154,13 +176,7 @@ def plot_rewards(t: Target, out: Path) -> str | None:
                     ls="-" if ar else "--", marker=None if many else "o", ms=3,
                     label=None if many else f"{name} (1 run)")
         if many:  # mean ± sd across the kind's runs, per step
-            by: dict[int, list[float]] = {}
-            for r in rs:
-                for s, v in r.history[REWARD]:
-                    by.setdefault(s, []).append(v)
-            steps = sorted(by)
-            mean = [sum(by[s]) / len(by[s]) for s in steps]
-            sd = [math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0 for s, m in zip(steps, mean)]
+            steps, mean, sd = _mean_sd_by_step([r.history[REWARD] for r in rs])
             ax.plot(steps, mean, color=color, lw=2.2, label=f"{name} ({len(rs)} runs, mean ± sd)")
             ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
     title = ("reward per drafter and rollout backend (should overlap: same law)" if any(" (" in g for g in groups)

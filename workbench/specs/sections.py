@@ -314,6 +314,12 @@ class MeasureSpec(_Section):
         True, description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
         "measured once per machine and model (cached; workbench.perf.cost_curve) before the MLflow run opens",
     )
+    drafter_drift: bool = Field(
+        False, description="measure the drafter going stale as the policy learns: each step, the drafter's top-1 agreement "
+        "and loss on the fresh rollouts before any drafter training (draft/top1_agreement, draft/heldout_loss; also "
+        "without drafter.online) and the policy's KL from its initial weights on them (policy/kl_from_init, k3, nats per "
+        "completion token; keeps a frozen copy of the initial policy). Costs a policy forward and the reference's per step",
+    )
 
 
 class TrackingSpec(_Section):
