@@ -131,3 +131,12 @@ def test_math_verify_agrees_with_reasoning_gym_scorer(name):
         assert len(commas) >= 20 and not any(rg for _, rg in commas)
     else:
         assert all(rg for _, rg in commas)
+
+
+@pytest.mark.parametrize("name", ["gsm_symbolic", "chain_sum"])
+def test_learning_spec_accepts_the_tasks(name):
+    """`wb run smollm2-learn task.name=gsm_symbolic grpo.steps=2`: the spec loads, with its format reward."""
+    from workbench.specs import load_spec
+
+    spec = load_spec("smollm2-learn", [f"task.name={name}", "grpo.steps=2"])
+    assert spec.task.name == name and spec.grpo.steps == 2 and spec.task.format_reward > 0
