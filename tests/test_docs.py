@@ -68,7 +68,7 @@ def test_design_citations_name_sections_that_exist():
 
 def test_readme_is_an_overview_whose_links_resolve():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = text.split("\n")
+    lines = text.splitlines()
     assert len(lines) <= 100, f"README.md has {len(lines)} lines; the reference material belongs in docs/"
     tables = [x for x in lines if x.startswith("|---") or x.startswith("| ---")]
     assert len(tables) <= 1, "the README keeps one results table; the others live in docs/results"
