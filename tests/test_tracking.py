@@ -150,3 +150,43 @@ def test_tracking_uri_resolution(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://localhost:5000")
     assert Tracker(None, EXP, enabled=False).tracking_uri == "http://localhost:5000"
     assert Tracker("sqlite:///other.db", EXP, enabled=False).tracking_uri == "sqlite:///other.db"
+
+
+@pytest.mark.slow
+def test_sigterm_to_wb_run_marks_the_run_killed_and_keeps_its_metrics(tmp_path):
+    """`kill` / `timeout` / a scheduler's preemption send SIGTERM: the open MLflow run ends KILLED, not RUNNING."""
+    import os
+    import shutil
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+
+    wb = shutil.which("wb")
+    if wb is None:
+        pytest.skip("the wb entry point is not installed (pip install -e .)")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    proc = subprocess.Popen([wb, "run", "micro", "grpo.steps=500", "grpo.eval_every=0", "measure.modeled=false",
+                             "tracking.run_name=to-be-killed"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_id = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and run_id is None:
+            time.sleep(2)
+            try:  # read the store with sqlite alone: a second MLflow client would race wb's schema migration
+                with sqlite3.connect(tmp_path / "mlflow.db") as db:
+                    row = db.execute("SELECT run_uuid FROM metrics WHERE key = 'reward/mean' LIMIT 1").fetchone()
+                run_id = row[0] if row else None
+            except sqlite3.OperationalError:  # no store or no tables yet
+                pass
+        assert run_id is not None, "the run logged no step in time"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    got = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert got.info.status == "KILLED", err[-2000:]
+    assert "reward/mean" in got.data.metrics

@@ -9,6 +9,15 @@ def main() -> None:  # pragma: no cover (exercised through the installed `wb` in
     from workbench.rollout.vllm.preload import reexec_if_needed
 
     reexec_if_needed()
+    import signal
+
+    # SIGTERM (`kill`, `timeout`, a scheduler's preemption) ends a command as Ctrl-C does, so an open
+    # MLflow run is marked KILLED with what it logged kept, instead of being left RUNNING forever.
+    signal.signal(signal.SIGTERM, _interrupt)
     from workbench.cli import app
 
     app()
+
+
+def _interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
