@@ -14,7 +14,7 @@ from data.math_word import INSTRUCTION
 from workbench.tasks import TASKS, get_task, is_eval_prompt, load_task_data
 from workbench.tasks.math_reward import answer_text, boxed_format_reward, math_accuracy_reward
 
-RG_TASKS = list(rgt.CONFIGS)  # gsm_symbolic, chain_sum, chain_sum_small
+RG_TASKS = list(rgt.CONFIGS)  # gsm_symbolic, chain_sum, chain_sum_1digit
 
 
 def _has(module: str) -> bool:
@@ -140,3 +140,12 @@ def test_learning_spec_accepts_the_tasks(name):
 
     spec = load_spec("smollm2-learn", [f"task.name={name}", "grpo.steps=2"])
     assert spec.task.name == name and spec.grpo.steps == 2 and spec.task.format_reward > 0
+
+
+@needs_rg
+def test_chain_sum_1digit_holds_out_ten_of_its_200_expressions(tmp_path):
+    """The documented caveat: a one-digit pair has 200 prompts; the hash holds out 10, and eval repeats them."""
+    train = load_task_data("chain_sum_1digit", "train", 2000, 0, cache_dir=tmp_path)
+    evals = load_task_data("chain_sum_1digit", "eval", 64, 0, cache_dir=tmp_path)
+    assert len(set(evals["prompt"])) == 10 and len(set(train["prompt"])) <= 190
+    assert not set(evals["prompt"]) & set(train["prompt"])

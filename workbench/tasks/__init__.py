@@ -112,11 +112,12 @@ TASKS: dict[str, Task] = {
         version=reasoning_gym_tasks.VERSION,
         format_reward=boxed_format_reward,
     ),
-    "chain_sum_small": Task(
-        name="chain_sum_small",
-        generate=reasoning_gym_tasks.task_generate("chain_sum_small"),
+    # two one-digit terms (reasoning-gym's chain_sum curriculum, level 0): 200 expressions, 10 held out
+    "chain_sum_1digit": Task(
+        name="chain_sum_1digit",
+        generate=reasoning_gym_tasks.task_generate("chain_sum_1digit"),
         reward=math_accuracy_reward,
-        description="reasoning-gym chain_sum with 2-3 numbers of 1-2 digits, answer in \\boxed{}; "
+        description="reasoning-gym chain_sum with two one-digit numbers (a + b or a - b), answer in \\boxed{}; "
         "reward = math-verify accuracy (+ format)",
         version=reasoning_gym_tasks.VERSION,
         format_reward=boxed_format_reward,
