@@ -148,6 +148,16 @@ def test_math_word_items_are_consistent_and_deterministic():
     ("The answerer is 12", "12", 0.0),
     ("so she has 12", "12", 0.0),
     ("12", "12", 0.0),
+    # the prompt's own arithmetic copied into the answer is not an answer (math-verify would evaluate it)
+    ("\\boxed{4 + 7}", "11", 0.0),
+    ("The answer is 4 + 7.", "11", 0.0),
+    ("\\boxed{3 \\times 5}", "15", 0.0),
+    ("\\boxed{4 + 7 = 11}", "11", 1.0),  # a worked line: its result counts
+    ("The answer is 4 + 7 = 11.", "11", 1.0),
+    ("\\boxed{-103}", "-103", 1.0),  # a leading minus is a number
+    # an empty box is no answer: nothing after it is read
+    ("\\boxed{} so 4 + 7 is 11", "11", 0.0),
+    ("\\boxed{} ... 11", "11", 0.0),
 ])
 def test_math_accuracy_reward(text, gold, want):
     assert math_accuracy_reward(text, gold) == want

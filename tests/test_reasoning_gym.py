@@ -84,16 +84,10 @@ def test_missing_reasoning_gym_is_a_clear_error(monkeypatch, tmp_path):
         rgt.reasoning_gym.cache_clear()
 
 
-def _boxed(completion: str) -> str:
-    """What a grader hands reasoning-gym: the inside of the last \\boxed{...} (flat answers only)."""
-    i = completion.rfind("\\boxed{")
-    return completion[i + len("\\boxed{"):completion.index("}", i)]
-
-
 def _extracted(completion: str) -> str | None:
     """The completion's final answer as math_reward finds it (last box, else the line after the anchor)."""
-    text = answer_text(completion)
-    return None if text is None else _boxed(text) if text.startswith("\\boxed") else text.rstrip(".")
+    found = answer_text(completion)
+    return None if found is None else found[0] if found[1] else found[0].rstrip(".")
 
 
 @needs_rg

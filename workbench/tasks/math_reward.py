@@ -30,6 +30,8 @@ from functools import lru_cache
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*[^{}\s]")
 # the documented plain-answer anchors, whole words: "the answer is", "the final answer is", "Answer:"
 _ANCHOR_RE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\b|\banswer\s*:", re.IGNORECASE)
+# an operation between two operands: digit or closing bracket, operator, digit, opening bracket or command
+_OPERATION_RE = re.compile(r"[\d)}\]]\s*(?:[-+*/×÷^]|\\times|\\cdot|\\div)\s*[\d({\[\\]")
 
 
 @lru_cache(maxsize=1)
@@ -50,18 +52,42 @@ def _math_verify():
     return parse, verify, cfg
 
 
-def answer_text(completion: str) -> str | None:
-    """The part of ``completion`` that states its final answer, or None: from its last ``\\boxed`` to
-    the end, else the first non-empty line after its last documented anchor (markdown bold removed)."""
+def _boxed_content(text: str, start: int) -> str | None:
+    """The contents of the ``\\boxed{...}`` at ``start`` (balanced braces), or None if it never closes."""
+    i = text.find("{", start)
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+def answer_text(completion: str) -> tuple[str, bool] | None:
+    """The final answer ``completion`` states and whether it was boxed, or None: the contents of its
+    last ``\\boxed{...}``, else the first non-empty line after its last documented anchor (markdown
+    bold removed); in either, only what follows the last "=" (the result of a worked line such as
+    "4 + 7 = 11"). An empty box is no answer (nothing after it is read)."""
     box = completion.rfind("\\boxed")
     if box >= 0:
-        return completion[box:]
-    anchors = list(_ANCHOR_RE.finditer(completion))
-    if not anchors:
-        return None
-    tail = completion[anchors[-1].end():].replace("**", "").lstrip(" \t:\n")
-    line = tail.split("\n", 1)[0].strip()
-    return line or None
+        text = _boxed_content(completion, box)
+    else:
+        anchors = list(_ANCHOR_RE.finditer(completion))
+        if not anchors:
+            return None
+        tail = completion[anchors[-1].end():].replace("**", "").lstrip(" \t:\n")
+        text = tail.split("\n", 1)[0]
+    text = (text or "").rsplit("=", 1)[-1].strip()
+    return (text, box >= 0) if text else None
+
+
+def is_unevaluated(answer: str) -> bool:
+    """True when ``answer`` is arithmetic still to be done ("4 + 7", "3 \\times 5", "15 - 43"): math-verify
+    would evaluate it and score it right, so copying a chain-sum prompt into the box would earn the
+    reward without computing. A leading minus and ``\\frac{a}{b}`` are numbers, not operations."""
+    return bool(_OPERATION_RE.search(answer))
 
 
 @lru_cache(maxsize=4096)
@@ -85,10 +111,11 @@ def math_accuracy_reward(completion: str, answer: str) -> float:
     parse, verify, cfg = _math_verify()
     try:
         gold = _gold(str(answer).strip())
-        text = answer_text(completion)
-        if not gold or text is None:
+        found = answer_text(completion)
+        if not gold or found is None or is_unevaluated(found[0]):
             return 0.0
-        got = parse(text, extraction_config=cfg, extraction_mode="first_match")
+        text, boxed = found
+        got = parse(f"\\boxed{{{text}}}" if boxed else text, extraction_config=cfg, extraction_mode="first_match")
         return 1.0 if got and verify(gold, got) else 0.0
     except Exception:  # math-verify's own timeouts and sympy errors on odd text: a wrong answer, not a crash
         return 0.0
