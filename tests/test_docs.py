@@ -132,3 +132,20 @@ def test_site_builds_strict(tmp_path):
         assert (site / page).is_file(), f"{page} not built"
     # mkdocstrings rendered the API from the docstrings (not an empty page)
     assert "rejection_sample" in (site / "api" / "rejection" / "index.html").read_text(encoding="utf-8")
+
+
+def test_the_site_nav_is_in_sections_and_every_results_page_is_listed():
+    """Get started / Guides / Concepts / Reference / Results; every page under docs/results is in the nav
+    (and so behind the one results index), none hidden."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    sections = [next(iter(item)) for item in cfg["nav"]]
+    assert sections == ["Get started", "Guides", "Concepts", "Reference", "Results"]
+    results = next(item["Results"] for item in cfg["nav"] if "Results" in item)
+    listed = {p for p in results if isinstance(p, str)}
+    on_disk = {f"results/{p.name}" for p in (ROOT / "docs" / "results").glob("*.md")}
+    assert listed == on_disk, f"not in the nav: {sorted(on_disk - listed)}; missing files: {sorted(listed - on_disk)}"
+    index = (ROOT / "docs" / "results" / "index.md").read_text(encoding="utf-8")
+    unlinked = [p for p in on_disk if p != "results/index.md" and f"({p.split('/')[1]}" not in index]
+    assert not unlinked, f"results pages the index does not link: {unlinked}"
