@@ -1,4 +1,4 @@
-"""reasoning-gym's procedural math tasks with the workbench's boxed-answer instruction (issue #42 part 3).
+"""reasoning-gym's procedural math tasks with the workbench's boxed-answer instruction.
 
 Example item (``generate(1, 0, "chain_sum", max_terms=3, max_digits=2)``):
     prompt:   "State the final answer to the following arithmetic problem: 15 - 43 - 75 =

@@ -144,7 +144,7 @@ class MasterAdamW:
             m.grad = None if p.grad is None else p.grad.float()
         grads = [m.grad for _, m in half if m.grad is not None]
         # One device->host read for all of them: a read per parameter (~300 for a 28-layer model)
-        # would make the host wait for the device's queue at each one (issue #24, item 6).
+        # would make the host wait for the device's queue at each one.
         if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
             return False
         self.adamw.step()

@@ -149,3 +149,17 @@ def test_the_site_nav_is_in_sections_and_every_results_page_is_listed():
     index = (ROOT / "docs" / "results" / "index.md").read_text(encoding="utf-8")
     unlinked = [p for p in on_disk if p != "results/index.md" and f"({p.split('/')[1]}" not in index]
     assert not unlinked, f"results pages the index does not link: {unlinked}"
+
+
+def test_code_says_what_and_why_not_which_issue():
+    """Comments, docstrings and help texts explain; the history of which issue asked for what is in CHANGELOG.md.
+    (A shipped model's build description is data, recorded with its weights.)"""
+    cited = []
+    for root in ("workbench", "drafters", "data"):
+        for path in (ROOT / root).rglob("*.py"):
+            if path.name == "presets.py":
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(r"\bissue #\d", line, re.IGNORECASE):
+                    cited.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not cited, "\n".join(cited)

@@ -1,7 +1,7 @@
 """Drafter initialisation (``drafter.init``): train a drafter on the target's own completions before
 GRPO starts, save it as a checkpoint folder, cached like the model presets.
 
-Init data (issue #3; the in-domain vs chat question of docs/design.md §5):
+Init data (the in-domain vs chat question of docs/design.md §5):
 - ``in_domain``: the target's sampled completions (the rollout sampling parameters) of RL-task
   train prompts;
 - ``chat``: the target's completions of prompts from the generated general corpus;

@@ -9,7 +9,7 @@
     baseline_for(runs[3], runs)                            # its autoregressive baseline, or None
 
 Every `wb` command that reads runs (sweep resume, tune, report, project, ui) reads them here, so
-there is one rule for each of the questions below (issue #6 part 4); nothing else in the package
+there is one rule for each of the questions below; nothing else in the package
 calls ``search_runs`` or ``get_metric_history`` (a test checks).
 
 - **Warm-up**: the first ``measure.warmup_steps`` logged steps (param; 1 when absent) are left out
@@ -109,7 +109,7 @@ class RunRecord:
 
     def paired_ci(self, key: str = "speedup/gen") -> RatioCI | None:
         """The run's paired speedup ``key`` (``speedup/gen`` or ``speedup/step``) with its 95 % interval,
-        from its per-step ratios ``{key}_per_step`` after warm-up (a run stored before issue #22: the
+        from its per-step ratios ``{key}_per_step`` after warm-up (a run stored before those were logged: the
         per-step ``key`` itself, workbench.stats.ratio_source); None if the run was not paired."""
         vals = [v for v in self.series(ratio_source(self.history, key)) if v > 0]
         return ratio_ci(vals) if vals else None

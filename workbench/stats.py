@@ -6,7 +6,7 @@ times the speculative generation and a plain autoregressive generation of the *s
 the same process, back to back (the order alternating per step). One step gives one paired ratio
 r_i = t_autoregressive / t_speculative; a run gives n of them after warm-up.
 
-Metric names (issue #22): the per-step ratios are ``speedup/gen_per_step`` and
+Metric names: the per-step ratios are ``speedup/gen_per_step`` and
 ``speedup/step_per_step``; ``speedup/gen`` and ``speedup/step``, the columns users sort MLflow's
 runs table by (it shows a metric's last value), are the run's running estimate, logged every step,
 whose last value is the run's ``speedup/gen_mean`` (:func:`running_speedups`). Runs stored before
@@ -20,7 +20,7 @@ intervals reach the top one's are a tie.
 
 That interval covers the noise of the steps *within* a run, not of a repeat: two runs of one setting
 (another seed, or the same one minutes later) differ by more than their per-step intervals allow
-(issue #22 part 5: 5 seeds of one membound point gave 1.16-1.34x, each with a CI of +-1-7 %). Over
+(measured: 5 seeds of one membound point gave 1.16-1.34x, each with a CI of +-1-7 %). Over
 n >= 2 runs the speedup is therefore a random-effects estimate (:func:`runs_ci`): each run's mean
 log ratio and its variance, a between-run variance tau² (DerSimonian-Laird), and a Hartung-Knapp
 interval on n-1 df, with a prediction interval for a new run's estimate.
@@ -318,7 +318,7 @@ PAIRED_KEYS = tuple(per_step_key(n) for n in PAIRED_SPEEDUPS)  # per-step paired
 
 def ratio_source(keys: Container[str], name: str) -> str:
     """Which logged key holds the per-step ratios of paired speedup ``name`` among ``keys``:
-    ``{name}_per_step``; runs stored before it existed (issue #22) logged the per-step ratios
+    ``{name}_per_step``; runs stored before it existed logged the per-step ratios
     under ``name`` itself, so that is read when the per-step key is absent."""
     key = per_step_key(name)
     return key if key in keys else name

@@ -5,7 +5,7 @@
     with timer.stage("gen"):
         ...
     with timer.stage("gen_autoregressive", measurement=True):
-        ...                       # a measurement's own work (issue #6's paired baseline), not the step's
+        ...                       # a measurement's own work (the paired baseline), not the step's
     metrics = timer.end_step()   # {"timing_s/gen": ..., "timing_s/step": ..., "timing_s/other": ..., "timing_frac/gen": ...}
 
 A *measurement* stage is work the workbench adds to measure the step (the paired autoregressive

@@ -3,7 +3,7 @@
 A bare ``RolloutEngine(target, drafter, k)`` speculates k tokens every step and retires finished
 rows at once, so an audit of it says nothing of the paths a run takes with ``drafter.adaptive``
 (k_t chosen per step, 0 = a plain step), ``rollout.cuda_graphs`` (the batch shrinking only to
-capture sizes, finished rows riding along) or ``rollout.compile`` (issue #24, item 7).
+capture sizes, finished rows riding along) or ``rollout.compile``.
 :class:`EngineOptions` turns each on.
 
 Adaptive k here runs :class:`workbench.rollout.kpolicy.AdaptiveK` (the policy ``drafter.adaptive``

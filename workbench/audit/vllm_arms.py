@@ -1,5 +1,5 @@
 """`wb audit rollout.backend=vllm`: vLLM engines as audited arms, greedy identity against
-transformers' ``generate()``, and the verdicts recorded per vLLM build and method (issue #21).
+transformers' ``generate()``, and the verdicts recorded per vLLM build and method.
 
 Every method runs in its own vLLM engine over the spec's target: ``none`` (vLLM's plain sampler,
 audited too), ``ngram``, ``draft_model`` and ``eagle3`` (the drafters ``wb run`` would use, their

@@ -1,13 +1,13 @@
 """Results of ``wb bench`` as files: ``<name>.json`` (every number and the command), ``<name>.md``
 (the tables), and the one-page summary of several results that ``benchmarks/gpu.sh`` writes
-(:func:`summary_markdown`, with the goals of issue #7 checked against the numbers)."""
+(:func:`summary_markdown`, with the GPU targets checked against the numbers)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-# Issue #7's goals, read on a GPU in bf16: our autoregressive engine against transformers' best
+# The GPU targets, read in bf16: our autoregressive engine against transformers' best
 # generate() at this batch, and eagle3's best k against our autoregressive engine.
 GOAL_AR_BATCH, GOAL_AR_RATIO, GOAL_EAGLE3_SPEEDUP = 64, 1.5, 1.5
 
@@ -115,7 +115,7 @@ def _goal(value: float | None, goal: float) -> str:
 def summary_markdown(results: dict[str, dict], title: str = "GPU benchmark summary") -> str:
     """One page over several ``wb bench`` results (label → the JSON's dict): per result, ours vs
     transformers' best generate() per batch, the best k per drafter at the model table's batch
-    (measured speedup over our autoregressive engine), peak memory, and issue #7's goals: ours /
+    (measured speedup over our autoregressive engine), peak memory, and the GPU targets: ours /
     best transformers at batch 64 >= 1.5, eagle3's best k >= 1.5 × our autoregressive engine."""
     lines = [f"# {title}", ""]
     for label, r in results.items():

@@ -1,4 +1,4 @@
-"""`wb bench --vllm KIND`'s transfer columns (issue #32 part 3): vLLM's speculative speedup
+"""`wb bench --vllm KIND`'s transfer columns: vLLM's speculative speedup
 predicted from the workbench engine's acceptance and vLLM's cost curve, measured apart from the
 task's acceptance, beside vLLM's own paired measurement.
 

@@ -181,7 +181,7 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
         return f"{x['mean']:.2f}× [{x['lo']:.2f}, {x['hi']:.2f}]" if x and x.get("lo") is not None else "-"
 
     r0 = rows[0]
-    pred = any("vllm_predicted_speedup" in x for x in rows)  # the transfer columns (results since issue #32 part 3)
+    pred = any("vllm_predicted_speedup" in x for x in rows)  # the transfer columns (in results that have them)
     lines = ["", f"## Ours vs vLLM ({meta.get('vllm', 'vLLM')}), same process, paired per repeat", "",
              f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
              "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs."

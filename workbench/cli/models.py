@@ -101,7 +101,7 @@ def _widen_vocab(path, vocab_size: int, seed: int, dtype: str) -> None:
     """Resize the checkpoint's embeddings (and untied LM head) in ``path`` to ``vocab_size`` rows.
 
     Why: the workbench's tokenizer has 512 ids, which hides what a real vocabulary costs (an LM head
-    of ~155 M parameters, float32 probabilities and top-p sorts over 151,936 ids: issue #24). The
+    of ~155 M parameters, float32 probabilities and top-p sorts over 151,936 ids, as Qwen's). The
     tokenizer never produces the extra ids; a random model samples them like any other."""
     import torch
     from transformers import AutoModelForCausalLM

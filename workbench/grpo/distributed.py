@@ -1,4 +1,4 @@
-"""Data-parallel GRPO ranks under DeepSpeed ZeRO (issue #10 part 1; ``grpo.backend: deepspeed``).
+"""Data-parallel GRPO ranks under DeepSpeed ZeRO (``grpo.backend: deepspeed``).
 
 Each rank generates its share of the step's prompt groups with its own rollout engine and drafter,
 computes rewards and advantages for its groups (a group never spans ranks, so per-group advantages

@@ -1,4 +1,4 @@
-"""Transfer (issue #32 part 3): vLLM's speculative speedup predicted from a drafter's acceptance
+"""Transfer: vLLM's speculative speedup predicted from a drafter's acceptance
 measured in the workbench engine and vLLM's own measured step costs.
 
 Pure functions (floats and lists in, floats out; numpy only, no torch, no vLLM). What they model, per batch of

@@ -1,5 +1,5 @@
 """`wb report`'s Markdown tables: results (speedups with 95 % CIs, best or tie), stage times, and the
-training signal with and without speculation (issue #6 part 6).
+training signal with and without speculation.
 
 Training signal: speculative decoding is exact, so the GRPO training signal must not depend on
 the drafter. The FINISHED runs of the report are grouped by ``drafter.kind`` (pooled over seeds, k

@@ -346,7 +346,7 @@ class RolloutEngine:
     def _retire(self, state: BatchState, done: list, cache, finished: list, incoming: int = 0) -> BatchState:
         """Drop finished rows (``done``: host flags, one per row) from the batch, the cache and the
         drafter; their tokens are kept as device slices in ``finished`` (no read here). The caches
-        move the kept rows to the front of their own buffers (no second whole cache: issue #24).
+        move the kept rows to the front of their own buffers (no second whole cache).
 
         With ``retire_buckets`` the batch shrinks only to those sizes: finished rows stay (emitting
         nothing) until the live rows fit the next smaller size, which is then filled up with

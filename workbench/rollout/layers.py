@@ -316,7 +316,7 @@ class KVCache:
     The views live in the first B rows of per-layer buffers (B_alloc >= B, T_max, Hkv, D):
     ``select`` copies the kept rows to the front of the same buffers and narrows the views, so
     retiring finished rows allocates one layer's kept rows at a time (a gather before the write,
-    freed at once), never a second whole cache (issue #24, item 3: ``index_select`` over every
+    freed at once), never a second whole cache (an ``index_select`` over every
     layer built the new cache before the old one was freed, doubling peak KV memory). The buffers
     are only freed with the cache, so memory stays at the batch's start size until it ends.
 

@@ -141,7 +141,7 @@ class LeanLM(nn.Module):
         requested or not) through ``torch.compile`` (inductor, dynamic shapes) of :func:`lm_forward`,
         the function the eager forward runs, over fused q/k/v and gate/up weights. Steps that
         return the drafter's hidden states (mtp, eagle3) are compiled too, so their target runs
-        as compiled as the autoregressive baseline's (issue #24, item 1).
+        as compiled as the autoregressive baseline's.
 
         The first calls of each new shape class compile (tens of seconds on CPU; a C++ compiler is
         needed there); afterwards a small model's step is one fused kernel sequence instead of ~100

@@ -126,7 +126,7 @@ class RolloutSpec(_Section):
 
 
 class DrafterInitSpec(_Section):
-    """Drafter initialisation (issue #3): what the drafter is trained on before the first GRPO step."""
+    """Drafter initialisation: what the drafter is trained on before the first GRPO step."""
 
     data: str = Field(
         "auto",
@@ -241,7 +241,7 @@ class DrafterSpec(_Section):
 
 
 class AsyncSpec(_Section):
-    """Asynchronous GRPO (issue #10; NeMo RL's async GRPO, verl's one-step off-policy): a rollout
+    """Asynchronous GRPO (NeMo RL's async GRPO, verl's one-step off-policy): a rollout
     worker process generates step t+s's rollouts while step t trains."""
 
     enabled: bool = Field(False, description="generate rollouts in a worker process, `staleness` steps ahead of training")
@@ -301,7 +301,7 @@ class GRPOSpec(_Section):
 
 
 class MeasureSpec(_Section):
-    """How speedups are measured (docs/design.md §8, issue #6)."""
+    """How speedups are measured (docs/design.md §8)."""
 
     paired: bool | None = Field(
         None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "

@@ -92,7 +92,7 @@ def _check(raw: dict[str, Any], assignment: dict[str, str], source: str) -> Expe
 
 
 def paired_by_default(spec: ExperimentSpec) -> ExperimentSpec:
-    """``measure.paired: null`` means on in sweeps and studies (issue #6): every speculative point
+    """``measure.paired: null`` means on in sweeps and studies: every speculative point
     times autoregressive generation of the same prompts in the same steps."""
     if spec.measure.paired is None:
         spec.measure.paired = True

@@ -1,7 +1,7 @@
 """A sweep's results: per-point summaries, paired speedups with CIs, repeats pooled, best or tie.
 
 Pure functions over what `wb sweep` ran (or read back on resume); the Rich table and the
-``results.json`` the parent run keeps. Rules (docs/design.md §8, issue #6):
+``results.json`` the parent run keeps. Rules (docs/design.md §8):
 
 - A point's speedup is its *paired* measurement: per step, autoregressive gen s / speculative gen
   s of the same prompts in the same process (``speedup/gen_per_step``, ``speedup/step_per_step``;
@@ -12,7 +12,7 @@ Pure functions over what `wb sweep` ran (or read back on resume); the Rich table
 - Repeats: points that differ only in ``seed`` (``seed=0..4`` or ``--repeats N``) are one row, the
   other columns means over the repeats. With >= 2 runs the row's speedup is the random-effects
   estimate over its runs (workbench.stats.runs_ci: a run's per-step interval covers the noise of its
-  steps, not a repeat's, issue #22 part 5) and ``τ`` their between-run spread; a row with one run, or
+  steps, not a repeat's) and ``τ`` their between-run spread; a row with one run, or
   a run too short for a within-run variance (< 2 steps after warm-up), keeps the per-step interval
   of its (pooled) ratios.
 - Best: the row with the highest speedup is marked best only when its interval's lower end is above
@@ -182,7 +182,7 @@ def fmt_tau(runs: RunsCI | None) -> str:
     return "-" if runs is None else f"{math.expm1(runs.tau) * 100:.1f} %"
 
 
-# What a row's interval covers (issue #22 part 5), for the sweep table's caption and the report's note.
+# What a row's interval covers, for the sweep table's caption and the report's note.
 INTERVAL_NOTE = ("n ≥ 2 runs: a random-effects 95 % CI over the runs (DerSimonian–Laird τ², Hartung–Knapp t on n−1 "
                  "df), τ: their between-run spread; n = 1: the run's per-step CI, which covers the noise of steps "
                  "within this run, not of a repeat (seed=0..2 for a claim that must survive one)")

