@@ -88,6 +88,7 @@ def test_wb_bench_qwen3_on_cpu_writes_results(tmp_path, qwen3_pair):
     assert r["command"].startswith("wb bench micro") and f"--target {target}" in r["command"]
     md = (tmp_path / "b.md").read_text()
     assert "ours / best transformers" in md and "peak MiB" not in md  # no memory columns off CUDA
+    assert meta["host"] and f"Machine: {meta['host']}." in md  # the CPU model and its instruction sets
 
 
 def test_bench_records_a_failing_transformers_setting_and_keeps_the_dtype(qwen3_pair, monkeypatch):

@@ -171,6 +171,7 @@ def test_sweep_report_has_table_plots_and_html(micro):
     starred = any("★" in line for line in rows)
     assert starred != ("**tie: ngram k=" in results)  # decided or a tie, never both
     assert "| **total** |" in md and "| gen |" in md and "## Training signal with and without speculation" in md
+    assert "- machine: " in md  # the host's CPU model and instruction sets, from every run's tag
     assert "`wb sweep micro drafter=none,ngram seed=0..4`" in md  # 1 run per side: which sweep to run
     html = (out / "report.html").read_text()
     assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html

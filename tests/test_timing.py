@@ -160,3 +160,23 @@ def test_move_rebills_seconds_from_a_stage_to_a_measurement(clock):
         clock.sleep(1.0)
     with pytest.raises(ValueError, match="cannot move"):
         timer.move("gen", "gen_autoregressive", 2.0)
+
+
+def test_cpu_isa_names_the_vector_and_matrix_sets_from_the_flags():
+    from workbench.timing import cpu_isa
+
+    assert cpu_isa("fpu sse avx2 avx512f avx512_vnni") == ["AVX2", "AVX-512", "AVX-512 VNNI"]
+    assert cpu_isa("avx2 avx512f avx512_bf16 amx_tile amx_bf16 amx_int8")[-3:] == ["AMX", "AMX-BF16", "AMX-INT8"]
+    assert cpu_isa("fpu sse") == [] and cpu_isa("") == []
+
+
+def test_host_description_names_the_cpu_model_and_its_sets(monkeypatch):
+    import torch
+
+    import workbench.timing as timing
+
+    monkeypatch.setattr(timing, "device_name", lambda d: "Some Xeon @ 2.8GHz")
+    monkeypatch.setattr(timing, "cpu_isa", lambda flags=None: ["AVX2", "AMX"])
+    assert timing.host_description(torch.device("cpu")) == "Some Xeon @ 2.8GHz (AVX2, AMX)"
+    monkeypatch.setattr(timing, "cpu_isa", lambda flags=None: [])
+    assert timing.host_description(torch.device("cpu")) == "Some Xeon @ 2.8GHz"

@@ -27,6 +27,8 @@ from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
+from workbench.tags import TAG_MACHINE
+from workbench.timing import host_description
 from workbench.tracking import Tracker
 
 STAGE_ORDER = ("data", "prepare", "gen", "gen_exposed", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
@@ -104,7 +106,8 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
         trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at,
                                        measured=spec.drafter.adaptive_measured_steps))
     t = spec.tracking
-    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, **trainer.backend.tags, **(tags or {})}
+    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, TAG_MACHINE: host_description(trainer.device),
+            **trainer.backend.tags, **(tags or {})}
     if trainer.dp is not None:
         tags["workbench.world_size"] = str(trainer.dp.world_size)
     tracker = Tracker(

@@ -22,4 +22,5 @@ TAG_STUDY = "workbench.study"  # Optuna study name, on the parent and every tria
 TAG_TUNE_ROLE = "workbench.tune.role"  # "parent" | "trial" | "duplicate"
 TAG_TRIAL = "workbench.tune.trial"  # Optuna trial number
 TAG_HOST = "workbench.host"  # the machine that ran the trial
+TAG_MACHINE = "workbench.machine"  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU: every run
 TAG_PARAM = "workbench.param."  # + dotted key: the trial's value

@@ -204,3 +204,36 @@ def device_name(device: torch.device) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The instruction sets that decide where a CPU's GEMMs turn compute-bound (and so where speculation pays):
+# /proc/cpuinfo flag -> the name people use. VM hosts differ from day to day (AMX one day, AVX-512 only the next).
+CPU_ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "avx512_bf16": "AVX-512 BF16",
+                 "avx512_fp16": "AVX-512 FP16", "amx_tile": "AMX", "amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8"}
+
+
+def cpu_isa(flags: str | None = None) -> list[str]:
+    """The CPU's vector and matrix instruction sets among :data:`CPU_ISA_FLAGS`, by their usual names
+    (e.g. ``["AVX2", "AVX-512", "AVX-512 VNNI", "AMX", "AMX-BF16"]``); [] where unknown.
+
+    Args:
+        flags: a ``flags`` line of ``/proc/cpuinfo`` (space-separated); None reads this machine's.
+    """
+    if flags is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")
+        except OSError:
+            flags = ""
+    have = set(flags.split())
+    return [name for flag, name in CPU_ISA_FLAGS.items() if flag in have]
+
+
+def host_description(device: torch.device) -> str:
+    """Which machine a timing was taken on, as results pages name it: the GPU's name, or the CPU model
+    with its instruction sets (``Intel(R) Xeon(R) Processor @ 2.80GHz (AVX2, AVX-512, AVX-512 VNNI)``)."""
+    name = device_name(device)
+    if device.type == "cuda":
+        return name
+    isa = cpu_isa()
+    return f"{name} ({', '.join(isa)})" if isa else name

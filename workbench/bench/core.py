@@ -45,6 +45,7 @@ from workbench.perf.steps import batch_predicted_speedup
 from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
+from workbench.timing import host_description
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.rollout.vllm.preload import preloaded
@@ -361,6 +362,7 @@ def machine_info(device: torch.device | str = "cpu") -> dict:
 
     return {
         "device": name, "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+        "host": host_description(dev),  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "ld_preload": preloaded(),  # tcmalloc / Intel OpenMP (vLLM-CPU's setup) change both engines' timings

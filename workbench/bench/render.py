@@ -68,6 +68,7 @@ def to_markdown(r: dict) -> str:
     meta = r.get("meta", {})
     resident = f"; resident weights of every loaded model {meta['resident_mib']:.0f} MiB" if meta.get("resident_mib") is not None else ""
     lines = [f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})", "", f"Command: `{r.get('command', '')}`", "",
+             *([f"Machine: {meta['host']}.", ""] if meta.get("host") else []),
              f"target `{meta.get('target')}`, draft `{meta.get('draft')}` in {meta.get('dtype', 'float32')}, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
              f"median of {meta.get('repeats')} runs interleaved with the row's contender, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
              f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}{resident}.", ""]

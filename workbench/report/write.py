@@ -12,6 +12,7 @@ from workbench.report.plots import NOTES, PLOTS
 from workbench.report.learning import eval_rise_md
 from workbench.report.tables import RESULTS_NOTE, fmt_ci, results_table_md, stage_table_md, training_signal_md, verdict
 from workbench.report.target import Target, label, resolve
+from workbench.tags import TAG_MACHINE
 
 
 @dataclass
@@ -44,6 +45,9 @@ def header_md(t: Target) -> list[str]:
                     f"{fmt_ci(best.step, best.paired)} step** (its 95 % CI clears every other point's)")
     elif dec.tied:
         meta.append(f"- {verdict(t)}")
+    hosts = sorted({r.tags[TAG_MACHINE] for r in t.runs if r.tags.get(TAG_MACHINE)})
+    if hosts:  # where speculation pays depends on the host's instruction sets (AVX-512, AMX)
+        meta.append("- machine: " + "; ".join(hosts))
     meta.append(f"- generated {time.strftime('%Y-%m-%d %H:%M:%S')} by `wb report`")
     return md + meta + [""]
 
