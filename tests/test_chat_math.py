@@ -246,3 +246,28 @@ def test_format_reward_on_a_task_without_one_is_refused_by_the_spec():
     with pytest.raises(ValueError, match=r"format_reward: task 'arith_chain' has no format reward.*math_word"):
         ExperimentSpec.model_validate({"task": {"name": "arith_chain", "format_reward": 0.2}})
     assert ExperimentSpec.model_validate({"task": {"name": "math_word", "format_reward": 0.2}}).task.format_reward == 0.2
+
+
+@pytest.mark.parametrize("text,gold,want", [
+    ("so 4 + 7 = 11", "11", 1.0),  # no box, no anchor: still right by the last number
+    ("11, or maybe 12", "11", 0.0),
+    ("The total is 1,234.", "1234", 1.0),
+    ("-5", "-5", 1.0),
+    ("no number at all", "3", 0.0),
+    ("3", "not a number", 0.0),
+])
+def test_last_number_is_the_anchor_free_check(text, gold, want):
+    from workbench.tasks.math_reward import last_number_reward
+
+    assert last_number_reward(text, gold) == want
+
+
+def test_math_tasks_log_the_anchor_free_check_beside_the_reward():
+    from workbench.grpo.rewards import score
+    from workbench.tasks import get_task
+
+    s = score(get_task("math_word_1"), ["4 + 7 = 11", "\\boxed{11}"], ["11", "11"], format_weight=0.2)
+    assert s.accuracy == [0.0, 1.0] and s.last_number == [1.0, 1.0] and s.total == [0.0, 1.2]
+    m = s.metrics("eval", ci=True)
+    assert m["eval/last_number"] == 1.0 and "eval/last_number_ci95_low" in m
+    assert score(get_task("arith_chain"), ["Answer: 3"], ["3"]).last_number is None  # tasks without it log nothing

@@ -20,7 +20,7 @@ Imports nothing of the project (the bottom layer).
 | ``spec/k_mean_rows_le_<b>`` | mean k_t over forwards with b/2 < live rows <= b | tokens |
 | ``spec/acceptance_length_first``, ``..._last`` | a sweep point's summary: the first and last step's acceptance length | tokens per draft |
 | ``reward/mean``, ``reward/std`` | the step's total reward over its rollouts | reward |
-| ``reward/accuracy``, ``reward/format`` | the task's verifier, its format reward (means) | fraction |
+| ``reward/accuracy``, ``reward/format``, ``reward/last_number`` | the task's verifier, its format reward, the anchor-free check (last number = answer; logged, not trained on) (means; ``eval/*`` the same on held-out prompts) | fraction |
 | ``reward/final`` | a sweep point's summary: the last step's ``reward/mean`` | reward |
 | ``eval/accuracy`` (+ ``_ci95_low``, ``_ci95_high``) | greedy accuracy on the held-out prompts, Wilson 95 % | fraction |
 | ``eval_sampled/accuracy`` (+ the same) | held-out accuracy at the rollouts' sampling settings | fraction |

@@ -23,12 +23,14 @@ class Scores:
     accuracy: list[float]  # (N,) the task's verifier: 1.0 correct, 0.0 not
     format: list[float] | None  # (N,) 1.0 in the asked-for format; None when the task has no format reward
     total: list[float]  # (N,) accuracy + format_weight * format
+    last_number: list[float] | None = None  # (N,) the task's anchor-free check (logged only), None without one
 
     def metrics(self, prefix: str = M.REWARD, ci: bool = False) -> dict[str, float]:
-        """Means over the rows: ``<prefix>/accuracy`` and, if the task has one, ``<prefix>/format``;
+        """Means over the rows: ``<prefix>/accuracy`` and, if the task has them, ``<prefix>/format`` and
+        ``<prefix>/last_number`` (the anchor-free check);
         ``ci``: also their Wilson 95 % intervals (``_ci95_low`` / ``_ci95_high``; binary rewards only)."""
         m: dict[str, float] = {}
-        for name, vals in (("accuracy", self.accuracy), ("format", self.format)):
+        for name, vals in (("accuracy", self.accuracy), ("format", self.format), ("last_number", self.last_number)):
             if vals is None:
                 continue
             m[M.reward_key(prefix, name)] = sum(vals) / max(len(vals), 1)
@@ -59,4 +61,5 @@ def score(task: Task, completions: list[str], answers: list[str], format_weight:
     acc = [float(task.reward(c, a)) for c, a in zip(completions, answers)]
     fmt = [float(task.format_reward(c)) for c in completions] if task.format_reward is not None else None
     total = acc if not format_weight else [a + format_weight * f for a, f in zip(acc, fmt)]
-    return Scores(acc, fmt, total)
+    last = [float(task.anchor_free(c, a)) for c, a in zip(completions, answers)] if task.anchor_free is not None else None
+    return Scores(acc, fmt, total, last)

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Callable
 
 from data import arith_chain, math_word, reasoning_gym_tasks
-from workbench.tasks.math_reward import boxed_format_reward, math_accuracy_reward
+from workbench.tasks.math_reward import boxed_format_reward, last_number_reward, math_accuracy_reward
 
 
 @dataclass
@@ -29,6 +29,9 @@ class Task:
     # (completion text) -> 1.0 if it is in the format the prompt asks for; logged as reward/format and
     # added to the reward with weight task.format_reward (None: the task has no format reward)
     format_reward: Callable[[str], float] | None = None
+    # (completion text, gold answer) -> 1.0 if the last number in the text is the answer: an anchor-free
+    # check logged beside the reward (reward/last_number, eval/last_number), never trained on
+    anchor_free: Callable[[str, str], float] | None = None
 
 
 _ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)")
@@ -59,7 +62,7 @@ def _reasoning_gym_task(name: str, what: str) -> Task:
     """A reasoning-gym configuration (data/reasoning_gym_tasks.py) as a task: math-verify accuracy + boxed format."""
     return Task(name=name, generate=reasoning_gym_tasks.task_generate(name), reward=math_accuracy_reward,
                 description=f"{what}; reward = math-verify accuracy (+ format)", version=reasoning_gym_tasks.VERSION,
-                format_reward=boxed_format_reward)
+                format_reward=boxed_format_reward, anchor_free=last_number_reward)
 
 
 TASKS: dict[str, Task] = {
@@ -88,6 +91,7 @@ TASKS: dict[str, Task] = {
         description="1-3 step arithmetic word problems, answer in \\boxed{}; reward = math-verify accuracy (+ format)",
         version=math_word.VERSION,
         format_reward=boxed_format_reward,
+        anchor_free=last_number_reward,
     ),
     # One operation: what a ~100M chat model can partly solve (docs/results/real-model.md)
     "math_word_1": Task(
@@ -97,6 +101,7 @@ TASKS: dict[str, Task] = {
         description="math_word with one operation; reward = math-verify accuracy (+ format)",
         version=math_word.VERSION,
         format_reward=boxed_format_reward,
+        anchor_free=last_number_reward,
     ),
     # reasoning-gym's procedural maths (data/reasoning_gym_tasks.py, the [real] extra):
     # its question + math_word's boxed-answer instruction, its answer string scored by math-verify.

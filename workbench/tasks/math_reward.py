@@ -121,6 +121,23 @@ def math_accuracy_reward(completion: str, answer: str) -> float:
         return 0.0
 
 
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number_reward(completion: str, answer: str) -> float:
+    """1.0 if the last number written anywhere in ``completion`` equals ``answer`` (a number), else 0.0.
+
+    An anchor-free check beside :func:`math_accuracy_reward`: it reads no "\\boxed" or "the answer is",
+    so a rise in it is arithmetic learned, not a format made readable (and a model that ends on its result
+    without boxing it still counts). Logged, never trained on. Thousands commas are ignored; never raises.
+    """
+    found = _NUMBER_RE.findall(completion)
+    try:
+        return 1.0 if found and float(found[-1].replace(",", "")) == float(str(answer).strip().replace(",", "")) else 0.0
+    except ValueError:
+        return 0.0
+
+
 def boxed_format_reward(completion: str, answer: str | None = None) -> float:
     """1.0 if the completion contains ``\\boxed{...}`` with something inside, else 0.0 (``answer`` unused)."""
     return 1.0 if _BOXED_RE.search(completion) else 0.0
