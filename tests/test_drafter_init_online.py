@@ -187,7 +187,7 @@ def test_init_completions_are_generated_once_and_shared_across_drafter_kinds(sto
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("online", [False, True])
+@pytest.mark.parametrize("online", [False])  # the adapted arm runs the same measuring code through OnlineAdaptation.update
 def test_drafter_drift_measures_the_drafter_on_fresh_rollouts_and_the_policys_kl_from_init(store, monkeypatch, online):
     """measure.drafter_drift: a frozen drafter (or an adapted one) is measured on each step's rollouts before any
     drafter training, and the policy's KL from its initial weights is 0 at step 1 (it has not moved yet) and > 0
