@@ -83,7 +83,7 @@ LAYERS = {
         "workbench.console",
         "workbench.drafter_init", "workbench.vllm"),
     3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
-        "workbench.perf", "workbench.ui"),
+        "workbench.perf", "workbench.ui", "workbench.integrations"),
     4: ("workbench.cli", "workbench.wb"),  # workbench.wb: the `wb` script (the vLLM-CPU preload, then the app)
 }
 
