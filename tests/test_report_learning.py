@@ -29,7 +29,7 @@ def test_newcombe_hybrid_score_interval_published_example():
     assert (d, lo, hi) == pytest.approx((-0.2, -0.3339, -0.0524), abs=1e-4)
 
 
-def _with_evals(client, name, evals):
+def _with_evals(client, name, evals, last_number=False):
     """fake_sweep's runs, then each run's held-out eval at step 0 and 4 (``evals``: kind -> [(first, last)] per seed)."""
     points = [{"kind": kind, "k": None if kind == "none" else 3, "seed": s, "gen_s": 1.0, "reward": 0.3,
                "params": {"task.num_eval": 256}} for kind, per_seed in evals.items() for s in range(len(per_seed))]
@@ -41,6 +41,8 @@ def _with_evals(client, name, evals):
             continue  # the parent
         a0, a1 = evals[kind][int(seed)]
         client.log_batch(r.info.run_id, metrics=[Metric("eval/accuracy", a0, 0, 0), Metric("eval/accuracy", a1, 0, 4)])
+        if last_number:  # the anchor-free check moved less: a format-only rise
+            client.log_batch(r.info.run_id, metrics=[Metric("eval/last_number", a0, 0, 0), Metric("eval/last_number", a0, 0, 4)])
 
 
 def test_rise_pooled_over_seeds_shown_only_when_its_interval_excludes_zero(store):
@@ -58,6 +60,15 @@ def test_rise_pooled_over_seeds_shown_only_when_its_interval_excludes_zero(store
     assert f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" in none and none.endswith("| yes |") and "| 3 | 0→4 |" in none
     assert dm.endswith("| not shown |")
     assert "| sampled |" not in sec  # no eval_sampled logged: no row
+    assert "last number" not in sec.split("\n\n")[0]  # nor the anchor-free check
+
+
+def test_anchor_free_rows_show_a_format_only_rise(store):
+    _with_evals(store, "lrn2", {"none": [(0.383, 0.48), (0.398, 0.484), (0.375, 0.465)]}, last_number=True)
+    _, rep = make_report("lrn2", "out")
+    sec = rep.markdown.read_text().split("## Does GRPO learn? Held-out accuracy before and after")[1].split("\n## ")[0]
+    assert next(line for line in sec.splitlines() if line.startswith("| none | greedy |")).endswith("| yes |")
+    assert next(line for line in sec.splitlines() if line.startswith("| none | greedy, last number |")).endswith("| not shown |")
 
 
 def test_no_evals_no_section(store):

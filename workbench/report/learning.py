@@ -16,7 +16,10 @@ from workbench.report.target import Target
 from workbench.runs import RunRecord
 from workbench.stats import proportion_diff_ci, wilson
 
-EVALS = ((M.EVAL_ACCURACY, "greedy"), (f"{M.EVAL_SAMPLED}/accuracy", "sampled"))
+# (metric, row label): the task's verifier, then the anchor-free check (the completion's last number is
+# the answer): a rise that shows under the verifier but not here may be answers made readable, not right
+EVALS = ((M.EVAL_ACCURACY, "greedy"), (f"{M.EVAL_SAMPLED}/accuracy", "sampled"),
+         (f"{M.EVAL}/last_number", "greedy, last number"), (f"{M.EVAL_SAMPLED}/last_number", "sampled, last number"))
 
 
 def _counts(r: RunRecord, key: str) -> tuple[int, int, int, int, int] | None:
@@ -58,7 +61,8 @@ def eval_rise_md(t: Target) -> list[str]:
         return []
     return [md_table(["drafter", "eval", "runs", "steps", "accuracy first [95 %]", "accuracy last [95 %]", "rise [95 %]",
                       "rise shown"], rows, {2}), "",
-            f"Held-out accuracy (`{M.EVAL_ACCURACY}`: greedy; `{M.EVAL_SAMPLED}/accuracy`: at the rollouts' sampling) at each "
+            f"Held-out accuracy (`{M.EVAL_ACCURACY}`: greedy; `{M.EVAL_SAMPLED}/accuracy`: at the rollouts' sampling; "
+            "\"last number\": the anchor-free check `*/last_number`, the completion's last number taken as its answer) at each "
             "run's first and last eval, correct answers pooled over the group's FINISHED runs (seeds); Wilson 95 % intervals, "
             "the rise with Newcombe's hybrid score interval (conservative here: the same prompts are scored before and after). "
             "\"yes\": the interval excludes 0.", ""]
