@@ -86,7 +86,7 @@ def _settings(s, method):
 def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
     user, none = tmp_path / "verdicts.json", tmp_path / "shipped.json"
     s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
-    with pytest.raises(ValueError, match="never been audited at these sampling settings"):
+    with pytest.raises(ValueError, match="never been audited at these settings"):
         check_speculation_allowed(s, BUILD, user, none)
     record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model"))
     with pytest.raises(ValueError, match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
@@ -111,7 +111,8 @@ def test_a_pass_covers_only_the_settings_it_was_measured_at(tmp_path, other):
         check_speculation_allowed(s, BUILD, user, none)
     msg = str(e.value)
     assert f"wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
-    assert "audited only at: T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3: pass" in msg
+    assert ("audited only at: target=tiny dtype=float32 T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3 "
+            "draft_vocab=None: pass") in msg
 
 
 def test_draft_sample_method_is_not_part_of_an_ngram_verdict(tmp_path):
@@ -131,6 +132,71 @@ def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
         check_speculation_allowed(s, BUILD, user, shipped)
     record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)  # as strong or stronger: wins
     assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
+
+
+@pytest.mark.parametrize("other", ["model.target=smollm2-135m-instruct", "model.dtype=bfloat16", "drafter.draft_vocab_size=64"])
+def test_a_verdict_holds_for_its_target_dtype_and_draft_vocabulary_only(tmp_path, other):
+    """A pass measured on tiny in float32 with eagle3's default draft vocabulary admits neither another
+    model (SmolLM2), nor bfloat16, nor another draft vocabulary; the refusal's audit command names them."""
+    user, none = tmp_path / "v.json", tmp_path / "shipped.json"
+    audited = spec("drafter.kind=eagle3", "rollout.temperature=0.7")
+    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3"))
+    assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    with pytest.raises(ValueError, match="refused as unaudited") as e:
+        check_speculation_allowed(spec("drafter.kind=eagle3", "rollout.temperature=0.7", other), BUILD, user, none)
+    assert other in str(e.value)
+
+
+def test_target_id_names_presets_by_name_and_folders_by_content(tmp_path):
+    from workbench.vllm.verdicts import target_id
+
+    assert target_id("tiny") == "tiny"
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, layers in ((a, 2), (b, 3)):
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"num_hidden_layers": layers}))
+        (d / "model.safetensors").write_bytes(b"x" * 10)
+    ida = target_id(str(a))
+    assert ida.startswith("sha256:") and ida != target_id(str(b))
+    moved = tmp_path / "moved"
+    a.rename(moved)
+    assert target_id(str(moved)) == ida  # the same checkpoint elsewhere keeps its verdicts
+    (moved / "model.safetensors").write_bytes(b"x" * 11)  # other weights: another target
+    assert target_id(str(moved)) != ida
+
+
+@pytest.mark.parametrize("narrower", [{"num_prompts": 1}, {"max_new_tokens": 3}, {"detectable_shift": 0.02}])
+def test_a_narrower_pass_never_overrides_a_wider_fail(tmp_path, narrower):
+    """Shipped or in the user's own file: a pass with fewer prompts, fewer tokens or less power than
+    a fail leaves the fail in force; one at least as wide replaces it; a fail always replaces a pass."""
+    user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
+    s = spec("drafter.kind=ngram")
+    st = _settings(s, "ngram")
+    wide = {"n": 72350, "detectable_shift": 0.01, "num_prompts": 8, "max_new_tokens": 5}
+    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", **wide}, shipped, settings=st)
+    record_verdict(BUILD, "ngram", True, {**wide, **narrower}, user, settings=st)
+    with pytest.raises(ValueError, match=r"FAILED.*less power or coverage.*does not override"):
+        check_speculation_allowed(s, BUILD, user, shipped)
+    # the same in one file: a later narrower pass does not replace the user's own fail
+    own = tmp_path / "own.json"
+    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", **wide}, own, settings=st)
+    record_verdict(BUILD, "ngram", True, {**wide, **narrower}, own, settings=st)
+    with pytest.raises(ValueError, match="FAILED"):
+        check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")
+    record_verdict(BUILD, "ngram", True, dict(wide), own, settings=st)  # as wide: replaces it
+    assert check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")["workbench.vllm.verdict"] == "pass"
+    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.3", "n": 10}, own, settings=st)  # a fail at any power
+    with pytest.raises(ValueError, match="TV=0.3"):
+        check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")
+
+
+def test_expand_fix_refused_when_the_engine_core_runs_in_another_process():
+    from workbench.rollout.vllm.cpu_fix import check_in_process
+
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1"):
+        check_in_process({"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    check_in_process({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    check_in_process({})  # the workbench sets 0 before vLLM is imported
 
 
 def test_a_verdict_without_settings_admits_nothing(tmp_path):

@@ -106,7 +106,8 @@ def audit(
         from workbench.audit.vllm_arms import record_verdicts
 
         for method, key in record_verdicts(res, list(drafters), sp, kk, s.rollout.vllm.draft_sample_method, s.rollout.vllm.cpu_expand_fix,
-                                           target=s.model.target, user=verdicts_file).items():
+                                           target=s.model.target, user=verdicts_file, dtype=s.model.dtype,
+                                           draft_vocab=s.drafter.draft_vocab_size).items():
             ok = all(t.passed for t in res.tests if t.drafter == method)
             console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
         for arm in drafters.values():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.rollout.vllm import cpu_fix
 from workbench.rollout.vllm.backend import VLLMBackend
 from workbench.rollout.vllm.config import check_vllm_spec, speculative_config
 from workbench.rollout.vllm.env import build_id
@@ -63,6 +64,8 @@ def admit(spec) -> dict[str, str]:
     """
     check_vllm_spec(spec)
     build = build_id(spec.rollout.vllm.cpu_expand_fix)
+    if "+" + cpu_fix.FIX_TAG in build["platform"]:  # the fix only holds with the engine core in this process
+        cpu_fix.check_in_process()
     return {"workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}", **check_speculation_allowed(spec, build)}
 
 

@@ -2,26 +2,31 @@
 
 `wb audit rollout.backend=vllm` tests a vLLM build's rollouts against the target's exact law, per
 method (``none`` = plain sampling, ``ngram``, ``draft_model``, ``eagle3``, ``suffix``), and records
-one verdict per (vLLM version, platform, machine, method, *sampling settings*): temperature,
-top_p, top_k, ``draft_sample_method`` and k, the settings it sampled at. A verdict holds only
-there: at temperature 1 / top-p 1 / top-k 0 a truncated or unexpanded temperature does no harm,
-so a pass there says nothing of temperature 0.7 with top-p 0.9. Each verdict keeps its power
-(``n`` rows, ``alpha``, ``detectable_shift``: the smallest probability shift it detects at power
-0.9). The user's verdicts live in the workbench cache (``vllm-verdicts.json``), on top of the ones
-this project's audits found, shipped in ``verdicts.json`` beside this module.
+one verdict per (vLLM version, platform, machine, method, *audited settings*): the target (a preset's
+name, or a checkpoint folder's content hash), its dtype, the draft vocabulary (eagle3), and the
+sampling: temperature, top_p, top_k, ``draft_sample_method`` and k. A verdict holds only there: at
+temperature 1 / top-p 1 / top-k 0 a truncated or unexpanded temperature does no harm, so a pass there
+says nothing of temperature 0.7 with top-p 0.9; a pass on ``tiny`` with one prompt says nothing of
+SmolLM2's vocabulary or of bfloat16. Each verdict keeps its power (``n`` rows, ``alpha``,
+``detectable_shift``: the smallest probability shift it detects at power 0.9) and its coverage
+(``num_prompts``, ``max_new_tokens``). The user's verdicts live in the workbench cache
+(``vllm-verdicts.json``), on top of the ones this project's audits found, shipped in ``verdicts.json``
+beside this module.
 
 The guard: sampled speculation (temperature > 0) on vLLM runs only where a verdict for its build,
-method and sampling settings passed; a fail, or settings no verdict covers, is refused before a
-run opens (naming the `wb audit` command for those settings) unless
-``rollout.vllm.allow_unaudited_speculation=true`` (the run is then tagged). A user's pass with
-less power (a larger detectable shift) than a shipped fail does not override it. Plain sampling
-and greedy speculation are never refused: greedy identity is checked token for token elsewhere.
-Verdicts recorded before the settings were (no ``sampling`` field) are kept as evidence of a fail
-but admit nothing.
+method and settings passed; a fail, or settings no verdict covers, is refused before a run opens
+(naming the `wb audit` command for those settings) unless
+``rollout.vllm.allow_unaudited_speculation=true`` (the run is then tagged). A pass replaces a fail
+only when it has at least the fail's power and coverage (:func:`overrides`): a narrower audit (fewer
+rows, prompts or tokens) never makes a verdict look stronger. A fail always stands in: a detected
+shift is a shift whatever the power. Plain sampling and greedy speculation are never refused: greedy
+identity is checked token for token elsewhere. Verdicts recorded before the settings were (no
+``sampling`` field) are kept as evidence of a fail but admit nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -37,26 +42,46 @@ def user_file() -> Path:
     return cache_dir() / "vllm-verdicts.json"
 
 
+def target_id(target: str) -> str:
+    """What a verdict names its target by: a preset's name as given (``tiny``, ``smollm2-135m-instruct``:
+    the workbench builds or fetches the same model for it), a checkpoint folder by the content hash of
+    its ``config.json`` and its weight files' names and sizes (``sha256:<12 hex>``: the same folder moved
+    keeps its verdicts, another checkpoint does not borrow them)."""
+    folder = Path(target).expanduser()
+    if not (folder / "config.json").is_file():
+        return target
+    h = hashlib.sha256((folder / "config.json").read_bytes())
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".pt"):
+            h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return "sha256:" + h.hexdigest()[:12]
+
+
 def sampling_settings(method: str, temperature: float, top_p: float, top_k: int | None, k: int,
-                      draft_sample_method: str | None) -> dict:
-    """The settings a verdict holds at, normalised: top_k 0 = off; ``draft_sample_method`` only for
-    draft_model/eagle3 (vLLM ignores it otherwise) and k only for speculative methods (0 for none)."""
+                      draft_sample_method: str | None, target: str = "tiny", dtype: str = "float32",
+                      draft_vocab: int | None = None) -> dict:
+    """The settings a verdict holds at, normalised: the target (:func:`target_id`) and its dtype;
+    top_k 0 = off; ``draft_sample_method`` only for draft_model/eagle3 (vLLM ignores it otherwise); k
+    only for speculative methods (0 for none); the draft vocabulary only for eagle3 (None: its default)."""
     spec_method = method != "none"
-    return {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k or 0),
-            "draft_sample_method": draft_sample_method if method in DRAFT_MODEL_METHODS else None,
-            "k": int(k) if spec_method else 0}
+    return {"target": target, "dtype": dtype, "temperature": float(temperature), "top_p": float(top_p),
+            "top_k": int(top_k or 0), "draft_sample_method": draft_sample_method if method in DRAFT_MODEL_METHODS else None,
+            "k": int(k) if spec_method else 0, "draft_vocab": draft_vocab if method == "eagle3" else None}
 
 
 def run_settings(spec, method: str) -> dict:
-    """:func:`sampling_settings` of a run's spec (``rollout.*``, ``drafter.k``) for ``method``."""
+    """:func:`sampling_settings` of a run's spec (``model.target``, ``model.dtype``, ``rollout.*``,
+    ``drafter.k``, ``drafter.draft_vocab_size``) for ``method``."""
     r = spec.rollout
-    return sampling_settings(method, r.temperature, r.top_p, r.top_k, spec.drafter.k, r.vllm.draft_sample_method)
+    return sampling_settings(method, r.temperature, r.top_p, r.top_k, spec.drafter.k, r.vllm.draft_sample_method,
+                             target_id(spec.model.target), spec.model.dtype, spec.drafter.draft_vocab_size)
 
 
 def settings_label(s: dict) -> str:
-    """``T=0.7 top_p=0.9 top_k=0 draft_sample_method=None k=3``: part of a verdict key."""
-    return (f"T={s['temperature']!r} top_p={s['top_p']!r} top_k={s['top_k']} "
-            f"draft_sample_method={s['draft_sample_method']} k={s['k']}")
+    """``target=tiny dtype=float32 T=0.7 top_p=0.9 top_k=0 draft_sample_method=None k=3 draft_vocab=None``:
+    part of a verdict key."""
+    return (f"target={s['target']} dtype={s['dtype']} T={s['temperature']!r} top_p={s['top_p']!r} top_k={s['top_k']} "
+            f"draft_sample_method={s['draft_sample_method']} k={s['k']} draft_vocab={s['draft_vocab']}")
 
 
 def verdict_key(build: dict[str, str], method: str, settings: dict | None = None) -> str:
@@ -76,22 +101,30 @@ def _read(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def weaker(user: dict, shipped: dict) -> bool:
-    """True when ``user`` was measured with less power than ``shipped`` (a larger detectable shift;
-    a verdict without one counts as the weakest)."""
-    return float(user.get("detectable_shift", float("inf"))) > float(shipped.get("detectable_shift", float("inf")))
+def weaker(new: dict, old: dict) -> bool:
+    """True when ``new`` was measured with less power or less coverage than ``old``: a larger
+    detectable shift, fewer prompts, or fewer tokens per row (a verdict missing a field counts as the
+    weakest in it)."""
+    inf = float("inf")
+    return (float(new.get("detectable_shift", inf)) > float(old.get("detectable_shift", inf))
+            or int(new.get("num_prompts", 0)) < int(old.get("num_prompts", 0))
+            or int(new.get("max_new_tokens", 0)) < int(old.get("max_new_tokens", 0)))
+
+
+def overrides(new: dict, old: dict | None) -> bool:
+    """Whether verdict ``new`` replaces ``old`` for the same key: always, unless ``new`` is a pass
+    over a fail and :func:`weaker` than it (a fail is a detected shift at any power; a pass only
+    shows that no shift larger than its detectable one exists where it looked)."""
+    return old is None or not new.get("passed") or old.get("passed") or not weaker(new, old)
 
 
 def merge(shipped: dict[str, dict], user: dict[str, dict]) -> dict[str, dict]:
-    """The verdicts in force: the user's win, except that a user's pass measured with less power
-    than a shipped fail leaves the fail standing (noted in ``overridden_by_weaker_pass``)."""
+    """The verdicts in force: the user's win where they :func:`overrides` the shipped one; a weaker
+    pass leaves the fail standing (noted in ``overridden_by_weaker_pass``)."""
     out = dict(shipped)
     for key, v in user.items():
         s = shipped.get(key)
-        if s is not None and not s.get("passed") and v.get("passed") and weaker(v, s):
-            out[key] = {**s, "overridden_by_weaker_pass": v}
-        else:
-            out[key] = v
+        out[key] = v if overrides(v, s) else {**s, "overridden_by_weaker_pass": v}
     return out
 
 
@@ -103,12 +136,16 @@ def load_verdicts(user: Path | None = None, shipped: Path | None = None) -> dict
 def record_verdict(build: dict[str, str], method: str, passed: bool, evidence: dict, user: Path | None = None,
                    settings: dict | None = None) -> str:
     """Write one method's verdict at ``settings`` into the verdict file ``user`` (default: the
-    user's, in the cache); returns its key. ``evidence``: summary, n, alpha, detectable_shift, ..."""
+    user's, in the cache); returns its key. ``evidence``: summary, n, alpha, detectable_shift,
+    num_prompts, max_new_tokens, ... A pass weaker than a fail already there (:func:`overrides`)
+    is kept beside it (``overridden_by_weaker_pass``), not in its place."""
     path = user or user_file()
     data = _read(path)
     key = verdict_key(build, method, settings)
-    data[key] = {"passed": bool(passed), "when": time.strftime("%Y-%m-%d %H:%M:%S"), **evidence,
-                 **({"sampling": settings} if settings is not None else {})}
+    new = {"passed": bool(passed), "when": time.strftime("%Y-%m-%d %H:%M:%S"), **evidence,
+           **({"sampling": settings} if settings is not None else {})}
+    old = data.get(key)
+    data[key] = new if overrides(new, old) else {**old, "overridden_by_weaker_pass": new}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
@@ -125,11 +162,14 @@ def needs_verdict(spec) -> str | None:
 
 
 def audit_command(spec, method: str) -> str:
-    """The `wb audit` command that audits ``method`` at the run's own settings (same spec, build
-    and sampling), at full power (the audit's default sample size)."""
+    """The `wb audit` command that audits ``method`` at the run's own settings (same spec, target,
+    dtype, build and sampling), at full power (the audit's default sample size)."""
     r = spec.rollout
-    parts = [f"wb audit {spec.name} rollout.backend=vllm", f"rollout.temperature={r.temperature:g}",
-             f"rollout.top_p={r.top_p:g}", f"rollout.top_k={r.top_k or 0}", f"drafter.k={spec.drafter.k}"]
+    parts = [f"wb audit {spec.name} rollout.backend=vllm", f"model.target={spec.model.target}", f"model.dtype={spec.model.dtype}",
+             f"rollout.temperature={r.temperature:g}", f"rollout.top_p={r.top_p:g}", f"rollout.top_k={r.top_k or 0}",
+             f"drafter.k={spec.drafter.k}"]
+    if method == "eagle3" and spec.drafter.draft_vocab_size is not None:
+        parts.append(f"drafter.draft_vocab_size={spec.drafter.draft_vocab_size}")
     if method in DRAFT_MODEL_METHODS and r.vllm.draft_sample_method is not None:
         parts.append(f"rollout.vllm.draft_sample_method={r.vllm.draft_sample_method}")
     if r.vllm.cpu_expand_fix:
@@ -175,10 +215,12 @@ def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = N
                f"n={v.get('n', '?')}): sampled speculative rollouts from it do not follow the policy's distribution")
         weak = v.get("overridden_by_weaker_pass")
         if weak:
-            why += (f"; your pass (n={weak.get('n', '?')}, detectable shift {weak.get('detectable_shift', '?')}) has less power "
-                    f"than this fail (detectable shift {v.get('detectable_shift', '?')}) and does not override it")
+            why += (f"; your pass (n={weak.get('n', '?')}, detectable shift {weak.get('detectable_shift', '?')}, "
+                    f"{weak.get('num_prompts', '?')} prompts, {weak.get('max_new_tokens', '?')} tokens) has less power or "
+                    f"coverage than this fail (detectable shift {v.get('detectable_shift', '?')}, {v.get('num_prompts', '?')} "
+                    f"prompts, {v.get('max_new_tokens', '?')} tokens) and does not override it")
     else:
-        why = "it has never been audited at these sampling settings" + _others(verdicts, build, method, key)
+        why = "it has never been audited at these settings (target, dtype, sampling)" + _others(verdicts, build, method, key)
     raise ValueError(
         f"rollout.backend=vllm with drafter.kind={method}: {key} is refused as unaudited because {why}. "
         f"Audit it at the run's settings: `{audit_command(spec, method)}`; or use rollout.temperature=0 (greedy "

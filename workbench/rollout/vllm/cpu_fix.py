@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -35,6 +36,25 @@ FIX_TAG = "expand_fix"
 
 _FIX_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("workbench_vllm_expand_fix", default=False)
 _stock = None  # vLLM's own _expand_kernel_impl, kept when scoped_expand replaces it
+
+
+def check_in_process(env: Mapping[str, str] = os.environ) -> None:
+    """Refuse the fix unless vLLM's engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+    the workbench's default).
+
+    Why: the fix is a ContextVar around this process's engine steps; with multiprocessing on, the
+    engine core (where verification samples) runs in a child process with vLLM's stock kernel, while
+    :func:`expansion_ok`, run here, would still pass.
+
+    Raises:
+        ValueError: multiprocessing on (names the variable and both ways out).
+    """
+    value = env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if value.strip() not in ("0", "false", "False"):
+        raise ValueError(f"rollout.vllm.cpu_expand_fix=true needs vLLM's engine core in this process, but "
+                         f"VLLM_ENABLE_V1_MULTIPROCESSING={value}: the engine core's own process would sample with the stock, "
+                         "inexact kernel. Unset it (or set it to 0), or set rollout.vllm.cpu_expand_fix=false and audit the "
+                         "build as it is (wb audit rollout.backend=vllm)")
 
 
 def expand_into(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor, replace_from, replace_to,

@@ -78,6 +78,8 @@ class VLLMEngine:
         # rollout.vllm.cpu_expand_fix: this engine's steps run the fixed expand kernel, and only its
         # (cpu_fix.scope around each step); verified once the engine has started
         self.expand_fix = bool(spec.rollout.vllm.cpu_expand_fix) and device_type == "cpu"
+        if self.expand_fix:
+            cpu_fix.check_in_process()
         if self.expand_fix and not cpu_fix.apply():
             raise ValueError("rollout.vllm.cpu_expand_fix=true: this vLLM build does not route speculative verification's "
                              "expansion through the CPU wrapper the fix replaces (no vllm.utils.cpu_triton_utils._expand_kernel_impl, "
