@@ -18,7 +18,7 @@ from workbench.audit.law import AuditResult, AuditTest
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.vllm.env import build_id
 from workbench.vllm.build import vllm_backend
-from workbench.vllm.verdicts import record_verdict, sampling_settings
+from workbench.vllm.verdicts import record_verdict, sampling_settings, target_id
 
 METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
 
@@ -68,12 +68,15 @@ def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[in
 
 
 def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draft_sample_method: str | None = None,
-                    cpu_expand_fix: bool = False, target: str | None = None, user: Path | None = None) -> dict[str, str]:
-    """Record one verdict per audited method at the settings it sampled at (``sampling``: the
-    audit's ``SamplingParams``; ``k``; ``draft_sample_method``), pass = every test of that method
-    passed; returns method -> verdict key. The evidence kept: worst p-value, its test and detail,
-    and the power (n rows per prompt, prompts, tokens, alpha, detectable shift), the target.
-    ``user``: the verdict file (default: the user's, in the workbench cache)."""
+                    cpu_expand_fix: bool = False, target: str = "tiny", user: Path | None = None, dtype: str = "float32",
+                    draft_vocab: int | None = None) -> dict[str, str]:
+    """Record one verdict per audited method at the settings it sampled at (``target``: ``model.target``,
+    named by :func:`workbench.vllm.verdicts.target_id`; ``dtype``; ``sampling``: the audit's
+    ``SamplingParams``; ``k``; ``draft_sample_method``; ``draft_vocab``: eagle3's
+    ``drafter.draft_vocab_size``), pass = every test of that method passed; returns method -> verdict
+    key. The evidence kept: worst p-value, its test and detail, and the power and coverage (n rows per
+    prompt, prompts, tokens, alpha, detectable shift), the target. ``user``: the verdict file
+    (default: the user's, in the workbench cache)."""
     build = build_id(cpu_expand_fix)
     keys = {}
     for m in methods:
@@ -86,9 +89,10 @@ def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draf
         failed = [t for t in ts if not t.passed]
         summary = (f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
                    if failed and worst.pvalue is not None else f"{len(ts) - len(failed)}/{len(ts)} tests passed")
-        settings = sampling_settings(m, sampling.temperature, sampling.top_p, sampling.top_k, k, draft_sample_method)
+        settings = sampling_settings(m, sampling.temperature, sampling.top_p, sampling.top_k, k, draft_sample_method,
+                                     target_id(target), dtype, draft_vocab)
         evidence = {"summary": summary, "n": res.n, "alpha": res.alpha, "detectable_shift": round(res.shift, 5),
                     "num_prompts": len({t.prompt for t in sampled}), "max_new_tokens": sampling.max_new_tokens,
-                    **({"target": target} if target else {})}
+                    "target": target}
         keys[m] = record_verdict(build, m, passed, evidence, user=user, settings=settings)
     return keys
