@@ -22,13 +22,13 @@ MAX_NEW = 12
 PROMPTS = ["1 + 2 =", "1 + 2 =", "ab ab ab", "ab ab ab"]  # two groups of two, as TRL's sampler repeats them
 
 
-def _trainer(tmp_path, rollout, **config):
+def _trainer(tmp_path, rollout, model_name="micro", **config):
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    path = resolve_model("micro", progress=False)
+    path = resolve_model(model_name, progress=False)
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=MAX_NEW,
                       report_to=[], use_cpu=True, bf16=False, max_steps=2, save_strategy="no", logging_steps=1,
                       learning_rate=1e-3, seed=3, **config)

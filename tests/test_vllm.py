@@ -364,6 +364,47 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
 
 
 @needs_vllm
+def test_trl_rollout_func_on_vllm_greedy_equals_generate_after_a_step(tmp_path):
+    """TRL's GRPOTrainer with the workbench adapter on rollout.backend=vllm: greedy speculative
+    completions equal transformers' generate(), also after the weights moved (synced into vLLM)."""
+    pytest.importorskip("trl", reason="the TRL adapter needs trl==1.16.0: pip install -e \".[trl]\"")
+    from test_trl_rollout import PROMPTS, _hf_greedy, _trainer
+    from workbench.integrations.trl import workbench_rollout_func
+
+    rollout = workbench_rollout_func("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "drafter.k=3",
+                                                    "drafter.init.data=none", "tracking.enabled=false"])
+    tr = _trainer(tmp_path, rollout, model_name="tiny")
+    tr.temperature = 0.0
+    try:
+        before = rollout(PROMPTS, tr)
+        assert before["completion_ids"] == _hf_greedy(tr.model, before["prompt_ids"], tr.eos_token_ids)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in tr.model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * p.std().clamp_min(1e-3) * 0.5)
+        tr.state.global_step += 1
+        after = rollout(PROMPTS, tr)
+        assert after["completion_ids"] == _hf_greedy(tr.model, after["prompt_ids"], tr.eos_token_ids)
+        assert after["completion_ids"] != before["completion_ids"]
+    finally:
+        rollout.close()
+
+
+@needs_vllm
+def test_trl_rollout_func_on_vllm_is_guarded_at_trls_sampling(tmp_path):
+    """The guard judges what TRL samples (its temperature, the trainer's model), not the spec's rollout section."""
+    pytest.importorskip("trl", reason="the TRL adapter needs trl==1.16.0: pip install -e \".[trl]\"")
+    from test_trl_rollout import PROMPTS, _trainer
+    from workbench.integrations.trl import workbench_rollout_func
+
+    rollout = workbench_rollout_func("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=0",
+                                                    "drafter.init.data=none", "tracking.enabled=false"])
+    tr = _trainer(tmp_path, rollout, model_name="tiny", temperature=0.7)
+    with pytest.raises(ValueError, match=r"target=sha256:\w+ dtype=float32 T=0\.7.*refused as unaudited"):
+        rollout(PROMPTS, tr)
+
+
+@needs_vllm
 def test_drafter_reload_matches_the_workbench_engine(tiny):
     """The drafter adapted in the workbench, reloaded into vLLM, drafts as it does in the workbench
     engine: greedy acceptance per position equal within float noise; a perturbed drafter first."""

@@ -130,15 +130,27 @@ class WorkbenchRolloutFunc:
         self._synced_step: int | None = None
         self._generator: torch.Generator | None = None
 
-    def _build(self, trainer: Any) -> None:
+    def _run_spec(self, model: torch.nn.Module, path: Path, sampling: SamplingParams) -> ExperimentSpec:
+        """The spec as this run is: TRL's model (its folder and dtype) and TRL's sampling, so the vLLM
+        guard judges the rollouts actually drawn (a verdict holds for its target, dtype and sampling)."""
+        p = next(model.parameters())
+        rollout = self.spec.rollout.model_copy(update={
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "max_new_tokens": sampling.max_new_tokens})
+        m = self.spec.model.model_copy(update={"target": str(path), "dtype": str(p.dtype).removeprefix("torch.")})
+        return self.spec.model_copy(update={"rollout": rollout, "model": m})
+
+    def _build(self, trainer: Any, sampling: SamplingParams) -> None:
         model = trainer.accelerator.unwrap_model(trainer.model)
         device = next(model.parameters()).device
         ranks = Ranks(device, None, trainer.accelerator.process_index)
         path = Path(getattr(model.config, "_name_or_path", "") or ".")
         policy = Policy(model, trainer.processing_class, path, None)
-        vllm_tags = admit(self.spec) if self.spec.rollout.backend == "vllm" else None
-        self.drafter = build_drafter_parts(self.spec, policy, ranks, self.progress)
-        self.backend = build_backend(self.spec, policy, self.drafter, ranks, vllm_tags)
+        spec = self._run_spec(model, path, sampling)
+        vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # the guard, at TRL's sampling
+        self.drafter = build_drafter_parts(spec, policy, ranks, self.progress)
+        self.backend = build_backend(spec, policy, self.drafter, ranks, vllm_tags)
+        self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
         self._generator = torch.Generator(device).manual_seed(int(trainer.args.seed) + ranks.rank)
         self._synced_step = trainer.state.global_step  # the engine was just built from these weights
 
@@ -151,15 +163,20 @@ class WorkbenchRolloutFunc:
             distribution: the softmax of logits / temperature, after top-p / top-k; floats).
         Raises:
             ValueError: TRL settings the engine does not implement (:func:`sampling_from_trainer`),
-                an architecture the engine does not run (names ``model.target``).
+                an architecture the engine does not run (names ``model.target``), sampled speculation
+                on vLLM that no passed audit covers at TRL's sampling (the vLLM guard, docs/vllm.md).
         """
         sampling = sampling_from_trainer(trainer)
         mode = "train" if trainer.model.training else "eval"
         metrics: dict[str, float] = {}
         t0 = time.perf_counter()
         if self.backend is None:
-            self._build(trainer)
-        elif trainer.state.global_step != self._synced_step:
+            self._build(trainer, sampling)
+        elif self.spec.rollout.backend == "vllm" and (sampling.temperature, sampling.top_p, sampling.top_k) != self._admitted:
+            model = trainer.accelerator.unwrap_model(trainer.model)  # TRL's sampling changed: the guard again
+            admit(self._run_spec(model, Path(getattr(model.config, "_name_or_path", "") or "."), sampling))
+            self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
+        if trainer.state.global_step != self._synced_step:
             self.backend.load_policy_weights(trainer.accelerator.unwrap_model(trainer.model))
             self._synced_step = trainer.state.global_step
         metrics["timing_s/prepare"] = time.perf_counter() - t0
