@@ -145,7 +145,7 @@ def test_scenario_takes_a_sweeps_lengths_by_name(store):
     _log_lengths(store, b, [(2, [7, 7, 9, 9]), (2, [5, 5, 3, 3])])
     m = run_lengths(("lensweep",), store.tracking_uri)
     assert len(m.steps) == 3 and sorted(s.tolist()[0] for s in m.steps) == [5, 7, 40]
-    with pytest.raises(ValueError, match="no sweep, study, run name or run id 'nosuch'"):
+    with pytest.raises(ValueError, match="no sweep, study, run name, run id or experiment 'nosuch'"):
         run_lengths(("nosuch",), store.tracking_uri)
 
 

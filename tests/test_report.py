@@ -196,7 +196,7 @@ def test_single_run_report_skips_what_has_no_data(micro, tmp_path):
 def test_unknown_name_is_a_clear_error(micro):
     res = runner.invoke(app, ["report", "no-such-sweep"])
     assert res.exit_code == 2
-    assert "no sweep, study, run name or run id 'no-such-sweep'" in res.output and "rep-sweep" in res.output
+    assert "no sweep, study, run name, run id or experiment 'no-such-sweep'" in res.output and "rep-sweep" in res.output
 
 
 def test_ui_print_url_compares_the_last_sweep(micro):

@@ -75,3 +75,21 @@ def test_no_evals_no_section(store):
     fake_sweep(store, "noeval", [{"kind": "none", "seed": 0, "gen_s": 1.0, "reward": 0.3}])
     _, rep = make_report("noeval", "out")
     assert "Does GRPO learn?" not in rep.markdown.read_text()
+
+
+def test_an_experiment_name_reports_its_runs_at_several_seeds(store):
+    """`wb run SPEC seed=N` runs share an MLflow experiment and no sweep: the experiment's name reports
+    them together (FINISHED ones pooled; a killed one listed, not pooled)."""
+    from test_runs import log_run
+
+    exp = store.create_experiment("seeds-exp")
+    for seed, status in ((0, "FINISHED"), (1, "FINISHED"), (2, "KILLED")):
+        rid = log_run(store, exp, f"learn-seed{seed}", {"drafter.kind": "ngram", "drafter.k": 3, "seed": seed,
+                                                         "task.num_eval": 64}, {"reward/mean": [0.1, 0.2, 0.3]}, status=status)
+        store.log_batch(rid, metrics=[Metric("eval/accuracy", 4 / 64, 0, 0), Metric("eval/accuracy", 13 / 64, 0, 24)])
+    t, rep = make_report("seeds-exp", "out")
+    md = rep.markdown.read_text()
+    assert t.kind == "experiment" and len(t.runs) == 3
+    assert "3 top-level runs (2 finished, 1 killed)" in md
+    row = next(line for line in md.splitlines() if line.startswith("| ngram | greedy |"))
+    assert "| 2 | 0→24 |" in row and "0.062 [" in row and "0.203 [" in row

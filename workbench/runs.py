@@ -209,6 +209,14 @@ class RunReader:
         """MLflow ``Run`` objects matching ``filter_string`` that are not children of another run, newest first."""
         return [r for r in self.search(filter_string, experiment_ids, max_results=max_results) if PARENT_RUN_TAG not in r.data.tags]
 
+    def experiment_runs(self, name: str, histories: bool = True) -> list[RunRecord]:
+        """The top-level runs of the MLflow experiment ``name``, oldest first ([] if none or no such experiment)."""
+        exp = self.client.get_experiment_by_name(name)
+        if exp is None:
+            return []
+        found = self.search("", [exp.experiment_id], newest_first=False, max_results=10_000)
+        return [self.load(r, histories) for r in found if PARENT_RUN_TAG not in r.data.tags]
+
     def find_parent(self, tag: str, value: str, role_tag: str | None = None, experiment_ids: list[str] | None = None,
                     required: bool = False) -> Any | None:
         """The newest top-level run tagged ``tag = value`` (and ``role_tag = parent`` if given), as an
@@ -232,11 +240,13 @@ class RunReader:
 
     def named(self, name: str, histories: bool = True) -> tuple[str, RunRecord | None, list[RunRecord]]:
         """What NAME names, as ``(kind, parent, runs)``: kind ``sweep`` or ``study`` (the newest parent
-        tagged with it), ``parent`` (a run, by name or id, with children) or ``run``; ``runs`` the
-        parent's children (one per point, oldest first) or the one run.
+        tagged with it), ``parent`` (a run, by name or id, with children), ``run``, or ``experiment``
+        (an MLflow experiment's top-level runs, e.g. one spec run at several seeds by `wb run`);
+        ``runs`` the parent's children (one per point, oldest first), the one run, or the experiment's
+        runs (oldest first).
 
         Raises:
-            RunNotFound: no sweep, study, run name or run id NAME.
+            RunNotFound: no sweep, study, run name, run id or experiment NAME.
         """
         parent, kind = self.find_parent(TAG_SWEEP, name, TAG_ROLE), "sweep"
         if parent is None:
@@ -247,7 +257,10 @@ class RunReader:
             try:
                 parent, kind = self.get(name, histories=False), "parent"
             except RunNotFound:
-                raise RunNotFound(f"no sweep, study, run name or run id {name!r} in {self.uri}") from None
+                runs = self.experiment_runs(name, histories)
+                if runs:
+                    return "experiment", None, runs
+                raise RunNotFound(f"no sweep, study, run name, run id or experiment {name!r} in {self.uri}") from None
             if not self.has_children(parent.run_id, parent.experiment_id):
                 return "run", None, [self.get(parent.run_id) if histories else parent]
         return kind, parent, self.children(parent.run_id, [parent.experiment_id], histories=histories)

@@ -33,6 +33,10 @@ def header_md(t: Target) -> list[str]:
         for tag, what in (("workbench.sweep.fixed", "fixed overrides"), ("workbench.spec", "spec")):
             if t.parent.tags.get(tag):
                 meta.append(f"- {what}: `{t.parent.tags[tag]}`")
+    elif t.kind == "experiment":
+        states = sorted({r.status.lower() for r in t.runs}, key=lambda s: (s != "finished", s))
+        meta.append(f"- {len(t.runs)} top-level runs ({', '.join(f'{sum(r.status.lower() == s for r in t.runs)} {s}' for s in states)}): "
+                    + ", ".join(f"`{r.name}`" for r in t.runs))
     else:
         r = t.runs[0]
         meta.append(f"- run `{r.name}` (`{r.run_id}`, {r.status.lower()}), drafter `{r.kind}`" + (f", k={r.k}" if r.k else ""))
