@@ -6,7 +6,7 @@ import contextlib
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 from unittest import mock
 
@@ -19,9 +19,9 @@ from workbench.rollout.drafter import Drafter
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.workbench_backend import WorkbenchBackend
-from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.rollout.sampling import SamplingParams, is_stop, probs_from_logits, sample
 
-END = -1  # category: the row finished (EOS) before this position
+END = -1  # category: the row finished (at eos or another stop id) before this position
 
 
 def required_samples(alpha_test: float, power: float = 0.9, delta: float = 0.01, p: float = 0.5) -> int:
@@ -196,10 +196,11 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
     (here and in vLLM), so an uncertain token there tests no speculation; placed at completion
     position 1 it is the first draft verified. Where the pilot is uncertain at once (position 0),
     the modal first token is appended and the pilot repeated (``tries`` times); the prompt is kept
-    unchanged if no position within ``scan`` is uncertain."""
-    sp = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, scan, sampling.eos_token_id)
+    unchanged if no position within ``scan`` is uncertain. The pilot stops at every stop id of
+    ``sampling`` (as the audited engines do), and no stop id is put into a context."""
+    sp = replace(sampling, max_new_tokens=scan)  # keeps the stop ids: a pilot row ends where an audited one would
     eng = WorkbenchBackend(target, None, max_batch_size=pilot)
-    eos = sampling.eos_token_id
+    stops = set(sampling.stop_ids)
     out = []
     for i, p in enumerate(prompts):
         ctx = list(p)
@@ -210,9 +211,9 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
                 break
             if t0 >= 1:
                 row = next((s for s in seqs if len(s) > t0), seqs[0])
-                ctx += [x for x in row[: t0 - 1] if x != eos]
+                ctx += [x for x in row[: t0 - 1] if x not in stops]
                 break
-            modal = next((tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in (eos, END)), None)
+            modal = next((tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in stops and tok != END), None)
             if modal is None:
                 break
             ctx.append(modal)
@@ -263,12 +264,12 @@ def run_audit(
         n = n_req if not max_samples else min(n_req, max_samples)
     opts = engine or EngineOptions()
     res = AuditResult([], dict(skipped or {}), n, n_req, alpha, a, m, detectable_shift(n, a), engine=opts)
-    greedy_sp = SamplingParams(0.0, 1.0, 0, max(T, 16), sampling.eos_token_id)
+    greedy_sp = greedy_params(sampling, max(T, 16))
     patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
     V = target.cfg.vocab_size
     batch = rows_per_forward(V, k + 1, batch)  # a real vocabulary: fewer rows per verification forward
     for pi, prompt in enumerate(prompts):
-        joint = exact_joint2(target, prompt, sampling, sampling.eos_token_id, n=n) if T >= 2 else None
+        joint = exact_joint2(target, prompt, sampling, sampling.stop_ids, n=n) if T >= 2 else None
         for di, (name, drafter) in enumerate(drafters.items()):
             say(f"prompt {pi}: {name} k={k}, {n} rows")
             eng = _engine(target, drafter, k, batch, n, opts)
@@ -290,7 +291,7 @@ def run_audit(
                 res.tests.append(AuditTest(name, f"pos {t}", pi, p, p > a,
                                            f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(O, E[t].double())}"))
             if joint is not None:
-                two = (lens >= 2) & (toks[:, 0] != (sampling.eos_token_id if sampling.eos_token_id is not None else -2))
+                two = continued_past_first(toks, lens, sampling)
                 O = joint.observed(toks[two, 0], toks[two, 1])
                 Ej = joint.probs() * float(two.sum())
                 stat, df, p = goodness_of_fit(O, Ej)
@@ -304,6 +305,22 @@ def run_audit(
         res.tests.append(AuditTest(name, "greedy", -1, None, not bad, f"{len(sv) - len(bad)}/{len(sv)} prompts identical"))
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def greedy_params(sampling: SamplingParams, max_new_tokens: int) -> SamplingParams:
+    """``sampling`` at temperature 0 (no top-k/top-p) and ``max_new_tokens`` tokens, with the same
+    stop ids: the greedy identity check must end rows where the audited engines do."""
+    return replace(sampling, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+
+
+def continued_past_first(toks: torch.Tensor, lens: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """(n,) bool: the rows the joint test sees, those with a second token (x0 no stop id).
+
+    toks (n, T) long completions (-1 past a row's end), lens (n,) their lengths in tokens. Any stop
+    id ends a row like eos does, so a row at x0 = a stop id has no x1 (lens already says so; the
+    stop test keeps the rows and the exact law, :func:`exact_joint2`, conditioned alike).
+    """
+    return (lens >= 2) & ~is_stop(toks[:, 0], sampling)
 
 
 def _engine(target, drafter, k: int, batch: int, rows: int, opts: EngineOptions) -> RolloutBackend:
