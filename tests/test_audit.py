@@ -1,5 +1,7 @@
 """`wb audit`: exact engines pass, a biased verifier fails, the CLI exits accordingly."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -17,6 +19,7 @@ from workbench.audit import (
 )
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
+from workbench.rollout.workbench_backend import WorkbenchBackend
 
 from conftest import random_llama
 
@@ -112,6 +115,25 @@ def test_biased_sampler_fails(models):
     assert not res.passed
     failed = {t.test for t in res.tests if not t.passed}
     assert "pos 1" in failed and "greedy" in failed
+
+
+def test_a_second_stop_id_ends_rows_in_the_exact_law_too(models):
+    """A stop id besides eos (a chat template's end-of-turn, a generation config's eos list) ends a
+    row in the engines as eos does, so the audit's exact law must stop there too: an exact engine
+    passes. The stop id is the target's most likely first token here, so thousands of rows end at
+    it; a joint law that continued past it expected pairs (stop, x1) that no row can show."""
+    target, draft = models
+    prompt = PROMPTS[1]
+    p0 = expected_counts(target, prompt, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), SP)[0]  # (V,) p(x0)
+    p0[SP.eos_token_id] = 0.0
+    stop = int(p0.argmax())
+    assert p0[stop] > 0.2
+    sp = replace(SP, stop_token_ids=(stop,))
+    rows = WorkbenchBackend(target, DraftModelDrafter(draft), k=2).generate([prompt] * 400, sp, torch.Generator().manual_seed(1)).tokens
+    assert sum(r == [stop] for r in rows) > 0.2 * len(rows)  # the engine ends rows at the second stop id
+    res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, [prompt], sp, k=2, n=6000, alpha=1e-3)
+    assert res.passed, [t for t in res.tests if not t.passed]
+    assert {t.test for t in res.tests} >= {"pos 1", "joint 0..1", "greedy"}
 
 
 @pytest.mark.slow  # an audit of every drafter kind through the CLI

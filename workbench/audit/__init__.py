@@ -14,7 +14,8 @@ law, computed by teacher-forcing the sampled rows through the target (docs/desig
     heterogeneous conditionals the statistic is stochastically smaller than chi-square(C-1), so
     the stated false-alarm rate still holds (conservative);
 (b) whole short sequences: the first two tokens as one joint category against the enumerated exact
-    joint law p(x0) p(x1 | x0) (rows that stop at x0 = EOS excluded; at a real vocabulary the first
+    joint law p(x0) p(x1 | x0) (rows that stop at x0 excluded: eos and every other stop id, e.g. a
+    chat template's end-of-turn, end a row in the engines and so here; at a real vocabulary the first
     tokens too rare to fill a cell are pooled per first token, :mod:`workbench.audit.joint`);
 (c) greedy: temperature-0 speculative decoding must equal greedy autoregressive decoding token for
     token (deterministic, so it cannot false-alarm and is not part of the error budget).

@@ -1,10 +1,11 @@
 """The exact law of the first two completion tokens as chi-square cells, at any vocabulary size.
 
 The audit's joint test (package docstring, (b)) compares the observed pairs (x0, x1) with the
-enumerated law p(x0) p(x1 | x0), rows that stop at x0 = EOS excluded. Enumerated densely that is a
-V x V table and one teacher-forced row per first token of non-zero probability: fine for the
-embedded models (V of a few hundred), impossible for a real vocabulary (SmolLM2's V = 49,152: a
-19 GB float64 table and a 49k-row forward at T 0.7 / top-p 1, where every token has p > 0).
+enumerated law p(x0) p(x1 | x0), rows that stop at x0 (eos or any other stop id) excluded.
+Enumerated densely that is a V x V table and one teacher-forced row per first token of non-zero
+probability: fine for the embedded models (V of a few hundred), impossible for a real vocabulary
+(SmolLM2's V = 49,152: a 19 GB float64 table and a 49k-row forward at T 0.7 / top-p 1, where
+every token has p > 0).
 
 So the cells are split by what the test can use. With n rows, a first token v whose whole row of
 cells expects fewer than ``min_expected`` observations (n p(v) < 5) has every cell of its row
@@ -18,6 +19,7 @@ Where the dense table is small (``max_cells``) it is kept whole, as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +29,7 @@ from workbench.rollout.sampling import SamplingParams, probs_from_logits
 
 @dataclass(frozen=True)
 class Joint2:
-    """The law of (x0, x1) given x0 != EOS, as cells.
+    """The law of (x0, x1) given x0 is no stop id, as cells.
 
     first: (S,) long, the first tokens teacher-forced; rows: (S, V) float64, p(x0 = first[i],
     x1 = v); rest: (V,) float64, p(x0 = v) for every other first token, one pooled cell each (0
@@ -65,12 +67,19 @@ class Joint2:
         return torch.bincount(cells, minlength=S * V + V).double()
 
 
+def stop_tuple(stop_ids: int | Sequence[int] | None) -> tuple[int, ...]:
+    """The ids that end a row, given as one id, several (``SamplingParams.stop_ids``) or None (none)."""
+    return () if stop_ids is None else (stop_ids,) if isinstance(stop_ids, int) else tuple(stop_ids)
+
+
 @torch.no_grad()
-def exact_joint2(target, prompt: list[int], sp: SamplingParams, eos: int | None, n: int | None = None,
+def exact_joint2(target, prompt: list[int], sp: SamplingParams, stop_ids: int | Sequence[int] | None, n: int | None = None,
                  min_expected: float = 5.0, max_cells: int = 1 << 22, chunk: int = 256) -> Joint2:
-    """The exact law of the first two completion tokens of ``prompt`` given x0 != EOS (renormalised).
+    """The exact law of the first two completion tokens of ``prompt`` given x0 is no stop id (renormalised).
 
     target: a LeanLM; sp: the audited sampling (temperature/top-k/top-p applied to both tokens).
+    stop_ids: the ids that end a row at x0, one id or several (the audit passes ``sp.stop_ids``:
+    eos and every other stop id, as the engines stop); None or empty: none.
     n: the rows the test will see; first tokens with n·p(x0) < ``min_expected`` are pooled into one
     cell each (module docstring). None, or a dense table of at most ``max_cells`` cells: every first
     token of non-zero probability is kept. At most ``max_cells`` // V first tokens are kept (the
@@ -82,8 +91,7 @@ def exact_joint2(target, prompt: list[int], sp: SamplingParams, eos: int | None,
     logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
                         logits_col=torch.tensor([P - 1], device=dev))
     p0 = probs_from_logits(logits0[0, 0], sp).double()  # (V,)
-    if eos is not None:
-        p0[eos] = 0.0
+    p0[torch.tensor(stop_tuple(stop_ids), dtype=torch.long, device=dev)] = 0.0  # a row stopped at x0 has no x1
     total = float(p0.sum())
     V = p0.numel()
     support = p0.nonzero().flatten()  # (U,)

@@ -314,11 +314,12 @@ def greedy_params(sampling: SamplingParams, max_new_tokens: int) -> SamplingPara
 
 
 def continued_past_first(toks: torch.Tensor, lens: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """(n,) bool: the rows the joint test sees, those with a second token (x0 no stop id).
+    """(n,) bool: the rows the joint test counts, those with a second token.
 
-    toks (n, T) long completions (-1 past a row's end), lens (n,) their lengths in tokens. Any stop
-    id ends a row like eos does, so a row at x0 = a stop id has no x1 (lens already says so; the
-    stop test keeps the rows and the exact law, :func:`exact_joint2`, conditioned alike).
+    toks (n, T) long completions (-1 past a row's end), lens (n,) their lengths in tokens. Every stop
+    id ends a row as eos does, so a row whose x0 is one has no x1; testing x0 as well as the length
+    conditions the rows on the same event as the exact law (:func:`exact_joint2` drops every stop
+    id at x0), whatever an engine did past a stop.
     """
     return (lens >= 2) & ~is_stop(toks[:, 0], sampling)
 

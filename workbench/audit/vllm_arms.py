@@ -10,10 +10,12 @@ arctic-inference is installed. The statistical test is the workbench's own
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from workbench.audit.joint import stop_tuple
 from workbench.audit.law import AuditResult, AuditTest
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.vllm.env import build_id
@@ -43,28 +45,36 @@ def vllm_arms(spec, setup, kinds: list[str], k: int) -> tuple[dict[str, RolloutB
 
 
 @torch.no_grad()
-def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[int]], max_new_tokens: int, eos: int | None,
-                    device: torch.device) -> list[AuditTest]:
+def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[int]], max_new_tokens: int,
+                    stop_ids: int | Sequence[int] | None, device: torch.device) -> list[AuditTest]:
     """Greedy vLLM output (every arm) token for token against transformers' ``generate()`` on the
-    target (no speculation, EOS ends a row)."""
+    target (no speculation). stop_ids: the ids that end a row, one id or several (eos first, then the
+    other stop ids, as ``SamplingParams.stop_ids``); both sides stop at every one of them."""
     from workbench.models import load_model, resolve_model
     from workbench.rollout.sampling import SamplingParams
 
+    stops = list(stop_tuple(stop_ids))
     hf, _ = load_model(resolve_model(spec.model.target, what="model.target"), device=device, dtype=spec.model.dtype)
     ref = []
     for p in prompts:
         ids = torch.tensor([p], device=device)
         out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
-                          eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
-        row = out[0, len(p):].tolist()
-        ref.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
-    sp = SamplingParams(0.0, 1.0, 0, max_new_tokens, eos)
+                          eos_token_id=stops or None, pad_token_id=stops[0] if stops else 0)
+        ref.append(cut_at_stop(out[0, len(p):].tolist(), stops))
+    sp = SamplingParams(0.0, 1.0, 0, max_new_tokens, stops[0] if stops else None, tuple(stops[1:]))
     tests = []
     for name, arm in arms.items():
         got = arm.generate(prompts, sp).tokens
         same = sum(a == b for a, b in zip(got, ref))
         tests.append(AuditTest(name, "greedy vs transformers", -1, None, same == len(ref), f"{same}/{len(ref)} prompts identical"))
     return tests
+
+
+def cut_at_stop(row: list[int], stops: Sequence[int]) -> list[int]:
+    """``row`` (token ids) up to and including its first stop id (whole if none): generate() pads
+    past the end of a row."""
+    end = next((i for i, x in enumerate(row) if x in stops), None)
+    return row if end is None else row[: end + 1]
 
 
 def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draft_sample_method: str | None = None,

@@ -85,7 +85,7 @@ def audit(
             from workbench.audit.vllm_arms import hf_greedy_tests
 
             status.update("greedy: vLLM against transformers generate()")
-            res.tests += hf_greedy_tests(s, drafters, all_ids, max(max_new_tokens, 16), tok.eos_token_id, setup.device)
+            res.tests += hf_greedy_tests(s, drafters, all_ids, max(max_new_tokens, 16), sp.stop_ids, setup.device)
     table = Table(title=f"audit ({res.wall_s:.0f} s): detectable shift at n={n}: {100 * res.shift:.1f} % (1 df, p=0.5, power 0.9)")
     for col in ("drafter", "test", "min p (over prompts)", "result", "detail (worst)"):
         table.add_column(col)
