@@ -182,6 +182,18 @@ def test_math_accuracy_reward_refuses_off_the_main_thread():
     assert math_accuracy_reward("\\boxed{12}", "12") == 1.0  # in the main thread it scores
 
 
+@pytest.mark.parametrize("completion, expected", [
+    ("\\boxed{12}", 1.0), ("\\boxed{\\frac{1}{2}}", 1.0), ("\\boxed{\\pi}", 1.0), ("\\boxed{ 7 apples }", 1.0),
+    ("\\boxed{N}", 0.0), ("\\boxed{ answer }", 0.0), ("\\boxed{}", 0.0), ("\\boxed{12", 0.0),
+    ("\\boxed{12} then \\boxed{N}", 0.0),  # the last box is the answer, as for the accuracy
+    ("\\boxed{N} so \\boxed{5}", 1.0),
+])
+def test_format_reward_wants_a_value_not_the_instructions_placeholder(completion, expected):
+    """The smollm2-learn system prompt says "write the final answer as \\boxed{N}": a run learned to
+    write that literally for the format reward; a box holding a bare word scores 0."""
+    assert boxed_format_reward(completion) == expected
+
+
 def test_format_reward_and_scores():
     assert boxed_format_reward("\\boxed{3}") == 1.0 and boxed_format_reward("\\boxed{}") == 0.0 and boxed_format_reward("3") == 0.0
     task = get_task("math_word")

@@ -27,7 +27,7 @@ import re
 import threading
 from functools import lru_cache
 
-_BOXED_RE = re.compile(r"\\boxed\s*\{\s*[^{}\s]")
+_PLACEHOLDER_RE = re.compile(r"[A-Za-z]+")  # a box's content that is a bare word: a placeholder, not a value
 # the documented plain-answer anchors, whole words: "the answer is", "the final answer is", "Answer:"
 _ANCHOR_RE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\b|\banswer\s*:", re.IGNORECASE)
 # an operation between two operands: digit or closing bracket, operator, digit, opening bracket or command
@@ -139,5 +139,17 @@ def last_number_reward(completion: str, answer: str) -> float:
 
 
 def boxed_format_reward(completion: str, answer: str | None = None) -> float:
-    """1.0 if the completion contains ``\\boxed{...}`` with something inside, else 0.0 (``answer`` unused)."""
-    return 1.0 if _BOXED_RE.search(completion) else 0.0
+    """1.0 if the completion's last ``\\boxed{...}`` holds a value, else 0.0 (``answer`` unused).
+
+    A value: non-empty and not a bare word. A box holding only letters (``\\boxed{N}``,
+    ``\\boxed{answer}``) is the placeholder of an instruction copied, not an answer: with the
+    smollm2-learn system prompt ("write the final answer as \\boxed{N}") one GRPO run learned to
+    write ``\\boxed{N}`` for the format reward alone (42 of 52 logged samples of its second half).
+    """
+    matches = list(re.finditer(r"\\boxed\s*\{", completion))
+    if not matches:
+        return 0.0
+    content = _boxed_content(completion, matches[-1].start())
+    if content is None or not content.strip():
+        return 0.0
+    return 0.0 if _PLACEHOLDER_RE.fullmatch(content.strip()) else 1.0
