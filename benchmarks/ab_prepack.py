@@ -10,6 +10,7 @@ packed for ``--rows-hint`` rows (0: for each row count itself), to choose ``roll
     python benchmarks/ab_prepack.py --shapes 1536x512,512x512,512x1536,512x1024 --rows 1,4,16
     python benchmarks/ab_prepack.py --kernel onednn --rows-hint 16 --shapes 960x576,576x576,3072x576,576x1536 --rows 1,2,4,8,16
 """
+
 import argparse
 import statistics
 import time
@@ -31,7 +32,9 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,16")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--kernel", choices=("mkl", "onednn"), default="mkl")
-    ap.add_argument("--rows-hint", type=int, default=16, help="onednn: rows the weight is packed for (0: each row count)")
+    ap.add_argument(
+        "--rows-hint", type=int, default=16, help="onednn: rows the weight is packed for (0: each row count)"
+    )
     a = ap.parse_args()
     name = "MKL packed" if a.kernel == "mkl" else f"oneDNN packed (hint {a.rows_hint or 'rows'})"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -44,16 +47,21 @@ def main() -> None:
             x = torch.randn(m, n_in)
             if a.kernel == "mkl":
                 packed = torch.ops.mkl._mkl_reorder_linear_weight(w, m)
-                fns = {"plain": lambda: F.linear(x, w), "packed": lambda: torch.ops.mkl._mkl_linear(x, packed, w, None, m)}
+                fns = {
+                    "plain": lambda: F.linear(x, w),
+                    "packed": lambda: torch.ops.mkl._mkl_linear(x, packed, w, None, m),
+                }
             else:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w, a.rows_hint or m)
-                fns = {"plain": lambda: F.linear(x, w),
-                       "packed": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")}
+                fns = {
+                    "plain": lambda: F.linear(x, w),
+                    "packed": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+                }
             diff = (fns["plain"]() - fns["packed"]()).abs().max().item()
             reps = max(20, int(2e-2 / max(per_call(fns["plain"], 5), 1e-7)))
             t = {k: [] for k in fns}
             for r in range(a.rounds):
-                for k in (("plain", "packed") if r % 2 == 0 else ("packed", "plain")):
+                for k in ("plain", "packed") if r % 2 == 0 else ("packed", "plain"):
                     t[k].append(per_call(fns[k], reps))
             p, q = statistics.median(t["plain"]), statistics.median(t["packed"])
             print(f"| {n_out}x{n_in} | {m} | {1e6 * p:.1f} | {1e6 * q:.1f} | {p / q:.2f} | {diff:.1e} |")

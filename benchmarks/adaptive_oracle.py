@@ -39,17 +39,30 @@ class Threshold:
 
 def main(spec_name: str, kind: str, steps: int, combos: list[tuple[int, int]]) -> None:
     k_max = max(k for _, k in combos)
-    tr = GRPOTrainer(load_spec(spec_name, [f"drafter.kind={kind}", f"drafter.k={k_max}", "tracking.enabled=false"]), progress=False)
+    tr = GRPOTrainer(
+        load_spec(spec_name, [f"drafter.kind={kind}", f"drafter.k={k_max}", "tracking.enabled=false"]), progress=False
+    )
     plain = RolloutEngine(tr.backend.target, None, max_batch_size=tr.spec.rollout.max_batch_size)
     ratios: dict[tuple[int, int], list[float]] = {c: [] for c in combos}
     for step in range(steps + 1):  # step 0 is warm-up
         _, prompts, group_ids = tr._step_prompts()
         for c in combos:
-            eng = RolloutEngine(tr.backend.target, tr.drafter, k=k_max, max_batch_size=tr.spec.rollout.max_batch_size, k_policy=Threshold(*c))
+            eng = RolloutEngine(
+                tr.backend.target,
+                tr.drafter,
+                k=k_max,
+                max_batch_size=tr.spec.rollout.max_batch_size,
+                k_policy=Threshold(*c),
+            )
             g_spec, g_plain = (torch.Generator().manual_seed(step) for _ in range(2))
             _, (spec_s, plain_s) = generate_interleaved(
-                [eng.generate_steps(prompts, tr.sampling, g_spec, group_ids), plain.generate_steps(prompts, tr.sampling, g_plain, group_ids)],
-                time.perf_counter, first=step % 2)
+                [
+                    eng.generate_steps(prompts, tr.sampling, g_spec, group_ids),
+                    plain.generate_steps(prompts, tr.sampling, g_plain, group_ids),
+                ],
+                time.perf_counter,
+                first=step % 2,
+            )
             if step:
                 ratios[c].append(plain_s / spec_s)
     for (th, k), r in ratios.items():

@@ -59,7 +59,13 @@ def _run_with_threads(spec_name: str, overrides: list[str], threads: int) -> lis
 
 
 def measure(spec: str, drafter: str, staleness: int, repeats: int, steps: int, warmup: int) -> dict:
-    base = [f"drafter.kind={drafter}", f"grpo.steps={steps}", "grpo.eval_every=0", "measure.paired=false", "tracking.enabled=false"]
+    base = [
+        f"drafter.kind={drafter}",
+        f"grpo.steps={steps}",
+        "grpo.eval_every=0",
+        "measure.paired=false",
+        "tracking.enabled=false",
+    ]
     share = max(1, torch.get_num_threads() // 2)  # the worker's threads (workbench.grpo.trainer: RolloutWorker)
     ratios, a_runs, b_runs, c_runs = [], [], [], []
     for _ in range(repeats):
@@ -78,36 +84,61 @@ def measure(spec: str, drafter: str, staleness: int, repeats: int, steps: int, w
     step_sh = statistics.fmean(_mean(c, "timing_s/step", warmup) for c in c_runs)
     predicted_sh = async_step_time(gen_sh, step_sh - gen_sh, staleness)
     return {
-        "share_threads": share, "share_gen_s": gen_sh, "share_train_side_s": step_sh - gen_sh,
-        "predicted_shared_async_step_s": predicted_sh, "predicted_shared_step_speedup": sync_step / predicted_sh,
+        "share_threads": share,
+        "share_gen_s": gen_sh,
+        "share_train_side_s": step_sh - gen_sh,
+        "predicted_shared_async_step_s": predicted_sh,
+        "predicted_shared_step_speedup": sync_step / predicted_sh,
         "prediction_shared_error": predicted_sh / async_step - 1.0,
-        "drafter": drafter, "staleness": staleness, "repeats": repeats, "steps": steps, "warmup_steps": warmup,
-        "sync_gen_s": gen, "sync_step_s": sync_step,
+        "drafter": drafter,
+        "staleness": staleness,
+        "repeats": repeats,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "sync_gen_s": gen,
+        "sync_step_s": sync_step,
         "async_gen_exposed_s": statistics.fmean(_mean(b, "timing_s/gen_exposed", warmup) for b in b_runs),
         "async_worker_gen_s": statistics.fmean(_mean(b, "timing_s/gen", warmup) for b in b_runs),
-        "async_step_s": async_step, "step_speedup": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n_ratios": ci.n,
-        "predicted_async_step_s": predicted, "predicted_step_speedup": sync_step / predicted,
+        "async_step_s": async_step,
+        "step_speedup": ci.mean,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "n_ratios": ci.n,
+        "predicted_async_step_s": predicted,
+        "predicted_step_speedup": sync_step / predicted,
         "prediction_error": predicted / async_step - 1.0,
     }
 
 
 def to_markdown(r: dict) -> str:
     m = r["meta"]
-    lines = [f"# Asynchronous vs synchronous GRPO ({m['machine']}, {m['date']})", "", f"Command: `{r['command']}`", "",
-             f"Spec `{m['spec']}`, {m['steps']} steps per run (first {m['warmup']} left out), {m['repeats']} A/B repeats, torch "
-             f"{m['torch']} with {m['threads']} threads on {m['cpus']} cores. Step speedup: per-step ratios sync step / async "
-             "step of adjacent runs, geometric mean [95 % CI]. Predicted: `wb project`'s async model (a) from the sync run's gen and "
-             "train side (a device per side), (b) on shared cores: from a sync run with the threads each side gets (gen and train "
-             "side at the worker's thread count; `wb project --async-run`).", "",
-             "| drafter | s | sync gen s | async exposed gen s | worker gen s | sync step s | async step s | step speedup [95 % CI] "
-             "| predicted (a) | error (a) | gen, train side on shared cores s | predicted (b) | error (b) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Asynchronous vs synchronous GRPO ({m['machine']}, {m['date']})",
+        "",
+        f"Command: `{r['command']}`",
+        "",
+        f"Spec `{m['spec']}`, {m['steps']} steps per run (first {m['warmup']} left out), {m['repeats']} A/B repeats, torch "
+        f"{m['torch']} with {m['threads']} threads on {m['cpus']} cores. Step speedup: per-step ratios sync step / async "
+        "step of adjacent runs, geometric mean [95 % CI]. Predicted: `wb project`'s async model (a) from the sync run's gen and "
+        "train side (a device per side), (b) on shared cores: from a sync run with the threads each side gets (gen and train "
+        "side at the worker's thread count; `wb project --async-run`).",
+        "",
+        "| drafter | s | sync gen s | async exposed gen s | worker gen s | sync step s | async step s | step speedup [95 % CI] "
+        "| predicted (a) | error (a) | gen, train side on shared cores s | predicted (b) | error (b) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in r["rows"]:
-        ci = f"{x['step_speedup']:.2f}× [{x['ci_low']:.2f}, {x['ci_high']:.2f}]" if x["ci_low"] is not None else f"{x['step_speedup']:.2f}×"
-        lines.append(f"| {x['drafter']} | {x['staleness']} | {x['sync_gen_s']:.3f} | {x['async_gen_exposed_s']:.3f} | {x['async_worker_gen_s']:.3f} | "
-                     f"{x['sync_step_s']:.3f} | {x['async_step_s']:.3f} | {ci} | {x['predicted_step_speedup']:.2f}× | {x['prediction_error']:+.0%} | "
-                     f"{x['share_gen_s']:.3f}, {x['share_train_side_s']:.3f} ({x['share_threads']} thr.) | "
-                     f"{x['predicted_shared_step_speedup']:.2f}× | {x['prediction_shared_error']:+.0%} |")
+        ci = (
+            f"{x['step_speedup']:.2f}× [{x['ci_low']:.2f}, {x['ci_high']:.2f}]"
+            if x["ci_low"] is not None
+            else f"{x['step_speedup']:.2f}×"
+        )
+        lines.append(
+            f"| {x['drafter']} | {x['staleness']} | {x['sync_gen_s']:.3f} | {x['async_gen_exposed_s']:.3f} | {x['async_worker_gen_s']:.3f} | "
+            f"{x['sync_step_s']:.3f} | {x['async_step_s']:.3f} | {ci} | {x['predicted_step_speedup']:.2f}× | {x['prediction_error']:+.0%} | "
+            f"{x['share_gen_s']:.3f}, {x['share_train_side_s']:.3f} ({x['share_threads']} thr.) | "
+            f"{x['predicted_shared_step_speedup']:.2f}× | {x['prediction_shared_error']:+.0%} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -121,11 +152,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", default="benchmarks/async-vs-sync-cpu")
     a = p.parse_args(argv)
-    rows = [measure(a.spec, d.strip(), a.staleness, a.repeats, a.steps, a.warmup) for d in a.drafters.split(",") if d.strip()]
-    meta = {"spec": a.spec, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "cpus": __import__("os").cpu_count(), "machine": platform.machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
-    result = {"command": "python benchmarks/async_vs_sync.py " + shlex.join(sys.argv[1:] if argv is None else argv), "meta": meta, "rows": rows}
+    rows = [
+        measure(a.spec, d.strip(), a.staleness, a.repeats, a.steps, a.warmup)
+        for d in a.drafters.split(",")
+        if d.strip()
+    ]
+    meta = {
+        "spec": a.spec,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "repeats": a.repeats,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": __import__("os").cpu_count(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    result = {
+        "command": "python benchmarks/async_vs_sync.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "meta": meta,
+        "rows": rows,
+    }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))

@@ -53,9 +53,17 @@ def main() -> None:
     rows = list(load_task_data(spec.task.name, "train", g.prompts_per_step, spec.seed)["prompt"])
     prompts = [encode_prompt(tok, p) for p in rows for _ in range(g.group_size)]  # a GRPO step: G rollouts per prompt
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tok.eos_token_id)
-    engines = {(arm, mode): RolloutEngine(lm, drafter if arm == "spec" else None, k=a.k, max_batch_size=r.max_batch_size,
-                                          continuous=mode == "continuous")
-               for arm in ("ar", "spec") for mode in ("continuous", "chunks")}
+    engines = {
+        (arm, mode): RolloutEngine(
+            lm,
+            drafter if arm == "spec" else None,
+            k=a.k,
+            max_batch_size=r.max_batch_size,
+            continuous=mode == "continuous",
+        )
+        for arm in ("ar", "spec")
+        for mode in ("continuous", "chunks")
+    }
     times: dict = {key: [] for key in engines}
     tokens: dict = {key: [] for key in engines}
     t0 = time.perf_counter()
@@ -65,18 +73,31 @@ def main() -> None:
             if rep:
                 times[key].append(dt)
                 tokens[key].append(sum(map(len, out.tokens)))
-    res = {"spec": a.spec, "drafter": a.drafter, "k": a.k, "rows": len(prompts), "max_batch_size": r.max_batch_size,
-           "repeats": a.repeats, "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads(),
-           "median_s": {f"{arm}/{mode}": sorted(v)[len(v) // 2] for (arm, mode), v in times.items()},
-           "mean_tokens": {f"{arm}/{mode}": sum(v) / len(v) for (arm, mode), v in tokens.items()}}
+    res = {
+        "spec": a.spec,
+        "drafter": a.drafter,
+        "k": a.k,
+        "rows": len(prompts),
+        "max_batch_size": r.max_batch_size,
+        "repeats": a.repeats,
+        "wall_s": time.perf_counter() - t0,
+        "threads": torch.get_num_threads(),
+        "median_s": {f"{arm}/{mode}": sorted(v)[len(v) // 2] for (arm, mode), v in times.items()},
+        "mean_tokens": {f"{arm}/{mode}": sum(v) / len(v) for (arm, mode), v in tokens.items()},
+    }
     cis = {
-        "continuous gain, autoregressive (chunks s / continuous s)": (times[("ar", "chunks")], times[("ar", "continuous")]),
+        "continuous gain, autoregressive (chunks s / continuous s)": (
+            times[("ar", "chunks")],
+            times[("ar", "continuous")],
+        ),
         f"continuous gain, {a.drafter} k={a.k}": (times[("spec", "chunks")], times[("spec", "continuous")]),
         f"{a.drafter} k={a.k} speedup, chunks": (times[("ar", "chunks")], times[("spec", "chunks")]),
         f"{a.drafter} k={a.k} speedup, continuous": (times[("ar", "continuous")], times[("spec", "continuous")]),
     }
     res["ratios"] = {}
-    print(f"| ratio ({len(prompts)} rows, {r.max_batch_size} in flight, {a.repeats} paired repeats) | geometric mean [95 % CI] |\n|---|---|")
+    print(
+        f"| ratio ({len(prompts)} rows, {r.max_batch_size} in flight, {a.repeats} paired repeats) | geometric mean [95 % CI] |\n|---|---|"
+    )
     for name, (num, den) in cis.items():
         ci = ratio_ci(paired_ratios(num, den))
         res["ratios"][name] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}

@@ -40,8 +40,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from arch_cases import CASES, load_hf, make_checkpoint  # noqa: E402
-from conftest import exact_joint, random_llama  # noqa: E402
 from drafters import DrafterTarget, build_drafter  # noqa: E402
 from drafters.draft_model import DraftModelDrafter  # noqa: E402
 from drafters.ngram import NgramDrafter  # noqa: E402
@@ -51,6 +49,9 @@ from workbench.rollout.engine import RolloutEngine  # noqa: E402
 from workbench.rollout.model import LeanLM  # noqa: E402
 from workbench.rollout.sampling import SamplingParams  # noqa: E402
 from workbench.specs import DrafterSpec  # noqa: E402
+
+from arch_cases import CASES, load_hf, make_checkpoint  # noqa: E402
+from conftest import exact_joint, random_llama  # noqa: E402
 
 EOS, MAX_NEW, K = 2, 30, 3
 G = torch.Generator().manual_seed(0)
@@ -85,7 +86,9 @@ def stepped_logits(lm: LeanLM, seqs: list[list[int]], chunks=(4, 5)) -> list[tor
         ids[b, : starts[b]] = torch.tensor(s[: starts[b]])
     cache = lm.new_cache(B, max(len(s) for s in seqs))
     pre, _ = lm(ids, torch.zeros(B, dtype=torch.long, device=dev), cache)  # (B, P, V)
-    out = [[pre[b, : starts[b]].float().clone()] for b in range(B)]  # clone: a CUDA graph's output is overwritten by its next replay
+    out = [
+        [pre[b, : starts[b]].float().clone()] for b in range(B)
+    ]  # clone: a CUDA graph's output is overwritten by its next replay
     for n in chunks:
         step = torch.stack([torch.tensor(s[st : st + n]) for s, st in zip(seqs, starts.tolist())]).to(dev)  # (B, n)
         logits, _ = lm(step, starts, cache)
@@ -110,8 +113,10 @@ def hf_greedy(hf, prompts, max_new=MAX_NEW):
     dev = next(hf.parameters()).device
     out = []
     for p in prompts:
-        ids = hf.generate(torch.tensor([p], device=dev), max_new_tokens=max_new, do_sample=False, eos_token_id=EOS, pad_token_id=0)
-        out.append(ids[0, len(p):].tolist())
+        ids = hf.generate(
+            torch.tensor([p], device=dev), max_new_tokens=max_new, do_sample=False, eos_token_id=EOS, pad_token_id=0
+        )
+        out.append(ids[0, len(p) :].tolist())
     return out
 
 
@@ -132,20 +137,35 @@ def check_family(case: str, root: Path, dev: torch.device) -> None:
     record(f"fp32 {case}: max |dlogit| vs transformers through the cache", d <= 1e-4, round(d, 7))
     ref = hf_greedy(hf, PROMPTS)
     ar = RolloutEngine(lm).generate(PROMPTS, greedy()).tokens
-    record(f"fp32 {case}: plain greedy == transformers generate()", ar == ref, sum(a == r for a, r in zip(ar, ref)), of=len(ref))
+    record(
+        f"fp32 {case}: plain greedy == transformers generate()",
+        ar == ref,
+        sum(a == r for a, r in zip(ar, ref)),
+        of=len(ref),
+    )
     for name, drafter in drafters_for(lm, other, dev).items():
         out = RolloutEngine(lm, drafter, k=K).generate(PROMPTS, greedy())
         c = out.counters
-        record(f"fp32 {case}: greedy speculative {name} k={K} == plain", out.tokens == ar,
-               f"{c.num_accepted_tokens}/{c.num_draft_tokens} accepted")
+        record(
+            f"fp32 {case}: greedy speculative {name} k={K} == plain",
+            out.tokens == ar,
+            f"{c.num_accepted_tokens}/{c.num_draft_tokens} accepted",
+        )
     # bfloat16: same checkpoint, speculative against plain with fixed_attention_length
     lm16 = LeanLM.from_hf(load_hf(path, torch.bfloat16).to(dev))
     lm16.fixed_attention_length = True
     ar16 = RolloutEngine(lm16).generate(PROMPTS, greedy()).tokens
     for name, drafter in drafters_for(lm16, None, dev).items():
         sv = RolloutEngine(lm16, drafter, k=K).generate(PROMPTS, greedy()).tokens
-        first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) if a != b else None for a, b in zip(sv, ar16)]
-        record(f"bf16 {case}: greedy speculative {name} k={K} == plain", None, "equal" if sv == ar16 else f"rows differ at {first}")
+        first = [
+            next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) if a != b else None
+            for a, b in zip(sv, ar16)
+        ]
+        record(
+            f"bf16 {case}: greedy speculative {name} k={K} == plain",
+            None,
+            "equal" if sv == ar16 else f"rows differ at {first}",
+        )
 
 
 def check_cuda_graphs(root: Path, dev: torch.device) -> None:
@@ -187,17 +207,31 @@ def check_law(dev: torch.device, n_all: int) -> None:
     target = LeanLM.from_hf(hf)
     draft = LeanLM.from_hf(hf)
     with torch.no_grad():  # a draft close to the target: its LM head perturbed (tests/conftest.py perturbed_draft)
-        draft.lm_head.weight.add_(0.4 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)).to(dev))
+        draft.lm_head.weight.add_(
+            0.4 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)).to(dev)
+        )
     prompt, V = [1, 3, 4, 3, 4], 8
-    sps = {"T=1": SamplingParams(temperature=1.0, max_new_tokens=3),
-           "T=0.7 top-k 6 top-p 0.9": SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)}
-    cases = [("draft_model", "T=1", DraftModelDrafter(draft)), ("draft_model", "T=0.7 top-k 6 top-p 0.9", DraftModelDrafter(draft)),
-             ("ngram", "T=1", NgramDrafter(1, 2)), ("suffix", "T=1", SuffixDrafter()),
-             ("mtp", "T=1", _trained_chain("mtp", target, dev)), ("eagle3", "T=1", _trained_chain("eagle3", target, dev)),
-             ("eagle3", "T=0.7 top-k 6 top-p 0.9", _trained_chain("eagle3", target, dev))]
+    sps = {
+        "T=1": SamplingParams(temperature=1.0, max_new_tokens=3),
+        "T=0.7 top-k 6 top-p 0.9": SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3),
+    }
+    cases = [
+        ("draft_model", "T=1", DraftModelDrafter(draft)),
+        ("draft_model", "T=0.7 top-k 6 top-p 0.9", DraftModelDrafter(draft)),
+        ("ngram", "T=1", NgramDrafter(1, 2)),
+        ("suffix", "T=1", SuffixDrafter()),
+        ("mtp", "T=1", _trained_chain("mtp", target, dev)),
+        ("eagle3", "T=1", _trained_chain("eagle3", target, dev)),
+        ("eagle3", "T=0.7 top-k 6 top-p 0.9", _trained_chain("eagle3", target, dev)),
+    ]
     for name, sp_name, drafter in cases:
-        sp, n = sps[sp_name], min(n_all, 30_000) if name == "suffix" else n_all  # suffix's trees are host-side Python per row
-        out = RolloutEngine(target, drafter, k=2, max_batch_size=n).generate([prompt] * n, sp, torch.Generator(device=dev).manual_seed(1))
+        sp, n = (
+            sps[sp_name],
+            min(n_all, 30_000) if name == "suffix" else n_all,
+        )  # suffix's trees are host-side Python per row
+        out = RolloutEngine(target, drafter, k=2, max_batch_size=n).generate(
+            [prompt] * n, sp, torch.Generator(device=dev).manual_seed(1)
+        )
         seqs = torch.tensor(out.tokens)  # (n, 3)
         cells = (seqs * (V ** torch.arange(2, -1, -1))).sum(1)
         expected = exact_joint(target, prompt, sp, 3).double().cpu() * n  # (512,)
@@ -210,8 +244,13 @@ def check_law(dev: torch.device, n_all: int) -> None:
             obs, exp = obs[:-1], exp[:-1]
         p = float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
         c = out.counters
-        record(f"law {name} {sp_name}: chi-square over 512 cells, n={n}", impossible == 0 and p > 1e-4 and c.num_accepted_tokens > 0,
-               round(p, 4), accepted=f"{c.num_accepted_tokens}/{c.num_draft_tokens}", impossible=impossible)
+        record(
+            f"law {name} {sp_name}: chi-square over 512 cells, n={n}",
+            impossible == 0 and p > 1e-4 and c.num_accepted_tokens > 0,
+            round(p, 4),
+            accepted=f"{c.num_accepted_tokens}/{c.num_draft_tokens}",
+            impossible=impossible,
+        )
 
 
 def main() -> int:
@@ -219,8 +258,11 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--n", type=int, default=30_000, help="rollouts per law check (30,000 as the CPU suite)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"families, of {','.join(CASES)}")
-    ap.add_argument("--sections", default="graphs,law,families",
-                    help="which checks, in this order: graphs (compiles: ~100 s on an H100), law, families")
+    ap.add_argument(
+        "--sections",
+        default="graphs,law,families",
+        help="which checks, in this order: graphs (compiles: ~100 s on an H100), law, families",
+    )
     ap.add_argument("--out", default="cuda-parity.json")
     a = ap.parse_args()
     global OUT

@@ -91,17 +91,32 @@ def check_engine(name: str, eng: RolloutEngine, prompts, sp, cuda: bool, max_fra
         walls.append(time.perf_counter() - t0)
     steps = out.counters.num_verify_steps
     tokens = sum(map(len, out.tokens))
-    res = {"engine": name, "steps": steps, "tokens": tokens, "warmup_s": round(warmup_s, 2),
-           "gen_s_median": round(statistics.median(walls), 4), "tokens_per_s": round(tokens / statistics.median(walls), 1)}
+    res = {
+        "engine": name,
+        "steps": steps,
+        "tokens": tokens,
+        "warmup_s": round(warmup_s, 2),
+        "gen_s_median": round(statistics.median(walls), 4),
+        "tokens_per_s": round(tokens / statistics.median(walls), 1),
+    }
     if not cuda:
         return res | {"checks": "skipped (not CUDA): the script ran, nothing proven"}
     skips0 = cudagraph_skips()
     syncs, out = count_syncs(gen)
     dtod_s, dev_s = memcpy_dtod_fraction(gen)
-    res |= {"syncs": syncs, "syncs_allowed": steps + max_extra_syncs, "memcpy_dtod_s": dtod_s, "device_s": dev_s,
-            "memcpy_dtod_frac": dtod_s / dev_s if dev_s else None, "cudagraph_skips": cudagraph_skips() - skips0}
-    res["pass"] = {"syncs": syncs <= steps + max_extra_syncs, "weights_not_copied": (res["memcpy_dtod_frac"] or 0.0) <= max_frac,
-                   "no_graph_skipped": cudagraph_skips() == 0}
+    res |= {
+        "syncs": syncs,
+        "syncs_allowed": steps + max_extra_syncs,
+        "memcpy_dtod_s": dtod_s,
+        "device_s": dev_s,
+        "memcpy_dtod_frac": dtod_s / dev_s if dev_s else None,
+        "cudagraph_skips": cudagraph_skips() - skips0,
+    }
+    res["pass"] = {
+        "syncs": syncs <= steps + max_extra_syncs,
+        "weights_not_copied": (res["memcpy_dtod_frac"] or 0.0) <= max_frac,
+        "no_graph_skipped": cudagraph_skips() == 0,
+    }
     return res
 
 
@@ -125,20 +140,27 @@ def main() -> int:
     target = _lm(a.target, a.device, a.dtype)
     engines = {"autoregressive": RolloutEngine(target, max_batch_size=a.batch)}
     if a.drafter == "draft_model":
-        engines[f"draft_model k={a.k}"] = RolloutEngine(target, DraftModelDrafter(_lm(a.draft, a.device, a.dtype)), k=a.k, max_batch_size=a.batch)
+        engines[f"draft_model k={a.k}"] = RolloutEngine(
+            target, DraftModelDrafter(_lm(a.draft, a.device, a.dtype)), k=a.k, max_batch_size=a.batch
+        )
     if cuda:  # on the CPU eager: compiling would take minutes of the smoke run and prove nothing here
         for eng in engines.values():
             eng.enable_compile(cuda_graphs=True)
     V = target.cfg.vocab_size
     g = torch.Generator().manual_seed(0)
-    prompts = [[1] + torch.randint(3, min(V, 512), (int(n),), generator=g).tolist() for n in torch.randint(4, 24, (a.batch,), generator=g)]
+    prompts = [
+        [1] + torch.randint(3, min(V, 512), (int(n),), generator=g).tolist()
+        for n in torch.randint(4, 24, (a.batch,), generator=g)
+    ]
     sp = SamplingParams(temperature=1.0, max_new_tokens=a.max_new_tokens, eos_token_id=None)
     results = []
     for name, eng in engines.items():  # printed and written per engine: a timeout keeps what finished
         results.append(check_engine(name, eng, prompts, sp, cuda, a.max_memcpy_frac, a.max_extra_syncs))
         print(json.dumps(results[-1]), flush=True)
         with open(a.out, "w") as f:
-            json.dump({"device": str(a.device), "dtype": a.dtype, "torch": torch.__version__, "results": results}, f, indent=1)
+            json.dump(
+                {"device": str(a.device), "dtype": a.dtype, "torch": torch.__version__, "results": results}, f, indent=1
+            )
     failed = [f"{r['engine']}: {k}" for r in results for k, ok in r.get("pass", {}).items() if not ok]
     if failed:
         print("engine checks FAILED: " + ", ".join(failed), file=sys.stderr)

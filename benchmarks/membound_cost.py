@@ -42,7 +42,9 @@ def forward_grid(lms: dict[str, LeanLM], rows: list[int], tokens: list[int], ctx
                 cache = lm.new_cache(r, ctx + t + 1)
                 x = torch.randint(3, lm.cfg.vocab_size, (r, t), generator=g)
                 start = torch.full((r,), ctx)
-                cells.append((name, (r, t), lambda lm=lm, x=x, start=start, cache=cache: lm(x, start, cache, max_start=ctx)))
+                cells.append(
+                    (name, (r, t), lambda lm=lm, x=x, start=start, cache=cache: lm(x, start, cache, max_start=ctx))
+                )
     out: dict = {name: {} for name in lms}
     inner = {}
     for rnd in range(rounds + 1):
@@ -56,7 +58,9 @@ def forward_grid(lms: dict[str, LeanLM], rows: list[int], tokens: list[int], ctx
 
 
 @torch.no_grad()
-def head_costs(kind: str, target_path, lm: LeanLM, tok, rows: list[int], k: int, rounds: int, spec_name: str) -> dict[int, list[float]]:
+def head_costs(
+    kind: str, target_path, lm: LeanLM, tok, rows: list[int], k: int, rounds: int, spec_name: str
+) -> dict[int, list[float]]:
     """{n: [seconds per draft step, one per round]} of an mtp/eagle3 head with untrained weights."""
     from workbench.drafter_init import drafter_as_run
     from workbench.models.tokenizer import encode_prompt
@@ -104,15 +108,28 @@ def main() -> None:
         lms["draft"] = LeanLM.from_hf(load_model(resolve_model(a.draft))[0])
     params = {n: sum(p.numel() for p in {id(p): p for p in lm.parameters()}.values()) for n, lm in lms.items()}
     grid = forward_grid(lms, rows, tokens, a.ctx, a.rounds)
-    heads = {kind: head_costs(kind, tpath, lms["target"], tok, rows, a.k, a.rounds, a.spec) for kind in filter(None, a.heads.split(","))}
+    heads = {
+        kind: head_costs(kind, tpath, lms["target"], tok, rows, a.k, a.rounds, a.spec)
+        for kind in filter(None, a.heads.split(","))
+    }
     med = {n: {key: statistics.median(v) for key, v in cells.items()} for n, cells in grid.items()}
     low = {n: {key: min(v) for key, v in cells.items()} for n, cells in grid.items()}
     load = os.getloadavg()[0]
-    print(f"# {a.target} ({params['target'] / 1e6:.2f}M params)" + (f", draft {a.draft} ({params['draft'] / 1e6:.2f}M)" if a.draft else "")
-          + f"; torch {torch.__version__}, {torch.get_num_threads()} threads, ctx {a.ctx}, {a.rounds} rounds, "
-          f"{time.time() - t0:.0f} s, load average (1 min) at the end {load:.2f}\n")
-    print("| rows | " + " | ".join(f"target ms t={t}" for t in tokens) + " | " + " | ".join(f"ratio t={t}" for t in tokens if t > 1)
-          + (" | draft ms t=1 | c draft_model" if a.draft else "") + "".join(f" | c {h}" for h in heads) + " |")
+    print(
+        f"# {a.target} ({params['target'] / 1e6:.2f}M params)"
+        + (f", draft {a.draft} ({params['draft'] / 1e6:.2f}M)" if a.draft else "")
+        + f"; torch {torch.__version__}, {torch.get_num_threads()} threads, ctx {a.ctx}, {a.rounds} rounds, "
+        f"{time.time() - t0:.0f} s, load average (1 min) at the end {load:.2f}\n"
+    )
+    print(
+        "| rows | "
+        + " | ".join(f"target ms t={t}" for t in tokens)
+        + " | "
+        + " | ".join(f"ratio t={t}" for t in tokens if t > 1)
+        + (" | draft ms t=1 | c draft_model" if a.draft else "")
+        + "".join(f" | c {h}" for h in heads)
+        + " |"
+    )
     print("|" + "---|" * (1 + len(tokens) + len([t for t in tokens if t > 1]) + (2 if a.draft else 0) + len(heads)))
     for r in rows:
         tgt = med["target"]
@@ -125,9 +142,17 @@ def main() -> None:
         print(f"| {r} | " + " | ".join(cols) + " |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"args": vars(a), "params": params, "load_avg_1m": load,
-                       "forward_s": {n: {f"{r}x{t}": v for (r, t), v in cells.items()} for n, cells in grid.items()},
-                       "head_s_per_draft_step": {h: {str(n): v for n, v in c.items()} for h, c in heads.items()}}, f, indent=1)
+            json.dump(
+                {
+                    "args": vars(a),
+                    "params": params,
+                    "load_avg_1m": load,
+                    "forward_s": {n: {f"{r}x{t}": v for (r, t), v in cells.items()} for n, cells in grid.items()},
+                    "head_s_per_draft_step": {h: {str(n): v for n, v in c.items()} for h, c in heads.items()},
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

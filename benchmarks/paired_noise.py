@@ -33,12 +33,17 @@ for i in range(pairs + 1):  # pair 0 is warm-up
     t1 = time.perf_counter()
     engine.generate(prompts, tr.sampling, g2)
     t2 = time.perf_counter()
-    _, (a, b) = generate_interleaved([engine.generate_steps(prompts, tr.sampling, g1),
-                                      engine.generate_steps(prompts, tr.sampling, g2)], time.perf_counter, first=i % 2)
+    _, (a, b) = generate_interleaved(
+        [engine.generate_steps(prompts, tr.sampling, g1), engine.generate_steps(prompts, tr.sampling, g2)],
+        time.perf_counter,
+        first=i % 2,
+    )
     r_seq, r_int = (t1 - t0) / (t2 - t1), a / b
     print(f"pair {i:2d}: back to back {r_seq:.3f}   interleaved {r_int:.3f}")
     if i:
         logs["back to back"].append(math.log(r_seq))
         logs["interleaved"].append(math.log(r_int))
 for k, v in logs.items():
-    print(f"{k:>12}: ratios {math.exp(min(v)):.2f}-{math.exp(max(v)):.2f}, log-ratio sd {statistics.stdev(v):.3f} over {len(v)} pairs")
+    print(
+        f"{k:>12}: ratios {math.exp(min(v)):.2f}-{math.exp(max(v)):.2f}, log-ratio sd {statistics.stdev(v):.3f} over {len(v)} pairs"
+    )

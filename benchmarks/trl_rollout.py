@@ -40,8 +40,10 @@ def chat_dataset(spec, n: int):
     """The spec's task as TRL's conversational dataset: ``prompt`` messages and ``solution``."""
     rows = spec_task_data(spec.task, "train", n, spec.seed)
     system = [{"role": "system", "content": spec.task.system_prompt}] if spec.task.system_prompt else []
-    return rows.map(lambda r: {"prompt": system + [{"role": "user", "content": r["prompt"]}], "solution": str(r["answer"])},
-                    remove_columns=rows.column_names)
+    return rows.map(
+        lambda r: {"prompt": system + [{"role": "user", "content": r["prompt"]}], "solution": str(r["answer"])},
+        remove_columns=rows.column_names,
+    )
 
 
 def run_arm(arm: str, spec_name: str, overrides: list[str], a) -> dict:
@@ -58,19 +60,42 @@ def run_arm(arm: str, spec_name: str, overrides: list[str], a) -> dict:
     torch.manual_seed(a.seed)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     r, g = spec.rollout, spec.grpo
-    args = GRPOConfig(output_dir=a.output_dir, per_device_train_batch_size=g.prompts_per_step * g.group_size,
-                      num_generations=g.group_size, max_completion_length=r.max_new_tokens, temperature=r.temperature,
-                      top_p=r.top_p, top_k=r.top_k, learning_rate=g.lr, beta=g.beta, epsilon=g.clip_low,
-                      epsilon_high=g.clip_high, loss_type="dapo", max_steps=a.steps, logging_steps=1, seed=a.seed,
-                      use_cpu=not torch.cuda.is_available(), bf16=False, save_strategy="no",
-                      report_to=["mlflow"] if a.mlflow else [], run_name=f"trl-{arm}")
+    args = GRPOConfig(
+        output_dir=a.output_dir,
+        per_device_train_batch_size=g.prompts_per_step * g.group_size,
+        num_generations=g.group_size,
+        max_completion_length=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        learning_rate=g.lr,
+        beta=g.beta,
+        epsilon=g.clip_low,
+        epsilon_high=g.clip_high,
+        loss_type="dapo",
+        max_steps=a.steps,
+        logging_steps=1,
+        seed=a.seed,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        save_strategy="no",
+        report_to=["mlflow"] if a.mlflow else [],
+        run_name=f"trl-{arm}",
+    )
     rollout = None
     if arm != "trl":
         kind = arm.split(":", 1)[1] if ":" in arm else "none"
-        rollout = workbench_rollout_func(spec_name, [*overrides, f"drafter.kind={kind}", f"drafter.k={a.k}",
-                                                     "drafter.online.enabled=false"])
-    trainer = GRPOTrainer(model=model, reward_funcs=accuracy_reward, args=args, processing_class=AutoTokenizer.from_pretrained(path),
-                          train_dataset=chat_dataset(spec, g.prompts_per_step * (a.steps + 1)), rollout_func=rollout)
+        rollout = workbench_rollout_func(
+            spec_name, [*overrides, f"drafter.kind={kind}", f"drafter.k={a.k}", "drafter.online.enabled=false"]
+        )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=accuracy_reward,
+        args=args,
+        processing_class=AutoTokenizer.from_pretrained(path),
+        train_dataset=chat_dataset(spec, g.prompts_per_step * (a.steps + 1)),
+        rollout_func=rollout,
+    )
     gen_s, step_s, tokens = [], [], []
     generate = trainer._generate
 
@@ -93,9 +118,14 @@ def run_arm(arm: str, spec_name: str, overrides: list[str], a) -> dict:
     trainer.add_callback(StepTimer())
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    return {"arm": arm, "step_s": step_s, "gen_s": gen_s, "completion_tokens": tokens,
-            "reward": [h.get("reward") for h in logs],
-            "acceptance_length": [h.get("spec/acceptance_length") for h in logs]}
+    return {
+        "arm": arm,
+        "step_s": step_s,
+        "gen_s": gen_s,
+        "completion_tokens": tokens,
+        "reward": [h.get("reward") for h in logs],
+        "acceptance_length": [h.get("spec/acceptance_length") for h in logs],
+    }
 
 
 def summarise(runs: list[dict], arms: list[str], warmup: int = 1) -> dict:
@@ -104,8 +134,12 @@ def summarise(runs: list[dict], arms: list[str], warmup: int = 1) -> dict:
     base = [r for r in runs if r["arm"] == "trl"]
     for arm in arms:
         mine = [r for r in runs if r["arm"] == arm]
-        s = {"gen_s_mean": sum(sum(r["gen_s"][warmup:]) for r in mine) / max(sum(len(r["gen_s"][warmup:]) for r in mine), 1),
-             "tokens_per_s": sum(sum(r["completion_tokens"][warmup:]) for r in mine) / max(sum(sum(r["gen_s"][warmup:]) for r in mine), 1e-9)}
+        s = {
+            "gen_s_mean": sum(sum(r["gen_s"][warmup:]) for r in mine)
+            / max(sum(len(r["gen_s"][warmup:]) for r in mine), 1),
+            "tokens_per_s": sum(sum(r["completion_tokens"][warmup:]) for r in mine)
+            / max(sum(sum(r["gen_s"][warmup:]) for r in mine), 1e-9),
+        }
         if arm != "trl" and base:
             for key in ("step_s", "gen_s"):
                 ratios = [x for b, m in zip(base, mine) for x in paired_ratios(b[key][warmup:], m[key][warmup:])]
@@ -131,12 +165,17 @@ def main() -> None:
     arms = a.arms.split(",")
     runs = []
     for rep in range(a.repeats):
-        for arm in arms[rep % len(arms):] + arms[:rep % len(arms)]:
+        for arm in arms[rep % len(arms) :] + arms[: rep % len(arms)]:
             runs.append({"repeat": rep, **run_arm(arm, a.spec, a.overrides, a)})
             print(json.dumps({k: runs[-1][k] for k in ("repeat", "arm", "step_s", "gen_s")}), flush=True)
     runs.sort(key=lambda r: (r["repeat"], arms.index(r["arm"])))
-    result = {"command": "python " + " ".join(sys.argv), "host": host_description(torch.device("cpu")),
-              "torch": torch.__version__, "summary": summarise(runs, arms), "runs": runs}
+    result = {
+        "command": "python " + " ".join(sys.argv),
+        "host": host_description(torch.device("cpu")),
+        "torch": torch.__version__,
+        "summary": summarise(runs, arms),
+        "runs": runs,
+    }
     print(json.dumps(result["summary"], indent=1))
     if a.out:
         a.out.write_text(json.dumps(result, indent=1) + "\n")

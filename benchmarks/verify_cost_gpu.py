@@ -70,8 +70,13 @@ def main() -> None:
     dev = "cuda"
     target, head = build(dev)
     params = {"target": sum(w.numel() for w in target), "head": sum(w.numel() for w in head)}
-    res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peak_tflops": a.peak_tflops, "params": params,
-                 "rows": {}}
+    res: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "peak_tflops": a.peak_tflops,
+        "params": params,
+        "rows": {},
+    }
     for rows in ROWS:
         per = {}
         for k in KS:
@@ -82,8 +87,11 @@ def main() -> None:
                 tflops = 2 * params[name] * t / (ms * 1e-3) / 1e12
                 cell[name] = {"tokens": t, "ms": ms, "tflops": tflops, "peak_fraction": tflops / a.peak_tflops}
             per[str(k)] = cell
-            print(f"rows {rows:4d} k {k}: target {cell['target']['ms']:.3f} ms ({cell['target']['peak_fraction']:.2f} of peak), "
-                  f"head {cell['head']['ms']:.3f} ms", flush=True)
+            print(
+                f"rows {rows:4d} k {k}: target {cell['target']['ms']:.3f} ms ({cell['target']['peak_fraction']:.2f} of peak), "
+                f"head {cell['head']['ms']:.3f} ms",
+                flush=True,
+            )
         for k in KS:
             per[str(k)]["target"]["ratio_to_decode"] = per[str(k)]["target"]["ms"] / per["0"]["target"]["ms"]
         res["rows"][str(rows)] = per

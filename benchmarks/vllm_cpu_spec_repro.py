@@ -35,8 +35,18 @@ def write_model(folder: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     m = LlamaForCausalLM(cfg)
     torch.nn.init.normal_(m.lm_head.weight, std=0.3)  # a few likely tokens per position, not one
     m.save_pretrained(folder)
@@ -45,8 +55,17 @@ def write_model(folder: str) -> None:
 def sample(folder: str, n: int, speculative: dict | None, tokens: int = 4) -> list[list[int]]:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, seed=0, disable_log_stats=False,
-              speculative_config=speculative, kv_cache_memory_bytes=1 << 29, max_num_seqs=256)
+    llm = LLM(
+        model=folder,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=speculative,
+        kv_cache_memory_bytes=1 << 29,
+        max_num_seqs=256,
+    )
     sp = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=tokens, ignore_eos=True, detokenize=False)
     prompt = {"prompt_token_ids": [1, 20, 21, 22, 23, 24, 25, 26]}
     outs = llm.generate([prompt] * n, sp, use_tqdm=False)
@@ -54,8 +73,10 @@ def sample(folder: str, n: int, speculative: dict | None, tokens: int = 4) -> li
         m = {x.name: x for x in llm.get_metrics()}
         acc, drafted = m.get("vllm:spec_decode_num_accepted_tokens"), m.get("vllm:spec_decode_num_draft_tokens")
         if acc is not None and drafted is not None and drafted.value:
-            print(f"{speculative['method']}: acceptance rate {acc.value / drafted.value:.3f} "
-                  f"({int(acc.value)} of {int(drafted.value)} drafts)")
+            print(
+                f"{speculative['method']}: acceptance rate {acc.value / drafted.value:.3f} "
+                f"({int(acc.value)} of {int(drafted.value)} drafts)"
+            )
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
@@ -77,8 +98,12 @@ def compare(a: list[list[int]], b: list[list[int]], pos: int) -> tuple[float, fl
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4000)
-    ap.add_argument("--apply-fix", action="store_true", help="first make vllm/utils/cpu_triton_utils.py's _expand_kernel_impl "
-                    "write its result into the float output (the cause: it fills an int64 copy and drops it)")
+    ap.add_argument(
+        "--apply-fix",
+        action="store_true",
+        help="first make vllm/utils/cpu_triton_utils.py's _expand_kernel_impl "
+        "write its result into the float output (the cause: it fills an int64 copy and drops it)",
+    )
     args = ap.parse_args()
     if args.apply_fix:
         import torch
@@ -97,10 +122,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         write_model(folder)
         plain = sample(folder, args.n, None)
-        arms = {"draft_model (self-draft, k=3)": {"method": "draft_model", "model": folder, "num_speculative_tokens": 3},
-                "ngram (k=3)": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}}
-        print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
-              f"{platform.machine()}, n={args.n} per arm, temperature 1{', WITH the expand fix' if args.apply_fix else ''}")
+        arms = {
+            "draft_model (self-draft, k=3)": {"method": "draft_model", "model": folder, "num_speculative_tokens": 3},
+            "ngram (k=3)": {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_min": 1,
+                "prompt_lookup_max": 4,
+            },
+        }
+        print(
+            f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"{platform.machine()}, n={args.n} per arm, temperature 1{', WITH the expand fix' if args.apply_fix else ''}"
+        )
         print("| arm | position | two-sample chi-square p vs plain | total variation vs plain |")
         print("|---|---|---|---|")
         half = args.n // 2  # plain vs plain: what sampling noise alone gives

@@ -28,7 +28,13 @@ TOOLS = ["a pot", "a knife", "a bowl", "a pan", "a spoon", "an oven"]
 
 
 def _story(r: random.Random) -> dict:
-    name, animal, adj, place, obj = r.choice(NAMES), r.choice(ANIMALS), r.choice(ADJECTIVES), r.choice(PLACES), r.choice(OBJECTS)
+    name, animal, adj, place, obj = (
+        r.choice(NAMES),
+        r.choice(ANIMALS),
+        r.choice(ADJECTIVES),
+        r.choice(PLACES),
+        r.choice(OBJECTS),
+    )
     prompt = f"Write a short story about a {adj} {animal} and a {obj}.\n"
     text = (
         f"Once upon a time, a {adj} {animal} lived near the {place}. "

@@ -21,8 +21,20 @@ import random
 VERSION = 1  # bump when the generator changes: invalidates cached data
 INSTRUCTION = "Put the final answer in \\boxed{}."
 MAX_VALUE = 60
-NAMES = [("Mia", "She"), ("Leo", "He"), ("Ava", "She"), ("Sam", "He"), ("Zoe", "She"), ("Max", "He"),
-         ("Lily", "She"), ("Ben", "He"), ("Emma", "She"), ("Noah", "He"), ("Ella", "She"), ("Tom", "He")]
+NAMES = [
+    ("Mia", "She"),
+    ("Leo", "He"),
+    ("Ava", "She"),
+    ("Sam", "He"),
+    ("Zoe", "She"),
+    ("Max", "He"),
+    ("Lily", "She"),
+    ("Ben", "He"),
+    ("Emma", "She"),
+    ("Noah", "He"),
+    ("Ella", "She"),
+    ("Tom", "He"),
+]
 ITEMS = ["apples", "pencils", "stickers", "marbles", "cookies", "books", "stamps", "shells", "cards", "coins"]
 
 
@@ -38,12 +50,20 @@ def _start(rng: random.Random, name: str, item: str) -> tuple[str, int, str]:
 def _event(rng: random.Random, x: int, pron: str, item: str) -> tuple[str, int, str]:
     """One legal operation on value x (0..MAX_VALUE): (sentence, new value, worked step)."""
     obj = "her" if pron == "She" else "him"
-    ops = (["+"] if x <= MAX_VALUE - 2 else []) + (["-"] if x >= 3 else []) + (["*"] if 1 <= x <= MAX_VALUE // 2 else [])
+    ops = (
+        (["+"] if x <= MAX_VALUE - 2 else []) + (["-"] if x >= 3 else []) + (["*"] if 1 <= x <= MAX_VALUE // 2 else [])
+    )
     ops += ["/"] if x >= 4 and any(x % d == 0 for d in (2, 3, 4, 5)) else []
     op = rng.choice(ops)
     if op == "+":
         b = rng.randint(2, min(15, MAX_VALUE - x))  # >= 2: plural nouns read right
-        s = rng.choice([f"{pron} buys {b} more {item}.", f"{pron} finds {b} more {item}.", f"A friend gives {obj} {b} more {item}."])
+        s = rng.choice(
+            [
+                f"{pron} buys {b} more {item}.",
+                f"{pron} finds {b} more {item}.",
+                f"A friend gives {obj} {b} more {item}.",
+            ]
+        )
         return s, x + b, f"{x} + {b} = {x + b}"
     if op == "-":
         b = rng.randint(2, min(15, x - 1)) if x >= 3 else 1

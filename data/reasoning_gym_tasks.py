@@ -51,8 +51,10 @@ def reasoning_gym():
     try:
         import reasoning_gym as rg
     except ImportError:
-        raise ValueError(f"the reasoning-gym tasks need reasoning-gym: {INSTALL} "
-                         f"(or pip install reasoning-gym=={REASONING_GYM_VERSION})") from None
+        raise ValueError(
+            f"the reasoning-gym tasks need reasoning-gym: {INSTALL} "
+            f"(or pip install reasoning-gym=={REASONING_GYM_VERSION})"
+        ) from None
     return rg
 
 
@@ -63,8 +65,12 @@ def dataset(name: str, n: int, seed: int, **config):
 
 def make_item(entry: dict, index: int) -> dict:
     """The workbench item of one reasoning-gym entry: question + INSTRUCTION, answer = its answer string."""
-    return {"prompt": f"{entry['question'].rstrip()} {INSTRUCTION}", "answer": str(entry["answer"]).strip(),
-            "question": entry["question"], "index": index}
+    return {
+        "prompt": f"{entry['question'].rstrip()} {INSTRUCTION}",
+        "answer": str(entry["answer"]).strip(),
+        "question": entry["question"],
+        "index": index,
+    }
 
 
 def generate(n: int, seed: int, dataset_name: str = "gsm_symbolic", **config) -> list[dict]:
@@ -85,5 +91,7 @@ def task_generate(task_name: str):
         return generate(n, seed, name, **config)
 
     gen.__name__ = f"generate_{task_name}"
-    gen.__doc__ = f"reasoning-gym {name} {config or '(default config)'}: n items for seed (see data.reasoning_gym_tasks.generate)"
+    gen.__doc__ = (
+        f"reasoning-gym {name} {config or '(default config)'}: n items for seed (see data.reasoning_gym_tasks.generate)"
+    )
     return gen

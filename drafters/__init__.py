@@ -6,14 +6,17 @@ maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``suffix``, ``draft_mode
 its class.
 """
 
-from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
 from drafters.registry import DRAFTERS, build_drafter, register
+from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 
-# Import for registration side effects (one module per drafter kind).
+# Import for registration side effects (one module per drafter kind), in this order: DRAFTERS lists the kinds
+# in the order they registered (error messages, `wb audit`'s default), so the import sorter leaves it alone.
+# isort: off
 from drafters import ngram as _ngram  # noqa: F401,E402
 from drafters import suffix as _suffix  # noqa: F401,E402
 from drafters import draft_model as _draft_model  # noqa: F401,E402
 from drafters import mtp as _mtp  # noqa: F401,E402
 from drafters import eagle3 as _eagle3  # noqa: F401,E402
+# isort: on
 
 __all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "DrafterTarget", "build_drafter", "register"]

@@ -65,7 +65,10 @@ class DraftBatch:
 
     def index(self, rows: torch.Tensor) -> "DraftBatch":
         return DraftBatch(
-            self.input_ids[rows], self.loss_mask[rows], self.target_logits[rows], {i: h[rows] for i, h in self.hidden.items()}
+            self.input_ids[rows],
+            self.loss_mask[rows],
+            self.target_logits[rows],
+            {i: h[rows] for i, h in self.hidden.items()},
         )
 
 
@@ -84,8 +87,12 @@ class ChainNet(nn.Module):
         # for Qwen3 targets too; DeepSeek-V3's MTP block is the target's, a Llama-style one here).
         cfg = cfg.llama_layer()
         self.cfg = cfg
-        self.attn = nn.ModuleList(Attention(cfg, in_dim) for _ in range(num_modules))  # the target's attention, q/k/v reading in_dim
-        self.post_attention_layernorm = nn.ModuleList(RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules))
+        self.attn = nn.ModuleList(
+            Attention(cfg, in_dim) for _ in range(num_modules)
+        )  # the target's attention, q/k/v reading in_dim
+        self.post_attention_layernorm = nn.ModuleList(
+            RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules)
+        )
         self.mlp = nn.ModuleList(MLP(cfg) for _ in range(num_modules))
         self._shared: dict[str, nn.Module] = {}  # target modules by reference: not parameters of the drafter
         cos, sin = rope_tables(cfg, "cpu")  # (P, D) the target's RoPE: the chain uses the target's positions
@@ -126,8 +133,19 @@ class ChainNet(nn.Module):
         attn_in, resid = self.layer_input(m, feat, emb)
         cos, sin = rope_cos_sin(self.rope_cos, self.rope_sin, pos, attn_in.dtype)  # (B, T, 1, D)
         a, f, norm = self.attn[m], self.mlp[m], self.post_attention_layernorm[m]
-        return decoder_layer(attn_in, resid, a.qkv_weight(), a.o_proj.weight, norm.weight, f.gate_up_weight(), f.down_proj.weight,
-                             norm.eps, cos, sin, kv_fn)
+        return decoder_layer(
+            attn_in,
+            resid,
+            a.qkv_weight(),
+            a.o_proj.weight,
+            norm.weight,
+            f.gate_up_weight(),
+            f.down_proj.weight,
+            norm.eps,
+            cos,
+            sin,
+            kv_fn,
+        )
 
 
 def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device):
@@ -175,7 +193,13 @@ def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restric
     mask_p = torch.cat([mask, torch.zeros(N, steps + 1, device=dev, dtype=mask.dtype)], 1)
     for j in range(steps):
         tok = ids_p[:, j + 1 : j + 1 + L]  # (N, L) token s+j+1
-        out = net.block(j, feat, net.embed(tok), (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1), ttt_kv_fn(step_keys, L, dev))
+        out = net.block(
+            j,
+            feat,
+            net.embed(tok),
+            (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1),
+            ttt_kv_fn(step_keys, L, dev),
+        )
         w = mask_p[:, j + 1 : j + 1 + L]  # (N, L)
         # the head and the loss only where the step is scored (about half the positions are the
         # prompt's): the head is most of a step's cost for a large draft vocabulary
@@ -212,7 +236,9 @@ class ChainDrafter(Drafter):
 
     trainable = True
 
-    def __init__(self, net: ChainNet, hidden_layers: tuple[int, ...], vocab_size: int, ttt_steps: int = 7, ttt_decay: float = 0.8):
+    def __init__(
+        self, net: ChainNet, hidden_layers: tuple[int, ...], vocab_size: int, ttt_steps: int = 7, ttt_decay: float = 0.8
+    ):
         self.net = net
         self.hidden_layers = tuple(sorted(set(hidden_layers)))
         self.vocab_size = vocab_size
@@ -240,7 +266,9 @@ class ChainDrafter(Drafter):
         return q, self.d2t[d]
 
     @torch.no_grad()
-    def _feed_real(self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor, tk: int | None = None) -> None:
+    def _feed_real(
+        self, feat: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, col: torch.Tensor, tk: int | None = None
+    ) -> None:
         """Write real entries (B, T) at ``pos`` and keep the output at column ``col`` (B,); ``tk``:
         max(pos) + 1 if known on the host (else read off the device)."""
         out = self.net.block(0, feat, self.net.embed(toks), pos, self.cache.kv_fn(0, pos, tk))  # (B, T, H)
@@ -266,7 +294,9 @@ class ChainDrafter(Drafter):
             "t_max": ctx.tokens.shape[1],
             # per row of the batch (follow ``select``): its distinct prompt, its prompt's last
             # position and its own first sampled token
-            "index": index, "col": plens - 1, "first": ctx.tokens[n_old:].gather(1, plens[:, None]),
+            "index": index,
+            "col": plens - 1,
+            "first": ctx.tokens[n_old:].gather(1, plens[:, None]),
         }
 
     def admit(self, ctx: DraftContext, hidden: dict[int, torch.Tensor], n_old: int) -> None:
@@ -274,7 +304,14 @@ class ChainDrafter(Drafter):
         written now into the rows after the batch's (the batch's held plain steps written first)."""
         z = self._prompt_entries(ctx, hidden, n_old)
         if self._pending and n_old:  # held plain steps are in the old rows' row space: write them first
-            old = DraftContext(ctx.tokens[:n_old], ctx.lens[:n_old], ctx.prompt_lens[:n_old], ctx.group_ids[:n_old], ctx.sampling, ctx.generator)
+            old = DraftContext(
+                ctx.tokens[:n_old],
+                ctx.lens[:n_old],
+                ctx.prompt_lens[:n_old],
+                ctx.group_ids[:n_old],
+                ctx.sampling,
+                ctx.generator,
+            )
             self._flush(old, None)  # (runs the lazy prefill of the old rows first)
         self._pending.clear()
         if self._lazy is not None:
@@ -299,7 +336,9 @@ class ChainDrafter(Drafter):
         index, col = z["index"], z["col"]  # (B,), (B,)
         # capacity B: the expansion to the batch's rows below, and every retirement after it, stay
         # in these buffers (KVCache.select compacts in place)
-        self.cache = KVCache(self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1, capacity=max(U, index.shape[0]))
+        self.cache = KVCache(
+            self.net.cfg, U, z["t_max"], w.device, w.dtype, num_layers=1, capacity=max(U, index.shape[0])
+        )
         pos = torch.arange(P, device=w.device)[None, :].expand(U, P)  # (U, P)
         # tk = P: the prompts' positions are < P, known on the host (no device read in a step)
         self._feed_real(z["feat"], z["toks"], pos, z["last_u"], P)
@@ -361,7 +400,9 @@ class ChainDrafter(Drafter):
             if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j
                 pos = (ctx.lens - 1 + j)[:, None]  # (B, 1)
                 tk = None if ctx.max_len is None else ctx.max_len + j  # max(pos) + 1 without a device read
-                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(0, pos, tk))[:, 0]
+                o = self.net.block(j + 1, o[:, None], self.net.embed(d[:, None]), pos, self.cache.kv_fn(0, pos, tk))[
+                    :, 0
+                ]
                 logits = self.net.head(j + 1, o)
         num = torch.full((o.shape[0],), k, dtype=torch.long, device=o.device)
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
@@ -393,8 +434,11 @@ def _merge_entries(a: dict, b: dict) -> dict:
         return F.pad(t, (0, 0) * (t.dim() - 2) + (0, P - t.shape[1]))
 
     return {
-        "feat": torch.cat([pad(a["feat"]), pad(b["feat"])]), "toks": torch.cat([pad(a["toks"]), pad(b["toks"])]),
-        "last_u": torch.cat([a["last_u"], b["last_u"]]), "t_max": a["t_max"],
+        "feat": torch.cat([pad(a["feat"]), pad(b["feat"])]),
+        "toks": torch.cat([pad(a["toks"]), pad(b["toks"])]),
+        "last_u": torch.cat([a["last_u"], b["last_u"]]),
+        "t_max": a["t_max"],
         "index": torch.cat([a["index"], b["index"] + a["toks"].shape[0]]),
-        "col": torch.cat([a["col"], b["col"]]), "first": torch.cat([a["first"], b["first"]]),
+        "col": torch.cat([a["col"], b["col"]]),
+        "first": torch.cat([a["first"], b["first"]]),
     }

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
 from drafters.registry import register
+from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 from workbench.rollout.model import KVCache, LeanLM
 from workbench.rollout.sampling import probs_from_logits, sample
 
@@ -40,7 +40,9 @@ def first_layers(target: DrafterTarget, n: int, device, dtype):
     from workbench.models.checkpoint import load_tokenizer, quiet_hf
 
     if target.path is None:
-        raise ValueError("drafter.draft_layers: the target's checkpoint folder is not known here; give drafter.model instead")
+        raise ValueError(
+            "drafter.draft_layers: the target's checkpoint folder is not known here; give drafter.model instead"
+        )
     depth = target.lm.cfg.num_layers
     if not 1 <= n < depth:
         raise ValueError(f"drafter.draft_layers: {n} is not below the target's {depth} layers; use 1..{depth - 1}")

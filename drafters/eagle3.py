@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from drafters.registry import register
-from workbench.rollout.drafter import DrafterTarget
 from drafters.chain import ChainDrafter, ChainNet
 from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3
 from drafters.mtp import _load, _save
+from drafters.registry import register
+from workbench.rollout.drafter import DrafterTarget
 from workbench.rollout.model import LMConfig, RMSNorm
 
 
@@ -41,7 +41,9 @@ def vocab_map(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor
     """
     V = counts.shape[0]
     if draft_vocab_size > V:
-        raise ValueError(f"drafter.draft_vocab_size: {draft_vocab_size} exceeds the target vocabulary ({V}); use at most {V}")
+        raise ValueError(
+            f"drafter.draft_vocab_size: {draft_vocab_size} exceeds the target vocabulary ({V}); use at most {V}"
+        )
     order = sorted(range(V), key=lambda i: (-float(counts[i]), i))
     d2t = torch.tensor(sorted(order[:draft_vocab_size]), dtype=torch.long)
     t2d = torch.full((V,), -1, dtype=torch.long)
@@ -66,7 +68,9 @@ class Eagle3Net(ChainNet):
         return self.fc(torch.cat([hidden[i] for i in self.layer_ids], -1))  # (B, T, 3H) -> (B, T, H)
 
     def layer_input(self, m, feat, emb):
-        return torch.cat([self.input_layernorm(emb), self.hidden_norm(feat)], -1), feat  # (B, T, 2H), residual (B, T, H)
+        return torch.cat(
+            [self.input_layernorm(emb), self.hidden_norm(feat)], -1
+        ), feat  # (B, T, 2H), residual (B, T, H)
 
     def logits(self, m, out):
         return self.lm_head(self.norm(out)).float()  # (B, T, Vd) draft vocabulary
@@ -93,8 +97,10 @@ class Eagle3Drafter(ChainDrafter):
             return cls._from_vllm_folder(spec, target, device)
         ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(cfg.num_layers))
         if max(ids) > cfg.num_layers:
-            raise ValueError(f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
-                             f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}")
+            raise ValueError(
+                f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
+                f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}"
+            )
         path = target.init_path
         counts = target.token_counts
         if path is not None:
@@ -131,15 +137,30 @@ class Eagle3Drafter(ChainDrafter):
 
         lm = target.lm
         raw, state = read_eagle3(spec.model)
-        head = LMConfig.from_hf(LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "draft_vocab_size",
-                                                                                           "eagle_aux_hidden_state_layer_ids")}),
-                                what="drafter.model")
+        head = LMConfig.from_hf(
+            LlamaConfig(
+                **{
+                    k: v
+                    for k, v in raw.items()
+                    if k not in ("architectures", "draft_vocab_size", "eagle_aux_hidden_state_layer_ids")
+                }
+            ),
+            what="drafter.model",
+        )
         ids = tuple(raw.get("eagle_aux_hidden_state_layer_ids") or default_layer_ids(lm.cfg.num_layers))
-        bad = {k: (a, b) for k, a, b in (("hidden_size", head.hidden_size, lm.cfg.hidden_size),
-                                          ("vocab_size", head.vocab_size, lm.cfg.vocab_size)) if a != b}
+        bad = {
+            k: (a, b)
+            for k, a, b in (
+                ("hidden_size", head.hidden_size, lm.cfg.hidden_size),
+                ("vocab_size", head.vocab_size, lm.cfg.vocab_size),
+            )
+            if a != b
+        }
         if bad or max(ids) > lm.cfg.num_layers:
-            raise ValueError(f"drafter.model: the EAGLE-3 head in {spec.model} was made for another target "
-                             f"(head vs target: {bad or {'layer ids': (list(ids), lm.cfg.num_layers)}})")
+            raise ValueError(
+                f"drafter.model: the EAGLE-3 head in {spec.model} was made for another target "
+                f"(head vs target: {bad or {'layer ids': (list(ids), lm.cfg.num_layers)}})"
+            )
         net = Eagle3Net(head, ids, state["d2t"], state["t2d"])
         net.load_state_dict(state)
         w = lm.lm_head.weight
@@ -149,5 +170,14 @@ class Eagle3Drafter(ChainDrafter):
 
     def save(self, folder) -> None:
         n = self.net
-        _save(n, Path(folder), {"kind": "eagle3", "hidden_size": n.cfg.hidden_size, "vocab_size": self.vocab_size,
-                                "layer_ids": list(n.layer_ids), "draft_vocab_size": int(n.d2t.shape[0])})
+        _save(
+            n,
+            Path(folder),
+            {
+                "kind": "eagle3",
+                "hidden_size": n.cfg.hidden_size,
+                "vocab_size": self.vocab_size,
+                "layer_ids": list(n.layer_ids),
+                "draft_vocab_size": int(n.d2t.shape[0]),
+            },
+        )

@@ -39,11 +39,15 @@ ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # names vL
 
 def _layer_names(ours: str) -> str | None:
     """Our Eagle3Net parameter name -> vLLM's (the single draft layer is ``midlayer``)."""
-    for prefix, theirs in (("attn.0.", "midlayer.self_attn."), ("post_attention_layernorm.0.", "midlayer.post_attention_layernorm."),
-                           ("mlp.0.", "midlayer.mlp."), ("input_layernorm.", "midlayer.input_layernorm."),
-                           ("hidden_norm.", "midlayer.hidden_norm.")):
+    for prefix, theirs in (
+        ("attn.0.", "midlayer.self_attn."),
+        ("post_attention_layernorm.0.", "midlayer.post_attention_layernorm."),
+        ("mlp.0.", "midlayer.mlp."),
+        ("input_layernorm.", "midlayer.input_layernorm."),
+        ("hidden_norm.", "midlayer.hidden_norm."),
+    ):
         if ours.startswith(prefix):
-            return theirs + ours[len(prefix):]
+            return theirs + ours[len(prefix) :]
     return ours if ours in ("fc.weight", "norm.weight", "lm_head.weight") else None
 
 
@@ -59,7 +63,9 @@ def to_vllm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             continue
         name = _layer_names(k)
         if name is None:
-            raise ValueError(f"eagle3 export: {k!r} has no counterpart in vLLM's EAGLE-3 layout (one decoder layer only)")
+            raise ValueError(
+                f"eagle3 export: {k!r} has no counterpart in vLLM's EAGLE-3 layout (one decoder layer only)"
+            )
         out[name] = v.detach().cpu().contiguous()
     d2t = state["d2t"].long().cpu()
     if d2t.shape[0] == state["t2d"].shape[0] and bool((d2t == torch.arange(d2t.shape[0])).all()):
@@ -102,21 +108,46 @@ def from_vllm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 # The parameter names of our one-layer Eagle3Net (drafters/eagle3.py), for the inverse map.
-_OURS = ("attn.0.q_proj.weight", "attn.0.k_proj.weight", "attn.0.v_proj.weight", "attn.0.o_proj.weight",
-         "post_attention_layernorm.0.weight", "mlp.0.gate_proj.weight", "mlp.0.up_proj.weight", "mlp.0.down_proj.weight",
-         "fc.weight", "input_layernorm.weight", "hidden_norm.weight", "norm.weight", "lm_head.weight")
+_OURS = (
+    "attn.0.q_proj.weight",
+    "attn.0.k_proj.weight",
+    "attn.0.v_proj.weight",
+    "attn.0.o_proj.weight",
+    "post_attention_layernorm.0.weight",
+    "mlp.0.gate_proj.weight",
+    "mlp.0.up_proj.weight",
+    "mlp.0.down_proj.weight",
+    "fc.weight",
+    "input_layernorm.weight",
+    "hidden_norm.weight",
+    "norm.weight",
+    "lm_head.weight",
+)
 
 
 def vllm_config(cfg, layer_ids: tuple[int, ...], draft_vocab_size: int, dtype: torch.dtype) -> dict:
     """config.json of an exported head: ``cfg`` is the target's ``LMConfig`` (the head's layer has its shape)."""
     return {
-        "architectures": [ARCHITECTURES[0]], "model_type": "llama", "num_hidden_layers": 1,
-        "hidden_size": cfg.hidden_size, "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
-        "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings, "hidden_act": "silu",
-        "tie_word_embeddings": False, "vocab_size": cfg.vocab_size, "draft_vocab_size": int(draft_vocab_size),
-        "eagle_aux_hidden_state_layer_ids": list(layer_ids), "torch_dtype": str(dtype).removeprefix("torch."),
-        **({"rope_scaling": dict(cfg.rope_scaling)} if getattr(cfg, "rope_scaling", None) else {}),  # e.g. a Llama 3.1 target's llama3 RoPE
+        "architectures": [ARCHITECTURES[0]],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "vocab_size": cfg.vocab_size,
+        "draft_vocab_size": int(draft_vocab_size),
+        "eagle_aux_hidden_state_layer_ids": list(layer_ids),
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        **(
+            {"rope_scaling": dict(cfg.rope_scaling)} if getattr(cfg, "rope_scaling", None) else {}
+        ),  # e.g. a Llama 3.1 target's llama3 RoPE
     }
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from drafters.chain import ChainDrafter, ChainNet
 from drafters.registry import register
 from workbench.rollout.drafter import DrafterTarget
-from drafters.chain import ChainDrafter, ChainNet
 from workbench.rollout.model import LMConfig, RMSNorm
 
 
@@ -61,8 +61,16 @@ class MTPDrafter(ChainDrafter):
         net = MTPNet(lm.cfg, spec.num_nextn_predict_layers)
         path = target.init_path
         if path is not None:
-            _load(net, Path(path), "mtp", {"hidden_size": lm.cfg.hidden_size, "vocab_size": lm.cfg.vocab_size,
-                                             "num_modules": spec.num_nextn_predict_layers})
+            _load(
+                net,
+                Path(path),
+                "mtp",
+                {
+                    "hidden_size": lm.cfg.hidden_size,
+                    "vocab_size": lm.cfg.vocab_size,
+                    "num_modules": spec.num_nextn_predict_layers,
+                },
+            )
         w = lm.lm_head.weight
         net.to(device=w.device, dtype=w.dtype)
         net.share(lm.model.embed_tokens, lm.lm_head)
@@ -70,8 +78,16 @@ class MTPDrafter(ChainDrafter):
 
     def save(self, folder) -> None:
         c = self.net.cfg
-        _save(self.net, Path(folder), {"kind": "mtp", "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
-                                       "num_modules": self.net.num_modules})
+        _save(
+            self.net,
+            Path(folder),
+            {
+                "kind": "mtp",
+                "hidden_size": c.hidden_size,
+                "vocab_size": c.vocab_size,
+                "num_modules": self.net.num_modules,
+            },
+        )
 
 
 def _save(net: nn.Module, folder: Path, config: dict) -> None:
@@ -80,7 +96,9 @@ def _save(net: nn.Module, folder: Path, config: dict) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "drafter_config.json").write_text(json.dumps(config, indent=2))
-    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors")
+    )
 
 
 def _load(net: nn.Module, folder: Path, kind: str, expect: dict) -> dict:
@@ -95,10 +113,14 @@ def _load(net: nn.Module, folder: Path, kind: str, expect: dict) -> dict:
         config = json.loads((folder / "drafter_config.json").read_text())
         state = load_file(str(folder / "model.safetensors"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"drafter.init: cannot read the drafter checkpoint {folder} ({e}); delete it to rebuild") from e
+        raise ValueError(
+            f"drafter.init: cannot read the drafter checkpoint {folder} ({e}); delete it to rebuild"
+        ) from e
     bad = {k: (config.get(k), v) for k, v in expect.items() if config.get(k) != v}
     if config.get("kind") != kind or bad:
-        raise ValueError(f"drafter.init: checkpoint {folder} is a {config.get('kind')} drafter for another target "
-                         f"(checkpoint vs expected: {bad}); rebuild it with `wb drafter init`")
+        raise ValueError(
+            f"drafter.init: checkpoint {folder} is a {config.get('kind')} drafter for another target "
+            f"(checkpoint vs expected: {bad}); rebuild it with `wb drafter init`"
+        )
     net.load_state_dict(state)
     return config

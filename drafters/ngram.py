@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
 from drafters.registry import register
+from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 
 
 def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndarray:
@@ -37,7 +37,9 @@ def ngram_propose(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> np.ndar
     return tokens[:0]
 
 
-def ngram_propose_batch(tokens: torch.Tensor, lens: torch.Tensor, min_n: int, max_n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def ngram_propose_batch(
+    tokens: torch.Tensor, lens: torch.Tensor, min_n: int, max_n: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`ngram_propose` for every row at once: tokens (B, T_max) long valid up to lens (B,).
 
     Returns drafts (B, k) long (zero-padded) and their counts (B,) long. Same semantics, row by

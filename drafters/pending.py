@@ -51,7 +51,10 @@ class PendingSteps:
             self.buf = {key: b[:n0] for key, b in self.store.items()}
         elif self.m == next(iter(self.buf.values())).shape[1]:  # full: double the capacity
             cap = min(2 * self.m, self.max_steps)
-            self.store = self.buf = {key: torch.cat([b, b.new_empty((b.shape[0], cap - self.m, *b.shape[2:]))], 1) for key, b in self.buf.items()}
+            self.store = self.buf = {
+                key: torch.cat([b, b.new_empty((b.shape[0], cap - self.m, *b.shape[2:]))], 1)
+                for key, b in self.buf.items()
+            }
         for key, t in cols.items():
             self.buf[key][self.rows, self.m] = t[:, 0]  # (n, *trailing) into the live rows' column m
         self.m += 1
@@ -62,7 +65,9 @@ class PendingSteps:
         """Whether the kept buffers can hold a new run of ``n0`` rows of ``cols``."""
         return cols.keys() == self.store.keys() and all(
             b.shape[0] >= n0 and b.shape[2:] == t.shape[2:] and b.dtype == t.dtype and b.device == t.device
-            for key, t in cols.items() for b in (self.store[key],))
+            for key, t in cols.items()
+            for b in (self.store[key],)
+        )
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep rows ``rows`` (indices into the live rows), as the engine's batch does."""

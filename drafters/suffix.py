@@ -31,7 +31,7 @@ import torch
 
 from drafters.registry import register
 from drafters.suffix_tree import RolloutHistory, SuffixBatch
-from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal, DrafterTarget
+from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 
 
 def emitted_tokens(tokens: torch.Tensor, lens: torch.Tensor, num_emitted: torch.Tensor) -> list[list[int]]:
@@ -51,16 +51,25 @@ def emitted_tokens(tokens: torch.Tensor, lens: torch.Tensor, num_emitted: torch.
 class SuffixDrafter(Drafter):
     kind = "suffix"
 
-    def __init__(self, max_tree_depth: int = 24, max_spec_factor: float = 1.0, min_token_prob: float = 0.1,
-                 max_cached_requests: int = 10000):
+    def __init__(
+        self,
+        max_tree_depth: int = 24,
+        max_spec_factor: float = 1.0,
+        min_token_prob: float = 0.1,
+        max_cached_requests: int = 10000,
+    ):
         self.max_depth, self.factor, self.min_prob = max_tree_depth, max_spec_factor, min_token_prob
         self.history = RolloutHistory(max_cached_requests)  # persists across generate() calls
         self.batch: SuffixBatch | None = None
 
     @classmethod
     def from_spec(cls, spec, target: DrafterTarget | None = None, device=None) -> "SuffixDrafter":
-        return cls(spec.suffix_decoding_max_tree_depth, spec.suffix_decoding_max_spec_factor,
-                   spec.suffix_decoding_min_token_prob, spec.suffix_decoding_max_cached_requests)
+        return cls(
+            spec.suffix_decoding_max_tree_depth,
+            spec.suffix_decoding_max_spec_factor,
+            spec.suffix_decoding_min_token_prob,
+            spec.suffix_decoding_max_cached_requests,
+        )
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         if self.batch is not None:  # the previous batch was abandoned midway: keep what finished

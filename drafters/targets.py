@@ -61,11 +61,14 @@ def compact(logits: torch.Tensor) -> torch.Tensor | TopKLogits:
 def pad_rows(rows: list[torch.Tensor | TopKLogits], length: int) -> torch.Tensor | TopKLogits:
     """Per-row logits (L_i, V) or TopKLogits (L_i, K) right-padded with zeros to ``length`` and
     stacked: (N, length, V) or TopKLogits (N, length, K). Padding is never a loss position."""
+
     def pad(t: torch.Tensor) -> torch.Tensor:
         return F.pad(t, [0, 0, 0, length - t.shape[0]])
 
     if isinstance(rows[0], TopKLogits):
-        return TopKLogits(torch.stack([pad(r.values) for r in rows]), torch.stack([pad(r.indices) for r in rows]), rows[0].vocab_size)
+        return TopKLogits(
+            torch.stack([pad(r.values) for r in rows]), torch.stack([pad(r.indices) for r in rows]), rows[0].vocab_size
+        )
     return torch.stack([pad(r) for r in rows])
 
 
@@ -81,8 +84,9 @@ def target_argmax(t: torch.Tensor | TopKLogits) -> torch.Tensor:
     return t.indices[..., 0] if isinstance(t, TopKLogits) else t.argmax(-1)
 
 
-def target_distribution(t: torch.Tensor | TopKLogits, d2t: torch.Tensor | None = None, t2d: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def target_distribution(
+    t: torch.Tensor | TopKLogits, d2t: torch.Tensor | None = None, t2d: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The target's distribution at temperature 1, restricted to a draft vocabulary when one is
     given (``d2t`` (Vd,) draft -> target ids and ``t2d`` (V,) target -> draft id or -1) and renormalised.
 

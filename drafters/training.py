@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from drafters.chain import DraftBatch
-from drafters.targets import TopKLogits, compact, pad_rows
+from drafters.targets import TopKLogits, compact, pad_rows  # noqa: F401 (TopKLogits: docs/drafters.md names it here)
 from workbench.models.schedule import warmup_cosine
 from workbench.rollout.drafter import Drafter
 
@@ -24,7 +24,9 @@ def lean_target_states(lm, input_ids: torch.Tensor, loss_mask: torch.Tensor, lay
     ``input_ids`` (N, L): logits (N, L, V) and hidden states {layer: (N, L, H)} as a DraftBatch."""
     N, L = input_ids.shape
     cache = lm.new_cache(N, L)
-    logits, hidden = lm(input_ids, torch.zeros(N, dtype=torch.long, device=input_ids.device), cache, hidden_layers=layers)
+    logits, hidden = lm(
+        input_ids, torch.zeros(N, dtype=torch.long, device=input_ids.device), cache, hidden_layers=layers
+    )
     return DraftBatch(input_ids, loss_mask, logits.float(), hidden)
 
 
@@ -83,10 +85,14 @@ class DraftBuffer:
         for i in range(batch.input_ids.shape[0]):
             # keep up to one position past the last masked one (its token is the last label)
             n = min(L, int(batch.loss_mask[i].nonzero().max()) + 2) if batch.loss_mask[i].any() else L
-            self.rows.append(DraftBatch(
-                batch.input_ids[i, :n], batch.loss_mask[i, :n], compact(batch.target_logits[i, :n]),
-                {k: h[i, :n] for k, h in batch.hidden.items()},
-            ))
+            self.rows.append(
+                DraftBatch(
+                    batch.input_ids[i, :n],
+                    batch.loss_mask[i, :n],
+                    compact(batch.target_logits[i, :n]),
+                    {k: h[i, :n] for k, h in batch.hidden.items()},
+                )
+            )
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> DraftBatch:
         idx = torch.randperm(len(self.rows), generator=generator)[:n].tolist()
@@ -170,10 +176,19 @@ class DraftOptimizer:
     10 % of lr (:func:`workbench.models.schedule.warmup_cosine`, transformers' schedule); without
     (None, as online adaptation uses), a constant lr."""
 
-    def __init__(self, drafter: Drafter, lr: float, total_steps: int | None = None, warmup: int = 10, max_grad_norm: float = 1.0,
-                 reduce_grads: Callable[[list[torch.nn.Parameter]], None] | None = None):
+    def __init__(
+        self,
+        drafter: Drafter,
+        lr: float,
+        total_steps: int | None = None,
+        warmup: int = 10,
+        max_grad_norm: float = 1.0,
+        reduce_grads: Callable[[list[torch.nn.Parameter]], None] | None = None,
+    ):
         if not drafter.trainable:
-            raise ValueError(f"drafter.kind: {drafter.kind!r} has nothing to train; init/online need draft_model, mtp or eagle3")
+            raise ValueError(
+                f"drafter.kind: {drafter.kind!r} has nothing to train; init/online need draft_model, mtp or eagle3"
+            )
         self.drafter = drafter
         self.params = drafter.train_parameters()
         for p in self.params:
@@ -220,8 +235,15 @@ def evaluate_rows(drafter: Drafter, rows: list[DraftBatch], batch_size: int = 16
     return {k: v / max(weight, 1.0) for k, v in total.items()}
 
 
-def fit(drafter: Drafter, data: list[DraftBatch], steps: int, lr: float, batch_size: int, seed: int = 0,
-        on_step: Callable[[int, dict], None] | None = None) -> list[dict[str, float]]:
+def fit(
+    drafter: Drafter,
+    data: list[DraftBatch],
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+    on_step: Callable[[int, dict], None] | None = None,
+) -> list[dict[str, float]]:
     """Train ``drafter`` for ``steps`` optimiser steps on random minibatches of per-sequence ``data``."""
     opt = DraftOptimizer(drafter, lr, total_steps=steps)
     g = torch.Generator().manual_seed(seed)

@@ -23,11 +23,27 @@ CASES = {
     "llama3": ("llama3", {}),
     "llama-linear": ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}),
     "qwen2": ("qwen2", {}),
-    "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1,
-                               "layer_types": ["full_attention", "sliding_attention"]}),
+    "qwen2-window": (
+        "qwen2",
+        {
+            "use_sliding_window": True,
+            "sliding_window": 8,
+            "max_window_layers": 1,
+            "layer_types": ["full_attention", "sliding_attention"],
+        },
+    ),
     "qwen3": ("qwen3", {}),
-    "qwen3-yarn": ("qwen3", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
-                                                 "rope_theta": 1000000.0}}),
+    "qwen3-yarn": (
+        "qwen3",
+        {
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "rope_theta": 1000000.0,
+            }
+        },
+    ),
     "mistral": ("mistral", {"sliding_window": 8}),
 }
 SHAPE = dict(layers=2, hidden=64, heads=4, kv_heads=2, max_positions=128)

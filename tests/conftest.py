@@ -13,9 +13,17 @@ def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1
     """A random HF Llama with sharp, diverse next-token distributions (large lm_head weights)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=2 * hidden, max_position_embeddings=max_pos,
-        tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     hf = LlamaForCausalLM(cfg).eval()
     if not tie:
@@ -32,7 +40,9 @@ def perturbed_draft(target_hf, scale: float):
     from workbench.rollout.model import LeanLM
 
     draft = LeanLM.from_hf(target_hf)
-    draft.lm_head.weight.add_(scale * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
+    draft.lm_head.weight.add_(
+        scale * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2))
+    )
     return draft
 
 
@@ -51,7 +61,10 @@ def exact_joint(lm, prompt, sp, n_tokens):
     """Exact law of the first n_tokens completion tokens by enumeration: (V**n_tokens,) tensor."""
     from workbench.rollout.sampling import probs_from_logits
 
-    V, dev = lm.cfg.vocab_size, lm.lm_head.weight.device  # on the model's device (benchmarks/cuda_parity.py runs it on CUDA)
+    V, dev = (
+        lm.cfg.vocab_size,
+        lm.lm_head.weight.device,
+    )  # on the model's device (benchmarks/cuda_parity.py runs it on CUDA)
     seqs = torch.tensor([prompt], device=dev)
     logp = torch.zeros(1, device=dev)
     for _ in range(n_tokens):
@@ -75,7 +88,7 @@ def assert_rollouts_follow_target(target, drafter, prompt, sp, n=30_000, k=2, ma
     from workbench.rollout.engine import RolloutEngine
 
     V, T = target.cfg.vocab_size, sp.max_new_tokens
-    assert V ** T <= 4096, "the exact law is enumerated: keep V**max_new_tokens small"
+    assert V**T <= 4096, "the exact law is enumerated: keep V**max_new_tokens small"
     eng = RolloutEngine(target, drafter, k=k, max_batch_size=max_batch_size or n, k_policy=k_policy)
     out = eng.generate([prompt] * n, sp, torch.Generator().manual_seed(1))
     assert out.counters.num_accepted_tokens > 0  # speculation actually happened
@@ -147,8 +160,9 @@ def mlflow_server_with_sweep(tmp_path_factory, name: str, sweep_args: list[str])
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(server_command(f"sqlite:///{tmp}/mlflow.db", "127.0.0.1", port), cwd=tmp, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        server_command(f"sqlite:///{tmp}/mlflow.db", "127.0.0.1", port), cwd=tmp, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         if not wait_ready(base, timeout=60, proc=proc):
             pytest.fail(f"mlflow server did not start within 60 s: {(tmp / 'server.log').read_text()[-800:]}")

@@ -11,11 +11,11 @@ import sys
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from test_distributed import OVERRIDES, fixed_batch  # noqa: E402
-
 from workbench.grpo.distributed import shard_range  # noqa: E402
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
 from workbench.specs import load_spec  # noqa: E402
+
+from test_distributed import OVERRIDES, fixed_batch  # noqa: E402
 
 
 def main(out_path: str, stage: str) -> None:
@@ -43,8 +43,18 @@ def _state(trainer) -> dict:
 
 def online(out_path: str) -> None:
     """Two GRPO steps with online draft_model adaptation: rank 0 saves every rank's drafter weights."""
-    spec = load_spec("micro", ["grpo.eval_every=0", "measure.modeled=false", "tracking.enabled=false", "grpo.backend=deepspeed",
-                               "drafter.kind=draft_model", "drafter.online.enabled=true", "drafter.online.lr=1e-2"])
+    spec = load_spec(
+        "micro",
+        [
+            "grpo.eval_every=0",
+            "measure.modeled=false",
+            "tracking.enabled=false",
+            "grpo.backend=deepspeed",
+            "drafter.kind=draft_model",
+            "drafter.online.enabled=true",
+            "drafter.online.lr=1e-2",
+        ],
+    )
     trainer = GRPOTrainer(spec, progress=False)
     before = [p.detach().clone() for p in trainer.drafter.train_parameters()]
     for step in (1, 2):

@@ -45,8 +45,7 @@ def _in_child() -> bool:
 
 
 def _isolated(item: pytest.Item) -> bool:
-    return (not _in_child() and not os.environ.get(IN_PROCESS_ENV)
-            and any(item.get_closest_marker(m) for m in MARKERS))
+    return not _in_child() and not os.environ.get(IN_PROCESS_ENV) and any(item.get_closest_marker(m) for m in MARKERS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -95,8 +94,17 @@ def _run_module(item: pytest.Item) -> None:
     base.mkdir(parents=True, exist_ok=True)
     reports_file = base / "reports.jsonl"
     reports_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", *[i.nodeid for i in mine], "-q", "-p", "no:cacheprovider",
-           f"--rootdir={config.rootpath}", f"--basetemp={base / 'tmp'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *[i.nodeid for i in mine],
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={config.rootpath}",
+        f"--basetemp={base / 'tmp'}",
+    ]
     if config.inipath is not None:
         cmd.append(f"--config-file={config.inipath}")
     if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is not None:
@@ -104,12 +112,21 @@ def _run_module(item: pytest.Item) -> None:
     budget = sum(i.stash.get(_TIMEOUT_KEY, DEFAULT_TIMEOUT_S) for i in mine) + SLACK_S
     env = {**os.environ, CHILD_ENV: str(reports_file)}
     try:
-        proc = subprocess.run(cmd, cwd=config.rootpath, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=budget)
+        proc = subprocess.run(
+            cmd,
+            cwd=config.rootpath,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=budget,
+        )
         out = proc.stdout
     except subprocess.TimeoutExpired as e:  # subprocess.run has killed the child
         raw = e.stdout or b""
-        out = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw) + f"\n[the child ran past {budget:.0f} s and was killed]"
+        out = (
+            raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        ) + f"\n[the child ran past {budget:.0f} s and was killed]"
     got: dict[str, list[TestReport]] = {}
     if reports_file.exists():
         for line in reports_file.read_text().splitlines():
@@ -126,9 +143,15 @@ def _run_module(item: pytest.Item) -> None:
 
 def _missing(item: pytest.Item) -> TestReport:
     tail = _output.get(item.path, "")[-6000:]
-    return TestReport(nodeid=item.nodeid, location=item.location, keywords={k: 1 for k in item.keywords}, outcome="failed",
-                      longrepr=f"the isolated pytest subprocess of {item.path.name} reported no result for this test "
-                      f"(it crashed, or ran past its timeout). Its output ends:\n{tail}", when="call")
+    return TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={k: 1 for k in item.keywords},
+        outcome="failed",
+        longrepr=f"the isolated pytest subprocess of {item.path.name} reported no result for this test "
+        f"(it crashed, or ran past its timeout). Its output ends:\n{tail}",
+        when="call",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -82,7 +82,11 @@ def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the
     before = p.survival()
     chosen = _plays(p, 1, 40)
     probes = [i for i, k in enumerate(chosen) if k]
-    assert [b - a for a, b in zip(probes, probes[1:])][:3] == [5, 9, 9]  # intervals 2, 4, 8 (capped) plain steps + the probe
+    assert [b - a for a, b in zip(probes, probes[1:])][:3] == [
+        5,
+        9,
+        9,
+    ]  # intervals 2, 4, 8 (capped) plain steps + the probe
     assert max(p.survival()) < 0.02 and max(before) < 0.02  # the probes brought no acceptance
     now = p.survival()
     p.update(0, 1, 0, [])
@@ -211,7 +215,9 @@ def _drafter(kind, target_lm, draft_lm):
 @pytest.mark.parametrize("kind", ["draft_model", "ngram", "suffix", "mtp", "eagle3"])
 def test_greedy_with_k_varying_per_step_equals_autoregressive(target_lm, draft_lm, kind):
     ar = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy())
-    out = RolloutEngine(target_lm, _drafter(kind, target_lm, draft_lm), k=3, k_policy=Scripted(SCRIPT)).generate(PROMPTS * 2, greedy())
+    out = RolloutEngine(target_lm, _drafter(kind, target_lm, draft_lm), k=3, k_policy=Scripted(SCRIPT)).generate(
+        PROMPTS * 2, greedy()
+    )
     assert out.tokens == ar.tokens and out.finish_reasons == ar.finish_reasons
     for a, b in zip(ar.logprobs, out.logprobs):
         assert a == pytest.approx(b, abs=1e-5)
@@ -222,7 +228,9 @@ def test_draft_model_catches_up_after_plain_steps_as_if_it_had_drafted(target_lm
     """After k_t = 0 steps the draft model feeds the tokens it missed: its next proposal is what
     a drafter that proposed every step would propose (same cache content, greedy)."""
     self_draft = DraftModelDrafter(target_lm)  # drafting with the target itself: every draft accepted
-    out = RolloutEngine(target_lm, self_draft, k=3, k_policy=Scripted([0, 0, 3])).generate(PROMPTS, greedy(eos=None, max_new=20))
+    out = RolloutEngine(target_lm, self_draft, k=3, k_policy=Scripted([0, 0, 3])).generate(
+        PROMPTS, greedy(eos=None, max_new=20)
+    )
     m = out.counters.metrics()
     assert m["spec/acceptance_rate"] == 1.0  # a stale draft cache would propose other tokens
 
@@ -231,7 +239,9 @@ def test_draft_model_prefills_lazily_and_never_runs_when_every_step_is_plain(tar
     calls = []
     d = DraftModelDrafter(draft_lm)
     real = LeanLM.forward
-    monkeypatch.setattr(LeanLM, "forward", lambda self, *a, **kw: (calls.append(self is d.model), real(self, *a, **kw))[1])
+    monkeypatch.setattr(
+        LeanLM, "forward", lambda self, *a, **kw: (calls.append(self is d.model), real(self, *a, **kw))[1]
+    )
     RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0])).generate(PROMPTS, greedy(eos=None, max_new=8))
     assert calls and not any(calls)  # the target ran; the draft model never did
 
@@ -244,14 +254,17 @@ def test_draft_model_lazy_prefill_follows_rows_that_left_before_the_first_propos
     ref = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy(eos=eos, max_new=12))
     assert len({len(t) for t in ref.tokens}) > 1  # rows do leave at different steps
     out = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3, k_policy=Scripted([0, 0, 0, 0, 3])).generate(
-        PROMPTS * 2, greedy(eos=eos, max_new=12))
+        PROMPTS * 2, greedy(eos=eos, max_new=12)
+    )
     assert out.tokens == ref.tokens
     assert out.counters.metrics()["spec/acceptance_rate"] == 1.0
 
 
 @pytest.mark.parametrize("kind", ["mtp", "eagle3"])
 @pytest.mark.parametrize("max_pending", [2, 1024])
-def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(target_lm, draft_lm, kind, max_pending, monkeypatch):
+def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(
+    target_lm, draft_lm, kind, max_pending, monkeypatch
+):
     """The chain drafters write the prompts' entries at the first propose and plain steps' entries
     at the next propose (or every max_pending steps) in one forward: the proposals, so the
     acceptance counts, equal writing them each step, also when rows leave during plain steps."""
@@ -272,7 +285,9 @@ def test_chain_entries_deferred_over_plain_steps_draft_as_if_written_each_step(t
             return prop
 
         d.propose = record
-        out = RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0, 0, 0, 3, 0, 2])).generate(PROMPTS * 2, greedy(eos=eos, max_new=30))
+        out = RolloutEngine(target_lm, d, k=3, k_policy=Scripted([0, 0, 0, 3, 0, 2])).generate(
+            PROMPTS * 2, greedy(eos=eos, max_new=30)
+        )
         return seen, out
 
     each_step, out = proposals(1)  # flushed at once: the entries written in the plain step itself
@@ -313,7 +328,9 @@ def test_sampled_rollouts_with_k_varying_per_step_follow_the_target(kind, script
         out = assert_rollouts_follow_target(target, drafter, [1, 3, 4, 3, 4], sp)
     finally:
         RolloutEngine.__init__ = real
-    assert set(out.counters.k_per_step) == set(script) or out.counters.k_per_step == script[: len(out.counters.k_per_step)]
+    assert (
+        set(out.counters.k_per_step) == set(script) or out.counters.k_per_step == script[: len(out.counters.k_per_step)]
+    )
 
 
 def test_wb_run_adaptive_logs_the_chosen_k(store):
@@ -321,7 +338,9 @@ def test_wb_run_adaptive_logs_the_chosen_k(store):
 
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["run", "micro", "drafter.adaptive=true", "drafter.k=4", "grpo.steps=2", "grpo.eval_every=0", "--quiet"])
+    res = CliRunner().invoke(
+        app, ["run", "micro", "drafter.adaptive=true", "drafter.k=4", "grpo.steps=2", "grpo.eval_every=0", "--quiet"]
+    )
     assert res.exit_code == 0, res.output
     (run,) = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])
     m = run.data.metrics

@@ -20,8 +20,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from arch_cases import CASES, load_hf, make_checkpoint
-from conftest import greedy
 from drafters import DrafterTarget, build_drafter
 from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
@@ -30,6 +28,9 @@ from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import DrafterSpec
+
+from arch_cases import CASES, load_hf, make_checkpoint
+from conftest import greedy
 
 EOS = 2
 MAX_NEW = 30
@@ -94,7 +95,9 @@ FP32_ATOL = 2e-5  # docs/architecture.md's float32 claim (max |Δlogit| of the f
 def test_config_is_read_with_its_distinguishing_field(ckpt, case):
     cfg = LeanLM.from_hf(load_hf(ckpt(case))).cfg
     expect = {
-        "llama3": lambda c: c.rope_scaling["rope_type"] == "llama3" and c.rope_scaling["original_max_position_embeddings"] == 16,
+        "llama3": lambda c: (
+            c.rope_scaling["rope_type"] == "llama3" and c.rope_scaling["original_max_position_embeddings"] == 16
+        ),
         "llama-linear": lambda c: c.rope_scaling == {"rope_type": "linear", "factor": 2.0},
         "qwen2": lambda c: c.qkv_bias and c.tie_word_embeddings and not c.qk_norm,
         "qwen2-window": lambda c: c.sliding_window == 8 and c.sliding_layers == (1,),
@@ -120,7 +123,7 @@ def hf_greedy(hf, prompts: list[list[int]], max_new: int) -> list[list[int]]:
     out = []
     for p in prompts:
         ids = hf.generate(torch.tensor([p]), max_new_tokens=max_new, do_sample=False, eos_token_id=EOS, pad_token_id=0)
-        out.append(ids[0, len(p):].tolist())
+        out.append(ids[0, len(p) :].tolist())
     return out
 
 
@@ -132,8 +135,11 @@ def test_greedy_speculative_equals_generate_and_plain_decoding(ckpt, case):
     sp = greedy(MAX_NEW, EOS)
     ref = hf_greedy(hf, PROMPTS, MAX_NEW)
     assert RolloutEngine(lm).generate(PROMPTS, sp).tokens == ref
-    for name, drafter in [("ngram", NgramDrafter(1, 3)), ("draft_model self", DraftModelDrafter(lm)),
-                          ("draft_model other", DraftModelDrafter(other))]:
+    for name, drafter in [
+        ("ngram", NgramDrafter(1, 3)),
+        ("draft_model self", DraftModelDrafter(lm)),
+        ("draft_model other", DraftModelDrafter(other)),
+    ]:
         out = RolloutEngine(lm, drafter, k=3).generate(PROMPTS, sp)
         assert out.tokens == ref, name
         c = out.counters
@@ -184,15 +190,38 @@ def test_chain_drafters_build_on_a_qwen3_target(ckpt, kind):
 def _configs():
     from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig
 
-    small = dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, num_hidden_layers=1, vocab_size=64)
+    small = dict(
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        vocab_size=64,
+    )
     return [
         (LlamaConfig(**small, hidden_act="gelu"), "hidden_act"),
         (LlamaConfig(**small, attention_bias=True), "attention_bias"),
         (LlamaConfig(**small, mlp_bias=True), "mlp_bias"),
-        (LlamaConfig(**small, rope_scaling={"rope_type": "dynamic", "factor": 2.0}), r"rope_(parameters|scaling)\.rope_type"),
-        (LlamaConfig(**small, rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
-                                             "original_max_position_embeddings": 64}), r"rope_(parameters|scaling)\.rope_type"),
-        (LlamaConfig(**small, rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.5}), "partial_rotary_factor"),
+        (
+            LlamaConfig(**small, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+            r"rope_(parameters|scaling)\.rope_type",
+        ),
+        (
+            LlamaConfig(
+                **small,
+                rope_scaling={
+                    "rope_type": "longrope",
+                    "short_factor": [1.0] * 8,
+                    "long_factor": [2.0] * 8,
+                    "original_max_position_embeddings": 64,
+                },
+            ),
+            r"rope_(parameters|scaling)\.rope_type",
+        ),
+        (
+            LlamaConfig(**small, rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.5}),
+            "partial_rotary_factor",
+        ),
         (Qwen3Config(**small, attention_bias=True), "attention_bias"),
         (Qwen3MoeConfig(**small), "model_type"),
     ]
@@ -215,8 +244,17 @@ def test_wb_run_refuses_an_unsupported_target_before_the_run_opens(ckpt, store, 
     res = CliRunner().invoke(_app(), ["run", "micro", f"model.target={bad}", "drafter.kind=ngram", "--quiet"])
     assert res.exit_code == 2 and "model.target: config field hidden_act='gelu'" in " ".join(res.output.split())
     assert store.get_experiment_by_name("workbench-micro") is None  # no MLflow run was opened
-    res = CliRunner().invoke(_app(), ["run", "micro", f"model.target={ckpt('qwen3')}", "drafter.kind=draft_model",
-                                      f"drafter.model={bad}", "--quiet"])
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "run",
+            "micro",
+            f"model.target={ckpt('qwen3')}",
+            "drafter.kind=draft_model",
+            f"drafter.model={bad}",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 2 and "drafter.model: config field hidden_act" in " ".join(res.output.split())
 
 
@@ -251,7 +289,9 @@ def test_bf16_greedy_speculative_equals_plain_decoding(ckpt, case):
     sp = greedy(MAX_NEW, EOS)
     ar = RolloutEngine(lm).generate(PROMPTS, sp)
     drafters = {"ngram": NgramDrafter(1, 3), "draft_model": DraftModelDrafter(lm)}
-    drafters.update({k: build_drafter(k, DrafterSpec(kind=k), DrafterTarget(lm), torch.device("cpu")) for k in ("mtp", "eagle3")})
+    drafters.update(
+        {k: build_drafter(k, DrafterSpec(kind=k), DrafterTarget(lm), torch.device("cpu")) for k in ("mtp", "eagle3")}
+    )
     for name, d in drafters.items():
         assert RolloutEngine(lm, d, k=3).generate(PROMPTS, sp).tokens == ar.tokens, name
 
@@ -267,7 +307,11 @@ def test_bf16_drafts_reach_the_accept_test_in_float32(ckpt):
     logits, hidden = lm(tokens[:, :41], torch.zeros(4, dtype=torch.long), lm.new_cache(4, 60), hidden_layers=(0, 1, 2))
     assert logits.dtype == torch.float32
     for kind in ("draft_model", "mtp", "eagle3"):
-        d = DraftModelDrafter(lm) if kind == "draft_model" else build_drafter(kind, DrafterSpec(kind=kind), DrafterTarget(lm), torch.device("cpu"))
+        d = (
+            DraftModelDrafter(lm)
+            if kind == "draft_model"
+            else build_drafter(kind, DrafterSpec(kind=kind), DrafterTarget(lm), torch.device("cpu"))
+        )
         ctx = DraftContext(tokens, lens, lens, torch.arange(4), sp, torch.Generator().manual_seed(0))
         d.start(ctx, {i: h for i, h in hidden.items()})
         prop = d.propose(DraftContext(tokens, lens + 1, lens, torch.arange(4), sp, None), 3)
@@ -278,8 +322,20 @@ def test_bf16_drafts_reach_the_accept_test_in_float32(ckpt):
 
 
 def _run(store, args):
-    res = CliRunner().invoke(_app(), ["run", "micro", "grpo.steps=2", "grpo.eval_every=0", "task.num_eval=0",
-                                      "rollout.max_new_tokens=24", "measure.modeled=false", "--quiet", *args])
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "run",
+            "micro",
+            "grpo.steps=2",
+            "grpo.eval_every=0",
+            "task.num_eval=0",
+            "rollout.max_new_tokens=24",
+            "measure.modeled=false",
+            "--quiet",
+            *args,
+        ],
+    )
     assert res.exit_code == 0, res.output
     exp = store.get_experiment_by_name("workbench-micro")
     (run,) = store.search_runs([exp.experiment_id])
@@ -301,8 +357,11 @@ def test_wb_run_in_bfloat16(ckpt, store, target):
     """bfloat16 end to end: engine, drafter (mtp: initialised and adapted online in bfloat16 with float32
     master weights; draft_model on a Qwen3 target), trainer."""
     args = ["model.dtype=bfloat16"]
-    args += (["drafter.kind=mtp", "drafter.init.num_prompts=16", "drafter.init.steps=5", "drafter.online.enabled=true"]
-             if target == "micro" else ["drafter.kind=draft_model"])
+    args += (
+        ["drafter.kind=mtp", "drafter.init.num_prompts=16", "drafter.init.steps=5", "drafter.online.enabled=true"]
+        if target == "micro"
+        else ["drafter.kind=draft_model"]
+    )
     if target == "qwen3":
         args += [f"model.target={ckpt('qwen3')}", f"drafter.model={ckpt('qwen3', seed=1, layers=1)}"]
     m = _run(store, args)

@@ -30,10 +30,13 @@ def test_is_weight_scales_each_tokens_gradient():
         grpo_loss(logp, logp.detach(), adv, mask, 0.2, 0.28, "token_mean", is_weight=torch.ones(2, 2))
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("measure.paired=true", "measure.paired=false"),
-    ("drafter.online.enabled=true", "drafter.online.enabled=false"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("measure.paired=true", "measure.paired=false"),
+        ("drafter.online.enabled=true", "drafter.online.enabled=false"),
+    ],
+)
 def test_unsupported_combinations_are_refused_naming_the_fields(override, needle):
     from workbench.grpo.async_rollout import check_async_spec
 

@@ -110,8 +110,15 @@ def test_exact_engine_passes(models):
 
 def test_biased_sampler_fails(models):
     target, draft = models
-    res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, PROMPTS[:1], SP, k=2, n=6000,
-                    rejection_fn=accept_all_rejection_sample)
+    res = run_audit(
+        target,
+        {"draft_model": DraftModelDrafter(draft)},
+        PROMPTS[:1],
+        SP,
+        k=2,
+        n=6000,
+        rejection_fn=accept_all_rejection_sample,
+    )
     assert not res.passed
     failed = {t.test for t in res.tests if not t.passed}
     assert "pos 1" in failed and "greedy" in failed
@@ -124,12 +131,18 @@ def test_a_second_stop_id_ends_rows_in_the_exact_law_too(models):
     it; a joint law that continued past it expected pairs (stop, x1) that no row can show."""
     target, draft = models
     prompt = PROMPTS[1]
-    p0 = expected_counts(target, prompt, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), SP)[0]  # (V,) p(x0)
+    p0 = expected_counts(target, prompt, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), SP)[
+        0
+    ]  # (V,) p(x0)
     p0[SP.eos_token_id] = 0.0
     stop = int(p0.argmax())
     assert p0[stop] > 0.2
     sp = replace(SP, stop_token_ids=(stop,))
-    rows = WorkbenchBackend(target, DraftModelDrafter(draft), k=2).generate([prompt] * 400, sp, torch.Generator().manual_seed(1)).tokens
+    rows = (
+        WorkbenchBackend(target, DraftModelDrafter(draft), k=2)
+        .generate([prompt] * 400, sp, torch.Generator().manual_seed(1))
+        .tokens
+    )
     assert sum(r == [stop] for r in rows) > 0.2 * len(rows)  # the engine ends rows at the second stop id
     res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, [prompt], sp, k=2, n=6000, alpha=1e-3)
     assert res.passed, [t for t in res.tests if not t.passed]
@@ -152,14 +165,18 @@ def test_cli_micro(monkeypatch):
 
     resolve_model("micro"), resolve_model("micro-draft")
     monkeypatch.setattr(common.console, "width", 250)  # lines read below unwrapped (COLUMNS is read once, at import)
-    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "4000", "--max-new-tokens", "3", "--prompts", "1",
-                                     "--adaptive", "--buckets"])
+    r = CliRunner().invoke(
+        cli.app,
+        ["audit", "micro", "--samples", "4000", "--max-new-tokens", "3", "--prompts", "1", "--adaptive", "--buckets"],
+    )
     assert r.exit_code == 0, r.output
     assert "detectable shift at n=4000: 4.2 %" in r.output and "engine: adaptive+buckets" in r.output
     assert "engine paths: " in r.output and "k_t [0, 1]" in r.output  # adaptive k reached (plain steps and drafts)
     assert "draft_model" in r.output and "ngram" in r.output and "pass" in r.output
     assert "skipped" not in r.output, r.output  # every drafter kind audited, none skipped for a missing preset
-    r = CliRunner().invoke(cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"])
+    r = CliRunner().invoke(
+        cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"]
+    )
     assert r.exit_code == 1, r.output
     assert "FAIL" in r.output
 

@@ -53,10 +53,13 @@ def test_cuda_graphs_off_cuda_names_the_field(target_hf):
 
 def test_trainer_builds_nothing_and_runs_on_given_parts(monkeypatch):
     """GRPOTrainer takes built parts: with them given, no builder runs."""
-    from workbench.grpo import build, trainer as trainer_mod
+    from workbench.grpo import build
+    from workbench.grpo import trainer as trainer_mod
     from workbench.specs import load_spec
 
-    spec = load_spec("micro", ["tracking.enabled=false", "drafter.kind=none", "rollout.max_new_tokens=8", "grpo.steps=1"])
+    spec = load_spec(
+        "micro", ["tracking.enabled=false", "drafter.kind=none", "rollout.max_new_tokens=8", "grpo.steps=1"]
+    )
     parts = build.build_parts(spec, progress=False)
     monkeypatch.setattr(trainer_mod, "build_parts", lambda *a, **k: pytest.fail("the trainer built its own parts"))
     tr = trainer_mod.GRPOTrainer(spec, parts=parts)

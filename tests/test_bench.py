@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
+from workbench.cli import app
 from workbench.perf.analytic import expected_tokens, fit_alpha
 from workbench.perf.analytic import gen_speedup as predicted_speedup
 from workbench.perf.steps import batch_predicted_speedup
-from workbench.cli import app
 
 
 def test_expected_tokens_matches_leviathan():
@@ -53,37 +53,78 @@ def qwen3_pair(tmp_path_factory):
     from workbench.models.shapes import random_checkpoint
 
     root = tmp_path_factory.mktemp("qwen3")
-    target = random_checkpoint("qwen3", root / "target", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96)
+    target = random_checkpoint(
+        "qwen3", root / "target", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96
+    )
     draft = random_checkpoint("qwen3", root / "draft", seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
     return target, draft
 
 
 # eagle3's init (trained on first use): a few prompts and steps
-TINY_INIT = ["drafter.init.num_prompts=8", "drafter.init.steps=2", "drafter.init.batch_size=4", "rollout.max_new_tokens=8"]
+TINY_INIT = [
+    "drafter.init.num_prompts=8",
+    "drafter.init.steps=2",
+    "drafter.init.batch_size=4",
+    "rollout.max_new_tokens=8",
+]
 
 
 def test_wb_bench_qwen3_on_cpu_writes_results(tmp_path, qwen3_pair):
     target, draft = qwen3_pair
-    res = CliRunner().invoke(app, [
-        "bench", "micro", *TINY_INIT, "--device", "cpu", "--target", str(target), "--draft", str(draft),
-        "--batch-sizes", "1,2", "--k", "1,2", "--max-new-tokens", "6", "--repeats", "1",
-        "--model-batch", "2", "--out", str(tmp_path), "--name", "b", "--drafters", "draft_model,ngram,eagle3",
-    ])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "micro",
+            *TINY_INIT,
+            "--device",
+            "cpu",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--batch-sizes",
+            "1,2",
+            "--k",
+            "1,2",
+            "--max-new-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--model-batch",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "b",
+            "--drafters",
+            "draft_model,ngram,eagle3",
+        ],
+    )
     assert res.exit_code == 0, res.output
     r = json.loads((tmp_path / "b.json").read_text())
     assert [x["batch"] for x in r["ar"]] == [1, 2]
     for x in r["ar"]:
         assert x["ours_tok_s"] > 0 and x["hf_generate_tok_s"] > 0 and x["hf_static_tok_s"] > 0
         assert x["hf_static_setting"] == "static cache" and x["hf_errors"] == {}  # --hf-compile is off on the CPU
-        assert x["ratio"] == pytest.approx(min(x["ours_tok_s"] / x["hf_generate_tok_s"], x["ours_tok_s"] / x["hf_static_tok_s"]))
+        assert x["ratio"] == pytest.approx(
+            min(x["ours_tok_s"] / x["hf_generate_tok_s"], x["ours_tok_s"] / x["hf_static_tok_s"])
+        )
         assert x["ours_peak_mib"] is None and x["hf_generate_peak_mib"] is None and x["hf_static_peak_mib"] is None
     assert [x["k"] for x in r["assisted"]] == [1, 2]
     assert all(x["ours_spec_peak_mib"] is None and x["hf_assisted_error"] is None for x in r["assisted"])
     rows = r["model"]["rows"]
-    assert {(x["drafter"], x["k"]) for x in rows} == {(d, k) for d in ("draft_model", "ngram", "eagle3") for k in (1, 2)}
+    assert {(x["drafter"], x["k"]) for x in rows} == {
+        (d, k) for d in ("draft_model", "ngram", "eagle3") for k in (1, 2)
+    }
     assert all(x["c"] > 0 and x["spec_peak_mib"] is None for x in rows)
     meta = r["meta"]
-    assert meta["device"] == "cpu" and meta["dtype"] == "float32" and meta["target"] == str(target) and meta["draft"] == str(draft)
+    assert (
+        meta["device"] == "cpu"
+        and meta["dtype"] == "float32"
+        and meta["target"] == str(target)
+        and meta["draft"] == str(draft)
+    )
     assert meta["resident_mib"] is None and meta["hf_compile"] is False
     assert r["command"].startswith("wb bench micro") and f"--target {target}" in r["command"]
     md = (tmp_path / "b.md").read_text()
@@ -101,7 +142,9 @@ def test_bench_records_a_failing_transformers_setting_and_keeps_the_dtype(qwen3_
 
     target, draft = qwen3_pair
     monkeypatch.setattr(core, "COMPILE_SETTINGS", ({"mode": "no-such-mode"},))
-    spec = load_spec("micro", ["model.device=cpu", "model.dtype=bfloat16", f"model.target={target}", f"drafter.model={draft}"])
+    spec = load_spec(
+        "micro", ["model.device=cpu", "model.dtype=bfloat16", f"model.target={target}", f"drafter.model={draft}"]
+    )
     b = Bench(spec, BenchConfig(batch_sizes=(1,), max_new_tokens=4, repeats=1, model_batch=1, hf_compile=True))
     (row,) = b.run_ar()
     assert row["hf_static_setting"] == "static cache" and row["hf_static_tok_s"] > 0

@@ -10,15 +10,30 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
+
 from conftest import mlflow_server_with_sweep
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)"),
+]
 
-SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=1", "grpo.eval_every=0", "rollout.max_new_tokens=16",
-         "grpo.group_size=2", "--name", "ui-sweep", "--quiet"]
+SWEEP = [
+    "sweep",
+    "micro",
+    "drafter=ngram",
+    "k=2",
+    "grpo.steps=1",
+    "grpo.eval_every=0",
+    "rollout.max_new_tokens=16",
+    "grpo.group_size=2",
+    "--name",
+    "ui-sweep",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +42,22 @@ def server(tmp_path_factory):
 
 
 def chromium(url: str, tmp, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp / 'chromium-profile'}", "--window-size=1400,1800", "--virtual-time-budget=15000", *extra, url]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        "--window-size=1400,1800",
+        "--virtual-time-budget=15000",
+        *extra,
+        url,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -43,7 +71,9 @@ def test_compare_view_of_the_sweep_renders_metrics(server):
     dom = out.stdout
     if "Comparing 2 Runs" not in dom:  # debug aid: what did the page look like?
         chromium(url, tmp, f"--screenshot={tmp / 'compare.png'}")
-    assert "Comparing 2 Runs" in dom, f"compare view did not render (screenshot: {tmp / 'compare.png'}); stderr: {out.stderr[-500:]}"
+    assert "Comparing 2 Runs" in dom, (
+        f"compare view did not render (screenshot: {tmp / 'compare.png'}); stderr: {out.stderr[-500:]}"
+    )
     assert "ui-sweep: baseline (drafter=none)" in dom and dom.count("ui-sweep: ") >= 2  # both child runs' names
     # Metric names are links in the (virtualised) metrics table, which renders only its first ~14 rows, so
     # these are names that sort early. gen_autoregressive/* is logged only by the paired speculative run:

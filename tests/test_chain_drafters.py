@@ -1,13 +1,20 @@
 """mtp and eagle3 (drafters that read the target): vocabulary map, hidden-state conventions, the
 training-time-test loss, checkpoints, and exactness (greedy token for token, sampled joint law)."""
 
-
 import pytest
 import torch
 
 from drafters import DraftContext, Drafter, DrafterTarget, build_drafter
 from drafters.eagle3 import default_layer_ids, vocab_map
-from drafters.training import capture_hidden, collate, completion_loss_mask, evaluate, fit, lean_target_states, split_rows
+from drafters.training import (
+    capture_hidden,
+    collate,
+    completion_loss_mask,
+    evaluate,
+    fit,
+    lean_target_states,
+    split_rows,
+)
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
@@ -16,7 +23,6 @@ from workbench.specs import DrafterSpec
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
 KINDS = [("mtp", 1), ("mtp", 2), ("eagle3", 1)]
-
 
 
 def _make(kind, lm, counts=None, **fields):
@@ -46,7 +52,9 @@ def trained(target_lm):
     out = {}
     rows, counts = _rollout_rows(target_lm, layers=(0, 1, 2))
     for kind, d in KINDS:
-        drafter = _make(kind, target_lm, counts, num_nextn_predict_layers=d, draft_vocab_size=24 if kind == "eagle3" else None)
+        drafter = _make(
+            kind, target_lm, counts, num_nextn_predict_layers=d, draft_vocab_size=24 if kind == "eagle3" else None
+        )
         fit(drafter, rows, steps=60, lr=3e-3, batch_size=16)
         out[(kind, d)] = drafter
     return out
@@ -100,7 +108,9 @@ def test_eagle3_proposals_are_distributions_over_the_target_vocab(target_lm, tra
 
     d.propose = spy
     try:
-        RolloutEngine(target_lm, d, k=3).generate(PROMPTS, SamplingParams(max_new_tokens=6), torch.Generator().manual_seed(0))
+        RolloutEngine(target_lm, d, k=3).generate(
+            PROMPTS, SamplingParams(max_new_tokens=6), torch.Generator().manual_seed(0)
+        )
     finally:
         del d.propose
     outside = d.net.t2d < 0
@@ -133,7 +143,9 @@ def test_online_adaptation_updates_every_n_steps_from_a_bounded_buffer(target_lm
 
     rows, counts = _rollout_rows(target_lm, n=12, layers=(0, 1, 2))
     d = _make("eagle3", target_lm, counts)
-    online = OnlineAdaptation(d, DrafterOnlineSpec(enabled=True, every=2, steps=2, batch_size=4, buffer_size=20), seed=0)
+    online = OnlineAdaptation(
+        d, DrafterOnlineSpec(enabled=True, every=2, steps=2, batch_size=4, buffer_size=20), seed=0
+    )
     before = [p.detach().clone() for p in d.train_parameters()]
     assert online.update(1, collate(rows)) == {}  # not due: only buffered
     assert len(online.buffer) == 12 and all(torch.equal(a, b) for a, b in zip(before, d.train_parameters()))
@@ -156,8 +168,9 @@ def test_checkpoint_round_trip(tmp_path, trained, target_lm, kind):
     assert sv1.counters.num_accepted_tokens == sv2.counters.num_accepted_tokens
     with pytest.raises(ValueError, match="drafter.init"):
         other = "eagle3" if kind == "mtp" else "mtp"
-        build_drafter(other, DrafterSpec(kind=other), DrafterTarget(target_lm, init_path=tmp_path / kind),
-                      torch.device("cpu"))
+        build_drafter(
+            other, DrafterSpec(kind=other), DrafterTarget(target_lm, init_path=tmp_path / kind), torch.device("cpu")
+        )
 
 
 # ---------------------------------------------------------------- exactness
@@ -181,11 +194,14 @@ def test_batched_ragged_equals_one_at_a_time(target_lm, trained):
     assert batched.tokens == [eng.generate([p], greedy()).tokens[0] for p in PROMPTS]
 
 
-@pytest.mark.parametrize("kind,sp", [
-    ("mtp", SamplingParams(temperature=1.0, max_new_tokens=3)),
-    ("eagle3", SamplingParams(temperature=1.0, max_new_tokens=3)),
-    ("eagle3", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
-])
+@pytest.mark.parametrize(
+    "kind,sp",
+    [
+        ("mtp", SamplingParams(temperature=1.0, max_new_tokens=3)),
+        ("eagle3", SamplingParams(temperature=1.0, max_new_tokens=3)),
+        ("eagle3", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
+    ],
+)
 def test_sampled_speculative_rollouts_follow_target(kind, sp):
     target = LeanLM.from_hf(random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6))
     rows, counts = _rollout_rows(target, n=64, max_new=8, layers=(0, 1, 2))
@@ -228,7 +244,9 @@ class _AgainstFresh(Drafter):
         plens = ctx.lens - 1  # (B,) the sequence so far, but its last token, as the prompt
         P = int(plens.max())
         zeros = torch.zeros(B, dtype=torch.long)
-        _, hidden = self.target(ctx.tokens[:, :P], zeros, self.target.new_cache(B, t_max), hidden_layers=d.hidden_layers)
+        _, hidden = self.target(
+            ctx.tokens[:, :P], zeros, self.target.new_cache(B, t_max), hidden_layers=d.hidden_layers
+        )
         fresh.start(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling), hidden)
         gen = None
         if rng is not None:
@@ -244,8 +262,11 @@ class _AgainstFresh(Drafter):
         self.inner.select(rows, moved)
 
 
-@pytest.mark.parametrize("sp", [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],
-                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "sp",
+    [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],
+    ids=["greedy", "sampled"],
+)
 @pytest.mark.parametrize("kind,modules", [("mtp", 2), ("eagle3", 1)])
 def test_incremental_proposals_equal_a_fresh_start_at_every_step(target_lm, trained, kind, modules, sp):
     """The chain cache after many accept()s (ragged: rows accept different numbers of drafts, and

@@ -19,9 +19,11 @@ from workbench.tasks import get_task
 from workbench.tasks.loading import gsm8k_answer, load_task_data
 from workbench.tasks.math_reward import boxed_format_reward, math_accuracy_reward
 
-CHATML = ("{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nDefault<|im_end|>\n{% endif %}"
-          "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nDefault<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @pytest.fixture
@@ -45,7 +47,10 @@ def test_chat_format_renders_template_without_extra_specials(chat_tok):
     fmt = PromptFormat.resolve(chat_tok, "auto")
     assert fmt.chat
     text = fmt.text("What is 2 + 3?")
-    assert text == "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text
+        == "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert fmt.encode("What is 2 + 3?") == chat_tok.encode(text, add_special_tokens=False)  # no bos added twice
     sys_fmt = PromptFormat.resolve(chat_tok, True, system_prompt="Be brief.")
     assert sys_fmt.text("Hi").startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi")
@@ -56,7 +61,10 @@ def test_conversational_prompts_as_json_messages(chat_tok):
     assert parse_messages(json.dumps(msgs)) == msgs
     assert parse_messages("[{not json") is None and parse_messages("plain") is None
     fmt = PromptFormat.resolve(chat_tok, True, system_prompt="ignored: the messages have a system turn")
-    assert fmt.text(json.dumps(msgs)) == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        fmt.text(json.dumps(msgs))
+        == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_chat_without_template_or_bad_mode_is_refused():
@@ -69,7 +77,9 @@ def test_chat_without_template_or_bad_mode_is_refused():
 def test_stop_ids_from_tokenizer_generation_config_and_end_of_turn(chat_tok):
     fmt = PromptFormat.resolve(chat_tok, True)
     assert fmt.stop_token_ids() == (chat_tok.eos_token_id,)  # no <|im_end|> in this vocabulary
-    assert fmt.stop_token_ids(GenerationConfig(eos_token_id=[7, chat_tok.eos_token_id, 9])) == tuple(sorted({7, 9, chat_tok.eos_token_id}))
+    assert fmt.stop_token_ids(GenerationConfig(eos_token_id=[7, chat_tok.eos_token_id, 9])) == tuple(
+        sorted({7, 9, chat_tok.eos_token_id})
+    )
     sp = SamplingParams(eos_token_id=2, stop_token_ids=(9, 2, 7))
     assert sp.stop_ids == (2, 9, 7)
 
@@ -100,7 +110,9 @@ def _self_drafter(lm):
     from workbench.specs import load_spec
 
     spec = load_spec(None, ["drafter.kind=ngram"])
-    return build_drafter("ngram", spec.drafter, target=DrafterTarget(lm, shared_tokenizer()), device=torch.device("cpu"))
+    return build_drafter(
+        "ngram", spec.drafter, target=DrafterTarget(lm, shared_tokenizer()), device=torch.device("cpu")
+    )
 
 
 def test_vllm_sampling_kwargs_carry_every_stop_id():
@@ -126,39 +138,42 @@ def test_math_word_items_are_consistent_and_deterministic():
         math_word.generate(3, 0, min_ops=0)
 
 
-@pytest.mark.parametrize("text,gold,want", [
-    ("so 7 + 5 = 12. The answer is \\boxed{12}.", "12", 1.0),
-    ("\\boxed{12.0}", "12", 1.0),
-    ("$\\boxed{\\frac{24}{2}}$", "12", 1.0),
-    ("\\boxed{13}", "12", 0.0),
-    ("7 + 5 = 12", "12", 0.0),  # a number in the reasoning is not an answer: only boxed answers count
-    ("The answer is \\boxed{}.", "12", 0.0),
-    ("So Mia has 12 apples. The final answer is 12.", "12", 1.0),  # an anchored plain answer counts
-    ("Answer: 13", "12", 0.0),
-    ("\\boxed{1234}", "1,234", 1.0),
-    ("\\boxed{x}", "not math {", 0.0),  # an unparsable gold answer scores 0, never raises
-    ("Answer: **12**", "12", 1.0),
-    ("The answer is:\n\n12 apples", "12", 1.0),
-    ("first \\boxed{3}, then \\boxed{12}", "12", 1.0),  # the last boxed answer is the final one
-    ("first \\boxed{3}, then \\boxed{12}", "3", 0.0),
-    # reward hacks the anchors must not admit: words that merely contain "answer", and bare numbers
-    ("I answered 3", "3", 0.0),
-    ("answers: 3, 12", "3", 0.0),
-    ("answers: 3, 12", "12", 0.0),
-    ("The answerer is 12", "12", 0.0),
-    ("so she has 12", "12", 0.0),
-    ("12", "12", 0.0),
-    # the prompt's own arithmetic copied into the answer is not an answer (math-verify would evaluate it)
-    ("\\boxed{4 + 7}", "11", 0.0),
-    ("The answer is 4 + 7.", "11", 0.0),
-    ("\\boxed{3 \\times 5}", "15", 0.0),
-    ("\\boxed{4 + 7 = 11}", "11", 1.0),  # a worked line: its result counts
-    ("The answer is 4 + 7 = 11.", "11", 1.0),
-    ("\\boxed{-103}", "-103", 1.0),  # a leading minus is a number
-    # an empty box is no answer: nothing after it is read
-    ("\\boxed{} so 4 + 7 is 11", "11", 0.0),
-    ("\\boxed{} ... 11", "11", 0.0),
-])
+@pytest.mark.parametrize(
+    "text,gold,want",
+    [
+        ("so 7 + 5 = 12. The answer is \\boxed{12}.", "12", 1.0),
+        ("\\boxed{12.0}", "12", 1.0),
+        ("$\\boxed{\\frac{24}{2}}$", "12", 1.0),
+        ("\\boxed{13}", "12", 0.0),
+        ("7 + 5 = 12", "12", 0.0),  # a number in the reasoning is not an answer: only boxed answers count
+        ("The answer is \\boxed{}.", "12", 0.0),
+        ("So Mia has 12 apples. The final answer is 12.", "12", 1.0),  # an anchored plain answer counts
+        ("Answer: 13", "12", 0.0),
+        ("\\boxed{1234}", "1,234", 1.0),
+        ("\\boxed{x}", "not math {", 0.0),  # an unparsable gold answer scores 0, never raises
+        ("Answer: **12**", "12", 1.0),
+        ("The answer is:\n\n12 apples", "12", 1.0),
+        ("first \\boxed{3}, then \\boxed{12}", "12", 1.0),  # the last boxed answer is the final one
+        ("first \\boxed{3}, then \\boxed{12}", "3", 0.0),
+        # reward hacks the anchors must not admit: words that merely contain "answer", and bare numbers
+        ("I answered 3", "3", 0.0),
+        ("answers: 3, 12", "3", 0.0),
+        ("answers: 3, 12", "12", 0.0),
+        ("The answerer is 12", "12", 0.0),
+        ("so she has 12", "12", 0.0),
+        ("12", "12", 0.0),
+        # the prompt's own arithmetic copied into the answer is not an answer (math-verify would evaluate it)
+        ("\\boxed{4 + 7}", "11", 0.0),
+        ("The answer is 4 + 7.", "11", 0.0),
+        ("\\boxed{3 \\times 5}", "15", 0.0),
+        ("\\boxed{4 + 7 = 11}", "11", 1.0),  # a worked line: its result counts
+        ("The answer is 4 + 7 = 11.", "11", 1.0),
+        ("\\boxed{-103}", "-103", 1.0),  # a leading minus is a number
+        # an empty box is no answer: nothing after it is read
+        ("\\boxed{} so 4 + 7 is 11", "11", 0.0),
+        ("\\boxed{} ... 11", "11", 0.0),
+    ],
+)
 def test_math_accuracy_reward(text, gold, want):
     assert math_accuracy_reward(text, gold) == want
 
@@ -182,12 +197,21 @@ def test_math_accuracy_reward_refuses_off_the_main_thread():
     assert math_accuracy_reward("\\boxed{12}", "12") == 1.0  # in the main thread it scores
 
 
-@pytest.mark.parametrize("completion, expected", [
-    ("\\boxed{12}", 1.0), ("\\boxed{\\frac{1}{2}}", 1.0), ("\\boxed{\\pi}", 1.0), ("\\boxed{ 7 apples }", 1.0),
-    ("\\boxed{N}", 0.0), ("\\boxed{ answer }", 0.0), ("\\boxed{}", 0.0), ("\\boxed{12", 0.0),
-    ("\\boxed{12} then \\boxed{N}", 0.0),  # the last box is the answer, as for the accuracy
-    ("\\boxed{N} so \\boxed{5}", 1.0),
-])
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("\\boxed{12}", 1.0),
+        ("\\boxed{\\frac{1}{2}}", 1.0),
+        ("\\boxed{\\pi}", 1.0),
+        ("\\boxed{ 7 apples }", 1.0),
+        ("\\boxed{N}", 0.0),
+        ("\\boxed{ answer }", 0.0),
+        ("\\boxed{}", 0.0),
+        ("\\boxed{12", 0.0),
+        ("\\boxed{12} then \\boxed{N}", 0.0),  # the last box is the answer, as for the accuracy
+        ("\\boxed{N} so \\boxed{5}", 1.0),
+    ],
+)
 def test_format_reward_wants_a_value_not_the_instructions_placeholder(completion, expected):
     """The smollm2-learn system prompt says "write the final answer as \\boxed{N}": a run learned to
     write that literally for the format reward; a box holding a bare word scores 0."""
@@ -195,7 +219,11 @@ def test_format_reward_wants_a_value_not_the_instructions_placeholder(completion
 
 
 def test_format_reward_and_scores():
-    assert boxed_format_reward("\\boxed{3}") == 1.0 and boxed_format_reward("\\boxed{}") == 0.0 and boxed_format_reward("3") == 0.0
+    assert (
+        boxed_format_reward("\\boxed{3}") == 1.0
+        and boxed_format_reward("\\boxed{}") == 0.0
+        and boxed_format_reward("3") == 0.0
+    )
     task = get_task("math_word")
     s = score(task, ["\\boxed{3}", "\\boxed{4}", "3"], ["3", "3", "3"], format_weight=0.5)
     assert s.accuracy == [1.0, 0.0, 0.0] and s.format == [1.0, 1.0, 0.0] and s.total == [1.5, 0.5, 0.0]
@@ -231,14 +259,20 @@ def test_dapo_layout_with_conversational_prompts(tmp_path):
     import datasets
 
     msgs = [[{"role": "user", "content": f"Solve {i}. \\boxed{{}}"}] for i in range(3)]
-    datasets.Dataset.from_dict({"prompt": msgs, "solution": ["1", "2", "3"], "data_source": ["x"] * 3}).to_parquet(str(tmp_path / "d.parquet"))
+    datasets.Dataset.from_dict({"prompt": msgs, "solution": ["1", "2", "3"], "data_source": ["x"] * 3}).to_parquet(
+        str(tmp_path / "d.parquet")
+    )
     ds = load_task_data("math_word", "eval", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path)
     assert ds["answer"] == ["2", "3"]
     assert parse_messages(ds["prompt"][0]) == msgs[1]
     with pytest.raises(ValueError, match=r"task\.dataset_format.*'question'"):
-        load_task_data("math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="gsm8k")
+        load_task_data(
+            "math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="gsm8k"
+        )
     with pytest.raises(ValueError, match=r"task\.dataset_format.*allowed"):
-        load_task_data("math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="alpaca")
+        load_task_data(
+            "math_word", "train", 2, 0, path=str(tmp_path / "d.parquet"), cache_dir=tmp_path, dataset_format="alpaca"
+        )
 
 
 def test_pretrained_preset_without_its_package_names_the_install_command(monkeypatch):
@@ -257,17 +291,22 @@ def test_format_reward_on_a_task_without_one_is_refused_by_the_spec():
 
     with pytest.raises(ValueError, match=r"format_reward: task 'arith_chain' has no format reward.*math_word"):
         ExperimentSpec.model_validate({"task": {"name": "arith_chain", "format_reward": 0.2}})
-    assert ExperimentSpec.model_validate({"task": {"name": "math_word", "format_reward": 0.2}}).task.format_reward == 0.2
+    assert (
+        ExperimentSpec.model_validate({"task": {"name": "math_word", "format_reward": 0.2}}).task.format_reward == 0.2
+    )
 
 
-@pytest.mark.parametrize("text,gold,want", [
-    ("so 4 + 7 = 11", "11", 1.0),  # no box, no anchor: still right by the last number
-    ("11, or maybe 12", "11", 0.0),
-    ("The total is 1,234.", "1234", 1.0),
-    ("-5", "-5", 1.0),
-    ("no number at all", "3", 0.0),
-    ("3", "not a number", 0.0),
-])
+@pytest.mark.parametrize(
+    "text,gold,want",
+    [
+        ("so 4 + 7 = 11", "11", 1.0),  # no box, no anchor: still right by the last number
+        ("11, or maybe 12", "11", 0.0),
+        ("The total is 1,234.", "1234", 1.0),
+        ("-5", "-5", 1.0),
+        ("no number at all", "3", 0.0),
+        ("3", "not a number", 0.0),
+    ],
+)
 def test_last_number_is_the_anchor_free_check(text, gold, want):
     from workbench.tasks.math_reward import last_number_reward
 

@@ -10,10 +10,28 @@ from workbench.specs import load_spec
 runner = CliRunner()
 
 STEP_METRICS = [
-    "timing_s/data", "timing_s/prepare", "timing_s/gen", "timing_s/logprob", "timing_s/train", "timing_s/step",
-    "timing_s/other", "timing_frac/gen", "gen/tokens_per_s", "reward/mean", "reward/std", "frac_reward_zero_std",
-    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio", "loss/policy", "kl", "grad_norm", "eval/accuracy",
-    "gen/logprob_abs_diff", "gen/logprob_truncation_abs_diff",
+    "timing_s/data",
+    "timing_s/prepare",
+    "timing_s/gen",
+    "timing_s/logprob",
+    "timing_s/train",
+    "timing_s/step",
+    "timing_s/other",
+    "timing_frac/gen",
+    "gen/tokens_per_s",
+    "reward/mean",
+    "reward/std",
+    "frac_reward_zero_std",
+    "completions/mean_length",
+    "completions/min_length",
+    "completions/max_length",
+    "completions/clipped_ratio",
+    "loss/policy",
+    "kl",
+    "grad_norm",
+    "eval/accuracy",
+    "gen/logprob_abs_diff",
+    "gen/logprob_truncation_abs_diff",
 ]
 SPEC_METRICS = ["spec/acceptance_length", "spec/acceptance_rate", "spec/acceptance_rate_pos_0", "spec/num_drafts"]
 

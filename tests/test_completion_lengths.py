@@ -7,14 +7,25 @@ import numpy as np
 import pytest
 
 from workbench.grpo.completions import FORMAT, completion_metrics, lengths_record
-from workbench.perf.simulate.lengths import (MeasuredLengths, NoLengthsLogged, grouped_lognormal, icc_log, parse_record,
-                                        read_run_lengths)
+from workbench.perf.simulate.lengths import (
+    MeasuredLengths,
+    NoLengthsLogged,
+    grouped_lognormal,
+    icc_log,
+    parse_record,
+    read_run_lengths,
+)
 
 
 def test_completion_metrics_by_hand():
     m = completion_metrics([3, 5, 10], ["stop", "stop", "length"])
-    assert m == {"completions/mean_length": 6.0, "completions/min_length": 3.0, "completions/max_length": 10.0,
-                 "completions/clipped_ratio": pytest.approx(1 / 3), "completions/frac_stop": pytest.approx(2 / 3)}
+    assert m == {
+        "completions/mean_length": 6.0,
+        "completions/min_length": 3.0,
+        "completions/max_length": 10.0,
+        "completions/clipped_ratio": pytest.approx(1 / 3),
+        "completions/frac_stop": pytest.approx(2 / 3),
+    }
     with pytest.raises(ValueError, match="one finish reason per completion"):
         completion_metrics([3, 5], ["stop"])
 
@@ -84,7 +95,14 @@ def test_resample_to_another_group_size_keeps_levels_and_spreads_rows():
     levels = np.log([math.sqrt(200), math.sqrt(30000), math.sqrt(2750)])  # the measured groups' geometric means
     off = np.abs(np.log(x).mean(axis=1)[:, None] - levels[None, :]).min(axis=1)
     assert np.median(off) < 0.15  # each prompt sits near one measured group's level
-    assert (x.std(axis=1) > 0).mean() > 0.95 and not set(x.ravel()) <= {10, 20, 100, 300, 50, 55}  # rows spread past the measured
+    assert (x.std(axis=1) > 0).mean() > 0.95 and not set(x.ravel()) <= {
+        10,
+        20,
+        100,
+        300,
+        50,
+        55,
+    }  # rows spread past the measured
     assert 0.5 < icc_log(x) < 0.99
 
 
@@ -101,7 +119,11 @@ def test_read_run_lengths_and_its_refusals(store):
     store.log_text(bad, "{not json", "completions/lengths/step_00001.json")
     uri = store.tracking_uri
     m = read_run_lengths([a], uri)
-    assert m.group_size == 2 and m.max_new_tokens == 16 and [s.tolist() for s in m.steps] == [[4, 4, 10, 10], [6, 6, 16, 16]]
+    assert (
+        m.group_size == 2
+        and m.max_new_tokens == 16
+        and [s.tolist() for s in m.steps] == [[4, 4, 10, 10], [6, 6, 16, 16]]
+    )
     with pytest.raises(NoLengthsLogged, match=f"run {none} logged no completion lengths.*re-run"):
         read_run_lengths([a, none], uri)
     with pytest.raises(ValueError, match="group_size 4, max_new_tokens 16; earlier records 2, 16"):
@@ -110,7 +132,10 @@ def test_read_run_lengths_and_its_refusals(store):
     store.log_dict(c, lengths_record([5, 5], 2, 32), "completions/lengths/step_00001.json")
     with pytest.raises(ValueError, match="max_new_tokens 32; earlier records 2, 16"):
         read_run_lengths([a, c], uri)
-    assert read_run_lengths([a], uri).origins == [f"run {a}, completions/lengths/step_00001.json", f"run {a}, completions/lengths/step_00002.json"]
+    assert read_run_lengths([a], uri).origins == [
+        f"run {a}, completions/lengths/step_00001.json",
+        f"run {a}, completions/lengths/step_00002.json",
+    ]
     with pytest.raises(ValueError, match=f"run {bad}, completions/lengths/step_00001.json: unreadable"):
         read_run_lengths([bad], uri)
 
@@ -123,9 +148,17 @@ def test_scenario_takes_a_runs_lengths(store):
     exp = store.create_experiment("lengths-scenario")
     rid = store.create_run(exp).info.run_id
     _log_lengths(store, rid, [(2, [40, 40, 100, 100])])
-    _, sc = load_scenario("qwen3-8b-gb200", ["workload.response.kind=run", f"workload.response.run={rid}",
-                                           f"workload.response.tracking_uri={store.tracking_uri}", "workload.response.scale_mean=1400",
-                                           "workload.group_size=2", "workload.prompts=64"])
+    _, sc = load_scenario(
+        "qwen3-8b-gb200",
+        [
+            "workload.response.kind=run",
+            f"workload.response.run={rid}",
+            f"workload.response.tracking_uri={store.tracking_uri}",
+            "workload.response.scale_mean=1400",
+            "workload.group_size=2",
+            "workload.prompts=64",
+        ],
+    )
     x = response_lengths(sc).reshape(64, 2)
     assert (x[:, 0] == x[:, 1]).all() and set(x[:, 0]) == {800, 2000}  # 40, 100 x 1400 / 70
     with pytest.raises(Exception, match="kind: run needs workload.response.run"):
@@ -134,13 +167,18 @@ def test_scenario_takes_a_runs_lengths(store):
 
 def test_scenario_takes_a_sweeps_lengths_by_name(store):
     """workload.response.run may name a sweep: its FINISHED runs' lengths, pooled."""
-    from test_runs import log_run
     from workbench.perf.simulate.rollout import run_lengths
+
+    from test_runs import log_run
 
     exp = store.create_experiment("lengths-sweep")
     parent = log_run(store, exp, "lensweep", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "parent"})
-    a = log_run(store, exp, "lensweep: a", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent)
-    b = log_run(store, exp, "lensweep: b", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent)
+    a = log_run(
+        store, exp, "lensweep: a", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent
+    )
+    b = log_run(
+        store, exp, "lensweep: b", tags={"workbench.sweep": "lensweep", "workbench.sweep.role": "point"}, parent=parent
+    )
     _log_lengths(store, a, [(2, [40, 40, 100, 100])])
     _log_lengths(store, b, [(2, [7, 7, 9, 9]), (2, [5, 5, 3, 3])])
     m = run_lengths(("lensweep",), store.tracking_uri)
@@ -156,7 +194,12 @@ def test_run_logs_lengths_for_each_step(store):
 
     res = run_experiment(load_spec("micro", ["grpo.steps=2"]), progress=False)
     run = store.get_run(res.run_id)
-    for key in ("completions/min_length", "completions/max_length", "completions/clipped_ratio", "completions/mean_length"):
+    for key in (
+        "completions/min_length",
+        "completions/max_length",
+        "completions/clipped_ratio",
+        "completions/mean_length",
+    ):
         assert key in run.data.metrics, key
     m = read_run_lengths([res.run_id], store.tracking_uri)
     spec = load_spec("micro")
@@ -177,11 +220,26 @@ def test_cli_simulate_takes_a_runs_lengths_and_refuses_a_run_without(store):
     rid, empty = (store.create_run(exp).info.run_id for _ in range(2))
     _log_lengths(store, rid, [(2, [40, 40, 100, 100]), (2, [60, 60, 10, 10])])
     runner = CliRunner()
-    ok = runner.invoke(app, ["simulate", "qwen3-8b-gb200", "workload.response.kind=run", f"workload.response.run={rid}",
-                             "workload.response.scale_mean=3000", "--no-track"], terminal_width=200)
+    ok = runner.invoke(
+        app,
+        [
+            "simulate",
+            "qwen3-8b-gb200",
+            "workload.response.kind=run",
+            f"workload.response.run={rid}",
+            "workload.response.scale_mean=3000",
+            "--no-track",
+        ],
+        terminal_width=200,
+    )
     assert ok.exit_code == 0, ok.output
     text = " ".join(ok.output.split())  # the console wraps long lines
-    assert f"response lengths: {rid} (1 run): 2 steps x 4 rows, mean 52.5 tokens" in text and "scaled to mean 3000" in text
-    bad = runner.invoke(app, ["simulate", "qwen3-8b-gb200", "workload.response.kind=run", f"workload.response.run={empty}", "--no-track"],
-                        terminal_width=200)
+    assert (
+        f"response lengths: {rid} (1 run): 2 steps x 4 rows, mean 52.5 tokens" in text and "scaled to mean 3000" in text
+    )
+    bad = runner.invoke(
+        app,
+        ["simulate", "qwen3-8b-gb200", "workload.response.kind=run", f"workload.response.run={empty}", "--no-track"],
+        terminal_width=200,
+    )
     assert bad.exit_code == 2 and "logged no completion lengths" in bad.output

@@ -73,13 +73,15 @@ def test_engine_runs_the_slot_schedule():
     prompts = [[1, 3, 4], [1, 5], [1], [1, 2, 6, 7], [1, 4, 4]] * 3  # 15 rollouts, 4 slots
     sp = SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)  # 8 ids: EOS comes early and late
     for continuous in (True, False):
-        out = RolloutEngine(target, max_batch_size=4, continuous=continuous).generate(prompts, sp, torch.Generator().manual_seed(3))
+        out = RolloutEngine(target, max_batch_size=4, continuous=continuous).generate(
+            prompts, sp, torch.Generator().manual_seed(3)
+        )
         lengths = [len(t) for t in out.tokens]
         assert len(set(lengths)) > 3  # EOS spreads the lengths, or the test says nothing
         assert out.counters.rows_per_forward == ar_rows_per_forward(lengths, 4, continuous)
 
 
-def _drafter(kind, target_hf, trained):
+def _drafter(kind, target_hf, trained):  # noqa: F811 (the argument: the value of the imported fixture)
     if kind == "draft_model":
         return DraftModelDrafter(perturbed_draft(target_hf, 0.5))
     if kind == "ngram":
@@ -124,9 +126,19 @@ def test_self_drafting_accepts_as_one_batch_with_rows_joining(target_lm, eos):
     row's EOS or budget, the same ones as in one batch, unless a joined row's draft cache holds
     another prompt or misses tokens."""
     prompts = [PROMPTS[3]] * 3 + PROMPTS * 2 + [[1, 9]]
-    one = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3).generate(prompts, greedy(max_new=30, eos=eos)).counters
-    c = RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3, max_batch_size=3).generate(prompts, greedy(max_new=30, eos=eos)).counters
-    assert c.num_accepted_tokens_per_pos == one.num_accepted_tokens_per_pos and c.num_draft_tokens == one.num_draft_tokens
+    one = (
+        RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3)
+        .generate(prompts, greedy(max_new=30, eos=eos))
+        .counters
+    )
+    c = (
+        RolloutEngine(target_lm, DraftModelDrafter(target_lm), k=3, max_batch_size=3)
+        .generate(prompts, greedy(max_new=30, eos=eos))
+        .counters
+    )
+    assert (
+        c.num_accepted_tokens_per_pos == one.num_accepted_tokens_per_pos and c.num_draft_tokens == one.num_draft_tokens
+    )
     assert c.num_accepted_tokens >= 0.8 * c.num_draft_tokens
 
 
@@ -135,7 +147,9 @@ def test_greedy_continuous_with_retire_buckets(target_lm, draft_lm):
     bucket size, and the tokens are one batch's."""
     prompts = PROMPTS * 3
     one = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2).generate(prompts, greedy(max_new=30))
-    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=4, retire_buckets=(1, 2, 4)).generate(prompts, greedy(max_new=30))
+    out = RolloutEngine(
+        target_lm, DraftModelDrafter(draft_lm), k=2, max_batch_size=4, retire_buckets=(1, 2, 4)
+    ).generate(prompts, greedy(max_new=30))
     assert out.tokens == one.tokens
     assert set(out.counters.rows_per_forward) <= {1, 2, 4}
 
@@ -154,14 +168,20 @@ def test_sampled_continuous_rollouts_follow_target(kind):
         from drafters.training import fit
 
         fit(d, rows, steps=30, lr=3e-3, batch_size=16)
-    out = assert_rollouts_follow_target(target, d, [1, 3, 4, 3, 4], SamplingParams(temperature=1.0, max_new_tokens=3),
-                                        max_batch_size=4096, k_policy=CountingK(2))
+    out = assert_rollouts_follow_target(
+        target,
+        d,
+        [1, 3, 4, 3, 4],
+        SamplingParams(temperature=1.0, max_new_tokens=3),
+        max_batch_size=4096,
+        k_policy=CountingK(2),
+    )
     assert max(out.counters.rows_per_forward) == 4096 and len(set(out.counters.k_per_step)) == 3
 
 
 def test_spec_field_and_vllm_refusal():
-    from workbench.specs import load_spec
     from workbench.rollout.vllm.config import check_vllm_spec
+    from workbench.specs import load_spec
 
     assert load_spec("micro", []).rollout.continuous_batching is True
     spec = load_spec("micro", ["rollout.backend=vllm", "rollout.continuous_batching=false"])
@@ -187,7 +207,9 @@ def test_a_group_admitted_row_by_row_is_prefilled_once(target_lm, trained, kind)
     target_lm.forward = counting
     try:
         sp = SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)
-        out = RolloutEngine(target_lm, drafter, k=2, max_batch_size=3).generate(prompts, sp, torch.Generator().manual_seed(0))
+        out = RolloutEngine(target_lm, drafter, k=2, max_batch_size=3).generate(
+            prompts, sp, torch.Generator().manual_seed(0)
+        )
         assert sum(calls) == 3  # one computed prefill per distinct prompt, however many admissions
         assert len(calls) > 1  # (rows did join later)
         calls.clear()

@@ -17,8 +17,15 @@ from workbench.grpo.distributed import check_distributed_spec, deepspeed_config,
 from workbench.specs import load_spec
 
 # token_mean over uneven completions, micro-batches of 3 (4 rows per rank: 3 + 1), a KL-free step
-OVERRIDES = ["grpo.micro_batch_size=3", "grpo.eval_every=0", "measure.modeled=false", "tracking.enabled=false",
-             "drafter.kind=none", "grpo.lr=1e-2", "grpo.max_grad_norm=1e9"]
+OVERRIDES = [
+    "grpo.micro_batch_size=3",
+    "grpo.eval_every=0",
+    "measure.modeled=false",
+    "tracking.enabled=false",
+    "drafter.kind=none",
+    "grpo.lr=1e-2",
+    "grpo.max_grad_norm=1e9",
+]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,26 +50,39 @@ def test_each_rank_owns_a_contiguous_equal_share_of_the_groups():
 
 
 def test_step_metrics_take_the_slowest_rank_and_the_spread_of_gen():
-    m = reduce_step_metrics([{"timing_s/gen": 1.0, "timing_s/step": 2.0, "timing_frac/gen": 0.5, "speedup/gen_modeled": 1.2},
-                             {"timing_s/gen": 3.0, "timing_s/step": 4.0, "timing_frac/gen": 0.75, "speedup/gen_modeled": 1.4}])
+    m = reduce_step_metrics(
+        [
+            {"timing_s/gen": 1.0, "timing_s/step": 2.0, "timing_frac/gen": 0.5, "speedup/gen_modeled": 1.2},
+            {"timing_s/gen": 3.0, "timing_s/step": 4.0, "timing_frac/gen": 0.75, "speedup/gen_modeled": 1.4},
+        ]
+    )
     assert m["timing_s/gen"] == 3.0 and m["timing_s/step"] == 4.0
     assert (m["timing_s/gen_max"], m["timing_s/gen_min"]) == (3.0, 1.0)
     assert m["timing_frac/gen"] == pytest.approx(0.75) and m["speedup/gen_modeled"] == pytest.approx(1.3)
 
 
 def test_deepspeed_config_is_one_optimiser_step_per_grpo_step():
-    spec = load_spec("micro", ["grpo.backend=deepspeed", "grpo.micro_batch_size=3", "grpo.zero_stage=3", "model.dtype=bfloat16"])
+    spec = load_spec(
+        "micro", ["grpo.backend=deepspeed", "grpo.micro_batch_size=3", "grpo.zero_stage=3", "model.dtype=bfloat16"]
+    )
     cfg = deepspeed_config(spec, n_local=4, world_size=2)
-    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (3, 2, 12)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (
+        3,
+        2,
+        12,
+    )
     assert cfg["zero_optimization"]["stage"] == 3 and cfg["bf16"] == {"enabled": True}
     assert cfg["gradient_clipping"] == spec.grpo.max_grad_norm and cfg["optimizer"]["params"]["lr"] == spec.grpo.lr
 
 
-@pytest.mark.parametrize("overrides,world,needle", [
-    (["grpo.backend=single"], 2, "grpo.backend=deepspeed"),
-    (["grpo.backend=deepspeed", "grpo.prompts_per_step=3"], 2, "multiple of 2"),
-    (["grpo.backend=deepspeed", "grpo.async.enabled=true"], 2, "grpo.async.enabled=false"),
-])
+@pytest.mark.parametrize(
+    "overrides,world,needle",
+    [
+        (["grpo.backend=single"], 2, "grpo.backend=deepspeed"),
+        (["grpo.backend=deepspeed", "grpo.prompts_per_step=3"], 2, "multiple of 2"),
+        (["grpo.backend=deepspeed", "grpo.async.enabled=true"], 2, "grpo.async.enabled=false"),
+    ],
+)
 def test_what_ranks_cannot_run_is_refused_naming_the_field(overrides, world, needle):
     with pytest.raises(ValueError) as e:
         check_distributed_spec(load_spec("micro", overrides), world)
@@ -77,8 +97,14 @@ def test_zero_stage_out_of_range_names_the_field():
 
 def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.distributed
@@ -134,10 +160,27 @@ def test_wb_run_nproc_2_finishes_as_one_mlflow_run(tmp_path):
     import mlflow
 
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "run", "micro", "--nproc", "2", "--quiet",
-                        "grpo.backend=deepspeed", "grpo.zero_stage=3", "drafter.kind=ngram", f"tracking.tracking_uri={db}"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "run",
+            "micro",
+            "--nproc",
+            "2",
+            "--quiet",
+            "grpo.backend=deepspeed",
+            "grpo.zero_stage=3",
+            "drafter.kind=ngram",
+            f"tracking.tracking_uri={db}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     client = mlflow.MlflowClient(db)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -24,8 +24,9 @@ def _repo_text_files() -> list[Path]:
     """The repository's md/py/yaml/toml files: git's tracked and untracked-but-not-ignored ones where
     git is available (what a clone holds), else a walk of the tree without build outputs."""
     try:
-        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split("\n")
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split("\n")
         files = [ROOT / f for f in out if f]
     except (OSError, subprocess.CalledProcessError):
         files = [p for p in ROOT.rglob("*") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)]
@@ -51,12 +52,16 @@ def test_nothing_cites_a_file_outside_the_repository():
                 bad.append(f"{rel}: '{needle}' ({why})")
         for m in UPPER_DESIGN.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            bad.append(f"{rel}:{line}: cites DESIGN" ".md; the design document is docs/design.md (cite 'docs/design.md §N')")
+            bad.append(
+                f"{rel}:{line}: cites DESIGN.md; the design document is docs/design.md (cite 'docs/design.md §N')"
+            )
     assert not bad, "\n".join(bad)
 
 
 def test_design_citations_name_sections_that_exist():
-    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", (ROOT / "docs" / "design.md").read_text(encoding="utf-8"), re.M)}
+    sections = {
+        int(n) for n in re.findall(r"^## (\d+)\. ", (ROOT / "docs" / "design.md").read_text(encoding="utf-8"), re.M)
+    }
     assert sections == set(range(1, 14)), f"docs/design.md keeps sections §1..§13 (cited by number): {sorted(sections)}"
     bad = []
     for path in _repo_text_files():
@@ -75,8 +80,9 @@ def test_readme_is_an_overview_whose_links_resolve():
     # The first lines are the install + main job and the test command, as CI runs them.
     assert 'pip install torch==2.13.0 && pip install -e ".[test]" && wb run' in lines[3]
     assert lines[4].startswith("python -m pytest -q")
-    missing = [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
-               if "://" not in t and not (ROOT / t).exists()]
+    missing = [
+        t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in t and not (ROOT / t).exists()
+    ]
     assert not missing, f"README links to files the repository does not have: {missing}"
 
 
@@ -118,17 +124,46 @@ def test_spec_reference_lists_every_field_with_its_default():
     assert "| `rollout.vllm.max_num_seqs` | int \\| null | `null` |" in md
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
-                    reason="mkdocs/mkdocstrings not installed (pip install -e '.[docs]'); the site build is not checked")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+    reason="mkdocs/mkdocstrings not installed (pip install -e '.[docs]'); the site build is not checked",
+)
 def test_site_builds_strict(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "NO_MKDOCS_2_WARNING": "1"}
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(tmp_path / "site")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "NO_MKDOCS_2_WARNING": "1",
+    }
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     site = tmp_path / "site"
-    for page in ("index.html", "design/index.html", "reference/cli/index.html", "reference/spec/index.html",
-                 "results/index.html", "changelog/index.html", "api/stats/index.html"):
+    for page in (
+        "index.html",
+        "design/index.html",
+        "reference/cli/index.html",
+        "reference/spec/index.html",
+        "results/index.html",
+        "changelog/index.html",
+        "api/stats/index.html",
+    ):
         assert (site / page).is_file(), f"{page} not built"
     # mkdocstrings rendered the API from the docstrings (not an empty page)
     assert "rejection_sample" in (site / "api" / "rejection" / "index.html").read_text(encoding="utf-8")

@@ -37,10 +37,13 @@ def test_drafter_init_builds_once_and_is_cached(store, kind):
     assert other.exit_code == 0 and _checkpoint_from(other.output) != folder
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["drafter.kind=ngram"], "drafter.init.data"),
-    (["drafter.kind=mtp", "drafter.init.data=/no/such/file.jsonl"], "drafter.init.data"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["drafter.kind=ngram"], "drafter.init.data"),
+        (["drafter.kind=mtp", "drafter.init.data=/no/such/file.jsonl"], "drafter.init.data"),
+    ],
+)
 def test_drafter_init_bad_input_is_a_clear_error(store, args, needle):
     res = runner.invoke(app, ["drafter", "init", "micro", *args, *FAST])
     assert res.exit_code == 2 and needle in res.output
@@ -60,16 +63,36 @@ def test_online_on_a_drafter_without_weights_is_a_clear_error(store):
 
 @pytest.mark.parametrize("kind", ["eagle3", "mtp", "draft_model"])
 def test_wb_run_with_init_and_online_logs_drafter_metrics(store, kind):
-    res = runner.invoke(app, ["run", "micro", f"drafter.kind={kind}", "drafter.init.data=in_domain",
-                              "drafter.online.enabled=true", "drafter.online.steps=2", *FAST, "--quiet"])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "micro",
+            f"drafter.kind={kind}",
+            "drafter.init.data=in_domain",
+            "drafter.online.enabled=true",
+            "drafter.online.steps=2",
+            *FAST,
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     run = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])[0]
     assert run.info.status == "FINISHED"
     m = run.data.metrics
-    for key in ("draft/loss", "draft/top1_agreement", "timing_s/draft_train", "spec/acceptance_length", "draft_init/top1_agreement"):
+    for key in (
+        "draft/loss",
+        "draft/top1_agreement",
+        "timing_s/draft_train",
+        "spec/acceptance_length",
+        "draft_init/top1_agreement",
+    ):
         assert key in m, key
     assert [x.step for x in store.get_metric_history(run.info.run_id, "draft/loss")] == [1, 2]
-    assert run.data.params["drafter.online.enabled"] == "True" and run.data.params["drafter.init.resolved_data"] == "in_domain"
+    assert (
+        run.data.params["drafter.online.enabled"] == "True"
+        and run.data.params["drafter.init.resolved_data"] == "in_domain"
+    )
     arts = {a.path for a in store.list_artifacts(run.info.run_id, "drafter")}
     assert "drafter/init_info.json" in arts
     assert arts & {"drafter/model.safetensors", "drafter/drafter_config.json", "drafter/config.json"}
@@ -81,9 +104,20 @@ def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, 
     from workbench.grpo.online import OnlineAdaptation
 
     # micro's rewards are all 0, a batch without signal (no backward at all): advantages +-1, so the policy gets gradients
-    monkeypatch.setattr(trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2))
-    spec = load_spec("micro", [f"drafter.kind={kind}", "drafter.init.data=none", "drafter.online.enabled=true",
-                               "drafter.online.steps=3", "grpo.eval_every=0", "tracking.enabled=false"])
+    monkeypatch.setattr(
+        trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2)
+    )
+    spec = load_spec(
+        "micro",
+        [
+            f"drafter.kind={kind}",
+            "drafter.init.data=none",
+            "drafter.online.enabled=true",
+            "drafter.online.steps=3",
+            "grpo.eval_every=0",
+            "tracking.enabled=false",
+        ],
+    )
     tr = trainer_mod.GRPOTrainer(spec, progress=False)
     seen = {}
     real_update = OnlineAdaptation.update
@@ -136,7 +170,10 @@ def test_init_seed_shares_one_drafter_across_run_seeds():
     assert f("seed=1") != f("seed=0")  # null: one drafter per run seed, as before
     assert f("seed=1", "drafter.init.seed=0") == f("seed=0") == f("seed=0", "drafter.init.seed=0")
     assert f("seed=3", "drafter.init.seed=7") == f("seed=7")
-    assert init_seed(load_spec("micro", ["seed=5"])) == 5 and init_seed(load_spec("micro", ["seed=5", "drafter.init.seed=2"])) == 2
+    assert (
+        init_seed(load_spec("micro", ["seed=5"])) == 5
+        and init_seed(load_spec("micro", ["seed=5", "drafter.init.seed=2"])) == 2
+    )
 
 
 def test_draft_model_from_the_targets_first_layers(store):
@@ -157,8 +194,12 @@ def test_draft_model_from_the_targets_first_layers(store):
     assert torch.equal(d.hf.model.layers[0].mlp.up_proj.weight, hf.model.layers[0].mlp.up_proj.weight)
     assert torch.equal(d.hf.model.norm.weight, hf.model.norm.weight)
     with pytest.raises(ValueError, match=r"drafter\.draft_layers: .* not below the target's"):
-        build_drafter("draft_model", DrafterSpec(kind="draft_model", draft_layers=hf.config.num_hidden_layers),
-                      DrafterTarget(lm, tok, path=path), torch.device("cpu"))
+        build_drafter(
+            "draft_model",
+            DrafterSpec(kind="draft_model", draft_layers=hf.config.num_hidden_layers),
+            DrafterTarget(lm, tok, path=path),
+            torch.device("cpu"),
+        )
     res = runner.invoke(app, ["drafter", "init", "micro", "drafter.kind=draft_model", "drafter.draft_layers=1", *FAST])
     assert res.exit_code == 0, res.output
     info = json.loads((_checkpoint_from(res.output) / "init_info.json").read_text())
@@ -189,7 +230,9 @@ def test_init_completions_are_generated_once_and_shared_across_drafter_kinds(sto
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("online", [False])  # the adapted arm runs the same measuring code through OnlineAdaptation.update
+@pytest.mark.parametrize(
+    "online", [False]
+)  # the adapted arm runs the same measuring code through OnlineAdaptation.update
 def test_drafter_drift_measures_the_drafter_on_fresh_rollouts_and_the_policys_kl_from_init(store, monkeypatch, online):
     """measure.drafter_drift: a frozen drafter (or an adapted one) is measured on each step's rollouts before any
     drafter training, and the policy's KL from its initial weights is 0 at step 1 (it has not moved yet) and > 0
@@ -197,10 +240,22 @@ def test_drafter_drift_measures_the_drafter_on_fresh_rollouts_and_the_policys_kl
     from workbench.grpo import trainer as trainer_mod
 
     # micro's rewards are all 0 (no signal, no step): advantages +-1 instead, so the policy moves
-    monkeypatch.setattr(trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2))
-    spec = load_spec("micro", ["drafter.kind=eagle3", "drafter.init.data=none", f"drafter.online.enabled={online}",
-                               "measure.drafter_drift=true", "grpo.eval_every=0", "tracking.enabled=false",
-                               "measure.modeled=false", "grpo.lr=1e-2"])
+    monkeypatch.setattr(
+        trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2)
+    )
+    spec = load_spec(
+        "micro",
+        [
+            "drafter.kind=eagle3",
+            "drafter.init.data=none",
+            f"drafter.online.enabled={online}",
+            "measure.drafter_drift=true",
+            "grpo.eval_every=0",
+            "tracking.enabled=false",
+            "measure.modeled=false",
+            "grpo.lr=1e-2",
+        ],
+    )
     tr = trainer_mod.GRPOTrainer(spec, progress=False)
     assert tr.ref is not None and spec.grpo.beta == 0.0
     before = [p.detach().clone() for p in tr.drafter.train_parameters()]

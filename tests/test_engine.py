@@ -13,7 +13,6 @@ from workbench.rollout.sampling import SamplingParams
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
 
-
 def test_logits_match_transformers(target_hf, target_lm):
     ids = torch.randint(3, 48, (3, 14))
     ref = target_hf(ids).logits
@@ -44,7 +43,6 @@ def test_grouped_query_and_tied_embeddings_load():
     ids = torch.randint(3, 48, (1, 9))
     got, _ = lm(ids, torch.zeros(1, dtype=torch.long), lm.new_cache(1, 16))
     assert torch.allclose(got, hf(ids).logits, atol=1e-4)
-
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -107,9 +105,16 @@ def test_drafter_start_shared_per_distinct_prompt_equals_per_row(target_lm, draf
     def proposals(rows, index):
         d = fresh()
         u = torch.arange(B) if rows is None else rows
-        _, hidden = target_lm(tokens[u, :P], torch.zeros(len(u), dtype=torch.long), target_lm.new_cache(len(u), t_max),
-                              hidden_layers=d.hidden_layers, logits_col=plens[u] - 1)
-        ctx = DraftContext(tokens, plens + 1, plens, torch.arange(B), greedy(), None, prompt_rows=rows, prompt_index=index)
+        _, hidden = target_lm(
+            tokens[u, :P],
+            torch.zeros(len(u), dtype=torch.long),
+            target_lm.new_cache(len(u), t_max),
+            hidden_layers=d.hidden_layers,
+            logits_col=plens[u] - 1,
+        )
+        ctx = DraftContext(
+            tokens, plens + 1, plens, torch.arange(B), greedy(), None, prompt_rows=rows, prompt_index=index
+        )
         d.start(ctx, hidden)
         ctx = DraftContext(tokens, plens + 1, plens, torch.arange(B), greedy())
         return d.propose(ctx, 3)
@@ -146,7 +151,9 @@ def test_drafter_contexts_are_snapshots_and_accept_gets_the_emitted_counts(targe
             self.inner.select(rows, moved)
 
     rec = Recorder()
-    RolloutEngine(target_lm, rec, k=3).generate(PROMPTS, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0))
+    RolloutEngine(target_lm, rec, k=3).generate(
+        PROMPTS, SamplingParams(max_new_tokens=20), torch.Generator().manual_seed(0)
+    )
     assert rec.accepts == len(rec.seen) > 3
     assert all(torch.equal(ctx.lens, lens) for ctx, lens in rec.seen)  # no context changed after its call
 
@@ -168,7 +175,9 @@ def test_budget_and_eos_respected(target_lm, draft_lm):
 
 
 def test_counters_are_consistent(target_lm, draft_lm):
-    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3).generate(PROMPTS, SamplingParams(max_new_tokens=30), torch.Generator().manual_seed(0))
+    out = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3).generate(
+        PROMPTS, SamplingParams(max_new_tokens=30), torch.Generator().manual_seed(0)
+    )
     c = out.counters
     assert c.num_draft_tokens == 3 * c.num_drafts
     assert c.num_accepted_tokens == sum(c.num_accepted_tokens_per_pos)
@@ -179,11 +188,14 @@ def test_counters_are_consistent(target_lm, draft_lm):
 # ---------------------------------------------------------------- distribution of sampled rollouts
 
 
-@pytest.mark.parametrize("kind,sp", [
-    ("draft_model", SamplingParams(temperature=1.0, max_new_tokens=3)),
-    ("draft_model", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
-    ("ngram", SamplingParams(temperature=1.0, max_new_tokens=3)),
-])
+@pytest.mark.parametrize(
+    "kind,sp",
+    [
+        ("draft_model", SamplingParams(temperature=1.0, max_new_tokens=3)),
+        ("draft_model", SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3)),
+        ("ngram", SamplingParams(temperature=1.0, max_new_tokens=3)),
+    ],
+)
 def test_sampled_speculative_rollouts_follow_target(kind, sp):
     target_hf = random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6)
     target = LeanLM.from_hf(target_hf)

@@ -25,6 +25,7 @@ def count_host_reads():
         def counted(self, *a, **kw):
             counts["n"] += 1
             return fn(self, *a, **kw)
+
         return counted
 
     try:
@@ -58,7 +59,12 @@ def test_one_host_read_per_step(target_lm, draft_lm, kind):
         from workbench.rollout.drafter import DrafterTarget
         from workbench.specs.sections import DrafterSpec
 
-        drafter = build_drafter(kind, DrafterSpec(kind=kind, draft_vocab_size=None), target=DrafterTarget(target_lm), device=torch.device("cpu"))
+        drafter = build_drafter(
+            kind,
+            DrafterSpec(kind=kind, draft_vocab_size=None),
+            target=DrafterTarget(target_lm),
+            device=torch.device("cpu"),
+        )
     else:
         drafter = {"none": None, "ngram": NgramDrafter(1, 3), "draft_model": DraftModelDrafter(draft_lm)}[kind]
     per_step = reads_per_step(RolloutEngine(target_lm, drafter, k=3), PROMPTS, greedy(max_new=16))
@@ -163,7 +169,9 @@ def test_pooled_caches_and_buckets_give_the_same_rollouts(target_lm, draft_lm, k
 
     prompts = [PROMPTS[0]] * 3 + PROMPTS  # shared prompts: the prefill expands U rows to B in place
     make = lambda lm, d: RolloutEngine(lm, d, k=3, retire_buckets=capture_sizes(8))  # noqa: E731
-    plain = RolloutEngine(target_lm, DraftModelDrafter(draft_lm) if kind == "draft_model" else None, k=3).generate(prompts, greedy())
+    plain = RolloutEngine(target_lm, DraftModelDrafter(draft_lm) if kind == "draft_model" else None, k=3).generate(
+        prompts, greedy()
+    )
     lm = _pooled(target_lm)
     draft = _pooled(draft_lm) if kind == "draft_model" else None
     eng = make(lm, DraftModelDrafter(draft) if draft is not None else None)
@@ -172,7 +180,8 @@ def test_pooled_caches_and_buckets_give_the_same_rollouts(target_lm, draft_lm, k
     # a speculative and a plain engine interleaved on one pooled target never share a buffer
     ar = RolloutEngine(target_lm).generate(prompts, greedy())
     (spec_out, ar_out), _ = generate_interleaved(
-        [eng.generate_steps(prompts, greedy()), make(lm, None).generate_steps(prompts, greedy())], lambda: 0.0)
+        [eng.generate_steps(prompts, greedy()), make(lm, None).generate_steps(prompts, greedy())], lambda: 0.0
+    )
     assert spec_out.tokens == plain.tokens and ar_out.tokens == ar.tokens
 
 
@@ -187,9 +196,10 @@ def _has_cxx() -> bool:
 def test_cuda_graphs_compile_mode_runs_the_same_rollouts_on_cpu():
     """enable_compile(cuda_graphs=True): reduce-overhead compile, pooled caches, capture-size
     buckets. torch records graphs only on CUDA; here the rest of that path must give the same tokens."""
-    from conftest import random_llama
     from workbench.rollout.graphs import capture_sizes
     from workbench.rollout.model import LeanLM
+
+    from conftest import random_llama
 
     target = LeanLM.from_hf(random_llama(seed=5))
     ar = RolloutEngine(target, NgramDrafter(1, 3), k=3).generate(PROMPTS * 2, greedy())

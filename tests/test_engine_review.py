@@ -11,19 +11,22 @@
 
 import re
 import shutil
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
-from conftest import random_llama
 from workbench.rollout.model import LeanLM
+
+from conftest import random_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on CPU needs a C++ compiler"
+)
 def test_compiled_step_returns_hidden_states_through_the_graph():
     """mtp/eagle3 ask for hidden layers on every step; the compiled callable must run those steps
     (it used to fall back to eager) and give the eager logits and hidden states."""
@@ -35,7 +38,10 @@ def test_compiled_step_returns_hidden_states_through_the_graph():
     ids, start = torch.tensor([[1, 5, 9, 12], [1, 4, 4, 7]]), torch.tensor([0, 2])
     c_lm, c_ref = lm.new_cache(2, 16), ref.new_cache(2, 16)
     for step in range(2):  # a prefill-like step then a verification-like one, both at hidden layers (0, 2)
-        (a, ha), (b, hb) = lm(ids, start + 4 * step, c_lm, hidden_layers=(0, 2)), ref(ids, start + 4 * step, c_ref, hidden_layers=(0, 2))
+        (a, ha), (b, hb) = (
+            lm(ids, start + 4 * step, c_lm, hidden_layers=(0, 2)),
+            ref(ids, start + 4 * step, c_ref, hidden_layers=(0, 2)),
+        )
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
         assert set(ha) == set(hb) == {0, 2}
         for i in hb:
@@ -68,7 +74,7 @@ def test_compiled_weights_and_rope_tables_have_static_addresses():
     lm = LeanLM.from_hf(random_llama(layers=1, seed=7))
     lm.enable_compile()
     flat = lm.__dict__["_flat"]
-    (qkv, gu), = lm.__dict__["_fused"]
+    ((qkv, gu),) = lm.__dict__["_fused"]
     for t in (qkv, gu, lm.rope_cos, lm.rope_sin, flat[0], flat[-1]):
         assert getattr(t, "_dynamo_static_input_type", None) == "unguarded"
 
@@ -137,8 +143,9 @@ def test_evaluate_leaves_later_rollouts_unchanged():
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.specs import load_spec
 
-    spec = load_spec("micro", ["drafter.kind=draft_model", "tracking.enabled=false", "task.num_eval=4",
-                               "rollout.max_new_tokens=12"])
+    spec = load_spec(
+        "micro", ["drafter.kind=draft_model", "tracking.enabled=false", "task.num_eval=4", "rollout.max_new_tokens=12"]
+    )
     tr = GRPOTrainer(spec, progress=False)
     bos = tr.tokenizer.bos_token_id if tr.tokenizer.bos_token_id is not None else 1
     prompts = [[bos, 5 + i, 9] for i in range(4)]

@@ -15,10 +15,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from conftest import PROMPTS, greedy, random_llama
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.layers import KVCache
 from workbench.rollout.model import LeanLM
+
+from conftest import PROMPTS, greedy, random_llama
 
 
 class FreshBytes(TorchDispatchMode):
@@ -122,7 +123,9 @@ def test_engine_retirement_keeps_every_cache_in_place(target_lm, draft_lm, kind,
     assert out.tokens == ref.tokens
     assert seen and all(same and small for _, same, small in seen), seen
     if kind is not None:  # the drafter's cache retired rows too (chain drafters: one layer)
-        assert {n for n, _, _ in seen} >= ({target_lm.cfg.num_layers, 1} if kind != "draft_model" else {draft_lm.cfg.num_layers})
+        assert {n for n, _, _ in seen} >= (
+            {target_lm.cfg.num_layers, 1} if kind != "draft_model" else {draft_lm.cfg.num_layers}
+        )
 
 
 # ---------------------------------------------------------------- item 7: the audit reaches adaptive k, retire buckets, compile
@@ -143,8 +146,17 @@ def _audit(target, drafters, n, opts, **kw):
     from workbench.audit import run_audit
     from workbench.rollout.sampling import SamplingParams
 
-    return run_audit(target, drafters, kw.pop("prompts", AUDIT_PROMPTS), SamplingParams(temperature=1.0, max_new_tokens=3, eos_token_id=2),
-                     k=2, n=n, alpha=1e-3, engine=opts, **kw)
+    return run_audit(
+        target,
+        drafters,
+        kw.pop("prompts", AUDIT_PROMPTS),
+        SamplingParams(temperature=1.0, max_new_tokens=3, eos_token_id=2),
+        k=2,
+        n=n,
+        alpha=1e-3,
+        engine=opts,
+        **kw,
+    )
 
 
 def test_audit_reaches_adaptive_k_and_retire_buckets():
@@ -168,12 +180,20 @@ def test_audit_reaches_adaptive_k_and_retire_buckets():
     chunk_starts = {4096, 6000 - 4096}  # 6000 rows decoded 4096 at a time
     assert any(r not in chunk_starts for r in rows)  # rows retired mid-generation...
     assert all(r in capture_sizes(4096) for r in rows if r not in chunk_starts)  # ...to capture sizes only
-    biased = _audit(target, {"draft_model": DraftModelDrafter(draft)}, 6000, opts, prompts=AUDIT_PROMPTS[:1],
-                    rejection_fn=accept_all_rejection_sample)
+    biased = _audit(
+        target,
+        {"draft_model": DraftModelDrafter(draft)},
+        6000,
+        opts,
+        prompts=AUDIT_PROMPTS[:1],
+        rejection_fn=accept_all_rejection_sample,
+    )
     assert not biased.passed
 
 
-@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on CPU needs a C++ compiler"
+)
 @pytest.mark.slow  # an audit through the compiled engine
 def test_audit_reaches_the_compiled_engine():
     """With compile on, the audited draft_model arm's steps run the compiled callable, and pass."""
@@ -184,7 +204,12 @@ def test_audit_reaches_the_compiled_engine():
     target.enable_compile()  # what build_engine calls (idempotent: it keeps this callable)
     real, calls = target.__dict__["_compiled"], []
     target.__dict__["_compiled"] = lambda *a: calls.append(1) or real(*a)
-    res = _audit(target, {"draft_model": DraftModelDrafter(draft)}, 1000, EngineOptions(adaptive=True, buckets=True, compile=True),
-                 prompts=AUDIT_PROMPTS[:1])
+    res = _audit(
+        target,
+        {"draft_model": DraftModelDrafter(draft)},
+        1000,
+        EngineOptions(adaptive=True, buckets=True, compile=True),
+        prompts=AUDIT_PROMPTS[:1],
+    )
     assert res.passed, [t for t in res.tests if not t.passed]
     assert calls and "_compiled" in draft.__dict__

@@ -13,18 +13,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow  # builds two models and benchmarks them through benchmarks/gpu.sh
 def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
-    env = os.environ | {"GPU_BENCH_OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
-                        "GPU_BENCH_MODELS": str(tmp_path / "models")}
+    env = os.environ | {
+        "GPU_BENCH_OUT": str(tmp_path),
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        "GPU_BENCH_MODELS": str(tmp_path / "models"),
+    }
     env.pop("WB", None)
-    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smoke"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smoke"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for name in ("gpu-cpu-micro", "gpu-cpu-qwen3-tiny"):
         r = json.loads((tmp_path / f"{name}.json").read_text())
         assert set(r) >= {"ar", "assisted", "model", "meta", "command"}
         assert [x["batch"] for x in r["ar"]] == [1, 2]
-        assert all({"ours_tok_s", "hf_generate_tok_s", "hf_static_tok_s", "ratio", "ours_peak_mib"} <= set(x) for x in r["ar"])
-        assert {(x["drafter"], x["k"]) for x in r["model"]["rows"]} == {(d, k) for d in ("draft_model", "eagle3") for k in (1, 2)}
+        assert all(
+            {"ours_tok_s", "hf_generate_tok_s", "hf_static_tok_s", "ratio", "ours_peak_mib"} <= set(x) for x in r["ar"]
+        )
+        assert {(x["drafter"], x["k"]) for x in r["model"]["rows"]} == {
+            (d, k) for d in ("draft_model", "eagle3") for k in (1, 2)
+        }
         assert r["meta"]["dtype"] == "bfloat16" and r["meta"]["device"] == "cpu"
         assert "ours / best transformers" in (tmp_path / f"{name}.md").read_text()
     qwen3 = json.loads((tmp_path / "gpu-cpu-qwen3-tiny.json").read_text())
@@ -40,7 +54,9 @@ def test_gpu_script_smoke_writes_json_and_markdown(tmp_path):
 
 
 def test_gpu_script_rejects_unknown_arguments():
-    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--fast"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--fast"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "--smoke" in res.stderr
 
 
@@ -48,9 +64,26 @@ def test_cuda_parity_script_runs_its_checks_on_the_cpu(tmp_path):
     """benchmarks/cuda_parity.py (the GPU lease's exactness checks) on the CPU at a small n: every
     asserted check passes, the law section ran for each drafter, the bf16 rows are reported."""
     out = tmp_path / "parity.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_parity.py"), "--device", "cpu", "--n", "2000",
-                          "--cases", "qwen3", "--sections", "law,families", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cuda_parity.py"),
+            "--device",
+            "cpu",
+            "--n",
+            "2000",
+            "--cases",
+            "qwen3",
+            "--sections",
+            "law,families",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = json.loads(out.read_text())["results"]
     assert all(r["ok"] is not False for r in rows)
@@ -61,6 +94,11 @@ def test_cuda_parity_script_runs_its_checks_on_the_cpu(tmp_path):
 
 
 def test_gpu_lease_script_rejects_unknown_phases():
-    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "checks"], capture_output=True, text=True, timeout=60,
-                         env=os.environ | {"GPU_LEASE_SMOKE": "1", "OUT": "/tmp/wb-lease-test"})
+    res = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "checks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"GPU_LEASE_SMOKE": "1", "OUT": "/tmp/wb-lease-test"},
+    )
     assert res.returncode == 2 and "parity, engine, bench" in res.stderr

@@ -16,8 +16,17 @@ TARGET = "="  # micro's first completion token is "=" about 7 % of the time (its
 
 
 def _trainer(*overrides: str) -> GRPOTrainer:
-    spec = load_spec("micro", ["drafter.kind=none", "grpo.eval_every=0", "tracking.enabled=false", "measure.modeled=false",
-                               "task.num_eval=0", *overrides])
+    spec = load_spec(
+        "micro",
+        [
+            "drafter.kind=none",
+            "grpo.eval_every=0",
+            "tracking.enabled=false",
+            "measure.modeled=false",
+            "task.num_eval=0",
+            *overrides,
+        ],
+    )
     return GRPOTrainer(spec, progress=False)
 
 
@@ -124,16 +133,26 @@ def test_a_non_finite_gradient_moves_no_weight_and_is_counted(dtype, bad):
 
 def _first_token_task(monkeypatch) -> None:
     """A test-local task: arith_chain prompts, reward 1 when the completion starts with TARGET."""
-    monkeypatch.setitem(TASKS, "first_token", Task("first_token", arith_chain.generate,
-                                                   lambda completion, answer: float(completion.startswith(TARGET)),
-                                                   "reward = the completion starts with '='", version=arith_chain.VERSION))
+    monkeypatch.setitem(
+        TASKS,
+        "first_token",
+        Task(
+            "first_token",
+            arith_chain.generate,
+            lambda completion, answer: float(completion.startswith(TARGET)),
+            "reward = the completion starts with '='",
+            version=arith_chain.VERSION,
+        ),
+    )
 
 
 def _expected_reward(tr: GRPOTrainer, prompts: list[list[int]]) -> float:
     """Exact expected reward: P(first completion token decodes to a string starting with TARGET), mean over prompts."""
     good = torch.tensor([tr.tokenizer.decode([i]).startswith(TARGET) for i in range(tr.policy.config.vocab_size)])
     with torch.no_grad():
-        return sum(torch.softmax(tr.policy(torch.tensor([p])).logits[0, -1], -1)[good].sum().item() for p in prompts) / len(prompts)
+        return sum(
+            torch.softmax(tr.policy(torch.tensor([p])).logits[0, -1], -1)[good].sum().item() for p in prompts
+        ) / len(prompts)
 
 
 @pytest.mark.parametrize("flipped", [False, True])
@@ -143,8 +162,15 @@ def test_an_easy_reward_rises_within_30_steps_and_falls_with_the_sign_flipped(mo
     _first_token_task(monkeypatch)
     if flipped:
         _flip_advantages(monkeypatch)
-    tr = _trainer("task.name=first_token", "task.num_train=64", "rollout.max_new_tokens=4", "grpo.prompts_per_step=8",
-                  "grpo.group_size=8", "grpo.lr=1e-3", "grpo.steps=30")
+    tr = _trainer(
+        "task.name=first_token",
+        "task.num_train=64",
+        "rollout.max_new_tokens=4",
+        "grpo.prompts_per_step=8",
+        "grpo.group_size=8",
+        "grpo.lr=1e-3",
+        "grpo.steps=30",
+    )
     probe = [tr.prompt_format.encode(p) for p in tr.train_data["prompt"][:32]]
     before = _expected_reward(tr, probe)
     rewards = [tr.step(s)[0]["reward/mean"] for s in range(1, 31)]

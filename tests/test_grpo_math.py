@@ -96,6 +96,7 @@ def test_aggregate_errors():
 
 # ----------------------------------------------------------------------------- KL
 
+
 def test_kl_k3_known_values():
     lp = torch.log(torch.tensor([0.5, 0.5, 0.5]))
     ref = torch.log(torch.tensor([0.5, 0.25, 1.0]))
@@ -110,6 +111,7 @@ def test_kl_k3_known_values():
 
 # ----------------------------------------------------------------------------- grpo_loss
 
+
 def test_grpo_loss_on_policy_hand_values():
     old = torch.log(torch.tensor([[0.2, 0.3, 0.4], [0.5, 0.6, 0.7]]))
     logp = old.clone().requires_grad_(True)
@@ -121,7 +123,13 @@ def test_grpo_loss_on_policy_hand_values():
     assert loss.item() == pytest.approx(-(1 + 2) / 2)
     loss, _ = grpo_loss(logp, old, adv, MASK, 0.2, 0.28, "seq_mean_token_sum_norm", max_len=4)
     assert loss.item() == pytest.approx(-(2 / 4 + 2 / 4) / 2)
-    assert stats == {"clip_frac": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "kl": 0.0, "ratio_mean": pytest.approx(1.0)}
+    assert stats == {
+        "clip_frac": 0.0,
+        "clip_frac_low": 0.0,
+        "clip_frac_high": 0.0,
+        "kl": 0.0,
+        "ratio_mean": pytest.approx(1.0),
+    }
 
 
 def test_grpo_loss_clipping_gradients():
@@ -198,6 +206,7 @@ def test_grpo_loss_errors():
 
 # ----------------------------------------------------------------------------- token_logprobs
 
+
 def test_token_logprobs_matches_manual():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 3, 5, generator=g)
@@ -241,10 +250,14 @@ def _gaps(sp, engine=None, mask=GAP_MASK):
 
 @pytest.mark.parametrize("sp", [SamplingParams(top_k=2), SamplingParams(top_p=0.65)])
 def test_logprob_gaps_truncation_hand_values(sp):
-    engine = torch.log(torch.tensor([[4 / 7 + 0.01, 3 / 7, 123.0]]))  # engine off by a little at token 0; junk off the mask
+    engine = torch.log(
+        torch.tensor([[4 / 7 + 0.01, 3 / 7, 123.0]])
+    )  # engine off by a little at token 0; junk off the mask
     mismatch, trunc = _gaps(sp, engine)
     torch.testing.assert_close(trunc, torch.tensor([[-math.log(0.7), -math.log(0.7), 0.0]]))
-    torch.testing.assert_close(mismatch, torch.tensor([[math.log(4 / 7 + 0.01) - math.log(4 / 7), 0.0, 0.0]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        mismatch, torch.tensor([[math.log(4 / 7 + 0.01) - math.log(4 / 7), 0.0, 0.0]]), atol=1e-6, rtol=0
+    )
 
 
 def test_logprob_gaps_without_truncation_are_the_old_metric():

@@ -15,8 +15,16 @@ MICRO_BATCH = 3  # 8 rollouts per step -> micro-batches of 3, 3, 2 (uneven on pu
 
 
 def _trainer(*overrides: str) -> GRPOTrainer:
-    spec = load_spec("micro", ["drafter.kind=none", "grpo.eval_every=0", "tracking.enabled=false",
-                               f"grpo.micro_batch_size={MICRO_BATCH}", *overrides])
+    spec = load_spec(
+        "micro",
+        [
+            "drafter.kind=none",
+            "grpo.eval_every=0",
+            "tracking.enabled=false",
+            f"grpo.micro_batch_size={MICRO_BATCH}",
+            *overrides,
+        ],
+    )
     return GRPOTrainer(spec, progress=False)
 
 

@@ -54,7 +54,9 @@ def suite(pytester, monkeypatch):
     monkeypatch.delenv("WB_TEST_IN_PROCESS", raising=False)
     monkeypatch.delenv("PARENT_PID", raising=False)
     pytester.makeini("[pytest]\naddopts = -rfEs\nmarkers =\n    vllm: isolated\n")
-    pytester.makeconftest("import os\nos.environ.setdefault('PARENT_PID', str(os.getpid()))\npytest_plugins = ['isolated_modules']\n")
+    pytester.makeconftest(
+        "import os\nos.environ.setdefault('PARENT_PID', str(os.getpid()))\npytest_plugins = ['isolated_modules']\n"
+    )
     pytester.makepyfile(test_a_marked=MARKED, test_b_plain=PLAIN)
     return pytester
 

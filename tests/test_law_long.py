@@ -8,7 +8,6 @@ siblings' tokens) shaped: each drafter kind, adaptive k, and rows joining a runn
 """
 
 import pytest
-import torch
 
 from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
@@ -43,9 +42,16 @@ def _drafter(kind, target_hf, target):
     return d
 
 
-@pytest.mark.parametrize("kind", ["draft_model", "ngram",
-                                  pytest.param("suffix", marks=[pytest.mark.slow, pytest.mark.timeout(900)]),  # ~6 min on a loaded 2-core CPU
-                                  "mtp", "eagle3"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "draft_model",
+        "ngram",
+        pytest.param("suffix", marks=[pytest.mark.slow, pytest.mark.timeout(900)]),  # ~6 min on a loaded 2-core CPU
+        "mtp",
+        "eagle3",
+    ],
+)
 def test_five_token_rollouts_follow_target(kind):
     target_hf = _target()
     target = LeanLM.from_hf(target_hf)
@@ -57,5 +63,7 @@ def test_five_token_rollouts_follow_target(kind):
 def test_five_token_rollouts_with_adaptive_k_and_rows_joining(kind):
     target_hf = _target()
     target = LeanLM.from_hf(target_hf)
-    out = assert_rollouts_follow_target(target, _drafter(kind, target_hf, target), PROMPT, SP, max_batch_size=4096, k_policy=CountingK(2))
+    out = assert_rollouts_follow_target(
+        target, _drafter(kind, target_hf, target), PROMPT, SP, max_batch_size=4096, k_policy=CountingK(2)
+    )
     assert set(out.counters.k_per_step) == {0, 1, 2}

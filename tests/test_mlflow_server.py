@@ -7,13 +7,25 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
+
 from conftest import mlflow_server_with_sweep
 
 pytestmark = pytest.mark.slow  # a server start and a sweep over HTTP
 runner = CliRunner()
 
-SWEEP = ["sweep", "micro", "drafter=ngram", "k=2", "grpo.steps=2", "grpo.eval_every=0", "rollout.max_new_tokens=16",
-         "grpo.group_size=2", "--name", "http-sweep", "--quiet"]
+SWEEP = [
+    "sweep",
+    "micro",
+    "drafter=ngram",
+    "k=2",
+    "grpo.steps=2",
+    "grpo.eval_every=0",
+    "rollout.max_new_tokens=16",
+    "grpo.group_size=2",
+    "--name",
+    "http-sweep",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +48,15 @@ def api(base: str, path: str, body: dict | None = None, **query) -> dict:
 def test_sweep_runs_and_metrics_are_served(server):
     base, _ = server
     exp = api(base, "experiments/get-by-name", experiment_name="workbench-micro")["experiment"]
-    runs = api(base, "runs/search", {"experiment_ids": [exp["experiment_id"]], "filter": "tags.`workbench.sweep` = 'http-sweep'",
-                                     "max_results": 100})["runs"]
+    runs = api(
+        base,
+        "runs/search",
+        {
+            "experiment_ids": [exp["experiment_id"]],
+            "filter": "tags.`workbench.sweep` = 'http-sweep'",
+            "max_results": 100,
+        },
+    )["runs"]
     tags = [{t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs]
     parents = [r for r, t in zip(runs, tags) if t.get("workbench.sweep.role") == "parent"]
     assert len(parents) == 1 and parents[0]["info"]["status"] == "FINISHED"
@@ -53,7 +72,9 @@ def test_sweep_runs_and_metrics_are_served(server):
         assert "reward/mean" in latest
         if params["drafter.kind"] == "ngram":  # paired speedup: speculative points only (the baseline has none)
             assert latest["speedup/gen"] > 0 and latest["speedup/gen_n"] >= 1 and latest["speedup/gen_per_step"] > 0
-            assert latest["speedup/gen"] == pytest.approx(latest["speedup/gen_mean"])  # the shown value: the run's estimate
+            assert latest["speedup/gen"] == pytest.approx(
+                latest["speedup/gen_mean"]
+            )  # the shown value: the run's estimate
             assert params["drafter.k"] == "2" and "spec/acceptance_length" in latest
             acc = api(base, "metrics/get-history", run_id=rid, metric_key="spec/acceptance_length")["metrics"]
             assert len(acc) == 2 and all(m["value"] >= 1.0 for m in acc)

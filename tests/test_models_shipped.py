@@ -38,7 +38,9 @@ def _shipped(name: str):
 def test_shipped_folder_is_current(name):
     folder = _shipped(name)
     info = build_info(folder)
-    assert info["hash"] == preset_hash(get_preset(name)) and info["build_version"] == BUILD_VERSION, REFRESH.format(name=name)
+    assert info["hash"] == preset_hash(get_preset(name)) and info["build_version"] == BUILD_VERSION, REFRESH.format(
+        name=name
+    )
     assert info["tokenizer"] == tokenizer_hash()
     assert layout.shipped_tokenizer_dir() is not None, REFRESH.format(name="")
 
@@ -53,7 +55,9 @@ def test_no_stale_shipped_folders():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_resolve_uses_shipped_without_building(name, monkeypatch):
     """A fresh (empty) cache resolves every shipped preset, and the shared tokenizer, without building."""
-    monkeypatch.setattr(build, "build_preset", lambda *a, **k: pytest.fail(f"built {name} instead of using the shipped folder"))
+    monkeypatch.setattr(
+        build, "build_preset", lambda *a, **k: pytest.fail(f"built {name} instead of using the shipped folder")
+    )
     assert resolve.resolve_model(name, progress=False) == _shipped(name)
     assert resolve.tokenizer_dir() == layout.shipped_tokenizer_dir()
 
@@ -93,8 +97,14 @@ def test_shipped_tiny_greedy_accuracy():
     items = eval_items("arith_chain", 64)
     ids, attn = pad_left([encode_prompt(tok, it["prompt"]) for it in items], tok.pad_token_id)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=attn, do_sample=False, max_new_tokens=96,
-                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            do_sample=False,
+            max_new_tokens=96,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
     texts = tok.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
     acc = sum(answer_reward(t, it["answer"]) for t, it in zip(texts, items)) / len(items)
     assert 0.2 <= acc <= 0.7, acc

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.rollout.drafter import DraftContext
 from drafters.ngram import NgramDrafter, ngram_propose
+from workbench.rollout.drafter import DraftContext
 from workbench.rollout.sampling import SamplingParams
 
 
@@ -73,9 +73,11 @@ def test_batched_proposals_equal_the_one_row_reference():
         tokens = torch.randint(0, V, (B, T_max), generator=g)
         lens = torch.randint(1, T_max + 1, (B,), generator=g)
         min_n, max_n, k = 1 + trial % 2, 2 + trial % 4, 1 + trial % 6
-        prop = NgramDrafter(min_n, max_n).propose(DraftContext(tokens, lens, lens, torch.arange(B), SamplingParams()), k)
+        prop = NgramDrafter(min_n, max_n).propose(
+            DraftContext(tokens, lens, lens, torch.arange(B), SamplingParams()), k
+        )
         for b in range(B):
             ref = ngram_propose(tokens[b, : lens[b]].numpy(), min_n, max_n, k)
             assert int(prop.num_draft[b]) == len(ref)
             assert prop.tokens[b, : len(ref)].tolist() == ref.tolist()
-            assert (prop.tokens[b, len(ref):] == 0).all()
+            assert (prop.tokens[b, len(ref) :] == 0).all()

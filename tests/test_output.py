@@ -6,7 +6,6 @@ CliRunner captures output in a buffer that is not a terminal, as a CI log or `wb
 import io
 from types import SimpleNamespace
 
-import pytest
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -78,7 +77,9 @@ def test_wb_sweep_table_piped_keeps_every_ci(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     axes = ["drafter=draft_model,suffix,ngram", "k=1..4"]
     plan = plan_sweep("micro", axes)
-    outcomes = _outcomes(plan, lambda p: 1.0 + 0.11 * p.spec.drafter.k + (0.05 if p.spec.drafter.kind == "suffix" else 0))
+    outcomes = _outcomes(
+        plan, lambda p: 1.0 + 0.11 * p.spec.drafter.k + (0.05 if p.spec.drafter.kind == "suffix" else 0)
+    )
     monkeypatch.setattr(sweep_pkg, "run_sweep", lambda plan, **kw: SweepResult("piped", None, outcomes, "FINISHED"))
     res = runner.invoke(app, ["sweep", "micro", *axes, "--quiet"])
     assert res.exit_code == 0, res.output
@@ -107,7 +108,9 @@ def test_wb_bench_piped_prints_its_markdown_source(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench_pkg, "Bench", FakeBench)
     monkeypatch.setattr(bench_pkg, "to_markdown", lambda results: md)
-    monkeypatch.setattr(bench_pkg, "save", lambda results, out, command, name: (out / f"{name}.json", out / f"{name}.md"))
+    monkeypatch.setattr(
+        bench_pkg, "save", lambda results, out, command, name: (out / f"{name}.json", out / f"{name}.md")
+    )
     res = runner.invoke(app, ["bench", "micro", "--no-hf", "--out", str(tmp_path), "--name", "b"])
     assert res.exit_code == 0, res.output
     assert line in res.output.splitlines() and "# bench" in res.output.splitlines()

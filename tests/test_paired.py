@@ -10,8 +10,15 @@ from workbench.specs import load_spec
 
 
 def _train(paired: bool, kind: str = "draft_model", steps: int = 3):
-    spec = load_spec("micro", [f"drafter.kind={kind}", f"measure.paired={str(paired).lower()}", "grpo.eval_every=0",
-                               "drafter.init.data=none"])
+    spec = load_spec(
+        "micro",
+        [
+            f"drafter.kind={kind}",
+            f"measure.paired={str(paired).lower()}",
+            "grpo.eval_every=0",
+            "drafter.init.data=none",
+        ],
+    )
     tr = GRPOTrainer(spec, progress=False)
     hist = [tr.step(s)[0] for s in range(1, steps + 1)]
     return tr, hist
@@ -24,7 +31,9 @@ def test_paired_generation_leaves_training_bit_identical(kind):
     for a, b in zip(h_off, h_on):
         for key in ("reward/mean", "loss/policy", "grad_norm", "gen/num_tokens", "spec/num_accepted_tokens"):
             assert a[key] == b[key], key  # exactly: same RNG draws, same rollouts, same update
-        assert "speedup/gen_per_step" not in a and b["speedup/gen_per_step"] > 0 and b["timing_s/gen_autoregressive"] > 0
+        assert (
+            "speedup/gen_per_step" not in a and b["speedup/gen_per_step"] > 0 and b["timing_s/gen_autoregressive"] > 0
+        )
     for p, q in zip(off.policy.parameters(), on.policy.parameters()):
         assert torch.equal(p, q)
     # the paired arm alternates: autoregressive first on even steps only
@@ -46,7 +55,11 @@ def test_paired_metrics_by_hand():
     assert out["speedup/gen_per_step"] == pytest.approx(1.5)
     assert out["speedup/step_per_step"] == pytest.approx((5.0 - 2.0 + 3.0) / 5.0)
     assert "speedup/gen" not in out  # the run's estimate is the run loop's (workbench.stats.running_speedups)
-    assert (out["gen_autoregressive/num_tokens"], out["gen_autoregressive/num_forwards"], out["gen_autoregressive/first"]) == (40, 12, 1)
+    assert (
+        out["gen_autoregressive/num_tokens"],
+        out["gen_autoregressive/num_forwards"],
+        out["gen_autoregressive/first"],
+    ) == (40, 12, 1)
 
 
 def test_wb_run_paired_logs_step_ratios_and_the_run_ci(store):
@@ -57,6 +70,7 @@ def test_wb_run_paired_logs_step_ratios_and_the_run_ci(store):
     res = CliRunner().invoke(app, ["run", "micro", "measure.paired=true", "grpo.steps=4", "grpo.eval_every=0"])
     assert res.exit_code == 0, res.output
     run = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])[0]
+
     def history(key):
         return [m.value for m in sorted(store.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
 
@@ -71,7 +85,11 @@ def test_wb_run_paired_logs_step_ratios_and_the_run_ci(store):
     assert m["speedup/gen_ci95_low"] <= geo <= m["speedup/gen_ci95_high"] and m["speedup/gen_n"] == 3
     # speedup/gen, the column MLflow's runs table shows (its last value): the running estimate, ending on the run's
     est = history("speedup/gen")
-    assert len(est) == 4 and est[0] == pytest.approx(ratios[0]) and est[2] == pytest.approx(math.sqrt(ratios[1] * ratios[2]))
+    assert (
+        len(est) == 4
+        and est[0] == pytest.approx(ratios[0])
+        and est[2] == pytest.approx(math.sqrt(ratios[1] * ratios[2]))
+    )
     assert m["speedup/gen"] == pytest.approx(m["speedup/gen_mean"], rel=1e-9) and est[-1] == m["speedup/gen"]
     assert m["speedup/step"] == pytest.approx(m["speedup/step_mean"], rel=1e-9)
     assert "speedup/gen (paired, 95 % CI)" in res.output

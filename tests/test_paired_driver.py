@@ -40,16 +40,24 @@ def test_interleaved_engine_outputs_equal_separate_runs(target_lm, draft_lm):
 
     import torch
 
-    from conftest import PROMPTS
     from drafters.draft_model import DraftModelDrafter
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.sampling import SamplingParams
 
+    from conftest import PROMPTS
+
     sp = SamplingParams(temperature=1.0, max_new_tokens=20, eos_token_id=2)
     spec_engine = RolloutEngine(target_lm, DraftModelDrafter(draft_lm), k=3)
     ar_engine = RolloutEngine(target_lm, None)
-    alone = [spec_engine.generate(PROMPTS, sp, torch.Generator().manual_seed(5)).tokens,
-             ar_engine.generate(PROMPTS, sp, torch.Generator().manual_seed(6)).tokens]
-    (a, b), secs = generate_interleaved([spec_engine.generate_steps(PROMPTS, sp, torch.Generator().manual_seed(5)),
-                                         ar_engine.generate_steps(PROMPTS, sp, torch.Generator().manual_seed(6))], time.perf_counter)
+    alone = [
+        spec_engine.generate(PROMPTS, sp, torch.Generator().manual_seed(5)).tokens,
+        ar_engine.generate(PROMPTS, sp, torch.Generator().manual_seed(6)).tokens,
+    ]
+    (a, b), secs = generate_interleaved(
+        [
+            spec_engine.generate_steps(PROMPTS, sp, torch.Generator().manual_seed(5)),
+            ar_engine.generate_steps(PROMPTS, sp, torch.Generator().manual_seed(6)),
+        ],
+        time.perf_counter,
+    )
     assert [a.tokens, b.tokens] == alone and min(secs) > 0

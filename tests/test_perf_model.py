@@ -12,7 +12,6 @@ from workbench.perf import cost_curve as cc
 from workbench.perf import modeled as md
 from workbench.perf.analytic import CostModel, expected_tokens
 
-
 # ------------------------------------------------------------------ the modeled speedup
 
 
@@ -36,7 +35,9 @@ def test_modeled_speedup_with_a_linear_cost():
     assert m["speedup/gen_modeled"] == pytest.approx(4.4 / 3.6)
     # through the trainer's object, from a rollout output
     ms = md.ModeledSpeedup(CostModel("curve", [1, 100], [1.05, 6.0]), SimpleNamespace(step_at=drafter), k=3, chunk=2)
-    out = SimpleNamespace(tokens=[[7] * 5, [8] * 5], counters=SimpleNamespace(rows_per_forward=[2, 2], k_per_step=[3, 3]))
+    out = SimpleNamespace(
+        tokens=[[7] * 5, [8] * 5], counters=SimpleNamespace(rows_per_forward=[2, 2], k_per_step=[3, 3])
+    )
     assert ms.metrics(out)["speedup/gen_modeled"] == pytest.approx(4.4 / 3.6)
     assert md.modeled_metrics([1], [], 3, 2, cost, drafter)["speedup/gen_modeled"] == 1.0  # nothing decoded
     # adaptive speculation: each forward at its own k_t (0: a plain step, no drafter cost)
@@ -126,17 +127,45 @@ def test_calibration_refuses_what_no_parameter_fits():
 def test_cli_calibrate():
     from workbench.cli import app
 
-    r = CliRunner().invoke(app, ["project", "--calibrate", "--k", "3", "--acceptance-length", "1.875", "--gen-speedup", "1.5"],
-                           env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app,
+        ["project", "--calibrate", "--k", "3", "--acceptance-length", "1.875", "--gen-speedup", "1.5"],
+        env={"COLUMNS": "200"},
+    )
     assert r.exit_code == 0, r.output
     assert "c = 0.08333" in r.output and "reproduced: 1.500" in r.output and "best k" in r.output
-    r = CliRunner().invoke(app, ["project", "--calibrate", "--k", "3", "--per-pos", "0.5,0.25,0.125", "--gen-speedup", "1.5",
-                                 "--unknown", "knee", "--c", "0.05", "--batch", "64"], env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app,
+        [
+            "project",
+            "--calibrate",
+            "--k",
+            "3",
+            "--per-pos",
+            "0.5,0.25,0.125",
+            "--gen-speedup",
+            "1.5",
+            "--unknown",
+            "knee",
+            "--c",
+            "0.05",
+            "--batch",
+            "64",
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert r.exit_code == 0, r.output
     assert "T_knee" in r.output and "α = 0.5000" in r.output
-    bad = CliRunner().invoke(app, ["project", "--calibrate", "--k", "3", "--acceptance-length", "1.875", "--gen-speedup", "2.5"])
+    bad = CliRunner().invoke(
+        app, ["project", "--calibrate", "--k", "3", "--acceptance-length", "1.875", "--gen-speedup", "2.5"]
+    )
     assert bad.exit_code == 2 and "c = 0" in bad.output
-    assert CliRunner().invoke(app, ["project", "--calibrate", "--acceptance-length", "2", "--gen-speedup", "1.2"]).exit_code == 2
+    assert (
+        CliRunner()
+        .invoke(app, ["project", "--calibrate", "--acceptance-length", "2", "--gen-speedup", "1.2"])
+        .exit_code
+        == 2
+    )
 
 
 # ------------------------------------------------------------------ in a run
@@ -148,26 +177,44 @@ def test_summary_table_shows_the_modeled_mean():
     from workbench.experiment import RunResult, summary_table
     from workbench.specs import load_spec
 
-    res = RunResult(None, "", [{"reward/mean": 0.0, "speedup/gen_modeled": 9.0}, {"reward/mean": 0.0, "speedup/gen_modeled": 1.25},
-                               {"reward/mean": 0.0, "speedup/gen_modeled": 1.75}])
+    res = RunResult(
+        None,
+        "",
+        [
+            {"reward/mean": 0.0, "speedup/gen_modeled": 9.0},
+            {"reward/mean": 0.0, "speedup/gen_modeled": 1.25},
+            {"reward/mean": 0.0, "speedup/gen_modeled": 1.75},
+        ],
+    )
     con = Console(width=200, record=True)
     con.print(summary_table(load_spec("micro"), res))
     text = con.export_text()
     assert "speedup/gen_modeled (mean)" in text and "1.50×" in text  # step 1 left out as warm-up
 
 
-@pytest.mark.parametrize("kind,extra,logged", [("draft_model", [], True), ("ngram", [], True), ("none", [], False),
-                                               ("draft_model", ["measure.modeled=false"], False)])
+@pytest.mark.parametrize(
+    "kind,extra,logged",
+    [
+        ("draft_model", [], True),
+        ("ngram", [], True),
+        ("none", [], False),
+        ("draft_model", ["measure.modeled=false"], False),
+    ],
+)
 def test_micro_run_logs_gen_modeled(store, monkeypatch, kind, extra, logged):
-    from workbench.cli import app
     from workbench import experiment as experiment_mod  # run_experiment attaches the modeled instrument
+    from workbench.cli import app
     from workbench.tracking import Tracker
 
     events = []
     real_enter, real_build = Tracker.__enter__, experiment_mod.build_modeled
     monkeypatch.setattr(Tracker, "__enter__", lambda self: events.append("run opens") or real_enter(self))
-    monkeypatch.setattr(experiment_mod, "build_modeled", lambda *a, **kw: events.append("costs") or real_build(*a, **kw))
-    res = CliRunner().invoke(app, ["run", "micro", f"drafter.kind={kind}", "grpo.steps=2", "grpo.eval_every=0", *extra, "--quiet"])
+    monkeypatch.setattr(
+        experiment_mod, "build_modeled", lambda *a, **kw: events.append("costs") or real_build(*a, **kw)
+    )
+    res = CliRunner().invoke(
+        app, ["run", "micro", f"drafter.kind={kind}", "grpo.steps=2", "grpo.eval_every=0", *extra, "--quiet"]
+    )
     assert res.exit_code == 0, res.output
     exp = store.get_experiment_by_name("workbench-micro")
     [run] = store.search_runs([exp.experiment_id])

@@ -24,15 +24,18 @@ def test_ld_preload_does_not_add_a_library_already_named():
     assert LIBS.ld_preload(full) == full
 
 
-@pytest.mark.parametrize("argv,expect", [
-    (["run", "quickstart", "rollout.backend=vllm"], True),
-    (["bench", "membound", "--vllm", "draft_model", "--only-vllm"], True),
-    (["bench", "membound", "--vllm=ngram"], True),
-    (["sweep", "quickstart", "rollout.backend=workbench,vllm"], True),
-    (["run", "quickstart", "drafter.kind=ngram"], False),
-    (["bench", "membound", "--batch-sizes", "1,4"], False),
-    (["run", "quickstart", "rollout.backend=vllm", "rollout.backend=workbench"], False),  # the last one wins
-])
+@pytest.mark.parametrize(
+    "argv,expect",
+    [
+        (["run", "quickstart", "rollout.backend=vllm"], True),
+        (["bench", "membound", "--vllm", "draft_model", "--only-vllm"], True),
+        (["bench", "membound", "--vllm=ngram"], True),
+        (["sweep", "quickstart", "rollout.backend=workbench,vllm"], True),
+        (["run", "quickstart", "drafter.kind=ngram"], False),
+        (["bench", "membound", "--batch-sizes", "1,4"], False),
+        (["run", "quickstart", "rollout.backend=vllm", "rollout.backend=workbench"], False),  # the last one wins
+    ],
+)
 def test_starts_vllm_from_the_command_line(argv, expect):
     assert P.starts_vllm(argv) is expect
 
@@ -54,24 +57,30 @@ def _would_preload(monkeypatch):
     return lambda argv: P.plan(argv, env={}) == LIBS
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "quickstart", "tracking.run_name=my-vllm-test"],
-    ["sweep", "quickstart", "k=1..3", "--name", "vllm-vs-ours"],
-    ["report", "my-vllm-sweep"],
-    ["run", "quickstart", "drafter.init.data=/data/vllm_prompts.jsonl"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "quickstart", "tracking.run_name=my-vllm-test"],
+        ["sweep", "quickstart", "k=1..3", "--name", "vllm-vs-ours"],
+        ["report", "my-vllm-sweep"],
+        ["run", "quickstart", "drafter.init.data=/data/vllm_prompts.jsonl"],
+    ],
+)
 def test_a_name_containing_vllm_does_not_preload(monkeypatch, argv):
     """Names are not commands: only what starts vLLM re-executes the process."""
     assert not _would_preload(monkeypatch)(argv)
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "quickstart", "rollout.backend=vllm"],
-    ["run", "rollout.backend=vllm"],
-    ["sweep", "quickstart", "rollout.backend=workbench,vllm"],
-    ["bench", "membound", "--vllm", "draft_model"],
-    ["bench", "membound", "--vllm", "ngram", "--only-vllm"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "quickstart", "rollout.backend=vllm"],
+        ["run", "rollout.backend=vllm"],
+        ["sweep", "quickstart", "rollout.backend=workbench,vllm"],
+        ["bench", "membound", "--vllm", "draft_model"],
+        ["bench", "membound", "--vllm", "ngram", "--only-vllm"],
+    ],
+)
 def test_a_command_that_starts_vllm_preloads(monkeypatch, argv):
     assert _would_preload(monkeypatch)(argv)
 
@@ -129,8 +138,12 @@ def test_reexec_argv_for_each_way_of_starting(tmp_path, monkeypatch):
     # a script (the installed wb): the file by its absolute path
     assert P.reexec_argv(["run"], "wb", executable=exe) == [exe, str(tmp_path / "wb"), "run"]
     # python -m workbench.cli: the same module again, found as the first process found it
-    assert P.reexec_argv(["run"], "/src/workbench/cli/__main__.py", "workbench.cli.__main__", exe) == \
-        [exe, "-m", "workbench.cli", "run"]
+    assert P.reexec_argv(["run"], "/src/workbench/cli/__main__.py", "workbench.cli.__main__", exe) == [
+        exe,
+        "-m",
+        "workbench.cli",
+        "run",
+    ]
     # -c or an embedding: wb's entry point, the working directory taken off sys.path
     cmd = P.reexec_argv(["run"], "-c", executable=exe, options=("-s",))
     assert cmd[:3] == [exe, "-s", "-c"] and cmd[4:] == ["run"]
@@ -139,8 +152,9 @@ def test_reexec_argv_for_each_way_of_starting(tmp_path, monkeypatch):
 
 def test_interpreter_options_keep_where_imports_come_from():
     def flags(isolated=0, ignore_environment=0, no_user_site=0, safe_path=False):
-        return types.SimpleNamespace(isolated=isolated, ignore_environment=ignore_environment,
-                                     no_user_site=no_user_site, safe_path=safe_path)
+        return types.SimpleNamespace(
+            isolated=isolated, ignore_environment=ignore_environment, no_user_site=no_user_site, safe_path=safe_path
+        )
 
     assert P.interpreter_options(flags(isolated=1, ignore_environment=1)) == ("-I",)
     assert P.interpreter_options(flags(ignore_environment=1, no_user_site=1, safe_path=True)) == ("-E", "-s", "-P")
@@ -173,7 +187,10 @@ def test_wanted_asks_intel_openmp_only_on_x86(monkeypatch):
 
 
 def test_preloaded_names_the_files():
-    assert P.preloaded({"LD_PRELOAD": "/a/libtcmalloc_minimal.so.4:/b/libiomp5.so"}) == "libtcmalloc_minimal.so.4:libiomp5.so"
+    assert (
+        P.preloaded({"LD_PRELOAD": "/a/libtcmalloc_minimal.so.4:/b/libiomp5.so"})
+        == "libtcmalloc_minimal.so.4:libiomp5.so"
+    )
     assert P.preloaded({}) == ""
 
 
@@ -182,8 +199,10 @@ def test_reexec_maps_the_libraries_into_the_new_process():
     want = P.wanted()
     if want.missing:
         pytest.skip(f"not installed here: {', '.join(want.missing)}")
-    code = ("import sys; from workbench.rollout.vllm.preload import reexec_if_needed; "
-            "reexec_if_needed(['--vllm'], program=('-c', 'print(open(\"/proc/self/maps\").read())'))")
+    code = (
+        "import sys; from workbench.rollout.vllm.preload import reexec_if_needed; "
+        "reexec_if_needed(['--vllm'], program=('-c', 'print(open(\"/proc/self/maps\").read())'))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("WB_PRELOAD", "WB_PRELOADED", "LD_PRELOAD")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -206,7 +225,9 @@ def test_installed_wb_reexecutes_and_runs_the_command():
     out = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "preloading" in out.stderr and "Usage" in out.stdout
-    off = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "0"}, timeout=120)
+    off = subprocess.run(
+        [wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "0"}, timeout=120
+    )
     assert off.returncode == 0 and "preloading" not in off.stderr
 
 
@@ -223,8 +244,15 @@ def test_installed_wb_run_from_another_checkout_runs_the_installed_code(tmp_path
     (tmp_path / "workbench" / "cli" / "__init__.py").write_text("")
     (tmp_path / "workbench" / "cli" / "__main__.py").write_text("")
     env = {k: v for k, v in os.environ.items() if k not in ("WB_PRELOADED", "LD_PRELOAD", "PYTHONPATH")}
-    out = subprocess.run([wb, "models", "--help"], capture_output=True, text=True, env=env | {"WB_PRELOAD": "1"},
-                         cwd=tmp_path, timeout=120, check=False)
+    out = subprocess.run(
+        [wb, "models", "--help"],
+        capture_output=True,
+        text=True,
+        env=env | {"WB_PRELOAD": "1"},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert "the other checkout ran" not in out.stderr
     assert out.returncode == 0, out.stderr
     assert "preloading" in out.stderr and "Usage" in out.stdout

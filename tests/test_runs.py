@@ -37,8 +37,14 @@ def test_only_workbench_runs_queries_mlflow_runs():
     assert offenders - {"workbench/runs.py"} == set(), "read runs through workbench.runs.RunReader"
 
 
-SETTING = {"model.target": "micro", "grpo.group_size": "4", "seed": "0", "measure.paired": "true", "name": "micro",
-           "tracking.experiment": "a"}
+SETTING = {
+    "model.target": "micro",
+    "grpo.group_size": "4",
+    "seed": "0",
+    "measure.paired": "true",
+    "name": "micro",
+    "tracking.experiment": "a",
+}
 
 
 def _children(store, specs):
@@ -51,14 +57,21 @@ def _children(store, specs):
 
 
 def test_baseline_for_uses_only_a_finished_baseline_of_the_same_setting(store):
-    runs = _children(store, [
-        ("base4", {"drafter.kind": "none", "measure.paired": "false", "tracking.experiment": "b", "name": "other"}, "FINISHED"),
-        ("base2-failed", {"drafter.kind": "none", "grpo.group_size": "2"}, "FAILED"),
-        ("base16", {"drafter.kind": "none", "grpo.group_size": "16"}, "FINISHED"),
-        ("k2", {"drafter.kind": "ngram", "drafter.k": "2"}, "FINISHED"),
-        ("k2-g2", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "2"}, "FINISHED"),
-        ("k2-g8", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "8"}, "FINISHED"),
-    ])
+    runs = _children(
+        store,
+        [
+            (
+                "base4",
+                {"drafter.kind": "none", "measure.paired": "false", "tracking.experiment": "b", "name": "other"},
+                "FINISHED",
+            ),
+            ("base2-failed", {"drafter.kind": "none", "grpo.group_size": "2"}, "FAILED"),
+            ("base16", {"drafter.kind": "none", "grpo.group_size": "16"}, "FINISHED"),
+            ("k2", {"drafter.kind": "ngram", "drafter.k": "2"}, "FINISHED"),
+            ("k2-g2", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "2"}, "FINISHED"),
+            ("k2-g8", {"drafter.kind": "ngram", "drafter.k": "2", "grpo.group_size": "8"}, "FINISHED"),
+        ],
+    )
     all_runs = list(runs.values())
     # measure.*, tracking.*, name and drafter.* differences are ignored
     assert same_setting(runs["k2"], runs["base4"])
@@ -71,16 +84,42 @@ def test_baseline_for_uses_only_a_finished_baseline_of_the_same_setting(store):
 def test_latest_per_point_prefers_the_newest_finished_run(store):
     exp = store.create_experiment("resume")
     parent = log_run(store, exp, "parent")
-    for name, point, status, start in [("a-old-ok", "a", "FINISHED", 1), ("a-new-failed", "a", "FAILED", 2),
-                                       ("b-failed", "b", "FAILED", 3), ("b-killed", "b", "KILLED", 4),
-                                       ("c-ok", "c", "FINISHED", 5), ("c-newer-ok", "c", "FINISHED", 6),
-                                       ("untagged-1", None, "FINISHED", 7), ("untagged-2", None, "FINISHED", 8)]:
-        log_run(store, exp, name, tags={"workbench.sweep.point": point} if point else {}, parent=parent, status=status, start=start)
+    for name, point, status, start in [
+        ("a-old-ok", "a", "FINISHED", 1),
+        ("a-new-failed", "a", "FAILED", 2),
+        ("b-failed", "b", "FAILED", 3),
+        ("b-killed", "b", "KILLED", 4),
+        ("c-ok", "c", "FINISHED", 5),
+        ("c-newer-ok", "c", "FINISHED", 6),
+        ("untagged-1", None, "FINISHED", 7),
+        ("untagged-2", None, "FINISHED", 8),
+    ]:
+        log_run(
+            store,
+            exp,
+            name,
+            tags={"workbench.sweep.point": point} if point else {},
+            parent=parent,
+            status=status,
+            start=start,
+        )
     reader = RunReader()
     every = reader.children(parent, one_per_point=False)
     assert len(every) == 8
-    assert [r.name for r in latest_per_point(every)] == ["a-old-ok", "b-killed", "c-newer-ok", "untagged-1", "untagged-2"]
-    assert [r.name for r in reader.children(parent)] == ["a-old-ok", "b-killed", "c-newer-ok", "untagged-1", "untagged-2"]
+    assert [r.name for r in latest_per_point(every)] == [
+        "a-old-ok",
+        "b-killed",
+        "c-newer-ok",
+        "untagged-1",
+        "untagged-2",
+    ]
+    assert [r.name for r in reader.children(parent)] == [
+        "a-old-ok",
+        "b-killed",
+        "c-newer-ok",
+        "untagged-1",
+        "untagged-2",
+    ]
     # a status filter applies before one run per point is chosen
     assert [r.name for r in reader.children(parent, status="FAILED")] == ["a-new-failed", "b-failed"]
 
@@ -103,8 +142,11 @@ def test_paired_ci_from_the_per_step_history(store, stored):
     in a run stored before those keys, from the per-step ``speedup/gen`` itself."""
     exp = store.create_experiment("paired")
     ratios = [1.2, 1.3, 1.25, 1.35]
-    metrics = ({"speedup/gen_per_step": [9.0, *ratios], "speedup/gen": [9.0, 1.2, 1.25, 1.25, 1.27]} if stored == "per_step"
-               else {"speedup/gen": [9.0, *ratios]})
+    metrics = (
+        {"speedup/gen_per_step": [9.0, *ratios], "speedup/gen": [9.0, 1.2, 1.25, 1.25, 1.27]}
+        if stored == "per_step"
+        else {"speedup/gen": [9.0, *ratios]}
+    )
     rid = log_run(store, exp, "p", {"drafter.kind": "ngram", "drafter.k": "2"}, metrics)
     unpaired = log_run(store, exp, "u", {"drafter.kind": "ngram", "drafter.k": "2"}, {"timing_s/gen": [1.0, 1.0]})
     reader = RunReader()

@@ -36,18 +36,24 @@ def test_cli_models_init(tmp_path):
     r = CliRunner().invoke(app, ["models", "init", "qwen3", "--layers", "1", "--hidden", "32", str(tmp_path / "q")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "q" / "config.json").is_file()
-    r = CliRunner().invoke(app, ["models", "init", "qwen3", str(tmp_path / "q")])  # not empty: refused, nothing overwritten
+    r = CliRunner().invoke(
+        app, ["models", "init", "qwen3", str(tmp_path / "q")]
+    )  # not empty: refused, nothing overwritten
     assert r.exit_code == 2 and "not empty" in " ".join(r.output.split())
 
 
 def test_cli_models_init_vocab_size(tmp_path):
     """--vocab-size widens embeddings and config to a real vocabulary (issue #24); below the tokenizer's
     ids it is refused, naming the option."""
-    r = CliRunner().invoke(app, ["models", "init", "llama", "--layers", "1", "--hidden", "32", "--vocab-size", "1000", str(tmp_path / "w")])
+    r = CliRunner().invoke(
+        app, ["models", "init", "llama", "--layers", "1", "--hidden", "32", "--vocab-size", "1000", str(tmp_path / "w")]
+    )
     assert r.exit_code == 0, r.output
     model, tok = load_model(tmp_path / "w")
     assert model.config.vocab_size == 1000 > len(tok)
     assert model.get_input_embeddings().weight.shape[0] == 1000
-    r = CliRunner().invoke(app, ["models", "init", "llama", "--layers", "1", "--hidden", "32", "--vocab-size", "10", str(tmp_path / "n")])
+    r = CliRunner().invoke(
+        app, ["models", "init", "llama", "--layers", "1", "--hidden", "32", "--vocab-size", "10", str(tmp_path / "n")]
+    )
     assert r.exit_code == 2 and "--vocab-size 10" in " ".join(r.output.split())
     assert not (tmp_path / "n").exists()  # refused before anything was written

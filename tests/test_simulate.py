@@ -8,22 +8,43 @@ import pytest
 
 from workbench.perf.simulate import costs, rollout
 from workbench.perf.simulate.run import compare, parse_grid, solve_monotone
-from workbench.perf.simulate.scenario import Gen, Hardware, ModelShape, Speculation, load_scenario, validate, variant_raw
+from workbench.perf.simulate.scenario import (
+    Gen,
+    Hardware,
+    ModelShape,
+    Speculation,
+    load_scenario,
+    validate,
+    variant_raw,
+)
 from workbench.perf.simulate.step import StepResult, sequence_flops, simulate, split_gpus, train_s
 from workbench.specs import SpecError
 
 Q8 = ModelShape(preset="qwen3-8b")
 Q235 = ModelShape(preset="qwen3-235b-a22b")
-HW = Hardware(flops=1e15, hbm_bandwidth=1e12, hbm_bytes=100e9, link_bandwidth=100e9, gpus_per_node=8,
-              flops_efficiency=1.0, bandwidth_efficiency=1.0, collective_latency_s=0.0)
+HW = Hardware(
+    flops=1e15,
+    hbm_bandwidth=1e12,
+    hbm_bytes=100e9,
+    link_bandwidth=100e9,
+    gpus_per_node=8,
+    flops_efficiency=1.0,
+    bandwidth_efficiency=1.0,
+    collective_latency_s=0.0,
+)
 
 
 def tiny(**over):
-    raw = {"model": {"preset": "qwen3-8b"}, "hardware": {"preset": "gb200"}, "cluster": {"gpus": 2},
-           "workload": {"prompts": 4, "group_size": 2, "prompt_len": 10, "response": {"mean": 50, "cv": 0.5, "max": 100}},
-           "speculation": {"alpha": 0.7, "k": 2, "k_scan": [1, 2, 3]}}
+    raw = {
+        "model": {"preset": "qwen3-8b"},
+        "hardware": {"preset": "gb200"},
+        "cluster": {"gpus": 2},
+        "workload": {"prompts": 4, "group_size": 2, "prompt_len": 10, "response": {"mean": 50, "cv": 0.5, "max": 100}},
+        "speculation": {"alpha": 0.7, "k": 2, "k_scan": [1, 2, 3]},
+    }
     for k, v in over.items():
         from workbench.specs.dotted import set_dotted
+
         raw = set_dotted(raw, k, v)
     return validate(raw)
 
@@ -33,7 +54,11 @@ def tiny(**over):
 
 def test_qwen3_8b_params():
     # 36 × (q,o 2·4096·4096 + k,v 2·4096·1024 + MLP 3·4096·12288) + untied embeddings 2·151936·4096
-    assert costs.total_params(Q8) == 36 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 12288) + 2 * 151936 * 4096 == 8_190_427_136
+    assert (
+        costs.total_params(Q8)
+        == 36 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 12288) + 2 * 151936 * 4096
+        == 8_190_427_136
+    )
     assert costs.active_params(Q8) == costs.total_params(Q8)
     assert costs.matmul_params(Q8) == 8_190_427_136 - 151936 * 4096
 
@@ -41,8 +66,14 @@ def test_qwen3_8b_params():
 def test_qwen3_235b_params():
     assert costs.attention_params(Q235) == 71_303_168
     assert costs.expert_params(Q235) == 18_874_368
-    assert costs.total_params(Q235) == 94 * (71_303_168 + 4096 * 128 + 128 * 18_874_368) + 2 * 151936 * 4096 == 235_092_836_352
-    assert costs.active_params(Q235) == 94 * (71_303_168 + 4096 * 128 + 8 * 18_874_368) + 1_244_659_712 == 22_189_965_312
+    assert (
+        costs.total_params(Q235)
+        == 94 * (71_303_168 + 4096 * 128 + 128 * 18_874_368) + 2 * 151936 * 4096
+        == 235_092_836_352
+    )
+    assert (
+        costs.active_params(Q235) == 94 * (71_303_168 + 4096 * 128 + 8 * 18_874_368) + 1_244_659_712 == 22_189_965_312
+    )
 
 
 def test_param_overrides_win():
@@ -224,7 +255,9 @@ def test_replica_context_growth_integrated():
     t, _, _ = rollout.replica_time(np.array([4]), 1, 8, 1e9, 1.0, lambda r, c: c, lambda n: 0.0)
     assert t == pytest.approx(2 + 3 + 4)
     # one rate per row: rows of 4 and 7 tokens, 3 steps each at 1 and 2 tokens a step: contexts 2, 3, 4 and 2, 4, 6
-    t, _, _ = rollout.replica_time(np.array([4, 7]), 1, 8, 1e9, np.array([1.0, 2.0]), lambda r, c: c, lambda n: 0.0, np.array([3, 3]))
+    t, _, _ = rollout.replica_time(
+        np.array([4, 7]), 1, 8, 1e9, np.array([1.0, 2.0]), lambda r, c: c, lambda n: 0.0, np.array([3, 3])
+    )
     assert t == pytest.approx((2 + 2) + (3 + 4) + (4 + 6))
 
 
@@ -279,7 +312,9 @@ def test_parse_grid_aliases():
 
 def test_unknown_key_names_field():
     with pytest.raises(SpecError, match=r"hardware.flops_eff.*Did you mean 'hardware.flops_efficiency'"):
-        validate({"model": {"preset": "qwen3-8b"}, "hardware": {"preset": "gb200", "flops_eff": 0.5}, "cluster": {"gpus": 8}})
+        validate(
+            {"model": {"preset": "qwen3-8b"}, "hardware": {"preset": "gb200", "flops_eff": 0.5}, "cluster": {"gpus": 8}}
+        )
 
 
 def test_unknown_preset():
@@ -298,8 +333,16 @@ def test_acceptance_given_twice():
 
 
 def test_hf_config_loader(tmp_path):
-    cfg = {"num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False}
+    cfg = {
+        "num_hidden_layers": 36,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = ModelShape(hf_config=str(tmp_path / "config.json"))
     assert costs.total_params(m) == costs.total_params(Q8)
@@ -309,7 +352,10 @@ def test_hf_config_loader(tmp_path):
 
 
 def test_variant_merges_nested_and_dotted():
-    raw = {"workload": {"response": {"mean": 5, "cv": 1.0}}, "variants": {"a": {"workload.response.cv": 2.0}, "b": {"workload": {"response": {"cv": 3.0}}}}}
+    raw = {
+        "workload": {"response": {"mean": 5, "cv": 1.0}},
+        "variants": {"a": {"workload.response.cv": 2.0}, "b": {"workload": {"response": {"cv": 3.0}}}},
+    }
     assert variant_raw(raw, "a")["workload"]["response"] == {"mean": 5, "cv": 2.0}
     assert variant_raw(raw, "b")["workload"]["response"] == {"mean": 5, "cv": 3.0}
     with pytest.raises(SpecError, match="not in the scenario"):

@@ -26,8 +26,21 @@ def test_cli_sweep_json_plot(store, tmp_path):
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY)
     out, png = tmp_path / "out.json", tmp_path / "out.png"
-    res = runner.invoke(app, ["simulate", str(p), "hardware.preset=gb200", "--sweep", "k=1,2", "gpus=2,4",
-                              "--json", str(out), "--plot", str(png)])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(p),
+            "hardware.preset=gb200",
+            "--sweep",
+            "k=1,2",
+            "gpus=2,4",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
     assert len(rec["rows"]) == 4 and {r["point"]["speculation.k"] for r in rec["rows"]} == {"1", "2"}
@@ -35,12 +48,18 @@ def test_cli_sweep_json_plot(store, tmp_path):
     assert png.stat().st_size > 1000
     # the MLflow record: one run in experiment "simulate", tagged, the scenario's fields as params, a metric per grid row
     runs = store.search_runs([store.get_experiment_by_name("simulate").experiment_id])
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.tags["workbench.simulate.kind"] == "scenario"
+    assert (
+        len(runs) == 1
+        and runs[0].info.status == "FINISHED"
+        and runs[0].data.tags["workbench.simulate.kind"] == "scenario"
+    )
     r = runs[0]
     assert r.data.params["workload.prompts"] == "4" and r.data.params["hardware.preset"] == "gb200"
     assert r.data.params["simulate.sweep"] == "k=1,2 gpus=2,4"
     hist = store.get_metric_history(r.info.run_id, "simulate/gen_speedup")
-    assert [m.step for m in hist] == [0, 1, 2, 3] and [m.value for m in hist] == pytest.approx([x["gen_speedup"] for x in rec["rows"]])
+    assert [m.step for m in hist] == [0, 1, 2, 3] and [m.value for m in hist] == pytest.approx(
+        [x["gen_speedup"] for x in rec["rows"]]
+    )
     assert {a.path for a in store.list_artifacts(r.info.run_id)} == {"simulate.json", "points.json", "out.png"}
 
 
@@ -79,7 +98,15 @@ def test_8b_stage_times(rows_8b):
     fit, rows = rows_8b
     assert fit.key == "hardware.flops_efficiency" and 0.1 < fit.value < 0.6
     by = {r.variant: r.errors for r in rows}
-    assert set(by["RL-Zero"]) == {"gen_ar", "step_ar", "gen_spec", "step_spec", "gen_speedup", "gen_speedup_k5", "gen_speedup_k7"}
+    assert set(by["RL-Zero"]) == {
+        "gen_ar",
+        "step_ar",
+        "gen_spec",
+        "step_spec",
+        "gen_speedup",
+        "gen_speedup_k5",
+        "gen_speedup_k7",
+    }
     for name in ("gen_ar", "step_ar", "gen_spec", "step_spec"):
         assert abs(by["RL-Zero"][name][2]) <= 0.10, name
     for name in ("gen_ar", "step_ar"):

@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from workbench.perf.analytic import alpha_from_acceptance_length, expected_tokens
-from workbench.perf.simulate.context import (alpha_profile, fit_alpha_ref, mean_steps, relative, row_steps_ctx, stage_acceptance,
-                                        step_integrals)
+from workbench.perf.simulate.context import (
+    alpha_profile,
+    fit_alpha_ref,
+    mean_steps,
+    relative,
+    row_steps_ctx,
+    stage_acceptance,
+    step_integrals,
+)
 from workbench.perf.simulate.rollout import gen_stage, row_steps, tokens_per_step_var
 from workbench.perf.simulate.scenario import Speculation, load_scenario
 
@@ -72,18 +79,26 @@ def test_scenario_validation():
         Speculation(alpha=0.7, acceptance_vs_context={0: 5.0})
     with pytest.raises(ValueError, match="at a single k"):
         Speculation(acceptance_length={3: 2.4, 5: 2.9}, acceptance_vs_context={0: 2.0})
-    with pytest.raises(ValueError, match="rises above its first entry"):  # 3x the accepted drafts of α_ref = 0.9: past all of them
+    with pytest.raises(
+        ValueError, match="rises above its first entry"
+    ):  # 3x the accepted drafts of α_ref = 0.9: past all of them
         alpha_profile(0.9, {0: 1.5, 1000: 2.5}, 3, np.array([2000.0]))
 
 
 def test_decay_slows_only_the_speculative_arm_and_more_at_large_k():
-    one_k = ["workload.prompts=64", "speculation.acceptance_length={3: 2.47}", "variants={}"]  # the context fit takes one measured k
+    one_k = [
+        "workload.prompts=64",
+        "speculation.acceptance_length={3: 2.47}",
+        "variants={}",
+    ]  # the context fit takes one measured k
     _, flat = load_scenario("qwen3-8b-gb200", one_k)
     _, same = load_scenario("qwen3-8b-gb200", [*one_k, "speculation.acceptance_vs_context={0: 2.47}"])
     _, decay = load_scenario("qwen3-8b-gb200", [*one_k, "speculation.acceptance_vs_context={2048: 2.295, 16384: 1.09}"])
     ar = gen_stage(flat, 0).seconds
     assert gen_stage(same, 0).seconds == ar == gen_stage(decay, 0).seconds
-    assert gen_stage(same, 3).seconds == pytest.approx(gen_stage(flat, 3).seconds, rel=5e-3)  # flat table: the same stage
+    assert gen_stage(same, 3).seconds == pytest.approx(
+        gen_stage(flat, 3).seconds, rel=5e-3
+    )  # flat table: the same stage
     assert gen_stage(decay, 3).tokens_per_step == pytest.approx(2.47, abs=0.02)  # fitted to the measured mean
     speedup = {k: ar / gen_stage(decay, k).seconds for k in (3, 7)}
     flat_speedup = {k: ar / gen_stage(flat, k).seconds for k in (3, 7)}

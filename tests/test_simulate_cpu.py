@@ -8,14 +8,22 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from test_runs import log_run
 from workbench.cli import app
 from workbench.grpo.completions import lengths_record
 from workbench.perf.analytic import CostModel
-from workbench.perf.steps import DrafterCost
 from workbench.perf.simulate.cpu import ArmTime, arm_time, batches, fit_unknown, row_steps
-from workbench.perf.simulate.from_sweep import SweepPoint, SweepWorkload, chunk_forwards, continuous_of, decode_forwards, fit_length_cv
+from workbench.perf.simulate.from_sweep import (
+    SweepPoint,
+    SweepWorkload,
+    chunk_forwards,
+    continuous_of,
+    decode_forwards,
+    fit_length_cv,
+)
 from workbench.perf.simulate.measured import MeasuredHardware, from_cache
+from workbench.perf.steps import DrafterCost
+
+from test_runs import log_run
 
 runner = CliRunner()
 MS = 1e-3
@@ -41,7 +49,9 @@ def test_chunk_forwards_and_length_cv():
 
 def test_arm_time_by_hand():
     """rows 4 of 9 tokens in one batch, 1 ms forwards, prompt 1 token (prefill 1 ms), ngram free."""
-    hw = MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=3": DrafterCost("ngram", 3, "", a=0.5 * MS)})
+    hw = MeasuredHardware(
+        CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=3": DrafterCost("ngram", 3, "", a=0.5 * MS)}
+    )
     wl = SweepWorkload("s", "", 4, 4, 96, 9.0, 8.0, prompt_len=1)
     lengths = wl.lengths(2)
     ar = arm_time(wl, hw, lengths, None)
@@ -60,7 +70,9 @@ def test_arm_time_continuous_slots_by_hand():
     forwards, 3 admissions (rows 0+1, row 2, row 3), each one prefill forward: 12 ms. ngram k=1
     accepting all (2 tokens a step), 0.5 ms a step: steps 4, 1, 1, 4; chunks 4 + 4 steps × 1.5 + 2 =
     14 ms; continuous: B at 0..1, 1..2, 2..6: 6 steps × 1.5 + 3 prefills = 12 ms."""
-    hw = MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=1": DrafterCost("ngram", 1, "", a=0.5 * MS)})
+    hw = MeasuredHardware(
+        CostModel("curve", FLAT["tokens"], FLAT["seconds"]), {"ngram k=1": DrafterCost("ngram", 1, "", a=0.5 * MS)}
+    )
     L = [np.array([8, 2, 2, 8])]
     p = SweepPoint("ngram", 1, [1.0], 0.0, None, None, [], {})
     assert [b.tolist() for b in batches(L[0], 2, False)] == [[8, 2], [2, 8]] and len(batches(L[0], 2, True)) == 1
@@ -71,7 +83,9 @@ def test_arm_time_continuous_slots_by_hand():
         assert (spec.base, spec.forwards) == pytest.approx((sp_s * MS, sp_n)), continuous
     assert decode_forwards(L[0], 2) == 14 and decode_forwards(L[0], 2, continuous=True) == 9
     cv_c = fit_length_cv(20.0, 4 * 19, rows=16, chunk=4, max_len=96, continuous=True)  # constant lengths: 4 waves of 19
-    assert cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4  # 84.5 at cv 0.3
+    assert (
+        cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4
+    )  # 84.5 at cv 0.3
     # the param, as logged (MLflow strings), and runs logged before it existed (no param: chunks)
     assert continuous_of({"rollout.continuous_batching": "True"}, 16, 4) and not continuous_of({}, 16, 4)
     assert not continuous_of({"rollout.continuous_batching": "True"}, 4, 4)  # one batch: nothing waits
@@ -89,8 +103,14 @@ def test_fit_unknown_closed_form():
 
 
 def test_measured_hardware_file_round_trip_and_refusals(tmp_path):
-    hw = MeasuredHardware(CostModel("curve", [1.0, 4.0], [1.0, 2.0]), {"draft_model": DrafterCost("draft_model", 1, "", curve=CostModel("curve", [1.0, 8.0], [0.1, 0.2])),
-                                                                       "eagle3 k=2": DrafterCost("eagle3", 2, "", a=0.3, b=0.01)}, {"machine": "x"})
+    hw = MeasuredHardware(
+        CostModel("curve", [1.0, 4.0], [1.0, 2.0]),
+        {
+            "draft_model": DrafterCost("draft_model", 1, "", curve=CostModel("curve", [1.0, 8.0], [0.1, 0.2])),
+            "eagle3 k=2": DrafterCost("eagle3", 2, "", a=0.3, b=0.01),
+        },
+        {"machine": "x"},
+    )
     back = MeasuredHardware.load(hw.save(tmp_path / "hw.json"))
     assert back.target.time(2.0) == pytest.approx(4 / 3) and back.meta == {"machine": "x"}
     assert back.drafter("draft_model", 3).step(1) == pytest.approx(0.1 * 8 / 7 + 2 * 0.1)  # d(2) + 2·d(1)
@@ -105,7 +125,9 @@ def test_measured_hardware_file_round_trip_and_refusals(tmp_path):
 def test_from_cache_picks_the_matching_curves(tmp_path):
     model = tmp_path / "m"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}))
+    (model / "config.json").write_text(
+        json.dumps({"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4})
+    )
     cfg = {"vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 4}
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -124,7 +146,11 @@ def test_from_cache_picks_the_matching_curves(tmp_path):
     conf = spec_from_params(params).drafter.model_dump(mode="json", exclude={"init", "online", "model"})
     entry("ng", {"what": "drafter", "rows_max": 4, "drafter": conf}, "2026-01-01", a_s=0.25, b_s=0.0)
     hw = from_cache([(params, "ngram", 2)], 4, cache)
-    assert hw.target.time(1) == 1.0 and hw.drafter("ngram", 2).step(3) == 0.25 and hw.meta["curves"]["target"]["file"] == "new.json"
+    assert (
+        hw.target.time(1) == 1.0
+        and hw.drafter("ngram", 2).step(3) == 0.25
+        and hw.meta["curves"]["target"]["file"] == "new.json"
+    )
 
 
 # ------------------------------------------------------------------ end to end through the CLI
@@ -141,17 +167,38 @@ def fake_sweep(client, name, seeds=(0,), lengths=None, **extra):
     ``lengths``: each run also logs this per-row record (ROWS rows, one prompt) at every step, as `wb run` does."""
     exp = client.create_experiment(f"wb-{name}")
     parent = log_run(client, exp, name, tags={"workbench.sweep": name, "workbench.sweep.role": "parent"})
-    setting = {"model.target": "micro", "task.name": "arith_chain", "grpo.prompts_per_step": 1, "grpo.group_size": ROWS,
-               "rollout.max_batch_size": 256, "rollout.max_new_tokens": 16, "measure.paired": True, "measure.warmup_steps": 1, **extra}
+    setting = {
+        "model.target": "micro",
+        "task.name": "arith_chain",
+        "grpo.prompts_per_step": 1,
+        "grpo.group_size": ROWS,
+        "rollout.max_batch_size": 256,
+        "rollout.max_new_tokens": 16,
+        "measure.paired": True,
+        "measure.warmup_steps": 1,
+        **extra,
+    }
     for (kind, k), seed in ((p, sd) for p in (("none", 0), ("ngram", 1), ("ngram", 2), ("ngram", 3)) for sd in seeds):
         m = {"timing_s/gen": [0.01] * STEPS, "timing_s/step": [0.02] * STEPS, "gen/num_tokens": [ROWS * L] * STEPS}
         if kind != "none":
             s = SPEEDUP[k] * SEED_SCALE[seed]
-            m |= {"speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01], **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
-                  "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS, "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
-                  "gen_autoregressive/num_forwards": [L - 1] * STEPS, "speedup/gen_modeled": [2.0] * STEPS}
-        rid = log_run(client, exp, f"{name}: {kind} k={k} seed={seed}", {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3},
-                      m, tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)}, parent=parent)
+            m |= {
+                "speedup/gen_per_step": [9.0, s / 1.01, s, s * 1.01],
+                **{f"spec/acceptance_rate_pos_{i}": [1.0] * STEPS for i in range(k)},
+                "spec/num_drafts": [ROWS * 8 / (k + 1)] * STEPS,
+                "gen_autoregressive/num_tokens": [ROWS * L] * STEPS,
+                "gen_autoregressive/num_forwards": [L - 1] * STEPS,
+                "speedup/gen_modeled": [2.0] * STEPS,
+            }
+        rid = log_run(
+            client,
+            exp,
+            f"{name}: {kind} k={k} seed={seed}",
+            {**setting, "seed": seed, "drafter.kind": kind, "drafter.k": k or 3},
+            m,
+            tags={"workbench.sweep": name, "workbench.sweep.role": "point", "workbench.axis.drafter.k": str(k)},
+            parent=parent,
+        )
         for step in range(1, STEPS + 1) if lengths else ():
             client.log_dict(rid, lengths_record(lengths, ROWS, 16), f"completions/lengths/step_{step:05d}.json")
 
@@ -159,15 +206,20 @@ def fake_sweep(client, name, seeds=(0,), lengths=None, **extra):
 def flat_hardware(tmp_path):
     """A costs file: the flat target curve and ngram's drafter free at k = 1..3 (``--costs``)."""
     hw = tmp_path / "hw.json"
-    MeasuredHardware(CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
-                     {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)}).save(hw)
+    MeasuredHardware(
+        CostModel("curve", FLAT["tokens"], FLAT["seconds"]),
+        {f"ngram k={k}": DrafterCost("ngram", k, "", a=0.0) for k in (1, 2, 3)},
+    ).save(hw)
     return hw
 
 
 def from_sweep(name, hw, out, *args, width=220):
     """`wb simulate --from-sweep NAME` on ``hw`` with one-token prompts, writing ``out``."""
-    return runner.invoke(app, ["simulate", "--from-sweep", name, "--costs", str(hw), "--prompt-len", "1", *args, "--json", str(out)],
-                         terminal_width=width)
+    return runner.invoke(
+        app,
+        ["simulate", "--from-sweep", name, "--costs", str(hw), "--prompt-len", "1", *args, "--json", str(out)],
+        terminal_width=width,
+    )
 
 
 def test_cli_from_sweep_predicts_and_records(store, tmp_path):
@@ -183,17 +235,28 @@ def test_cli_from_sweep_predicts_and_records(store, tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.tags["workbench.simulate"] == "true"
     r = runs[0]
     assert r.data.params["from_sweep"] == "cpu-k" and r.data.params["unknown"] == "verify_overhead_s"
-    assert [m.value for m in store.get_metric_history(r.info.run_id, "cpu/predicted")] == pytest.approx(list(SPEEDUP.values()), rel=1e-6)
+    assert [m.value for m in store.get_metric_history(r.info.run_id, "cpu/predicted")] == pytest.approx(
+        list(SPEEDUP.values()), rel=1e-6
+    )
     assert {a.path for a in store.list_artifacts(r.info.run_id)} == {"simulate.json", "points.json", "plot.png"}
     # the sweep's table is untouched: still its 4 points
-    parent = store.search_runs([store.get_experiment_by_name("wb-cpu-k").experiment_id], "tags.`workbench.sweep.role` = 'parent'")[0]
-    assert len(store.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")) == 4
+    parent = store.search_runs(
+        [store.get_experiment_by_name("wb-cpu-k").experiment_id], "tags.`workbench.sweep.role` = 'parent'"
+    )[0]
+    assert (
+        len(store.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")) == 4
+    )
 
-    bad = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--calibrate-k", "5", "--costs", str(hw), "--prompt-len", "1"])
+    bad = runner.invoke(
+        app, ["simulate", "--from-sweep", "cpu-k", "--calibrate-k", "5", "--costs", str(hw), "--prompt-len", "1"]
+    )
     assert bad.exit_code == 2 and "k=5" in bad.output
     failed = [x for x in store.search_runs([r.info.experiment_id]) if x.info.status == "FAILED"]
     assert len(failed) == 1 and "k=5" in failed[0].data.tags["workbench.simulate.error"]
-    quiet = runner.invoke(app, ["simulate", "--from-sweep", "cpu-k", "--costs", str(hw), "--prompt-len", "1", "--draws", "1", "--no-track"])
+    quiet = runner.invoke(
+        app,
+        ["simulate", "--from-sweep", "cpu-k", "--costs", str(hw), "--prompt-len", "1", "--draws", "1", "--no-track"],
+    )
     assert quiet.exit_code == 0 and len(store.search_runs([r.info.experiment_id])) == 2
 
 
@@ -222,7 +285,10 @@ def test_cli_from_sweep_reads_continuous_batching(store, tmp_path):
     out = tmp_path / "cb.json"
     res = from_sweep("cpu-cb", flat_hardware(tmp_path), out, "--draws", "1", "--no-track")
     assert res.exit_code == 0, res.output
-    assert json.loads(out.read_text())["workload"]["continuous"] is True and "batched continuously in 2 slots" in res.output
+    assert (
+        json.loads(out.read_text())["workload"]["continuous"] is True
+        and "batched continuously in 2 slots" in res.output
+    )
 
 
 def test_cli_from_sweep_uses_the_logged_lengths(store, tmp_path):

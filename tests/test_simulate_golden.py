@@ -9,7 +9,7 @@ import pytest
 
 from workbench.perf.simulate import load_scenario, run
 from workbench.perf.simulate.validate import holdout
-from workbench.perf.simulate.writeup import GRID_235B, SCENARIO_235B, SCENARIO_8B, apply, render
+from workbench.perf.simulate.writeup import GRID_235B, SCENARIO_8B, SCENARIO_235B, apply, render
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 REL = 1e-6  # deterministic arithmetic (seeded draws): only float noise may differ
@@ -41,7 +41,10 @@ def test_8b_headline_numbers(committed, fresh_8b):
         for name in ("gen_ar", "gen_spec", "step_ar", "step_spec"):
             assert getattr(r.result, name) == pytest.approx(g[name], rel=1e-3), (r.variant, name)
         for k in (3, 5, 7):
-            assert r.result.gen_speedup_by_k[k] == pytest.approx(g["gen_speedup_by_k"][str(k)], rel=1e-3), (r.variant, k)
+            assert r.result.gen_speedup_by_k[k] == pytest.approx(g["gen_speedup_by_k"][str(k)], rel=1e-3), (
+                r.variant,
+                k,
+            )
 
 
 def test_8b_committed_verdict(committed):

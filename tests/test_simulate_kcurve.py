@@ -10,8 +10,15 @@ from workbench.perf.simulate.step import StepResult
 from workbench.perf.simulate.validate import implied_step_cost
 from workbench.perf.simulate.writeup import apply
 
-HW = Hardware(flops=1e15, hbm_bandwidth=1e12, hbm_bytes=100e9, link_bandwidth=100e9, gpus_per_node=8,
-              flops_efficiency=1.0, bandwidth_efficiency=0.5)
+HW = Hardware(
+    flops=1e15,
+    hbm_bandwidth=1e12,
+    hbm_bytes=100e9,
+    link_bandwidth=100e9,
+    gpus_per_node=8,
+    flops_efficiency=1.0,
+    bandwidth_efficiency=0.5,
+)
 
 
 def test_sampler_s_hand_computed():
@@ -37,8 +44,12 @@ def test_variant_table_replaces_named_keys_merge():
 
 
 def test_compare_reference_by_k_and_k_curve():
-    r = StepResult("x", 3, 8, 3.0, 100.0, 50.0, 10.0, 20.0, 0.0, 0.0, 8, 1.0, 1.0, gen_speedup_by_k={3: 2.0, 5: 1.5, 7: 1.2})
-    out = compare(r, {"gen_ar": 80.0, "gen_spec": 1.0}, {3: {"gen_spec": 40.0}, 5: {"gen_speedup": 1.2}, 9: {"gen_speedup": 1.0}})
+    r = StepResult(
+        "x", 3, 8, 3.0, 100.0, 50.0, 10.0, 20.0, 0.0, 0.0, 8, 1.0, 1.0, gen_speedup_by_k={3: 2.0, 5: 1.5, 7: 1.2}
+    )
+    out = compare(
+        r, {"gen_ar": 80.0, "gen_spec": 1.0}, {3: {"gen_spec": 40.0}, 5: {"gen_speedup": 1.2}, 9: {"gen_speedup": 1.0}}
+    )
     assert out["gen_ar"] == (100.0, 80.0, pytest.approx(0.25))
     assert out["gen_spec"] == (50.0, 40.0, pytest.approx(0.25))  # the row's own k wins
     assert out["gen_speedup_k5"] == (1.5, 1.2, pytest.approx(0.25))
@@ -46,8 +57,13 @@ def test_compare_reference_by_k_and_k_curve():
 
 
 def test_reference_by_k_validates():
-    raw = {"model": {"preset": "qwen3-8b"}, "hardware": {"preset": "gb200"}, "cluster": {"gpus": 2},
-           "speculation": {"alpha": 0.7}, "reference_by_k": {"3": {"gen_speedup": 1.5}}}
+    raw = {
+        "model": {"preset": "qwen3-8b"},
+        "hardware": {"preset": "gb200"},
+        "cluster": {"gpus": 2},
+        "speculation": {"alpha": 0.7},
+        "reference_by_k": {"3": {"gen_speedup": 1.5}},
+    }
     assert validate(raw).reference_by_k == {3: {"gen_speedup": 1.5}}
 
 

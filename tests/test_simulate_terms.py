@@ -9,8 +9,16 @@ from workbench.perf.simulate.scenario import Gen, Hardware, ModelShape
 
 Q8 = ModelShape(preset="qwen3-8b")
 Q235 = ModelShape(preset="qwen3-235b-a22b")
-HW = Hardware(flops=1e15, hbm_bandwidth=1e12, hbm_bytes=100e9, link_bandwidth=100e9, gpus_per_node=8,
-              flops_efficiency=1.0, bandwidth_efficiency=1.0, collective_latency_s=0.0)
+HW = Hardware(
+    flops=1e15,
+    hbm_bandwidth=1e12,
+    hbm_bytes=100e9,
+    link_bandwidth=100e9,
+    gpus_per_node=8,
+    flops_efficiency=1.0,
+    bandwidth_efficiency=1.0,
+    collective_latency_s=0.0,
+)
 
 
 # ------------------------------------------------------------------ expert-parallel straggler

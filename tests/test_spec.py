@@ -20,22 +20,28 @@ def test_flat_params_use_dotted_keys():
     assert p["drafter.k"] == 3 and p["drafter.kind"] == "draft_model" and "grpo.loss_agg" in p
 
 
-@pytest.mark.parametrize("override,needles", [
-    ("drafter.k=abc", ["drafter.k", "valid integer", "[1, 16]"]),
-    ("drafter.k=0", ["drafter.k", "greater than or equal to 1"]),
-    ("drafter.k=17", ["drafter.k", "less than or equal to 16"]),
-    ("drafter.kind=foo", ["drafter.kind", "allowed values", "ngram", "draft_model", "none"]),
-    ("drafter.kk=3", ["drafter.kk", "Did you mean 'drafter.k'", "Allowed keys"]),
-    ("grpo.loss_agg=mean", ["grpo.loss_agg", "token_mean", "seq_mean_token_sum_norm"]),
-    ("rollout.top_p=1.5", ["rollout.top_p", "less than or equal to 1"]),
-    ("nosuch.key=1", ["nosuch", "unknown key"]),
-    ("drafter.eagle_aux_hidden_state_layer_ids=[1,2]", ["drafter.eagle_aux_hidden_state_layer_ids", "three layer indices"]),
-    ("drafter.eagle_aux_hidden_state_layer_ids=[-1,1,2]", ["drafter.eagle_aux_hidden_state_layer_ids", ">= 0"]),
-    ("drafter.init.steps=-1", ["drafter.init.steps", "greater than or equal to 0"]),
-    ("drafter.online.every=0", ["drafter.online.every", "greater than or equal to 1"]),
-    ("drafter.online.foo=1", ["drafter.online.foo", "unknown key"]),
-    ("drafter.ttt_decay=0", ["drafter.ttt_decay", "greater than 0"]),
-])
+@pytest.mark.parametrize(
+    "override,needles",
+    [
+        ("drafter.k=abc", ["drafter.k", "valid integer", "[1, 16]"]),
+        ("drafter.k=0", ["drafter.k", "greater than or equal to 1"]),
+        ("drafter.k=17", ["drafter.k", "less than or equal to 16"]),
+        ("drafter.kind=foo", ["drafter.kind", "allowed values", "ngram", "draft_model", "none"]),
+        ("drafter.kk=3", ["drafter.kk", "Did you mean 'drafter.k'", "Allowed keys"]),
+        ("grpo.loss_agg=mean", ["grpo.loss_agg", "token_mean", "seq_mean_token_sum_norm"]),
+        ("rollout.top_p=1.5", ["rollout.top_p", "less than or equal to 1"]),
+        ("nosuch.key=1", ["nosuch", "unknown key"]),
+        (
+            "drafter.eagle_aux_hidden_state_layer_ids=[1,2]",
+            ["drafter.eagle_aux_hidden_state_layer_ids", "three layer indices"],
+        ),
+        ("drafter.eagle_aux_hidden_state_layer_ids=[-1,1,2]", ["drafter.eagle_aux_hidden_state_layer_ids", ">= 0"]),
+        ("drafter.init.steps=-1", ["drafter.init.steps", "greater than or equal to 0"]),
+        ("drafter.online.every=0", ["drafter.online.every", "greater than or equal to 1"]),
+        ("drafter.online.foo=1", ["drafter.online.foo", "unknown key"]),
+        ("drafter.ttt_decay=0", ["drafter.ttt_decay", "greater than 0"]),
+    ],
+)
 def test_bad_values_name_the_field_and_the_fix(override, needles):
     with pytest.raises(SpecError) as e:
         load_spec(None, [override])
@@ -83,7 +89,9 @@ def test_none_words_reach_literal_fields_from_overrides():
     assert s.tune.pruner == "none" and s.drafter.init.data == "none"
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].joinpath("experiments").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(Path(__file__).resolve().parents[1].joinpath("experiments").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_experiment_spec_validates_and_names_known_models(path):
     from workbench.models import PRESETS
     from workbench.models.imported import PRETRAINED

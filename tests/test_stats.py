@@ -10,18 +10,18 @@ from workbench.stats import (
     after_warmup,
     decide,
     dersimonian_laird_tau2,
-    hartung_knapp,
     geometric_mean,
+    hartung_knapp,
     paired_ratios,
     paired_summary,
     per_step_key,
     per_step_ratios,
+    random_effects,
     ratio_ci,
     ratio_source,
-    random_effects,
     run_log_estimate,
-    runs_ci,
     running_speedups,
+    runs_ci,
     step_ratios,
     two_sample,
 )
@@ -101,8 +101,11 @@ def test_decide_names_no_best_for_a_lone_point_without_an_interval():
 
 
 def test_paired_summary_skips_warmup_and_unpaired_runs():
-    hist = [{"speedup/gen_per_step": 5.0, "speedup/step_per_step": 3.0}, {"speedup/gen_per_step": 1.1, "speedup/step_per_step": 1.05},
-            {"speedup/gen_per_step": 1.3, "speedup/step_per_step": 1.15}]
+    hist = [
+        {"speedup/gen_per_step": 5.0, "speedup/step_per_step": 3.0},
+        {"speedup/gen_per_step": 1.1, "speedup/step_per_step": 1.05},
+        {"speedup/gen_per_step": 1.3, "speedup/step_per_step": 1.15},
+    ]
     for h in hist:  # the running estimates logged beside them are not ratios: never read as such
         h["speedup/gen"], h["speedup/step"] = 77.0, 77.0
     s = paired_summary(hist, warmup=1)
@@ -114,11 +117,18 @@ def test_paired_summary_skips_warmup_and_unpaired_runs():
 
 def test_paired_summary_reads_runs_stored_before_the_per_step_keys():
     """Before issue #22 part 4 the per-step ratios were logged as ``speedup/gen`` itself."""
-    old = [{"speedup/gen": 5.0, "speedup/step": 3.0}, {"speedup/gen": 1.1, "speedup/step": 1.05}, {"speedup/gen": 1.3, "speedup/step": 1.15}]
+    old = [
+        {"speedup/gen": 5.0, "speedup/step": 3.0},
+        {"speedup/gen": 1.1, "speedup/step": 1.05},
+        {"speedup/gen": 1.3, "speedup/step": 1.15},
+    ]
     assert per_step_ratios(old, "speedup/gen") == [5.0, 1.1, 1.3]
     assert paired_summary(old, warmup=1)["speedup/gen_mean"] == pytest.approx(math.sqrt(1.1 * 1.3))
     assert ratio_source({"speedup/gen", "speedup/gen_per_step"}, "speedup/gen") == "speedup/gen_per_step"
-    assert ratio_source({"speedup/gen"}, "speedup/gen") == "speedup/gen" and per_step_key("speedup/step") == "speedup/step_per_step"
+    assert (
+        ratio_source({"speedup/gen"}, "speedup/gen") == "speedup/gen"
+        and per_step_key("speedup/step") == "speedup/step_per_step"
+    )
 
 
 def test_running_speedups_end_on_the_runs_estimate():
@@ -130,7 +140,11 @@ def test_running_speedups_end_on_the_runs_estimate():
         hist.append({"speedup/gen_per_step": r, "speedup/step_per_step": 1 + (r - 1) / 2})
         hist[-1].update(running_speedups(hist, warmup=1))
         logged.append(hist[-1]["speedup/gen"])
-    assert logged[0] == pytest.approx(5.0) and logged[1] == pytest.approx(1.1) and logged[2] == pytest.approx(math.sqrt(1.1 * 1.3))
+    assert (
+        logged[0] == pytest.approx(5.0)
+        and logged[1] == pytest.approx(1.1)
+        and logged[2] == pytest.approx(math.sqrt(1.1 * 1.3))
+    )
     summary = paired_summary(hist, warmup=1)
     assert logged[-1] == pytest.approx(summary["speedup/gen_mean"], rel=1e-12)
     assert hist[-1]["speedup/step"] == pytest.approx(summary["speedup/step_mean"], rel=1e-12)
@@ -153,9 +167,21 @@ def test_two_sample_detects_a_shift_and_not_noise():
 # ----------------------------------------------------------------------------- a random-effects interval over runs
 
 # BCG vaccine trials (Colditz et al. 1994; metafor's dat.bcg): tpos, tneg, cpos, cneg per trial.
-BCG = [(4, 119, 11, 128), (6, 300, 29, 274), (3, 228, 11, 209), (62, 13536, 248, 12619), (33, 5036, 47, 5761),
-       (180, 1361, 372, 1079), (8, 2537, 10, 619), (505, 87886, 499, 87892), (29, 7470, 45, 7232), (17, 1699, 65, 1600),
-       (186, 50448, 141, 27197), (5, 2493, 3, 2338), (27, 16886, 29, 17825)]
+BCG = [
+    (4, 119, 11, 128),
+    (6, 300, 29, 274),
+    (3, 228, 11, 209),
+    (62, 13536, 248, 12619),
+    (33, 5036, 47, 5761),
+    (180, 1361, 372, 1079),
+    (8, 2537, 10, 619),
+    (505, 87886, 499, 87892),
+    (29, 7470, 45, 7232),
+    (17, 1699, 65, 1600),
+    (186, 50448, 141, 27197),
+    (5, 2493, 3, 2338),
+    (27, 16886, 29, 17825),
+]
 
 
 def bcg_log_risk_ratios():
@@ -185,9 +211,15 @@ def test_random_effects_by_hand():
     r = random_effects([0.1, 0.2, 0.3], [0.001] * 3)
     se, t2, t1 = math.sqrt(1 / 300), 4.302653, 12.706205  # t_{0.975, 2}, t_{0.975, 1}
     assert r.tau == pytest.approx(math.sqrt(0.009)) and r.n == 3 and r.mean == pytest.approx(math.exp(0.2))
-    assert (r.low, r.high) == (pytest.approx(math.exp(0.2 - t2 * se), rel=1e-6), pytest.approx(math.exp(0.2 + t2 * se), rel=1e-6))
+    assert (r.low, r.high) == (
+        pytest.approx(math.exp(0.2 - t2 * se), rel=1e-6),
+        pytest.approx(math.exp(0.2 + t2 * se), rel=1e-6),
+    )
     hp = t1 * math.sqrt(0.009 + se * se + 0.001)  # a new run's estimate: tau² + se² + its own step noise
-    assert (r.pred_low, r.pred_high) == (pytest.approx(math.exp(0.2 - hp), rel=1e-6), pytest.approx(math.exp(0.2 + hp), rel=1e-6))
+    assert (r.pred_low, r.pred_high) == (
+        pytest.approx(math.exp(0.2 - hp), rel=1e-6),
+        pytest.approx(math.exp(0.2 + hp), rel=1e-6),
+    )
     assert r.half_width == pytest.approx(math.exp(t2 * se) - 1, rel=1e-6) and r.ratio_ci().n == 3
 
 
@@ -204,7 +236,9 @@ def test_prediction_interval_uses_the_plain_standard_error():
     assert tau2 > 0 and r.tau == pytest.approx(math.sqrt(tau2)) and abs(q_hk - 1) > 0.05  # HK's se is not SE here
     assert r.high == pytest.approx(math.exp(mu + 4.302653 * math.sqrt(max(q_hk, 1) / sum(w))), rel=1e-6)
     hp = 12.706205 * math.sqrt(tau2 + 1 / sum(w) + 0.07 / 3)  # Higgins et al. 2009: SE² = 1/Σw, t on n-2 df
-    assert r.pred_high == pytest.approx(math.exp(mu + hp), rel=1e-6) and r.pred_low == pytest.approx(math.exp(mu - hp), rel=1e-6)
+    assert r.pred_high == pytest.approx(math.exp(mu + hp), rel=1e-6) and r.pred_low == pytest.approx(
+        math.exp(mu - hp), rel=1e-6
+    )
 
 
 def test_no_between_run_spread_reduces_to_the_fixed_effect_interval():
@@ -213,7 +247,9 @@ def test_no_between_run_spread_reduces_to_the_fixed_effect_interval():
     r = random_effects([0.10, 0.11], [0.01, 0.04])
     h = 12.706205 * math.sqrt(1 / 125)
     assert r.tau == 0.0 and r.mean == pytest.approx(math.exp(0.102))
-    assert r.low == pytest.approx(math.exp(0.102 - h), rel=1e-6) and r.high == pytest.approx(math.exp(0.102 + h), rel=1e-6)
+    assert r.low == pytest.approx(math.exp(0.102 - h), rel=1e-6) and r.high == pytest.approx(
+        math.exp(0.102 + h), rel=1e-6
+    )
     assert r.pred_low is None and r.pred_high is None  # a prediction interval needs >= 3 runs (t on n - 2 df)
 
 

@@ -16,7 +16,6 @@ from workbench.rollout.sampling import SamplingParams
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
-
 # ---------------------------------------------------------------- the reference: slow and obvious
 
 
@@ -193,7 +192,9 @@ def test_proposals_equal_the_brute_force_reference(source):
             script.batch(prompts, random_completions(rng, len(prompts), V), k, check=True)
         assert len(d.history) == min(cap, 3 * len(prompts))
         drafted += script.drafted
-    assert drafted[0] > 0 and sum(n for c, n in drafted.items() if c >= 2) > 20  # empty and multi-token drafts were checked
+    assert (
+        drafted[0] > 0 and sum(n for c, n in drafted.items() if c >= 2) > 20
+    )  # empty and multi-token drafts were checked
 
 
 def test_siblings_are_read_only_up_to_what_they_generated():
@@ -257,10 +258,13 @@ def test_greedy_speculative_equals_greedy_autoregressive(target_lm, k):
 
 
 @pytest.mark.slow  # ~65 s each on the 2-core CPU (docs/testing.md)
-@pytest.mark.parametrize("sp", [
-    SamplingParams(temperature=1.0, max_new_tokens=3),
-    SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3),
-])
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=1.0, max_new_tokens=3),
+        SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3),
+    ],
+)
 def test_sampled_speculative_rollouts_follow_target(sp):
     """30k rows of one prompt: every row drafts from the prompt, its own tokens and the tokens its
     siblings sampled (a sibling one step ahead proposes what it drew), so drafts depend on other
@@ -278,12 +282,22 @@ def test_spec_fields_and_validation():
     from workbench.specs import DrafterSpec
 
     s = DrafterSpec(kind="suffix")
-    assert (s.suffix_decoding_max_tree_depth, s.suffix_decoding_max_spec_factor, s.suffix_decoding_min_token_prob,
-            s.suffix_decoding_max_cached_requests) == (24, 1.0, 0.1, 10000)
-    d = SuffixDrafter.from_spec(DrafterSpec(kind="suffix", suffix_decoding_max_tree_depth=8, suffix_decoding_max_cached_requests=5))
+    assert (
+        s.suffix_decoding_max_tree_depth,
+        s.suffix_decoding_max_spec_factor,
+        s.suffix_decoding_min_token_prob,
+        s.suffix_decoding_max_cached_requests,
+    ) == (24, 1.0, 0.1, 10000)
+    d = SuffixDrafter.from_spec(
+        DrafterSpec(kind="suffix", suffix_decoding_max_tree_depth=8, suffix_decoding_max_cached_requests=5)
+    )
     assert d.max_depth == 8 and d.history.max_requests == 5
-    for bad in ({"suffix_decoding_max_tree_depth": 1}, {"suffix_decoding_max_spec_factor": 0.0},
-                {"suffix_decoding_min_token_prob": 1.5}, {"suffix_decoding_max_cached_requests": -1}):
+    for bad in (
+        {"suffix_decoding_max_tree_depth": 1},
+        {"suffix_decoding_max_spec_factor": 0.0},
+        {"suffix_decoding_min_token_prob": 1.5},
+        {"suffix_decoding_max_cached_requests": -1},
+    ):
         with pytest.raises(ValidationError, match=next(iter(bad))):
             DrafterSpec(kind="suffix", **bad)
 
@@ -298,4 +312,7 @@ def test_wb_run_micro_suffix(store):
     run = store.search_runs([store.get_experiment_by_name("workbench-micro").experiment_id])[0]
     assert run.info.status == "FINISHED"
     assert run.data.metrics["spec/acceptance_length"] >= 1.0 and run.data.metrics["spec/num_drafts"] > 0
-    assert run.data.params["drafter.kind"] == "suffix" and run.data.params["drafter.suffix_decoding_max_tree_depth"] == "24"
+    assert (
+        run.data.params["drafter.kind"] == "suffix"
+        and run.data.params["drafter.suffix_decoding_max_tree_depth"] == "24"
+    )

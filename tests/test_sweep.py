@@ -8,8 +8,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.sweep import SweepError, expand_grid, parse_axis, parse_sweep_args, plan_sweep, speedup, summarize
 from workbench.stats import ratio_ci
+from workbench.sweep import SweepError, expand_grid, parse_axis, parse_sweep_args, plan_sweep, speedup, summarize
 from workbench.tracking import Tracker
 
 runner = CliRunner()
@@ -41,32 +41,38 @@ def _sweep_runs(client, name, experiment="workbench-micro"):
 # ----------------------------------------------------------------------------- grammar
 
 
-@pytest.mark.parametrize("item,key,values,fixed", [
-    ("k=1..4", "drafter.k", ("1", "2", "3", "4"), False),
-    ("k=3..3", "drafter.k", ("3",), False),
-    ("drafter=ngram,draft_model", "drafter.kind", ("ngram", "draft_model"), False),
-    ("drafter.kind=ngram, draft_model,ngram", "drafter.kind", ("ngram", "draft_model"), False),
-    ("rollout.temperature=0.5,1.0", "rollout.temperature", ("0.5", "1.0"), False),
-    ("init=chat,in_domain", "drafter.init.data", ("chat", "in_domain"), False),
-    ("seed=-1..1", "seed", ("-1", "0", "1"), False),
-    ("grpo.steps=3", "grpo.steps", ("3",), True),
-    ("k=5", "drafter.k", ("5",), True),
-])
+@pytest.mark.parametrize(
+    "item,key,values,fixed",
+    [
+        ("k=1..4", "drafter.k", ("1", "2", "3", "4"), False),
+        ("k=3..3", "drafter.k", ("3",), False),
+        ("drafter=ngram,draft_model", "drafter.kind", ("ngram", "draft_model"), False),
+        ("drafter.kind=ngram, draft_model,ngram", "drafter.kind", ("ngram", "draft_model"), False),
+        ("rollout.temperature=0.5,1.0", "rollout.temperature", ("0.5", "1.0"), False),
+        ("init=chat,in_domain", "drafter.init.data", ("chat", "in_domain"), False),
+        ("seed=-1..1", "seed", ("-1", "0", "1"), False),
+        ("grpo.steps=3", "grpo.steps", ("3",), True),
+        ("k=5", "drafter.k", ("5",), True),
+    ],
+)
 def test_parse_axis(item, key, values, fixed):
     a = parse_axis(item)
     assert (a.key, a.values, a.fixed) == (key, values, fixed)
 
 
-@pytest.mark.parametrize("item,needles", [
-    ("k=5..2", ["axis 'k'", "empty range", "k=2..5"]),
-    ("k=1..", ["axis 'k'", "bad range", "k=1..7"]),
-    ("k=a..b", ["bad range", "integer"]),
-    ("rollout.temperature=0.5..1.0", ["bad range", "commas"]),
-    ("k=", ["axis 'k'", "no values", "k=1..7"]),
-    ("k=1,,2", ["axis 'k'", "empty value", "comma"]),
-    ("micro", ["KEY=VALUES", "spec"]),
-    ("=3", ["empty key"]),
-])
+@pytest.mark.parametrize(
+    "item,needles",
+    [
+        ("k=5..2", ["axis 'k'", "empty range", "k=2..5"]),
+        ("k=1..", ["axis 'k'", "bad range", "k=1..7"]),
+        ("k=a..b", ["bad range", "integer"]),
+        ("rollout.temperature=0.5..1.0", ["bad range", "commas"]),
+        ("k=", ["axis 'k'", "no values", "k=1..7"]),
+        ("k=1,,2", ["axis 'k'", "empty value", "comma"]),
+        ("micro", ["KEY=VALUES", "spec"]),
+        ("=3", ["empty key"]),
+    ],
+)
 def test_bad_axis_grammar_is_a_clear_error(item, needles):
     with pytest.raises(SweepError) as e:
         parse_axis(item)
@@ -86,7 +92,11 @@ def test_split_axes_and_fixed_and_reject_repeats():
 def test_expand_grid_is_the_cartesian_product():
     axes, _ = parse_sweep_args(["k=1..3", "drafter=ngram,draft_model"])
     grid = expand_grid(axes)
-    assert len(grid) == 6 and grid[0] == {"drafter.k": "1", "drafter.kind": "ngram"} and grid[1]["drafter.kind"] == "draft_model"
+    assert (
+        len(grid) == 6
+        and grid[0] == {"drafter.k": "1", "drafter.kind": "ngram"}
+        and grid[1]["drafter.kind"] == "draft_model"
+    )
     assert expand_grid([]) == [{}]
 
 
@@ -121,14 +131,17 @@ def test_default_spec_is_the_sweep_sized_quickstart():
     assert plan.base.grpo.steps < 10 and plan.base.grpo.eval_every == 0
 
 
-@pytest.mark.parametrize("items,needles", [
-    (["kk=1,2"], ["axis 'kk'", "unknown key", "aliases"]),
-    (["drafter.init.steps=-1,5"], ["axis 'drafter.init.steps'", "'-1'", "greater than or equal to 0"]),
-    (["drafter.online.foo=1"], ["drafter.online.foo", "unknown key"]),
-    (["k=0..2"], ["axis 'k'", "'0'", "drafter.k", "greater than or equal to 1"]),
-    (["drafter=foo,ngram"], ["axis 'drafter'", "allowed values"]),
-    (["drafter.prompt_lookup_min=2,5"], ["drafter.prompt_lookup_min", "'5'", "prompt_lookup_max"]),
-])
+@pytest.mark.parametrize(
+    "items,needles",
+    [
+        (["kk=1,2"], ["axis 'kk'", "unknown key", "aliases"]),
+        (["drafter.init.steps=-1,5"], ["axis 'drafter.init.steps'", "'-1'", "greater than or equal to 0"]),
+        (["drafter.online.foo=1"], ["drafter.online.foo", "unknown key"]),
+        (["k=0..2"], ["axis 'k'", "'0'", "drafter.k", "greater than or equal to 1"]),
+        (["drafter=foo,ngram"], ["axis 'drafter'", "allowed values"]),
+        (["drafter.prompt_lookup_min=2,5"], ["drafter.prompt_lookup_min", "'5'", "prompt_lookup_max"]),
+    ],
+)
 def test_invalid_points_name_the_axis(items, needles):
     with pytest.raises(SweepError) as e:
         plan_sweep("micro", items)
@@ -155,11 +168,18 @@ def test_dry_run_lists_points_and_runs_nothing(workdir):
 
 
 def test_summary_skips_warmup_and_speedup_is_a_ratio():
-    hist = [{"timing_s/gen": 9.0, "timing_s/step": 10.0, "reward/mean": 0.1},
-            {"timing_s/gen": 1.0, "timing_s/step": 2.0, "reward/mean": 0.2},
-            {"timing_s/gen": 3.0, "timing_s/step": 4.0, "reward/mean": 0.3}]
+    hist = [
+        {"timing_s/gen": 9.0, "timing_s/step": 10.0, "reward/mean": 0.1},
+        {"timing_s/gen": 1.0, "timing_s/step": 2.0, "reward/mean": 0.2},
+        {"timing_s/gen": 3.0, "timing_s/step": 4.0, "reward/mean": 0.3},
+    ]
     s = summarize(hist)
-    assert (s["timing_s/gen"], s["timing_s/step"], s["reward/final"], s["spec/acceptance_length"]) == (2.0, 3.0, 0.3, None)
+    assert (s["timing_s/gen"], s["timing_s/step"], s["reward/final"], s["spec/acceptance_length"]) == (
+        2.0,
+        3.0,
+        0.3,
+        None,
+    )
     assert summarize(hist[:1])["timing_s/gen"] == 9.0  # one step: nothing to skip
     assert speedup(2.0, 0.5) == 4.0 and speedup(None, 1.0) is None and speedup(1.0, 0.0) is None
 
@@ -167,7 +187,11 @@ def test_summary_skips_warmup_and_speedup_is_a_ratio():
 def test_summary_keeps_first_and_last_acceptance_length():
     hist = [{"spec/acceptance_length": 1.5}, {"spec/acceptance_length": 2.0}, {"spec/acceptance_length": 2.5}]
     s = summarize(hist)
-    assert (s["spec/acceptance_length_first"], s["spec/acceptance_length_last"], s["spec/acceptance_length"]) == (1.5, 2.5, 2.25)
+    assert (s["spec/acceptance_length_first"], s["spec/acceptance_length_last"], s["spec/acceptance_length"]) == (
+        1.5,
+        2.5,
+        2.25,
+    )
     assert summarize([{"timing_s/gen": 1.0}])["spec/acceptance_length_first"] is None  # drafter none
 
 
@@ -180,7 +204,9 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
     assert res.exit_code == 0, res.output
     parent, children = _sweep_runs(store, "s1")
     assert parent.info.status == "FINISHED" and parent.data.tags["workbench.axis.drafter.k"] == "1,2"
-    assert {"results.json", "speedup_vs_k.png"} <= {a.path for a in store.list_artifacts(parent.info.run_id)}  # k=1,2: a curve
+    assert {"results.json", "speedup_vs_k.png"} <= {
+        a.path for a in store.list_artifacts(parent.info.run_id)
+    }  # k=1,2: a curve
     assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
     by_k = {c.data.tags["workbench.axis.drafter.k"]: c for c in children}
     assert set(by_k) == {"-", "1", "2"} and by_k["-"].data.params["drafter.kind"] == "none"
@@ -218,11 +244,15 @@ def test_failed_point_fails_the_sweep_and_resume_reruns_only_it(store, monkeypat
 
     crash = {"k": 2}
 
-    def fake_run(spec, console=None, progress=True, parent_run_id=None, tags=None, summary=True, on_step=None, run_id=None):
+    def fake_run(
+        spec, console=None, progress=True, parent_run_id=None, tags=None, summary=True, on_step=None, run_id=None
+    ):
         t = spec.tracking
         hist = []
         gen = 1.0 if spec.drafter.kind == "none" else 1.0 / (1 + spec.drafter.k)
-        with Tracker(t.tracking_uri, t.experiment, run_name=t.run_name, tags=tags, parent_run_id=parent_run_id, run_id=run_id) as tr:
+        with Tracker(
+            t.tracking_uri, t.experiment, run_name=t.run_name, tags=tags, parent_run_id=parent_run_id, run_id=run_id
+        ) as tr:
             tr.log_params(spec.flat_params())
             if spec.drafter.kind != "none" and spec.drafter.k == crash["k"]:
                 raise RuntimeError("boom")
@@ -302,13 +332,17 @@ def test_speedup_vs_k_plot_of_the_sweep_rows(tmp_path):
     from workbench.sweep.plot import speedup_lines, speedup_vs_k_png
 
     plan = plan_sweep("micro", ["k=1,2,3"])
-    rows = sweep_rows(_outcomes(plan, lambda p: [9, 1.1 * p.spec.drafter.k, 1.12 * p.spec.drafter.k, 1.11 * p.spec.drafter.k]))
+    rows = sweep_rows(
+        _outcomes(plan, lambda p: [9, 1.1 * p.spec.drafter.k, 1.12 * p.spec.drafter.k, 1.11 * p.spec.drafter.k])
+    )
     lines = speedup_lines(rows)
     assert list(lines) == ["draft_model"] and [k for k, _, _ in lines["draft_model"]] == [1, 2, 3]  # baseline left out
     assert lines["draft_model"][1][1].mean == pytest.approx((1.1 * 1.12 * 1.11) ** (1 / 3) * 2)
     assert speedup_vs_k_png(rows, tmp_path / "p.png") == tmp_path / "p.png" and (tmp_path / "p.png").stat().st_size > 0
     one = sweep_rows(_outcomes(plan_sweep("micro", ["k=2"]), lambda p: [9, 1.1, 1.2, 1.3]))
-    assert speedup_vs_k_png(one, tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()  # one point: no curve
+    assert (
+        speedup_vs_k_png(one, tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
+    )  # one point: no curve
 
 
 def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
@@ -322,7 +356,9 @@ def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
     assert len(rows) == 2 and len(rows[1].outcomes) == 3
     # 3 runs: the random-effects interval over them (n = runs), which spans the runs the pooled steps' CI misses
     pooled = ratio_ci([x for s in by_seed.values() for x in s[1:]])
-    assert rows[1].gen.n == 3 and rows[1].gen.mean == pytest.approx(pooled.mean, rel=1e-3) and rows[1].gen_runs.tau > 0.05
+    assert (
+        rows[1].gen.n == 3 and rows[1].gen.mean == pytest.approx(pooled.mean, rel=1e-3) and rows[1].gen_runs.tau > 0.05
+    )
     assert rows[1].gen.low < 1.2 < pooled.low and rows[1].gen.high > 1.4 > pooled.high and rows[1].step_runs is not None
     res = results_json("s", plan, outcomes)["rows"][1]
     assert "seed" not in res["axes"]  # repeats are one row, not an axis column
@@ -338,4 +374,6 @@ def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
     con.print(results_table(plan, outcomes, "t"))
     text = con.export_text()
     assert "1.30× [" in text and "tie for best" not in text  # one speculative row: nothing to tie with
-    assert f"{math.expm1(rows[1].gen_runs.tau) * 100:.1f} %" in text and "not of a repeat" in " ".join(text.split())  # τ column, caption
+    assert f"{math.expm1(rows[1].gen_runs.tau) * 100:.1f} %" in text and "not of a repeat" in " ".join(
+        text.split()
+    )  # τ column, caption

@@ -66,8 +66,18 @@ def foreign(run_id="theirs", status="RUNNING", start=T0 - 30, beat=T0 - 5, **tag
 
 
 def claim(store, since=T0 - 100, timeout=60.0):
-    return claim_point(store, "p", "run", {TAG_POINT: "p"}, "me:2:y", int(since * 1000), timeout, 2.0,
-                       clock=lambda: T0, sleep=store.sleep)
+    return claim_point(
+        store,
+        "p",
+        "run",
+        {TAG_POINT: "p"},
+        "me:2:y",
+        int(since * 1000),
+        timeout,
+        2.0,
+        clock=lambda: T0,
+        sleep=store.sleep,
+    )
 
 
 # ----------------------------------------------------------------------------- the rule (fake store and clock)
@@ -108,13 +118,16 @@ def test_stale_claim_is_failed_and_the_point_taken_over(beat):
     assert dead.status == "FAILED" and "timeout 60 s" in dead.tags[TAG_STALE] and "other:1:x" in dead.tags[TAG_STALE]
 
 
-@pytest.mark.parametrize("run,kind", [
-    (foreign(status="FINISHED"), "done"),
-    (foreign(status="FAILED", start=T0 - 10), "failed"),  # failed since this worker started: not retried by it
-    (foreign(status="FAILED", start=T0 - 200), "claimed"),  # failed before it started: a resume retries it
-    (foreign(status="FAILED", start=T0 - 10, **{TAG_STALE: "dead"}), "claimed"),  # a dead worker's: retried
-    (foreign(status="KILLED", start=T0 - 10), "claimed"),  # Ctrl-C in another worker: retried
-])
+@pytest.mark.parametrize(
+    "run,kind",
+    [
+        (foreign(status="FINISHED"), "done"),
+        (foreign(status="FAILED", start=T0 - 10), "failed"),  # failed since this worker started: not retried by it
+        (foreign(status="FAILED", start=T0 - 200), "claimed"),  # failed before it started: a resume retries it
+        (foreign(status="FAILED", start=T0 - 10, **{TAG_STALE: "dead"}), "claimed"),  # a dead worker's: retried
+        (foreign(status="KILLED", start=T0 - 10), "claimed"),  # Ctrl-C in another worker: retried
+    ],
+)
 def test_finished_failed_and_killed_points(run, kind):
     assert claim(FakeStore(run)).kind == kind
 
@@ -185,18 +198,28 @@ SWEEP = ["sweep", "micro", "k=1,2", "grpo.eval_every=0", "grpo.steps=3", "--quie
 
 def start_worker(tmp_path: Path, name: str, log: str, claim_timeout: float) -> subprocess.Popen:
     """`python -m workbench.cli sweep ...` in tmp_path on its sqlite store, one thread (2-core CI)."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     with open(tmp_path / log, "w") as out:  # the child keeps its own copy of the file
-        return subprocess.Popen([sys.executable, "-m", "workbench.cli", *SWEEP, "--name", name, "--claim-timeout", str(claim_timeout)], cwd=tmp_path, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "workbench.cli", *SWEEP, "--name", name, "--claim-timeout", str(claim_timeout)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def children(client: MlflowClient, name: str):
     exp = client.get_experiment_by_name("workbench-micro")
     runs = client.search_runs([exp.experiment_id], f"tags.`workbench.sweep` = '{name}'") if exp else []
     return [r for r in runs if r.data.tags.get("workbench.sweep.role") == "point"], [
-        r for r in runs if r.data.tags.get("workbench.sweep.role") == "parent"]
+        r for r in runs if r.data.tags.get("workbench.sweep.role") == "parent"
+    ]
 
 
 def check_each_point_finished_once(client, name):
@@ -306,6 +329,8 @@ def test_open_retries_a_schema_migration_race(monkeypatch):
 
     spec = load_spec("micro", ["tracking.tracking_uri=sqlite:////tmp/wb-retry-test.db"])
     assert isinstance(SweepStore.open(spec, "s"), SweepStore) and calls == ["s", "s"]
-    monkeypatch.setattr(SweepStore, "__init__", lambda self, spec, name: (_ for _ in ()).throw(RuntimeError("disk full")))
+    monkeypatch.setattr(
+        SweepStore, "__init__", lambda self, spec, name: (_ for _ in ()).throw(RuntimeError("disk full"))
+    )
     with pytest.raises(RuntimeError, match="disk full"):
         SweepStore.open(spec, "s")

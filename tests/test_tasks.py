@@ -160,10 +160,14 @@ def test_load_generated_default_cache_dir(tmp_path):
 def test_load_user_jsonl_custom_fields(tmp_path):
     f = tmp_path / "mine.jsonl"
     f.write_text("".join(json.dumps({"q": f"Q{i}\n", "a": i, "other": 0}) + "\n" for i in range(10)))
-    ds = load_task_data("arith_chain", "train", 4, 0, path=str(f), prompt_field="q", answer_field="a", cache_dir=tmp_path)
+    ds = load_task_data(
+        "arith_chain", "train", 4, 0, path=str(f), prompt_field="q", answer_field="a", cache_dir=tmp_path
+    )
     assert ds.column_names == ["prompt", "answer"]
     assert ds["prompt"] == [f"Q{i}\n" for i in range(4)] and ds["answer"] == ["0", "1", "2", "3"]
-    ev = load_task_data("arith_chain", "eval", 3, 0, path=str(f), prompt_field="q", answer_field="a", cache_dir=tmp_path)
+    ev = load_task_data(
+        "arith_chain", "eval", 3, 0, path=str(f), prompt_field="q", answer_field="a", cache_dir=tmp_path
+    )
     assert ev["answer"] == ["7", "8", "9"]
 
 
@@ -197,7 +201,16 @@ def test_load_errors(tmp_path):
         load_task_data("arith_chain", "train", 4, 0, path=str(ok), cache_dir=tmp_path)
     assert "answer" in str(e.value)  # lists the columns that exist
     with pytest.raises(ValueError, match=r"task\.answer_field.*'label'"):
-        load_task_data("arith_chain", "train", 4, 0, path=str(ok), prompt_field="question", answer_field="label", cache_dir=tmp_path)
+        load_task_data(
+            "arith_chain",
+            "train",
+            4,
+            0,
+            path=str(ok),
+            prompt_field="question",
+            answer_field="label",
+            cache_dir=tmp_path,
+        )
     with pytest.raises(ValueError, match="split"):
         load_task_data("arith_chain", "test", 4, 0, cache_dir=tmp_path)
     with pytest.raises(ValueError, match=r"task\.name"):

@@ -48,8 +48,12 @@ def test_params_metrics_artifacts_roundtrip(store, tmp_path):
     many = {f"sweep.p{i:03d}": i for i in range(250)}  # > 100: needs several log_batch calls
     with _tracker(store, run_name="roundtrip", tags={"task": "arith_chain"}) as tr:
         run_id = tr.run_id
-        tr.log_params({"drafter": {"kind": "ngram", "k": 3}, "grpo.beta": 0.0, "note": None, "long": long_value, **many})
-        tr.log_metrics({"timing_s/gen": 1.5, "spec/acceptance_length": 2.25, "skip_none": None, "skip_nan": math.nan}, step=0)
+        tr.log_params(
+            {"drafter": {"kind": "ngram", "k": 3}, "grpo.beta": 0.0, "note": None, "long": long_value, **many}
+        )
+        tr.log_metrics(
+            {"timing_s/gen": 1.5, "spec/acceptance_length": 2.25, "skip_none": None, "skip_nan": math.nan}, step=0
+        )
         tr.log_metrics({"timing_s/gen": 1.25, "reward/mean": 0.5}, step=1)
         tr.log_text("hello", "notes/readme.txt")
         tr.log_dict({"a": [1, 2]}, "config/resolved.json")
@@ -167,9 +171,22 @@ def test_sigterm_to_wb_run_marks_the_run_killed_and_keeps_its_metrics(tmp_path):
         pytest.skip("the wb entry point is not installed (pip install -e .)")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    proc = subprocess.Popen([wb, "run", "micro", "grpo.steps=500", "grpo.eval_every=0", "measure.modeled=false",
-                             "tracking.run_name=to-be-killed"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            wb,
+            "run",
+            "micro",
+            "grpo.steps=500",
+            "grpo.eval_every=0",
+            "measure.modeled=false",
+            "tracking.run_name=to-be-killed",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_id = None
     try:
         deadline = time.monotonic() + 240

@@ -13,10 +13,10 @@ from workbench.perf.transfer import (
     draft_shares,
     inside,
     per_row_speedup,
-    prediction_ci,
     predicted_plain_seconds,
     predicted_spec_seconds,
     predicted_speedup,
+    prediction_ci,
     step_costs,
     tokens_per_row_step,
 )
@@ -26,6 +26,7 @@ COSTS = VLLMCosts(plain_step_s=0.010, spec_step_s={3: 0.015}, plain_fixed_s=0.05
 
 
 # ----------------------------------------------------------------- acceptance side
+
 
 def test_tokens_per_row_step_counts_undrafted_row_steps_as_one_token():
     # 10 drafted row-steps accepting 15 drafts (E[N] = 2.5) and 5 undrafted ones (1 token each):
@@ -52,8 +53,12 @@ def test_draft_shares_per_step_and_from_totals():
     assert draft_shares([4, 4], [0, 3], [0, 12]) == [0.0, 1.0]  # k_t = 0: a plain step (adaptive k)
     # counters without per-step drafts: the run's average share on every drafted step
     assert draft_shares([4, 4], [3, 3], [], num_draft_tokens=12) == [0.5, 0.5]
-    for bad, match in [(([], [], []), "no decode steps"), (([4, 4], [3], [12, 12]), "one entry per step"),
-                       (([0], [3], [0]), ">= 1 row"), (([4], [3], None), "num_draft_tokens")]:
+    for bad, match in [
+        (([], [], []), "no decode steps"),
+        (([4, 4], [3], [12, 12]), "one entry per step"),
+        (([0], [3], [0]), ">= 1 row"),
+        (([4], [3], None), "num_draft_tokens"),
+    ]:
         with pytest.raises(ValueError, match=match):
             draft_shares(*bad)
 
@@ -71,6 +76,7 @@ def test_counters_keep_draft_tokens_per_step_and_merge_them():
 
 # ----------------------------------------------------------------- the step model
 
+
 def test_predicted_speedup_by_hand_with_undrafted_steps_costed_as_plain():
     # plain: 0.05 + 63 * 0.010 = 0.68 s; speculative: 0.06 + 20 full steps * 0.015 + 4 undrafted
     # * 0.010 + 2 half-drafted * 0.0125 = 0.425 s; 0.68 / 0.425 = 1.6
@@ -85,7 +91,11 @@ def test_predicted_speedup_by_hand_with_undrafted_steps_costed_as_plain():
 def test_fixed_seconds_dilute_the_speedup_the_per_row_formula_ignores():
     no_fixed = VLLMCosts(0.010, {3: 0.015}, 0.0, 0.0)
     ks, shares = [3] * 21, [1.0] * 21  # 63 tokens in 21 steps: 3 tokens per row-step
-    assert predicted_speedup(63, ks, shares, no_fixed) == pytest.approx(per_row_speedup(3.0, 0.010, 0.015)) == pytest.approx(2.0)
+    assert (
+        predicted_speedup(63, ks, shares, no_fixed)
+        == pytest.approx(per_row_speedup(3.0, 0.010, 0.015))
+        == pytest.approx(2.0)
+    )
     diluted = predicted_speedup(63, ks, shares, COSTS)
     assert diluted == pytest.approx(0.68 / (0.06 + 21 * 0.015)) and diluted < 2.0
 
@@ -113,7 +123,9 @@ def test_step_costs_reads_full_steps_at_the_full_batch_and_the_fixed_rest():
     assert t == pytest.approx(0.013) and used == 2
     assert fixed == pytest.approx(0.2 - (0.010 + 0.016 + 0.011 + 0.020))
     t0, _, used0 = step_costs(step_s, rows, None, 0, wall_s=0.2)  # plain: every decode step at 4 rows
-    assert t0 == pytest.approx((0.010 + 0.016 + 0.011) / 3) and used0 == 3  # the mean (wall times add up), not the median
+    assert (
+        t0 == pytest.approx((0.010 + 0.016 + 0.011) / 3) and used0 == 3
+    )  # the mean (wall times add up), not the median
     assert step_costs([0.05, 0.01], [4, 4], [0, 6], 3, 0.1)[0] is None  # no step drafted k on every row
     with pytest.raises(ValueError, match="decode step"):
         step_costs([0.05], [4], [0], 3, 0.1)
@@ -127,8 +139,10 @@ def test_prediction_ci_widens_with_noisier_costs():
     ks, shares = [3] * 26, [1.0] * 26
 
     def ci(jitter):
-        preds = [predicted_speedup(63, ks, shares, VLLMCosts(0.010 * (1 + j), {3: 0.015 * (1 - j)}, 0.05, 0.06))
-                 for j in (-jitter, 0.0, jitter, -jitter / 2, jitter / 2)]
+        preds = [
+            predicted_speedup(63, ks, shares, VLLMCosts(0.010 * (1 + j), {3: 0.015 * (1 - j)}, 0.05, 0.06))
+            for j in (-jitter, 0.0, jitter, -jitter / 2, jitter / 2)
+        ]
         return prediction_ci(preds)
 
     quiet, noisy = ci(0.01), ci(0.05)
@@ -144,6 +158,7 @@ def test_inside():
 
 
 # ----------------------------------------------------------------- the bench's side
+
 
 def test_cost_prompts_keep_lengths_and_the_first_token_and_repeat():
     p = [1, 10, 11, 12, 13, 14, 15, 16]
@@ -207,7 +222,12 @@ def test_transfer_row_by_hand():
     t = row["transfer"]
     assert t["plain_step_ms"] == pytest.approx(10) and t["spec_step_ms"] == pytest.approx(15)
     assert t["plain_fixed_ms"] == pytest.approx(40) and t["spec_fixed_ms"] == pytest.approx(40)
-    assert t["repeats_used"] == 3 and t["full_steps_min"] == 4 and t["ours_spec_steps"] == 21 and t["vllm_spec_steps"] == 21
+    assert (
+        t["repeats_used"] == 3
+        and t["full_steps_min"] == 4
+        and t["ours_spec_steps"] == 21
+        and t["vllm_spec_steps"] == 21
+    )
     assert t["ours_tokens_per_row_step"] == pytest.approx(tau) and t["plain_steps"] == 63
 
 
@@ -226,18 +246,42 @@ def test_transfer_row_skips_repeats_without_a_full_step_and_says_so():
 
 def test_transfer_row_without_decode_steps_has_no_prediction():
     prefill_only = _run([30], [4], [0])
-    row = transfer_row(3, [(prefill_only, prefill_only)], SpecCounters(k=3), SpecCounters(k=0), SpecCounters(k=3), SpecCounters(k=0),
-                       {"mean": 1.0, "lo": 0.9, "hi": 1.1})
-    assert row["vllm_predicted_speedup"] is None and row["vllm_predicted_in_ci"] is None and "max_new_tokens" in row["transfer"]["note"]
+    row = transfer_row(
+        3,
+        [(prefill_only, prefill_only)],
+        SpecCounters(k=3),
+        SpecCounters(k=0),
+        SpecCounters(k=3),
+        SpecCounters(k=0),
+        {"mean": 1.0, "lo": 0.9, "hi": 1.1},
+    )
+    assert (
+        row["vllm_predicted_speedup"] is None
+        and row["vllm_predicted_in_ci"] is None
+        and "max_new_tokens" in row["transfer"]["note"]
+    )
     assert "| - | - |" in "\n".join(transfer_markdown([_vllm_row(**row)]))
 
 
 def _vllm_row(**extra):
     ci = {"mean": 1.09, "lo": 1.07, "hi": 1.11}
-    return {"batch": 4, "drafter": "ngram", "k": 3, "ours_ar_tok_s": 300.0, "vllm_ar_tok_s": 600.0, "ours_over_vllm_ar": ci,
-            "ours_spec_greedy_tok_s": 390.0, "vllm_spec_greedy_tok_s": 680.0, "ours_over_vllm_spec_greedy": ci,
-            "ours_spec_speedup": ci, "vllm_spec_speedup": ci, "ours_acceptance_length": 2.1, "vllm_acceptance_length": 2.1,
-            "greedy_identical": True, **extra}
+    return {
+        "batch": 4,
+        "drafter": "ngram",
+        "k": 3,
+        "ours_ar_tok_s": 300.0,
+        "vllm_ar_tok_s": 600.0,
+        "ours_over_vllm_ar": ci,
+        "ours_spec_greedy_tok_s": 390.0,
+        "vllm_spec_greedy_tok_s": 680.0,
+        "ours_over_vllm_spec_greedy": ci,
+        "ours_spec_speedup": ci,
+        "vllm_spec_speedup": ci,
+        "ours_acceptance_length": 2.1,
+        "vllm_acceptance_length": 2.1,
+        "greedy_identical": True,
+        **extra,
+    }
 
 
 def test_markdown_gains_the_prediction_columns_and_old_results_render_as_before():
@@ -246,18 +290,34 @@ def test_markdown_gains_the_prediction_columns_and_old_results_render_as_before(
     old = "\n".join(vllm_markdown([_vllm_row()], {}))
     assert "vLLM predicted" not in old and "Transfer" not in old
     pred = {"mean": 1.10, "lo": 1.08, "hi": 1.12}
-    row = _vllm_row(vllm_predicted_speedup=pred, vllm_predicted_in_ci=True, vllm_predicted_ci_overlap=True,
-                    vllm_predicted_speedup_per_row={"mean": 1.25, "lo": 1.2, "hi": 1.3}, vllm_predicted_from_vllm_acceptance=None,
-                    transfer={"plain_step_ms": 6.1, "spec_step_ms": 9.5, "plain_fixed_ms": 20.0, "spec_fixed_ms": 25.0,
-                              "repeats_used": 5, "repeats": 5, "full_steps_min": 9, "ours_spec_steps": 30, "vllm_spec_steps": 31})
+    row = _vllm_row(
+        vllm_predicted_speedup=pred,
+        vllm_predicted_in_ci=True,
+        vllm_predicted_ci_overlap=True,
+        vllm_predicted_speedup_per_row={"mean": 1.25, "lo": 1.2, "hi": 1.3},
+        vllm_predicted_from_vllm_acceptance=None,
+        transfer={
+            "plain_step_ms": 6.1,
+            "spec_step_ms": 9.5,
+            "plain_fixed_ms": 20.0,
+            "spec_fixed_ms": 25.0,
+            "repeats_used": 5,
+            "repeats": 5,
+            "full_steps_min": 9,
+            "ours_spec_steps": 30,
+            "vllm_spec_steps": 31,
+        },
+    )
     md = vllm_markdown([row], {})
     header = next(x for x in md if x.startswith("| batch | ours AR"))
     line = next(x for x in md if x.startswith("| 4 | 300"))
     assert header.endswith("| vLLM predicted | inside CI |") and header.count("|") == line.count("|")
     assert line.endswith("| 1.10× [1.08, 1.12] | yes |")
-    table = md[md.index(next(x for x in md if x.startswith("| batch | vLLM measured"))):]
-    assert table[2] == ("| 4 | 1.09× [1.07, 1.11] | 1.10× [1.08, 1.12] | yes | 1.25× [1.20, 1.30] | - | 30 / 31 | 6.10 | 9.50 | "
-                        "20.0 / 25.0 | 9 | 5/5 |")
+    table = md[md.index(next(x for x in md if x.startswith("| batch | vLLM measured"))) :]
+    assert table[2] == (
+        "| 4 | 1.09× [1.07, 1.11] | 1.10× [1.08, 1.12] | yes | 1.25× [1.20, 1.30] | - | 30 / 31 | 6.10 | 9.50 | "
+        "20.0 / 25.0 | 9 | 5/5 |"
+    )
     assert transfer_markdown([_vllm_row()]) == []
 
 
@@ -291,6 +351,7 @@ def test_vllm_bench_spec_schedules_the_widest_batch():
 
 
 # ----------------------------------------------------------------- settings vLLM cannot run (--vllm-predict)
+
 
 def test_a_smaller_k_is_priced_affine_in_its_draft_tokens_from_the_next_measured_k():
     """Adaptive k's k_t < K: t_v(b,0) + (t_v(b,K) - t_v(b,0))·share·k_t/K, from the smallest measured K > k_t."""
@@ -327,12 +388,15 @@ def test_group_prompts_lays_the_batch_out_as_grpo_groups():
     assert group_prompts(ps[:1], 8) == [[1, 0]]
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--vllm-predict", "suffix"], "needs --vllm DRAFTER"),
-    (["--vllm", "draft_model", "--vllm-predict", "suffix"], "use --vllm ngram"),
-    (["--vllm", "ngram", "--vllm-predict", "eagle"], "allowed values: suffix, adaptive"),
-    (["--vllm", "ngram", "--no-transfer", "--vllm-predict", "adaptive"], "drop --no-transfer"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--vllm-predict", "suffix"], "needs --vllm DRAFTER"),
+        (["--vllm", "draft_model", "--vllm-predict", "suffix"], "use --vllm ngram"),
+        (["--vllm", "ngram", "--vllm-predict", "eagle"], "allowed values: suffix, adaptive"),
+        (["--vllm", "ngram", "--no-transfer", "--vllm-predict", "adaptive"], "drop --no-transfer"),
+    ],
+)
 def test_vllm_predict_is_refused_without_a_cost_proxy(args, msg):
     from typer.testing import CliRunner
 
@@ -346,11 +410,22 @@ def test_predictions_table_renders_one_line_per_batch_and_setting():
     from workbench.bench.transfer import predictions_markdown
 
     assert predictions_markdown([_vllm_row()]) == []
-    p = {"setting": "suffix", "proxy": "vLLM ngram k=3", "ours_spec_speedup": {"mean": 1.3, "lo": 1.2, "hi": 1.4}, "acceptance_length": 2.5,
-         "ours_tokens_per_row_step": 1.8, "vllm_predicted_speedup": {"mean": 1.1, "lo": 1.0, "hi": 1.2}, "ours_spec_steps": 30,
-         "ours_undrafted_steps": 4, "k_used": [0, 3]}
+    p = {
+        "setting": "suffix",
+        "proxy": "vLLM ngram k=3",
+        "ours_spec_speedup": {"mean": 1.3, "lo": 1.2, "hi": 1.4},
+        "acceptance_length": 2.5,
+        "ours_tokens_per_row_step": 1.8,
+        "vllm_predicted_speedup": {"mean": 1.1, "lo": 1.0, "hi": 1.2},
+        "ours_spec_steps": 30,
+        "ours_undrafted_steps": 4,
+        "k_used": [0, 3],
+    }
     md = predictions_markdown([_vllm_row(vllm_predicted_for=[p])])
-    assert md[-1] == "| 4 | suffix | 1.30× [1.20, 1.40] | 2.50 | 1.80 | 1.10× [1.00, 1.20] | 30 | 4 | 0,3 | vLLM ngram k=3 |"
+    assert (
+        md[-1]
+        == "| 4 | suffix | 1.30× [1.20, 1.40] | 2.50 | 1.80 | 1.10× [1.00, 1.20] | 30 | 4 | 0,3 | vLLM ngram k=3 |"
+    )
 
 
 def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
@@ -360,7 +435,9 @@ def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
     step_s = [0.03] + [0.010, 0.012, 0.014, 0.012, 0.010]
     rows, drafts = [4] * 6, [0, 0, 4, 8, 4, 0]
     assert fitted_step_cost(step_s, rows, drafts, 3) == pytest.approx(0.016)
-    assert fitted_step_cost(step_s, [4, 2, 4, 4, 4, 4], drafts, 3) == pytest.approx(0.016)  # tail steps (fewer rows) left out
+    assert fitted_step_cost(step_s, [4, 2, 4, 4, 4, 4], drafts, 3) == pytest.approx(
+        0.016
+    )  # tail steps (fewer rows) left out
     assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 6, 6], 3) is None  # one draft count: no slope
     assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 0, 0], 3) is None  # no drafts at all
     plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)

@@ -21,7 +21,7 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("trl", reason="the TRL cross-check needs trl==1.16.0: pip install -e \".[trl]\"")
+pytest.importorskip("trl", reason='the TRL cross-check needs trl==1.16.0: pip install -e ".[trl]"')
 
 from workbench.grpo.advantages import group_advantages  # noqa: E402
 from workbench.grpo.batch import sequence_logprobs  # noqa: E402
@@ -30,16 +30,38 @@ from workbench.specs import load_spec  # noqa: E402
 
 G, P, PROMPT_LEN, MAX_NEW, TEMP = 4, 2, 5, 16, 0.7
 REWARDS = [1.2, 0.2, 0.2, 1.0, 0.0, 0.7, 0.3, 1.2]  # two groups of 4, each with a spread, non-binary fractions
-LOSS_AGG = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "token_mean"}
+LOSS_AGG = {
+    "grpo": "seq_mean_token_mean",
+    "bnpo": "token_mean",
+    "dr_grpo": "seq_mean_token_sum_norm",
+    "dapo": "token_mean",
+}
 
 
 def _ours(loss_type: str, scale: str, eps_low: float, eps_high: float, beta: float, kl_corr: bool) -> GRPOTrainer:
-    spec = load_spec("micro", [
-        "drafter.kind=none", "grpo.eval_every=0", "tracking.enabled=false", "measure.modeled=false", "task.num_eval=0",
-        f"grpo.group_size={G}", f"grpo.prompts_per_step={P}", f"rollout.temperature={TEMP}",
-        f"rollout.max_new_tokens={MAX_NEW}", "grpo.micro_batch_size=3", "grpo.max_grad_norm=1e9", "grpo.lr=1e-6",
-        f"grpo.loss_agg={LOSS_AGG[loss_type]}", f"grpo.scale_rewards={scale}", f"grpo.clip_low={eps_low}",
-        f"grpo.clip_high={eps_high}", f"grpo.beta={beta}", f"grpo.use_bias_correction_kl={kl_corr}"])
+    spec = load_spec(
+        "micro",
+        [
+            "drafter.kind=none",
+            "grpo.eval_every=0",
+            "tracking.enabled=false",
+            "measure.modeled=false",
+            "task.num_eval=0",
+            f"grpo.group_size={G}",
+            f"grpo.prompts_per_step={P}",
+            f"rollout.temperature={TEMP}",
+            f"rollout.max_new_tokens={MAX_NEW}",
+            "grpo.micro_batch_size=3",
+            "grpo.max_grad_norm=1e9",
+            "grpo.lr=1e-6",
+            f"grpo.loss_agg={LOSS_AGG[loss_type]}",
+            f"grpo.scale_rewards={scale}",
+            f"grpo.clip_low={eps_low}",
+            f"grpo.clip_high={eps_high}",
+            f"grpo.beta={beta}",
+            f"grpo.use_bias_correction_kl={kl_corr}",
+        ],
+    )
     return GRPOTrainer(spec, progress=False)
 
 
@@ -48,8 +70,9 @@ def _canned_completions() -> list[list[int]]:
     return [torch.randint(3, 500, (2 + (3 * i) % 14,), generator=g).tolist() for i in range(G * P)]  # 2..15 tokens
 
 
-def _trl(ours: GRPOTrainer, loss_type: str, scale: str, eps_low: float, eps_high: float, beta: float, kl_corr: bool,
-         tmp_path):
+def _trl(
+    ours: GRPOTrainer, loss_type: str, scale: str, eps_low: float, eps_high: float, beta: float, kl_corr: bool, tmp_path
+):
     """TRL's GRPOTrainer on the same checkpoint, rolling out the canned completions."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
@@ -60,20 +83,44 @@ def _trl(ours: GRPOTrainer, loss_type: str, scale: str, eps_low: float, eps_high
     completions = _canned_completions()
 
     def rollout_func(prompts, trainer):  # one completion per entry; the extra key reaches the reward function
-        return {"prompt_ids": [[1, 5, 6, 7, 8] for _ in prompts], "completion_ids": completions,
-                "logprobs": [[0.0] * len(c) for c in completions], "canned_reward": REWARDS}
+        return {
+            "prompt_ids": [[1, 5, 6, 7, 8] for _ in prompts],
+            "completion_ids": completions,
+            "logprobs": [[0.0] * len(c) for c in completions],
+            "canned_reward": REWARDS,
+        }
 
     def reward(prompts, completions, canned_reward, **kw):
         return canned_reward
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=G * P, num_generations=G, steps_per_generation=1,
-                      loss_type=loss_type, scale_rewards=scale, epsilon=eps_low, epsilon_high=eps_high, beta=beta,
-                      use_bias_correction_kl=kl_corr,
-                      max_completion_length=MAX_NEW, temperature=TEMP, report_to=[], use_cpu=True, bf16=False,
-                      max_steps=1, save_strategy="no")
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=G * P,
+        num_generations=G,
+        steps_per_generation=1,
+        loss_type=loss_type,
+        scale_rewards=scale,
+        epsilon=eps_low,
+        epsilon_high=eps_high,
+        beta=beta,
+        use_bias_correction_kl=kl_corr,
+        max_completion_length=MAX_NEW,
+        temperature=TEMP,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        save_strategy="no",
+    )
     model = AutoModelForCausalLM.from_pretrained(ours.target_path, dtype=torch.float32)
-    tr = TRLTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
-                    processing_class=ours.tokenizer, rollout_func=rollout_func)
+    tr = TRLTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
+        processing_class=ours.tokenizer,
+        rollout_func=rollout_func,
+    )
     tr.current_gradient_accumulation_steps = 1  # what its training loop sets before compute_loss
     return tr
 
@@ -106,14 +153,16 @@ def test_advantages_loss_and_gradients_equal_trl(loss_type, scale, eps_low, eps_
     cmask = batch["completion_mask"].float()  # (N, Tc)
     n, L, Tc = ids.shape[0], ids.shape[1], cmask.shape[1]
     mask = torch.zeros(n, L - 1)
-    mask[:, PROMPT_LEN - 1:] = cmask  # (N, L-1): position j predicts token j+1
+    mask[:, PROMPT_LEN - 1 :] = cmask  # (N, L-1): position j predicts token j+1
     # old log-probs apart from the current ones (ratios ~ e^{+-0.3}), so both sides of the clip act
     with torch.no_grad():
-        cur = trl._get_per_token_logps_and_entropies(trl.model, ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1), Tc)[0]
+        cur = trl._get_per_token_logps_and_entropies(
+            trl.model, ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1), Tc
+        )[0]
     old_c = cur + 0.3 * torch.randn(cur.shape, generator=torch.Generator().manual_seed(3))
     batch["old_per_token_logps"] = old_c
     old = torch.zeros(n, L - 1)
-    old[:, PROMPT_LEN - 1:] = old_c
+    old[:, PROMPT_LEN - 1 :] = old_c
 
     # advantages: ours with TRL's eps (1e-4; ours defaults to verl's 1e-6)
     adv = group_advantages(torch.tensor(REWARDS), G, scale_rewards=scale, eps=1e-4)

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("trl", reason="the TRL adapter needs trl==1.16.0: pip install -e \".[trl]\"")
+pytest.importorskip("trl", reason='the TRL adapter needs trl==1.16.0: pip install -e ".[trl]"')
 
 from workbench.integrations.trl import group_ids_of, workbench_rollout_func  # noqa: E402
 from workbench.models import resolve_model  # noqa: E402
@@ -29,23 +29,47 @@ def _trainer(tmp_path, rollout, model_name="micro", **config):
     from trl import GRPOConfig, GRPOTrainer
 
     path = resolve_model(model_name, progress=False)
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=MAX_NEW,
-                      report_to=[], use_cpu=True, bf16=False, max_steps=2, save_strategy="no", logging_steps=1,
-                      learning_rate=1e-3, seed=3, **config)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=MAX_NEW,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        save_strategy="no",
+        logging_steps=1,
+        learning_rate=1e-3,
+        seed=3,
+        **config,
+    )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
     data = Dataset.from_dict({"prompt": ["1 + 2 =", "ab ab ab", "3 + 4 =", "cd cd"]})
-    return GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [float(len(c) % 3) for c in completions],
-                       args=args, train_dataset=data, processing_class=tok, rollout_func=rollout)
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [float(len(c) % 3) for c in completions],
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        rollout_func=rollout,
+    )
 
 
 def _hf_greedy(model, prompt_ids, eos_ids) -> list[list[int]]:
     """transformers' generate(), one prompt at a time (no padding), up to and with the first stop id."""
     out = []
     for ids in prompt_ids:
-        seq = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=MAX_NEW, eos_token_id=eos_ids,
-                             pad_token_id=eos_ids[0], attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        out.append(seq[0, len(ids):].tolist())
+        seq = model.generate(
+            torch.tensor([ids]),
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            eos_token_id=eos_ids,
+            pad_token_id=eos_ids[0],
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        )
+        out.append(seq[0, len(ids) :].tolist())
     return out
 
 

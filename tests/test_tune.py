@@ -13,21 +13,32 @@ from mlflow import MlflowClient
 from rich.console import Console
 from typer.testing import CliRunner
 
-from workbench.cli import app
-from workbench.experiment import EarlyStop, RunResult
-from workbench.specs import CategoricalParam, FloatParam, IntParam, SpecError, load_spec, validate_spec
 import workbench.tune as tune
 import workbench.tune.study as tune_study
 import workbench.tune.workers as tw
+from workbench.cli import app
+from workbench.experiment import EarlyStop, RunResult
+from workbench.specs import CategoricalParam, FloatParam, IntParam, SpecError, load_spec, validate_spec
 from workbench.tracking import Tracker
 from workbench.tune import (
-    TrialPrunedStop, make_storage, objective_score, open_study, plan_tune, pruning_hook, reported_trials, results_json,
-    run_study, trials_table,
+    TrialPrunedStop,
+    make_storage,
+    objective_score,
+    open_study,
+    plan_tune,
+    pruning_hook,
+    reported_trials,
+    results_json,
+    run_study,
+    trials_table,
 )
 
 runner = CliRunner()
 MICRO = yaml.safe_load(open(__file__.rsplit("/tests/", 1)[0] + "/experiments/micro.yaml"))
-SPACE = {"drafter.kind": {"type": "categorical", "choices": ["ngram", "draft_model"]}, "drafter.k": {"type": "int", "low": 1, "high": 4}}
+SPACE = {
+    "drafter.kind": {"type": "categorical", "choices": ["ngram", "draft_model"]},
+    "drafter.k": {"type": "int", "low": 1, "high": 4},
+}
 
 
 @pytest.fixture()
@@ -38,7 +49,11 @@ def workdir(tmp_path, monkeypatch):
 
 
 def write_spec(path, params=SPACE, **tune):
-    raw = {**MICRO, "grpo": {**MICRO["grpo"], "eval_every": 0}, "tune": {"params": params, "storage": f"sqlite:///{path.parent}/optuna.db", **tune}}
+    raw = {
+        **MICRO,
+        "grpo": {**MICRO["grpo"], "eval_every": 0},
+        "tune": {"params": params, "storage": f"sqlite:///{path.parent}/optuna.db", **tune},
+    }
     path.write_text(yaml.safe_dump(raw))
     return str(path)
 
@@ -56,16 +71,32 @@ def _runs(client, study, experiment="workbench-micro"):
 
 
 def test_search_space_types_parse():
-    t = validate_spec({"tune": {"params": {
-        "drafter.kind": {"type": "categorical", "choices": ["ngram", "none"]},
-        "drafter.k": {"type": "int", "low": 1, "high": 7, "step": 2},
-        "grpo.lr": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True},
-    }}}).tune
+    t = validate_spec(
+        {
+            "tune": {
+                "params": {
+                    "drafter.kind": {"type": "categorical", "choices": ["ngram", "none"]},
+                    "drafter.k": {"type": "int", "low": 1, "high": 7, "step": 2},
+                    "grpo.lr": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True},
+                }
+            }
+        }
+    ).tune
     p = t.params
     assert isinstance(p["drafter.kind"], CategoricalParam) and p["drafter.kind"].choices == ["ngram", "none"]
-    assert isinstance(p["drafter.k"], IntParam) and (p["drafter.k"].low, p["drafter.k"].high, p["drafter.k"].step) == (1, 7, 2)
+    assert isinstance(p["drafter.k"], IntParam) and (p["drafter.k"].low, p["drafter.k"].high, p["drafter.k"].step) == (
+        1,
+        7,
+        2,
+    )
     assert isinstance(p["grpo.lr"], FloatParam) and p["grpo.lr"].log
-    assert (t.objective, t.sampler, t.pruner, t.storage, t.direction) == ("speedup_gen", "tpe", "median", "sqlite:///optuna.db", "maximize")
+    assert (t.objective, t.sampler, t.pruner, t.storage, t.direction) == (
+        "speedup_gen",
+        "tpe",
+        "median",
+        "sqlite:///optuna.db",
+        "maximize",
+    )
 
 
 def test_default_tune_section_is_not_dumped():
@@ -73,13 +104,16 @@ def test_default_tune_section_is_not_dumped():
     assert "tune" not in s.to_yaml() and not any(k.startswith("tune.") for k in s.flat_params())
 
 
-@pytest.mark.parametrize("space,needles", [
-    ({"type": "range", "low": 1}, ["tune.params.drafter.k", "'categorical', 'int', 'float'"]),
-    ({"type": "int", "low": 5, "high": 2}, ["tune.params.drafter.k", "low (5) must be <= high (2)"]),
-    ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, ["log: true needs low > 0"]),
-    ({"type": "int", "low": 1, "high": 2, "lo": 3}, ["tune.params.drafter.k", "unknown key"]),
-    ({"type": "categorical", "choices": []}, ["tune.params.drafter.k", "choices"]),
-])
+@pytest.mark.parametrize(
+    "space,needles",
+    [
+        ({"type": "range", "low": 1}, ["tune.params.drafter.k", "'categorical', 'int', 'float'"]),
+        ({"type": "int", "low": 5, "high": 2}, ["tune.params.drafter.k", "low (5) must be <= high (2)"]),
+        ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, ["log: true needs low > 0"]),
+        ({"type": "int", "low": 1, "high": 2, "lo": 3}, ["tune.params.drafter.k", "unknown key"]),
+        ({"type": "categorical", "choices": []}, ["tune.params.drafter.k", "choices"]),
+    ],
+)
 def test_bad_search_space(space, needles):
     with pytest.raises(SpecError) as e:
         validate_spec({"tune": {"params": {"drafter.k": space}}})
@@ -92,13 +126,28 @@ def test_grid_needs_discrete_params():
         validate_spec({"tune": {"sampler": "grid", "params": {"grpo.lr": {"type": "float", "low": 0.1, "high": 0.2}}}})
 
 
-@pytest.mark.parametrize("params,needles", [
-    ({"drafter.kx": {"type": "int", "low": 1, "high": 3}}, ["tune.params.drafter.kx", "not a dotted spec key", "Did you mean 'drafter.k'"]),
-    ({"drafter.k": {"type": "int", "low": 1, "high": 20}}, ["tune.params.drafter.k: value 20", "drafter.k", "narrow"]),
-    ({"drafter.kind": {"type": "categorical", "choices": ["ngram", "eagle9"]}}, ["tune.params.drafter.kind: value 'eagle9'", "allowed values"]),
-    ({"tracking.experiment": {"type": "categorical", "choices": ["a"]}}, ["tune.params.tracking.experiment", "cannot be tuned"]),
-    ({}, ["no search space"]),
-])
+@pytest.mark.parametrize(
+    "params,needles",
+    [
+        (
+            {"drafter.kx": {"type": "int", "low": 1, "high": 3}},
+            ["tune.params.drafter.kx", "not a dotted spec key", "Did you mean 'drafter.k'"],
+        ),
+        (
+            {"drafter.k": {"type": "int", "low": 1, "high": 20}},
+            ["tune.params.drafter.k: value 20", "drafter.k", "narrow"],
+        ),
+        (
+            {"drafter.kind": {"type": "categorical", "choices": ["ngram", "eagle9"]}},
+            ["tune.params.drafter.kind: value 'eagle9'", "allowed values"],
+        ),
+        (
+            {"tracking.experiment": {"type": "categorical", "choices": ["a"]}},
+            ["tune.params.tracking.experiment", "cannot be tuned"],
+        ),
+        ({}, ["no search space"]),
+    ],
+)
 def test_plan_checks_keys_and_values(workdir, params, needles):
     with pytest.raises(SpecError) as e:
         plan_tune(write_spec(workdir / "s.yaml", params=params))
@@ -120,9 +169,11 @@ T975_1 = 12.706204736  # Student t quantile 0.975 with 1 degree of freedom
 
 
 def test_objective_score_is_the_paired_geometric_mean_after_warmup():
-    hist = [{"speedup/gen_per_step": 5.0, "speedup/step_per_step": 9.0, "gen/tokens_per_s": 1.0},
-            {"speedup/gen_per_step": 2.0, "speedup/step_per_step": 1.0, "gen/tokens_per_s": 100.0},
-            {"speedup/gen_per_step": 8.0, "speedup/step_per_step": 4.0, "gen/tokens_per_s": 200.0}]
+    hist = [
+        {"speedup/gen_per_step": 5.0, "speedup/step_per_step": 9.0, "gen/tokens_per_s": 1.0},
+        {"speedup/gen_per_step": 2.0, "speedup/step_per_step": 1.0, "gen/tokens_per_s": 100.0},
+        {"speedup/gen_per_step": 8.0, "speedup/step_per_step": 4.0, "gen/tokens_per_s": 200.0},
+    ]
     for h in hist:  # the running estimates beside the ratios: not what the objective reads
         h["speedup/gen"] = h["speedup/step"] = 66.0
     s = objective_score("speedup_gen", hist)  # step 1 = warm-up, dropped: sqrt(2 * 8) = 4
@@ -163,7 +214,11 @@ def test_pruning_hook_reports_running_paired_value_after_warmup():
         hook(3, {"speedup/gen_per_step": 8.0})
     assert trial.reported == [(2, 2.0), (3, pytest.approx(4.0))]  # running geometric mean
     assert isinstance(e.value, optuna.TrialPruned) and isinstance(e.value, EarlyStop)
-    assert e.value.tags == {"workbench.pruned": "true"} and e.value.step == 3 and e.value.score.low < 4 < e.value.score.high
+    assert (
+        e.value.tags == {"workbench.pruned": "true"}
+        and e.value.step == 3
+        and e.value.score.low < 4 < e.value.score.high
+    )
     plain = FakeTrial(prune_at=99)
     hook = pruning_hook(plain, "speedup_step", warmup=1, drafter_kind="none")
     hook(1, {})
@@ -171,10 +226,17 @@ def test_pruning_hook_reports_running_paired_value_after_warmup():
     assert plain.reported == [(2, 1.0)]
 
 
-@pytest.mark.parametrize("overrides,params,needle", [
-    (["measure.paired=false"], SPACE, "the spec sets measure.paired: false"),
-    ([], {**SPACE, "measure.paired": {"type": "categorical", "choices": [True, False]}}, "tune.params.measure.paired allows false"),
-])
+@pytest.mark.parametrize(
+    "overrides,params,needle",
+    [
+        (["measure.paired=false"], SPACE, "the spec sets measure.paired: false"),
+        (
+            [],
+            {**SPACE, "measure.paired": {"type": "categorical", "choices": [True, False]}},
+            "tune.params.measure.paired allows false",
+        ),
+    ],
+)
 def test_unpaired_speedup_objective_is_refused_at_plan_time(workdir, overrides, params, needle):
     spec = write_spec(workdir / "s.yaml", params=params)
     with pytest.raises(SpecError) as e:
@@ -186,7 +248,14 @@ def test_unpaired_speedup_objective_is_refused_at_plan_time(workdir, overrides, 
 
 # ----------------------------------------------------------------------------- studies (fake runs, real Optuna + MLflow)
 
-JITTER = {1: 0.2, 2: 1.1, 3: 1 / 1.1, 4: 1.0, 5: 1.0, 6: 1.0}  # per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
+JITTER = {
+    1: 0.2,
+    2: 1.1,
+    3: 1 / 1.1,
+    4: 1.0,
+    5: 1.0,
+    6: 1.0,
+}  # per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
 
 
 def fake_runner(calls, slow_after=None, delay=0.0, fail_first=None):
@@ -205,13 +274,20 @@ def fake_runner(calls, slow_after=None, delay=0.0, fail_first=None):
         t = spec.tracking
         speed = (1.0 + spec.drafter.k) / (10 if slow_after is not None and len(calls) > slow_after else 1)
         hist = []
-        with Tracker(t.tracking_uri, t.experiment, run_name=t.run_name, enabled=t.enabled, tags=tags, parent_run_id=parent_run_id) as tr:
+        with Tracker(
+            t.tracking_uri, t.experiment, run_name=t.run_name, enabled=t.enabled, tags=tags, parent_run_id=parent_run_id
+        ) as tr:
             tr.log_params(spec.flat_params())
             for step in range(1, spec.grpo.steps + 1):
                 time.sleep(delay)
                 m = {"timing_s/gen": 1 / speed, "gen/tokens_per_s": 10 * speed * JITTER[step], "reward/mean": 0.5}
                 if spec.paired:
-                    m.update({"speedup/gen_per_step": speed * JITTER[step], "speedup/step_per_step": (1 + speed) / 2 * JITTER[step]})
+                    m.update(
+                        {
+                            "speedup/gen_per_step": speed * JITTER[step],
+                            "speedup/step_per_step": (1 + speed) / 2 * JITTER[step],
+                        }
+                    )
                 tr.log_metrics(m, step=step)
                 hist.append(m)
                 if on_step:
@@ -262,13 +338,20 @@ def test_cli_study_paired_objective_resume_no_baseline(workdir, fake):
     assert out.is_file() and "best trial" in res.output and "wb run" in res.output
     best = load_spec(str(out))
     study = optuna.load_study(study_name="st", storage=f"sqlite:///{workdir}/optuna.db")
-    assert best.drafter.k == study.best_trial.params["drafter.k"] and best.drafter.kind == study.best_trial.params["drafter.kind"]
+    assert (
+        best.drafter.k == study.best_trial.params["drafter.k"]
+        and best.drafter.kind == study.best_trial.params["drafter.kind"]
+    )
     assert best.tune.params == {} and "tune" not in out.read_text().split("\n", 3)[3]
-    assert set(study.user_attrs) == {"objective", "spec"} and study.user_attrs["objective"] == "speedup_gen"  # no baseline
+    assert (
+        set(study.user_attrs) == {"objective", "spec"} and study.user_attrs["objective"] == "speedup_gen"
+    )  # no baseline
     for t in study.trials:
         k, a = t.params["drafter.k"], t.user_attrs
         assert t.value == pytest.approx(1 + k)  # geometric mean of (1+k)*1.1 and (1+k)/1.1
-        assert a["ci95_low"] == pytest.approx((1 + k) / 1.1**T975_1) and a["ci95_high"] == pytest.approx((1 + k) * 1.1**T975_1)
+        assert a["ci95_low"] == pytest.approx((1 + k) / 1.1**T975_1) and a["ci95_high"] == pytest.approx(
+            (1 + k) * 1.1**T975_1
+        )
         assert (a["n_steps"], a["steps"], a["host"], a["pid"]) == (2, 3, socket.gethostname(), os.getpid())
         assert f"{t.value:.4g} [{a['ci95_low']:.3g}, {a['ci95_high']:.3g}]" in res.output
 
@@ -276,7 +359,9 @@ def test_cli_study_paired_objective_resume_no_baseline(workdir, fake):
     roles = _runs(client, "st")
     assert set(roles) == {"parent", "trial"} and len(roles["parent"]) == 1 and len(roles["trial"]) == 3
     parent = roles["parent"][0]
-    assert parent.info.status == "FINISHED" and "results.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert parent.info.status == "FINISHED" and "results.json" in {
+        a.path for a in client.list_artifacts(parent.info.run_id)
+    }
     for r in roles["trial"]:
         assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id and r.info.status == "FINISHED"
         k = int(r.data.tags["workbench.param.drafter.k"])
@@ -295,14 +380,19 @@ def test_cli_study_paired_objective_resume_no_baseline(workdir, fake):
     same = runner.invoke(app, ["tune", spec, "--trials", "5", "--study", "st", "--quiet"])
     assert same.exit_code == 0 and "0 to run" in same.output and len(calls) == 5
 
-    other = runner.invoke(app, ["tune", spec, "tune.objective=speedup_step", "--trials", "6", "--study", "st", "--quiet"])
+    other = runner.invoke(
+        app, ["tune", spec, "tune.objective=speedup_step", "--trials", "6", "--study", "st", "--quiet"]
+    )
     assert other.exit_code == 2 and "optimizes speedup_gen" in other.output
 
 
 def test_drafter_none_trial_scores_exactly_one(workdir, fake):
     calls = fake()
-    plan = plan_tune(write_spec(workdir / "s.yaml", params={"drafter.kind": {"type": "categorical", "choices": ["none"]}}),
-                     ["grpo.steps=3"], study_name="plain")
+    plan = plan_tune(
+        write_spec(workdir / "s.yaml", params={"drafter.kind": {"type": "categorical", "choices": ["none"]}}),
+        ["grpo.steps=3"],
+        study_name="plain",
+    )
     console, _ = _console()
     res = run_study(plan, 1, console=console, progress=False)
     t = res.study.trials[0]
@@ -311,13 +401,23 @@ def test_drafter_none_trial_scores_exactly_one(workdir, fake):
 
 def test_median_pruner_prunes_slow_trial(workdir, fake):
     fake(slow_after=1)
-    spec = write_spec(workdir / "s.yaml", params={"drafter.k": {"type": "categorical", "choices": [3]}}, startup_trials=1,
-                      objective="gen_tokens_per_s")
-    res = runner.invoke(app, ["tune", spec, "grpo.steps=6", "--trials", "2", "--study", "pr", "--quiet", "--out", "sub/b.yaml"])
+    spec = write_spec(
+        workdir / "s.yaml",
+        params={"drafter.k": {"type": "categorical", "choices": [3]}},
+        startup_trials=1,
+        objective="gen_tokens_per_s",
+    )
+    res = runner.invoke(
+        app, ["tune", spec, "grpo.steps=6", "--trials", "2", "--study", "pr", "--quiet", "--out", "sub/b.yaml"]
+    )
     assert res.exit_code == 0, res.output
     study = optuna.load_study(study_name="pr", storage=f"sqlite:///{workdir}/optuna.db")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"] and study.trials[1].last_step == 4
-    assert list(study.trials[1].intermediate_values) == [2, 3, 4]  # reports from after the warm-up step; pruned at the 3rd
+    assert list(study.trials[1].intermediate_values) == [
+        2,
+        3,
+        4,
+    ]  # reports from after the warm-up step; pruned at the 3rd
     assert "pruned at step 4" in res.output and (workdir / "sub/b.yaml").is_file()
     roles = _runs(MlflowClient(f"sqlite:///{workdir}/mlflow.db"), "pr")
     pruned = [r for r in roles["trial"] if r.data.tags.get("workbench.pruned") == "true"]
@@ -444,7 +544,9 @@ def test_stale_trial_of_a_killed_worker_is_failed_not_shown_running(workdir, fak
 
 
 def test_cli_bad_spec_exits_2(workdir):
-    res = runner.invoke(app, ["tune", write_spec(workdir / "s.yaml", params={"drafter.kx": {"type": "int", "low": 1, "high": 2}})])
+    res = runner.invoke(
+        app, ["tune", write_spec(workdir / "s.yaml", params={"drafter.kx": {"type": "int", "low": 1, "high": 2}})]
+    )
     assert res.exit_code == 2 and "tune.params.drafter.kx" in res.output
 
 
@@ -490,7 +592,10 @@ def test_workers_started_together_draw_different_reproducible_parameters(tmp_pat
     url = f"sqlite:///{tmp_path}/o.db"
 
     def worker_draws(name: str, reseed: bool) -> list[int]:
-        a, b = (optuna.create_study(study_name=name, storage=url, sampler=make_sampler(t, 0), load_if_exists=True) for _ in range(2))
+        a, b = (
+            optuna.create_study(study_name=name, storage=url, sampler=make_sampler(t, 0), load_if_exists=True)
+            for _ in range(2)
+        )
         trials = [(a, a.ask()), (b, b.ask())]
         out = []
         for study, tr in trials:

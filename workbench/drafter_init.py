@@ -59,12 +59,21 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         return None
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {
-        "target": str(Path(target_path).resolve()), "target_config": target_cfg, "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]} | ({"draft_layers": d.draft_layers} if d.kind == "draft_model" and d.draft_layers else {}), "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
+        "target": str(Path(target_path).resolve()),
+        "target_config": target_cfg,
+        "kind": d.kind,
+        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}
+        | ({"draft_layers": d.draft_layers} if d.kind == "draft_model" and d.draft_layers else {}),
+        "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
-        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}), "seed": init_seed(spec),
+        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}),
+        "seed": init_seed(spec),
         # prompt format: keyed only when set away from the defaults (keys of earlier inits unchanged)
-        **({"prompt_format": [spec.task.chat_template, spec.task.system_prompt]} if (spec.task.chat_template, spec.task.system_prompt) != ("auto", None) else {}),
+        **(
+            {"prompt_format": [spec.task.chat_template, spec.task.system_prompt]}
+            if (spec.task.chat_template, spec.task.system_prompt) != ("auto", None)
+            else {}
+        ),
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
     }
@@ -80,7 +89,7 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     Raises:
         ValueError: a user dataset that is missing, unreadable or has no ``init.prompt_field`` column.
     """
-    from workbench.tasks.loading import _load_user_file, _default_cache_dir, load_general_prompts, spec_task_data
+    from workbench.tasks.loading import _default_cache_dir, _load_user_file, load_general_prompts, spec_task_data
 
     d, t, n = spec.drafter, spec.task, spec.drafter.init.num_prompts
     data = d.init_data()
@@ -95,28 +104,39 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
         except ValueError as e:
             raise ValueError(str(e).replace("task.path", "drafter.init.data")) from None
         if d.init.prompt_field not in ds.column_names:
-            raise ValueError(f"drafter.init.prompt_field: column {d.init.prompt_field!r} not in {data} "
-                             f"(columns: {', '.join(ds.column_names)}); set drafter.init.prompt_field")
+            raise ValueError(
+                f"drafter.init.prompt_field: column {d.init.prompt_field!r} not in {data} "
+                f"(columns: {', '.join(ds.column_names)}); set drafter.init.prompt_field"
+            )
         prompts = ds[d.init.prompt_field][:n]
     fmt = run_prompt_format(t, tokenizer)  # the run's prompt format: chat-templated for a chat model
     return [fmt.encode(p) for p in prompts]
 
 
-def init_completions(spec: ExperimentSpec, lm, prompts: list[list[int]], sp: SamplingParams, target_path: Path,
-                     device) -> list[list[int]]:
+def init_completions(
+    spec: ExperimentSpec, lm, prompts: list[list[int]], sp: SamplingParams, target_path: Path, device
+) -> list[list[int]]:
     """The target's sampled completions (token ids, one list per prompt) of the init ``prompts``,
     generated once and cached in ``cache_dir()/drafters/completions-<hash>.json``: every drafter
     kind (and every re-init with other training fields) of the same target, prompts, sampling and
     seed learns from the same sequences without generating them again (minutes on a CPU)."""
     r = spec.rollout
-    key = {"target": str(Path(target_path).resolve()), "dtype": spec.model.dtype, "prompts": prompts,
-           "sampling": [sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.eos_token_id, list(sp.stop_ids)],
-           "seed": init_seed(spec), "batch": [r.max_batch_size, r.continuous_batching], "v": 1}
+    key = {
+        "target": str(Path(target_path).resolve()),
+        "dtype": spec.model.dtype,
+        "prompts": prompts,
+        "sampling": [sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.eos_token_id, list(sp.stop_ids)],
+        "seed": init_seed(spec),
+        "batch": [r.max_batch_size, r.continuous_batching],
+        "v": 1,
+    }
     file = cache_dir() / "drafters" / f"completions-{short_hash(key)}.json"
     if file.is_file():
         return json.loads(file.read_text())
     gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
-    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(prompts, sp, gen)
+    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(
+        prompts, sp, gen
+    )
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     tmp.write_text(json.dumps(out.tokens))
@@ -124,8 +144,9 @@ def init_completions(spec: ExperimentSpec, lm, prompts: list[list[int]], sp: Sam
     return out.tokens
 
 
-def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True,
-               console=None) -> Path | None:
+def build_init(
+    spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True, console=None
+) -> Path | None:
     """Train and save the drafter init checkpoint if it is not cached; return its folder (or None).
 
     ``lm``: the target as a LeanLM; ``tokenizer``: the target's. Writes ``init_info.json`` beside the
@@ -146,7 +167,9 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
     seqs = [p + c for p, c in zip(prompts, completions)]
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
-    counts = torch.bincount(torch.tensor([x for c in completions for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size).float()
+    counts = torch.bincount(
+        torch.tensor([x for c in completions for x in c], dtype=torch.long), minlength=lm.cfg.vocab_size
+    ).float()
     ref = DrafterTarget(lm, tokenizer, token_counts=counts, path=Path(target_path))
     drafter = build_drafter(d.kind, d, target=ref, device=device)
 
@@ -168,14 +191,28 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
 
     with progress_bar(progress) as bar:
         task = bar.add_task(f"init {d.kind} ({d.init_data()})", total=d.init.steps, info="")
-        fit(drafter, train, d.init.steps, d.init.lr, d.init.batch_size, seed=init_seed(spec),
-            on_step=lambda s, st: bar.update(task, completed=s + 1,
-                                             info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"))
+        fit(
+            drafter,
+            train,
+            d.init.steps,
+            d.init.lr,
+            d.init.batch_size,
+            seed=init_seed(spec),
+            on_step=lambda s, st: bar.update(
+                task, completed=s + 1, info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"
+            ),
+        )
     after = evaluate_rows(drafter, held)
     info = {
-        "kind": d.kind, "data": d.init_data(), "num_sequences": len(rows), "num_train": len(train),
-        "num_completion_tokens": int(sum(map(len, completions))), "steps": d.init.steps, "lr": d.init.lr,
-        "batch_size": d.init.batch_size, "seconds": round(time.perf_counter() - t0, 2),
+        "kind": d.kind,
+        "data": d.init_data(),
+        "num_sequences": len(rows),
+        "num_train": len(train),
+        "num_completion_tokens": int(sum(map(len, completions))),
+        "steps": d.init.steps,
+        "lr": d.init.lr,
+        "batch_size": d.init.batch_size,
+        "seconds": round(time.perf_counter() - t0, 2),
         "held_out_before": {k: round(v, 4) for k, v in before.items() if k in ("draft/loss", "draft/top1_agreement")},
         "held_out_after": {k: round(v, 4) for k, v in after.items() if k in ("draft/loss", "draft/top1_agreement")},
         "target": str(target_path),
@@ -184,8 +221,10 @@ def build_init(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, p
         drafter.save(tmp)
         (tmp / "init_info.json").write_text(json.dumps(info, indent=2))
     if console is not None:
-        console.print(f"drafter init done in {info['seconds']} s: held-out top-1 agreement "
-                      f"{before.get('draft/top1_agreement', 0):.3f} -> {after.get('draft/top1_agreement', 0):.3f}")
+        console.print(
+            f"drafter init done in {info['seconds']} s: held-out top-1 agreement "
+            f"{before.get('draft/top1_agreement', 0):.3f} -> {after.get('draft/top1_agreement', 0):.3f}"
+        )
     return folder
 
 
@@ -196,8 +235,9 @@ def init_info(folder: Path | None) -> dict | None:
     return json.loads((Path(folder) / "init_info.json").read_text())
 
 
-def drafter_as_run(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device: torch.device,
-                   progress: bool = False) -> Drafter | None:
+def drafter_as_run(
+    spec: ExperimentSpec, lm, tokenizer, target_path: Path, device: torch.device, progress: bool = False
+) -> Drafter | None:
     """The drafter of ``spec`` exactly as ``wb run`` builds it: its init checkpoint (cached; trained
     here first if missing, see :func:`build_init`) loaded for the target ``lm`` (a ``LeanLM``).
 
@@ -210,4 +250,9 @@ def drafter_as_run(spec: ExperimentSpec, lm, tokenizer, target_path: Path, devic
             tokenizer (the message names the spec field).
     """
     init = build_init(spec, lm, tokenizer, target_path, device, progress=progress)
-    return build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tokenizer, init_path=init, path=Path(target_path)), device=device)
+    return build_drafter(
+        spec.drafter.kind,
+        spec.drafter,
+        target=DrafterTarget(lm, tokenizer, init_path=init, path=Path(target_path)),
+        device=device,
+    )

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,16 +22,28 @@ from rich.table import Table
 from workbench import metrics as M
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.perf.modeled import build_modeled
 from workbench.rollout.kpolicy import AdaptiveK
 from workbench.rollout.workbench_backend import WorkbenchBackend
-from workbench.perf.modeled import build_modeled
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
 from workbench.tags import TAG_MACHINE
 from workbench.timing import host_description
 from workbench.tracking import Tracker
 
-STAGE_ORDER = ("data", "prepare", "gen", "gen_exposed", "reward", "logprob", "train", "draft_train", "other", "step", "gen_autoregressive")
+STAGE_ORDER = (
+    "data",
+    "prepare",
+    "gen",
+    "gen_exposed",
+    "reward",
+    "logprob",
+    "train",
+    "draft_train",
+    "other",
+    "step",
+    "gen_autoregressive",
+)
 
 
 class EarlyStop(Exception):
@@ -89,30 +101,60 @@ def run_experiment(
         trainer.close()  # the rollout worker of asynchronous GRPO, if any
 
 
-def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress: bool, parent_run_id: str | None,
-         tags: dict[str, str] | None, summary: bool, on_step: Callable[[int, dict[str, float]], None] | None,
-         run_id: str | None = None) -> RunResult:
+def _run(
+    trainer: GRPOTrainer,
+    spec: ExperimentSpec,
+    console: Console,
+    progress: bool,
+    parent_run_id: str | None,
+    tags: dict[str, str] | None,
+    summary: bool,
+    on_step: Callable[[int, dict[str, float]], None] | None,
+    run_id: str | None = None,
+) -> RunResult:
     # speedup/gen_modeled (docs/design.md §8): cost curves loaded or measured here, before any run opens
     # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
     with trainer.main_first():  # the workbench engine's own cost curves (they say nothing of vLLM's)
-        costs = None if not isinstance(trainer.backend, WorkbenchBackend) else build_modeled(
-            spec, trainer.backend.target, trainer.drafter, [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]], progress)
+        costs = (
+            None
+            if not isinstance(trainer.backend, WorkbenchBackend)
+            else build_modeled(
+                spec,
+                trainer.backend.target,
+                trainer.drafter,
+                [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]],
+                progress,
+            )
+        )
     if trainer.dp is not None and not trainer.dp.is_main:  # rank 0 alone logs and shows the run
         progress, summary, t_enabled = False, False, False
     else:
         t_enabled = spec.tracking.enabled
     trainer.modeled = costs if spec.measure.modeled else None
     if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
-        trainer.set_k_policy(AdaptiveK(spec.drafter.k, costs.target.time, costs.drafter.step_at,
-                                       measured=spec.drafter.adaptive_measured_steps))
+        trainer.set_k_policy(
+            AdaptiveK(
+                spec.drafter.k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps
+            )
+        )
     t = spec.tracking
-    tags = {"workbench.drafter": spec.drafter.kind, "workbench.spec": spec.name, TAG_MACHINE: host_description(trainer.device),
-            **trainer.backend.tags, **(tags or {})}
+    tags = {
+        "workbench.drafter": spec.drafter.kind,
+        "workbench.spec": spec.name,
+        TAG_MACHINE: host_description(trainer.device),
+        **trainer.backend.tags,
+        **(tags or {}),
+    }
     if trainer.dp is not None:
         tags["workbench.world_size"] = str(trainer.dp.world_size)
     tracker = Tracker(
-        t.tracking_uri, t.experiment, run_name=t.run_name or _default_run_name(spec), enabled=t_enabled,
-        tags=tags, parent_run_id=parent_run_id, run_id=run_id,
+        t.tracking_uri,
+        t.experiment,
+        run_name=t.run_name or _default_run_name(spec),
+        enabled=t_enabled,
+        tags=tags,
+        parent_run_id=parent_run_id,
+        run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)
     with tracker:
@@ -121,8 +163,12 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
         tracker.log_text(spec.to_yaml(), "spec.yaml")
         _log_drafter_init(tracker, spec, trainer)
         cols = (
-            TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stage]:>9}"),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+            TextColumn("[bold]GRPO"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stage]:>9}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
         )
         with Progress(*cols, console=console, disable=not progress, transient=False) as bar:
             task = bar.add_task("grpo", total=spec.grpo.steps, stage="", info="")
@@ -140,8 +186,10 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
                 if samples:
                     tracker.log_samples(samples, step=step)
                 if trainer.completion_lengths:  # per-row lengths for `wb simulate` (workbench.grpo.completions)
-                    tracker.log_dict(lengths_record(trainer.completion_lengths, spec.grpo.group_size, spec.rollout.max_new_tokens),
-                                     f"{M.COMPLETION_LENGTHS_DIR}/step_{step:05d}.json")
+                    tracker.log_dict(
+                        lengths_record(trainer.completion_lengths, spec.grpo.group_size, spec.rollout.max_new_tokens),
+                        f"{M.COMPLETION_LENGTHS_DIR}/step_{step:05d}.json",
+                    )
                 result.history.append(metrics)
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
                 if on_step is not None:
@@ -149,7 +197,9 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
                         on_step(step, metrics)
                     except EarlyStop as e:
                         e.run_id, e.history = tracker.run_id, result.history
-                        tracker.set_tags({"workbench.stopped_early": "true", "workbench.stopped_at_step": step, **e.tags})
+                        tracker.set_tags(
+                            {"workbench.stopped_early": "true", "workbench.stopped_at_step": step, **e.tags}
+                        )
                         tracker.end("FINISHED")  # idempotent: the `with` exit below is then a no-op
                         raise
         # Run-level paired speedups (means and 95 % CIs after warm-up), at the last step.
@@ -159,7 +209,9 @@ def _run(trainer: GRPOTrainer, spec: ExperimentSpec, console: Console, progress:
     if progress and summary:
         console.print(summary_table(spec, result))
         if result.run_id:
-            console.print(f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})")
+            console.print(
+                f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})"
+            )
     return result
 
 
@@ -170,7 +222,9 @@ def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrain
     if spec.drafter.kind in ("none", "ngram", "suffix"):
         return
     path = trainer.drafter_init_path
-    tracker.log_params({"drafter.init.resolved_data": spec.drafter.init_data(), "drafter.init.checkpoint": str(path or "")})
+    tracker.log_params(
+        {"drafter.init.resolved_data": spec.drafter.init_data(), "drafter.init.checkpoint": str(path or "")}
+    )
     info = init_info(path)
     if info:
         tracker.log_dict(info, "drafter/init_info.json")
@@ -181,7 +235,12 @@ def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrain
 def _log_drafter_checkpoint(tracker: Tracker, trainer: GRPOTrainer) -> None:
     """The drafter as it ends the run (adapted online, or as initialised) as run artifacts ``drafter/``."""
     d = trainer.drafter
-    if d is None or not d.trainable or not tracker.enabled or (trainer.online is None and trainer.drafter_init_path is None):
+    if (
+        d is None
+        or not d.trainable
+        or not tracker.enabled
+        or (trainer.online is None and trainer.drafter_init_path is None)
+    ):
         return
     with tempfile.TemporaryDirectory() as tmp:
         d.save(Path(tmp))
@@ -218,14 +277,24 @@ def fmt_ci(values: dict, key: str) -> str:
 
 def summary_table(spec: ExperimentSpec, result: RunResult) -> Table:
     """Mean per-stage times (step 1 excluded as warm-up when there are more), acceptance, reward."""
-    table = Table(title=f"{spec.name}: drafter={spec.drafter.kind}" + (f" k={spec.drafter.k}" if spec.drafter.kind != "none" else ""))
+    table = Table(
+        title=f"{spec.name}: drafter={spec.drafter.kind}"
+        + (f" k={spec.drafter.k}" if spec.drafter.kind != "none" else "")
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
     for stage in STAGE_ORDER:
         v = result.mean(M.timing(stage), skip_first=True)
         if v is not None:
             table.add_row(f"{M.timing(stage)} (mean)", f"{v:.3f}")
-    for key in (M.GEN_FRAC, M.TOKENS_PER_S, M.ACCEPTANCE_LENGTH, M.ACCEPTANCE_RATE, M.COMPLETIONS_MEAN_LENGTH, M.STALENESS):
+    for key in (
+        M.GEN_FRAC,
+        M.TOKENS_PER_S,
+        M.ACCEPTANCE_LENGTH,
+        M.ACCEPTANCE_RATE,
+        M.COMPLETIONS_MEAN_LENGTH,
+        M.STALENESS,
+    ):
         v = result.mean(key, skip_first=True)
         if v is not None:
             table.add_row(key, f"{v:.3f}")

@@ -95,7 +95,7 @@ def k_frac(j: int) -> str:
 
 def suffix_int(key: str, prefix: str) -> int:
     """The integer after ``prefix`` in ``key`` (``suffix_int("spec/k_frac_3", K_FRAC) == 3``)."""
-    return int(key[len(prefix):])
+    return int(key[len(prefix) :])
 
 
 # --- reward/, eval/, eval_sampled/: the task's rewards (workbench.grpo.rewards.Scores.metrics) ---
@@ -152,4 +152,16 @@ COMPLETIONS_FRAC_STOP = "completions/frac_stop"
 COMPLETION_LENGTHS_DIR = "completions/lengths"  # an artifact folder, not a metric: step_<n>.json
 
 # Histories a reader loads by default: everything the tables, plots and the performance models read.
-HISTORY_PREFIXES = (TIMING, TIMING_FRAC, SPEC, "reward/", "eval/", "eval_sampled/", "speedup/", "gen/", "gen_autoregressive/", "draft/", "completions/")
+HISTORY_PREFIXES = (
+    TIMING,
+    TIMING_FRAC,
+    SPEC,
+    "reward/",
+    "eval/",
+    "eval_sampled/",
+    "speedup/",
+    "gen/",
+    "gen_autoregressive/",
+    "draft/",
+    "completions/",
+)

@@ -42,7 +42,9 @@ def choose_min_rows(plain_s: dict[int, float], packed_s: dict[int, float]) -> in
         ValueError: no row counts, or the two dicts cover different ones.
     """
     if not plain_s or set(plain_s) != set(packed_s):
-        raise ValueError(f"choose_min_rows: need timings at the same row counts, got {sorted(plain_s)} and {sorted(packed_s)}")
+        raise ValueError(
+            f"choose_min_rows: need timings at the same row counts, got {sorted(plain_s)} and {sorted(packed_s)}"
+        )
     rows = sorted(plain_s)
     best = 2 * rows[-1]
     for m in reversed(rows):
@@ -60,8 +62,15 @@ def _per_call(fn, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def time_kernels(out_features: int, in_features: int, rows_hint: int, rows: tuple[int, ...] = CANDIDATE_ROWS,
-                 rounds: int = 7, round_s: float = 2e-3, seed: int = 0) -> tuple[dict[int, float], dict[int, float]]:
+def time_kernels(
+    out_features: int,
+    in_features: int,
+    rows_hint: int,
+    rows: tuple[int, ...] = CANDIDATE_ROWS,
+    rounds: int = 7,
+    round_s: float = 2e-3,
+    seed: int = 0,
+) -> tuple[dict[int, float], dict[int, float]]:
     """Median seconds per call of ``F.linear`` and of the packed kernel (laid out for ``rows_hint`` rows)
     for a random float32 (out, in) weight and (m, in) inputs, m in ``rows``; the two alternate within
     each of ``rounds`` rounds of about ``round_s`` seconds each."""
@@ -71,13 +80,16 @@ def time_kernels(out_features: int, in_features: int, rows_hint: int, rows: tupl
     plain_s, packed_s = {}, {}
     for m in rows:
         x = torch.randn(m, in_features, generator=g)
-        fns = {"plain": lambda: F.linear(x, w), "packed": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")}
+        fns = {
+            "plain": lambda: F.linear(x, w),
+            "packed": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+        }
         for f in fns.values():  # warm up (first-call allocations, oneDNN's primitive cache)
             f()
         reps = max(1, int(round_s / max(_per_call(fns["plain"], 3), 1e-7)))
         t: dict[str, list[float]] = {"plain": [], "packed": []}
         for r in range(rounds):
-            for k in (("plain", "packed") if r % 2 == 0 else ("packed", "plain")):
+            for k in ("plain", "packed") if r % 2 == 0 else ("packed", "plain"):
                 t[k].append(_per_call(fns[k], reps))
         plain_s[m], packed_s[m] = statistics.median(t["plain"]), statistics.median(t["packed"])
     return plain_s, packed_s
@@ -98,8 +110,15 @@ def measured_min_rows(out_features: int, in_features: int, rows_hint: int) -> in
     """:func:`choose_min_rows` for a float32 (out, in) weight packed for ``rows_hint`` rows on this
     machine: read from the cache, else measured (:func:`time_kernels`, well under a second for a
     transformer layer's shapes) and cached."""
-    fields = {"version": VERSION, "shape": [out_features, in_features], "rows_hint": rows_hint, "dtype": "float32",
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": device_name(torch.device("cpu"))}
+    fields = {
+        "version": VERSION,
+        "shape": [out_features, in_features],
+        "rows_hint": rows_hint,
+        "dtype": "float32",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": device_name(torch.device("cpu")),
+    }
     key = short_hash(fields, 12)
     hit = _read().get(key)
     try:
@@ -107,10 +126,14 @@ def measured_min_rows(out_features: int, in_features: int, rows_hint: int) -> in
     except (TypeError, KeyError, ValueError):  # no entry, or a damaged one: measure (again)
         pass
     plain_s, packed_s = time_kernels(out_features, in_features, rows_hint)
-    entry = {**fields, "min_rows": choose_min_rows(plain_s, packed_s),
-             "plain_us": {m: round(1e6 * s, 2) for m, s in plain_s.items()},
-             "packed_us": {m: round(1e6 * s, 2) for m, s in packed_s.items()},
-             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    entry = {
+        **fields,
+        "min_rows": choose_min_rows(plain_s, packed_s),
+        "plain_us": {m: round(1e6 * s, 2) for m, s in plain_s.items()},
+        "packed_us": {m: round(1e6 * s, 2) for m, s in packed_s.items()},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
     data = _read()  # re-read: another process may have added entries meanwhile
     data[key] = entry
     p = _path()

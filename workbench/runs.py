@@ -137,7 +137,14 @@ def baseline_for(run: RunRecord, runs: Iterable[RunRecord]) -> RunRecord | None:
     """The FINISHED ``drafter.kind=none`` run of the same setting (see the module docstring), or None.
 
     Duck-typed: any records with ``run_id``, ``status``, ``params`` and ``is_baseline`` work."""
-    return next((b for b in runs if b.is_baseline and b.status == "FINISHED" and b.run_id != run.run_id and same_setting(run, b)), None)
+    return next(
+        (
+            b
+            for b in runs
+            if b.is_baseline and b.status == "FINISHED" and b.run_id != run.run_id and same_setting(run, b)
+        ),
+        None,
+    )
 
 
 def quote(v: str) -> str:
@@ -166,10 +173,17 @@ class RunReader:
     def experiment_ids(self) -> list[str]:
         from mlflow.entities import ViewType
 
-        return [e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)]
+        return [
+            e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000)
+        ]
 
-    def search(self, filter_string: str = "", experiment_ids: list[str] | None = None, newest_first: bool = True,
-               max_results: int = 1000) -> list[Any]:
+    def search(
+        self,
+        filter_string: str = "",
+        experiment_ids: list[str] | None = None,
+        newest_first: bool = True,
+        max_results: int = 1000,
+    ) -> list[Any]:
         """MLflow ``Run`` objects matching ``filter_string`` (all active experiments by default)."""
         ids = experiment_ids if experiment_ids is not None else self.experiment_ids()
         if not ids:
@@ -185,8 +199,16 @@ class RunReader:
 
     def load(self, run: Any, histories: bool = True, prefixes: tuple[str, ...] = M.HISTORY_PREFIXES) -> RunRecord:
         """A RunRecord of an MLflow ``Run``; with ``histories``, every metric under ``prefixes``."""
-        rec = RunRecord(run.info.run_id, run.info.run_name or run.info.run_id, run.info.status, run.info.experiment_id,
-                        dict(run.data.params), dict(run.data.tags), dict(run.data.metrics), run.info.start_time or 0)
+        rec = RunRecord(
+            run.info.run_id,
+            run.info.run_name or run.info.run_id,
+            run.info.status,
+            run.info.experiment_id,
+            dict(run.data.params),
+            dict(run.data.tags),
+            dict(run.data.metrics),
+            run.info.start_time or 0,
+        )
         if histories:
             for key in rec.metrics:
                 if key.startswith(prefixes):
@@ -205,9 +227,15 @@ class RunReader:
                 raise RunNotFound(f"no MLflow run with id or name {id_or_name!r} in {self.uri}") from None
             return self.load(hits[0], histories)
 
-    def top_level(self, filter_string: str = "", experiment_ids: list[str] | None = None, max_results: int = 1000) -> list[Any]:
+    def top_level(
+        self, filter_string: str = "", experiment_ids: list[str] | None = None, max_results: int = 1000
+    ) -> list[Any]:
         """MLflow ``Run`` objects matching ``filter_string`` that are not children of another run, newest first."""
-        return [r for r in self.search(filter_string, experiment_ids, max_results=max_results) if PARENT_RUN_TAG not in r.data.tags]
+        return [
+            r
+            for r in self.search(filter_string, experiment_ids, max_results=max_results)
+            if PARENT_RUN_TAG not in r.data.tags
+        ]
 
     def experiment_runs(self, name: str, histories: bool = True) -> list[RunRecord]:
         """The top-level runs of the MLflow experiment ``name``, oldest first ([] if none or no such experiment)."""
@@ -217,8 +245,14 @@ class RunReader:
         found = self.search("", [exp.experiment_id], newest_first=False, max_results=10_000)
         return [self.load(r, histories) for r in found if PARENT_RUN_TAG not in r.data.tags]
 
-    def find_parent(self, tag: str, value: str, role_tag: str | None = None, experiment_ids: list[str] | None = None,
-                    required: bool = False) -> Any | None:
+    def find_parent(
+        self,
+        tag: str,
+        value: str,
+        role_tag: str | None = None,
+        experiment_ids: list[str] | None = None,
+        required: bool = False,
+    ) -> Any | None:
         """The newest top-level run tagged ``tag = value`` (and ``role_tag = parent`` if given), as an
         MLflow Run, or None (RunNotFound if ``required``)."""
         filt = f"tags.`{tag}` = '{quote(value)}'" + (f" and tags.`{role_tag}` = 'parent'" if role_tag else "")
@@ -227,12 +261,20 @@ class RunReader:
             raise RunNotFound(f"no run tagged {tag}={value!r} in {self.uri}")
         return hits[0] if hits else None
 
-    def children(self, parent_id: str, experiment_ids: list[str] | None = None, status: str | None = None,
-                 histories: bool = True, one_per_point: bool = True) -> list[RunRecord]:
+    def children(
+        self,
+        parent_id: str,
+        experiment_ids: list[str] | None = None,
+        status: str | None = None,
+        histories: bool = True,
+        one_per_point: bool = True,
+    ) -> list[RunRecord]:
         """The child runs of ``parent_id`` (oldest first), optionally only those of ``status``, one per
         point (:func:`latest_per_point`) unless ``one_per_point=False``."""
         filt = f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'" + (f" and attributes.status = '{status}'" if status else "")
-        recs = [self.load(r, histories) for r in self.search(filt, experiment_ids, newest_first=False, max_results=10_000)]
+        recs = [
+            self.load(r, histories) for r in self.search(filt, experiment_ids, newest_first=False, max_results=10_000)
+        ]
         return latest_per_point(recs) if one_per_point else recs
 
     def has_children(self, run_id: str, experiment_id: str) -> bool:

@@ -66,8 +66,13 @@ class RatioCI:
 
     def as_metrics(self, name: str) -> dict[str, float | None]:
         """``{name}_mean``, ``{name}_ci95_low``, ``{name}_ci95_high``, ``{name}_ci95_halfwidth``, ``{name}_n``."""
-        return {f"{name}_mean": self.mean, f"{name}_ci95_low": self.low, f"{name}_ci95_high": self.high,
-                f"{name}_ci95_halfwidth": self.half_width, f"{name}_n": float(self.n)}
+        return {
+            f"{name}_mean": self.mean,
+            f"{name}_ci95_low": self.low,
+            f"{name}_ci95_high": self.high,
+            f"{name}_ci95_halfwidth": self.half_width,
+            f"{name}_n": float(self.n),
+        }
 
 
 def paired_ratios(numerator_s: Sequence[float], denominator_s: Sequence[float]) -> list[float]:
@@ -171,7 +176,9 @@ def two_sample(a: Sequence[float], b: Sequence[float], alpha: float = 0.05, powe
     from scipy import stats
 
     if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"two_sample needs >= 2 values per side, got {len(a)} and {len(b)}; run more seeds (seed=0..4)")
+        raise ValueError(
+            f"two_sample needs >= 2 values per side, got {len(a)} and {len(b)}; run more seeds (seed=0..4)"
+        )
     ma, mb = sum(a) / len(a), sum(b) / len(b)
     va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
     vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
@@ -280,8 +287,10 @@ def random_effects(y: Sequence[float], v: Sequence[float], confidence: float = C
     from scipy import stats
 
     if len(y) < 2:
-        raise ValueError("a random-effects interval needs >= 2 runs; one run's per-step CI covers only the noise of its "
-                         "steps, not a repeat's: run more seeds (seed=0..2)")
+        raise ValueError(
+            "a random-effects interval needs >= 2 runs; one run's per-step CI covers only the noise of its "
+            "steps, not a repeat's: run more seeds (seed=0..2)"
+        )
     tau2 = dersimonian_laird_tau2(y, v)
     n = len(y)
     mu, se = hartung_knapp(y, v, tau2)
@@ -384,7 +393,9 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[floa
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
-def proportion_diff_ci(s1: int, n1: int, s2: int, n2: int, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+def proportion_diff_ci(
+    s1: int, n1: int, s2: int, n2: int, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
     """p2 - p1 with Newcombe's hybrid score interval (Newcombe 1998, method 10: from the two Wilson
     intervals), e.g. held-out accuracy after training (2) minus before (1). For two independent
     samples; where the same prompts are scored twice the positive correlation makes it conservative.

@@ -78,6 +78,7 @@ class TimeSpent:
             dt, out = timed(lambda: fn(*a, **kw), self._device)
             self.seconds += dt
             return out
+
         return wrapper
 
 
@@ -108,7 +109,9 @@ class StageTimer:
         """Re-bill ``seconds`` that ran inside ``stage`` to the measurement ``measurement`` (the
         paired generation interleaved with ``gen``). Raises ValueError if the stage has less."""
         if self._stages.get(stage, 0.0) + 1e-9 < seconds:
-            raise ValueError(f"cannot move {seconds:.6f} s out of stage {stage!r}, which has {self._stages.get(stage, 0.0):.6f} s")
+            raise ValueError(
+                f"cannot move {seconds:.6f} s out of stage {stage!r}, which has {self._stages.get(stage, 0.0):.6f} s"
+            )
         if measurement in self._stages:
             raise ValueError(f"stage {measurement!r} is used both as a step stage and as a measurement")
         self._stages[stage] -= seconds
@@ -208,8 +211,16 @@ def device_name(device: torch.device) -> str:
 
 # The instruction sets that decide where a CPU's GEMMs turn compute-bound (and so where speculation pays):
 # /proc/cpuinfo flag -> the name people use. VM hosts differ from day to day (AMX one day, AVX-512 only the next).
-CPU_ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "avx512_bf16": "AVX-512 BF16",
-                 "avx512_fp16": "AVX-512 FP16", "amx_tile": "AMX", "amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8"}
+CPU_ISA_FLAGS = {
+    "avx2": "AVX2",
+    "avx512f": "AVX-512",
+    "avx512_vnni": "AVX-512 VNNI",
+    "avx512_bf16": "AVX-512 BF16",
+    "avx512_fp16": "AVX-512 FP16",
+    "amx_tile": "AMX",
+    "amx_bf16": "AMX-BF16",
+    "amx_int8": "AMX-INT8",
+}
 
 
 def cpu_isa(flags: str | None = None) -> list[str]:

@@ -22,9 +22,8 @@ import sys
 import time
 import urllib.request
 
-from workbench.tracking import DEFAULT_TRACKING_URI
 from workbench.tags import TAG_ROLE, TAG_STUDY, TAG_SWEEP
-
+from workbench.tracking import DEFAULT_TRACKING_URI
 
 
 def default_store(uri: str | None = None) -> str:
@@ -75,8 +74,11 @@ def find_group(store: str, name: str | None = None):
     if not exp_ids:
         return None
     if name:
-        filters = [f"tags.`{TAG_SWEEP}` = '{quote(name)}' and tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` = '{quote(name)}'",
-                   f"attributes.run_name = '{quote(name)}'"]
+        filters = [
+            f"tags.`{TAG_SWEEP}` = '{quote(name)}' and tags.`{TAG_ROLE}` = 'parent'",
+            f"tags.`{TAG_STUDY}` = '{quote(name)}'",
+            f"attributes.run_name = '{quote(name)}'",
+        ]
     else:
         filters = [f"tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` != ''"]
     parents = [reader.load(r, histories=False) for f in filters for r in reader.top_level(f, exp_ids, max_results=50)]
@@ -92,8 +94,20 @@ def find_group(store: str, name: str | None = None):
 
 
 def server_command(store: str, host: str, port: int, workers: int = 1) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host", host,
-            "--port", str(port), "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        store,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
 
 
 def wait_ready(base: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> bool:

@@ -60,9 +60,37 @@ A sampler can be injected (``rejection_fn``) to check that the audit catches a b
 
 from workbench.audit.engines import EngineOptions
 from workbench.audit.joint import Joint2, exact_joint2
-from workbench.audit.law import (END, AuditResult, AuditTest, accept_all_rejection_sample, detectable_shift,
-                                 expected_counts, goodness_of_fit, informative_prompts, plan, position_counts,
-                                 required_samples, run_audit, summary_rows)
+from workbench.audit.law import (
+    END,
+    AuditResult,
+    AuditTest,
+    accept_all_rejection_sample,
+    detectable_shift,
+    expected_counts,
+    goodness_of_fit,
+    informative_prompts,
+    plan,
+    position_counts,
+    required_samples,
+    run_audit,
+    summary_rows,
+)
 
-__all__ = ["END", "AuditResult", "Joint2", "EngineOptions", "AuditTest", "accept_all_rejection_sample", "detectable_shift", "exact_joint2", "expected_counts",
-           "goodness_of_fit", "informative_prompts", "plan", "position_counts", "required_samples", "run_audit", "summary_rows"]
+__all__ = [
+    "END",
+    "AuditResult",
+    "Joint2",
+    "EngineOptions",
+    "AuditTest",
+    "accept_all_rejection_sample",
+    "detectable_shift",
+    "exact_joint2",
+    "expected_counts",
+    "goodness_of_fit",
+    "informative_prompts",
+    "plan",
+    "position_counts",
+    "required_samples",
+    "run_audit",
+    "summary_rows",
+]

@@ -73,8 +73,16 @@ def stop_tuple(stop_ids: int | Sequence[int] | None) -> tuple[int, ...]:
 
 
 @torch.no_grad()
-def exact_joint2(target, prompt: list[int], sp: SamplingParams, stop_ids: int | Sequence[int] | None, n: int | None = None,
-                 min_expected: float = 5.0, max_cells: int = 1 << 22, chunk: int = 256) -> Joint2:
+def exact_joint2(
+    target,
+    prompt: list[int],
+    sp: SamplingParams,
+    stop_ids: int | Sequence[int] | None,
+    n: int | None = None,
+    min_expected: float = 5.0,
+    max_cells: int = 1 << 22,
+    chunk: int = 256,
+) -> Joint2:
     """The exact law of the first two completion tokens of ``prompt`` given x0 is no stop id (renormalised).
 
     target: a LeanLM; sp: the audited sampling (temperature/top-k/top-p applied to both tokens).
@@ -88,8 +96,12 @@ def exact_joint2(target, prompt: list[int], sp: SamplingParams, stop_ids: int | 
     P = len(prompt)
     dev = target.lm_head.weight.device
     base = target.new_cache(1, P + 2)
-    logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
-                        logits_col=torch.tensor([P - 1], device=dev))
+    logits0, _ = target(
+        torch.tensor([prompt], device=dev),
+        torch.zeros(1, dtype=torch.long, device=dev),
+        base,
+        logits_col=torch.tensor([P - 1], device=dev),
+    )
     p0 = probs_from_logits(logits0[0, 0], sp).double()  # (V,)
     p0[torch.tensor(stop_tuple(stop_ids), dtype=torch.long, device=dev)] = 0.0  # a row stopped at x0 has no x1
     total = float(p0.sum())

@@ -14,12 +14,12 @@ import torch
 from scipy import stats
 
 from workbench.audit.engines import EngineOptions, build_engine
-from workbench.audit.joint import Joint2, exact_joint2
-from workbench.rollout.drafter import Drafter
+from workbench.audit.joint import exact_joint2
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.backend import RolloutBackend
-from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout.drafter import Drafter
 from workbench.rollout.sampling import SamplingParams, is_stop, probs_from_logits, sample
+from workbench.rollout.workbench_backend import WorkbenchBackend
 
 END = -1  # category: the row finished (at eos or another stop id) before this position
 
@@ -37,7 +37,9 @@ def detectable_shift(n: int, alpha_test: float, power: float = 0.9, p: float = 0
     return z * math.sqrt(p * (1 - p) / max(n, 1))
 
 
-def goodness_of_fit(observed: torch.Tensor, expected: torch.Tensor, min_expected: float = 5.0) -> tuple[float, int, float]:
+def goodness_of_fit(
+    observed: torch.Tensor, expected: torch.Tensor, min_expected: float = 5.0
+) -> tuple[float, int, float]:
     """Pearson chi-square of observed counts (C,) against expected counts (C,) with the same total:
     (statistic, df, p-value). Small-expectation cells are pooled (see module doc); an observation
     in a cell of expectation 0 gives p = 0. One cell left: an exact binomial test of the count outside
@@ -76,7 +78,9 @@ def rows_per_forward(vocab_size: int, tokens_per_row: int, limit: int, budget: i
     return max(1, min(limit, budget // max(vocab_size * max(tokens_per_row, 1), 1)))
 
 
-def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.Tensor, sp: SamplingParams, chunk: int = 4096) -> torch.Tensor:
+def expected_counts(
+    target, prompt: list[int], toks: torch.Tensor, lens: torch.Tensor, sp: SamplingParams, chunk: int = 4096
+) -> torch.Tensor:
     """E_t(v) = sum over rows alive at t of p(v | prompt + the row's tokens < t): (T, V) float64.
 
     toks (n, T) long sampled completions (anything past a row's length is ignored), lens (n,).
@@ -90,15 +94,21 @@ def expected_counts(target, prompt: list[int], toks: torch.Tensor, lens: torch.T
     dev = target.lm_head.weight.device
     V = target.cfg.vocab_size
     base = target.new_cache(1, P + T + 1)
-    logits0, _ = target(torch.tensor([prompt], device=dev), torch.zeros(1, dtype=torch.long, device=dev), base,
-                        logits_col=torch.tensor([P - 1], device=dev))
+    logits0, _ = target(
+        torch.tensor([prompt], device=dev),
+        torch.zeros(1, dtype=torch.long, device=dev),
+        base,
+        logits_col=torch.tensor([P - 1], device=dev),
+    )
     E = torch.zeros(T, V, dtype=torch.float64, device=dev)
     E[0] = probs_from_logits(logits0[0, 0], sp).double() * n
     if T == 1:
         return E
     lens = lens.clamp_max(T)
     chunk = rows_per_forward(V, T - 1, chunk)
-    key = torch.cat([torch.where(torch.arange(T - 1)[None, :] < lens[:, None], toks[:, : T - 1], -1), lens[:, None]], 1)  # (n, T)
+    key = torch.cat(
+        [torch.where(torch.arange(T - 1)[None, :] < lens[:, None], toks[:, : T - 1], -1), lens[:, None]], 1
+    )  # (n, T)
     uniq, counts = torch.unique(key, dim=0, return_counts=True)  # (U, T), (U,)
     for i in range(0, uniq.shape[0], chunk):
         u = uniq[i : i + chunk]
@@ -131,7 +141,9 @@ def deviation(observed: torch.Tensor, expected: torch.Tensor, top: int = 2) -> s
     tv = 0.5 * float((po - pe).abs().sum())
     z = (o - e) / e.clamp_min(0.5).sqrt()
     cells = [int(i) for i in z.abs().topk(min(top, z.numel())).indices]
-    return f"TV={tv:.3f}; " + ", ".join(f"cell {i}: {100 * float(po[i]):.2f} % (exact {100 * float(pe[i]):.2f} %)" for i in cells)
+    return f"TV={tv:.3f}; " + ", ".join(
+        f"cell {i}: {100 * float(po[i]):.2f} % (exact {100 * float(pe[i]):.2f} %)" for i in cells
+    )
 
 
 def accept_all_rejection_sample(target_probs, draft_tokens, draft_probs, num_draft, generator=None):
@@ -187,8 +199,16 @@ def first_uncertain(seqs: list[list[int]], scan: int, threshold: float) -> int |
     return None
 
 
-def informative_prompts(target, prompts: list[list[int]], sampling: SamplingParams, pilot: int = 256, scan: int = 64,
-                        threshold: float = 0.95, seed: int = 0, tries: int = 8) -> list[list[int]]:
+def informative_prompts(
+    target,
+    prompts: list[list[int]],
+    sampling: SamplingParams,
+    pilot: int = 256,
+    scan: int = 64,
+    threshold: float = 0.95,
+    seed: int = 0,
+    tries: int = 8,
+) -> list[list[int]]:
     """Each prompt + the target's own sampled prefix, ending one token before an uncertain position
     (most frequent token < ``threshold`` in an autoregressive pilot of ``pilot`` rows).
 
@@ -205,7 +225,11 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
     for i, p in enumerate(prompts):
         ctx = list(p)
         for attempt in range(tries):
-            seqs = eng.generate([ctx] * pilot, sp, torch.Generator(target.lm_head.weight.device).manual_seed(seed + 7 * i + 1009 * attempt)).tokens
+            seqs = eng.generate(
+                [ctx] * pilot,
+                sp,
+                torch.Generator(target.lm_head.weight.device).manual_seed(seed + 7 * i + 1009 * attempt),
+            ).tokens
             t0 = first_uncertain(seqs, scan, threshold)
             if t0 is None:
                 break
@@ -213,7 +237,9 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
                 row = next((s for s in seqs if len(s) > t0), seqs[0])
                 ctx += [x for x in row[: t0 - 1] if x not in stops]
                 break
-            modal = next((tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in stops and tok != END), None)
+            modal = next(
+                (tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in stops and tok != END), None
+            )
             if modal is None:
                 break
             ctx.append(modal)
@@ -221,7 +247,9 @@ def informative_prompts(target, prompts: list[list[int]], sampling: SamplingPara
     return out
 
 
-def plan(num_drafters: int, num_prompts: int, max_new_tokens: int, alpha: float, power: float = 0.9, delta: float = 0.01) -> tuple[int, float, int]:
+def plan(
+    num_drafters: int, num_prompts: int, max_new_tokens: int, alpha: float, power: float = 0.9, delta: float = 0.01
+) -> tuple[int, float, int]:
     """(number of chi-square tests m, per-test level alpha/m, rows per arm for ``delta``)."""
     m = max(num_drafters * num_prompts * (max_new_tokens + 1), 1)
     a = alpha / m
@@ -265,7 +293,9 @@ def run_audit(
     opts = engine or EngineOptions()
     res = AuditResult([], dict(skipped or {}), n, n_req, alpha, a, m, detectable_shift(n, a), engine=opts)
     greedy_sp = greedy_params(sampling, max(T, 16))
-    patch = mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
+    patch = (
+        mock.patch.object(engine_mod, "rejection_sample", rejection_fn) if rejection_fn else contextlib.nullcontext()
+    )
     V = target.cfg.vocab_size
     batch = rows_per_forward(V, k + 1, batch)  # a real vocabulary: fewer rows per verification forward
     for pi, prompt in enumerate(prompts):
@@ -281,28 +311,44 @@ def run_audit(
             acc = res.acceptance.setdefault(name, 0.0)
             res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / len(prompts)
             lens = torch.tensor([len(x) for x in out.tokens])
-            toks = torch.tensor([x + [-1] * (T - len(x)) for x in out.tokens], dtype=torch.long)  # (n, T), -1 past a row's end
+            toks = torch.tensor(
+                [x + [-1] * (T - len(x)) for x in out.tokens], dtype=torch.long
+            )  # (n, T), -1 past a row's end
             say(f"prompt {pi}: {name}: exact conditionals of the sampled rows")
             E = expected_counts(target, prompt, toks, lens, sampling).cpu()
             for t in range(T):
                 alive = lens > t
                 O = torch.bincount(toks[alive, t], minlength=V).double()
                 stat, df, p = goodness_of_fit(O, E[t])
-                res.tests.append(AuditTest(name, f"pos {t}", pi, p, p > a,
-                                           f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(O, E[t].double())}"))
+                res.tests.append(
+                    AuditTest(
+                        name,
+                        f"pos {t}",
+                        pi,
+                        p,
+                        p > a,
+                        f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(O, E[t].double())}",
+                    )
+                )
             if joint is not None:
                 two = continued_past_first(toks, lens, sampling)
                 O = joint.observed(toks[two, 0], toks[two, 1])
                 Ej = joint.probs() * float(two.sum())
                 stat, df, p = goodness_of_fit(O, Ej)
-                res.tests.append(AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}"))
-    ar_greedy = WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
+                res.tests.append(
+                    AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}")
+                )
+    ar_greedy = (
+        WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
+    )
     for name, drafter in drafters.items():
         eng = _engine(target, drafter, k, batch, len(greedy_prompts or prompts), opts)
         with patch:
             sv = eng.generate(greedy_prompts or prompts, greedy_sp).tokens
         bad = [i for i, (x, y) in enumerate(zip(sv, ar_greedy)) if x != y]
-        res.tests.append(AuditTest(name, "greedy", -1, None, not bad, f"{len(sv) - len(bad)}/{len(sv)} prompts identical"))
+        res.tests.append(
+            AuditTest(name, "greedy", -1, None, not bad, f"{len(sv) - len(bad)}/{len(sv)} prompts identical")
+        )
     res.wall_s = time.perf_counter() - t0
     return res
 

@@ -46,7 +46,9 @@ def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device
     lm = LeanLM.from_hf(hf, what="model.target")
     fmt = run_prompt_format(t, tok)
     all_ids = [fmt.encode(r["prompt"]) for r in rows]
-    setup = AuditSetup(lm, tok, device, all_ids[:num_prompts], all_ids, stop_token_ids=fmt.stop_token_ids(hf.generation_config))
+    setup = AuditSetup(
+        lm, tok, device, all_ids[:num_prompts], all_ids, stop_token_ids=fmt.stop_token_ids(hf.generation_config)
+    )
     for kind in kinds:
         if kind == "draft_model" and spec.drafter.model in PRESETS and not is_built(spec.drafter.model):
             setup.skipped[kind] = f"preset {spec.drafter.model} not built (wb models build {spec.drafter.model})"

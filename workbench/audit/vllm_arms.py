@@ -38,15 +38,23 @@ def vllm_arms(spec, setup, kinds: list[str], k: int) -> tuple[dict[str, RolloutB
     for kind in ["none", *[x for x in kinds if x != "none"]]:
         ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k})})
         try:
-            arms[kind] = vllm_backend(ks, target_path, device_type, setup.drafters.get(kind), None, setup.lm.cfg, tags={})
+            arms[kind] = vllm_backend(
+                ks, target_path, device_type, setup.drafters.get(kind), None, setup.lm.cfg, tags={}
+            )
         except (ValueError, OSError) as e:
             skipped[kind] = str(e).splitlines()[0][:160]
     return arms, skipped
 
 
 @torch.no_grad()
-def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[int]], max_new_tokens: int,
-                    stop_ids: int | Sequence[int] | None, device: torch.device) -> list[AuditTest]:
+def hf_greedy_tests(
+    spec,
+    arms: dict[str, RolloutBackend],
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    stop_ids: int | Sequence[int] | None,
+    device: torch.device,
+) -> list[AuditTest]:
     """Greedy vLLM output (every arm) token for token against transformers' ``generate()`` on the
     target (no speculation). stop_ids: the ids that end a row, one id or several (eos first, then the
     other stop ids, as ``SamplingParams.stop_ids``); both sides stop at every one of them."""
@@ -58,15 +66,25 @@ def hf_greedy_tests(spec, arms: dict[str, RolloutBackend], prompts: list[list[in
     ref = []
     for p in prompts:
         ids = torch.tensor([p], device=device)
-        out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
-                          eos_token_id=stops or None, pad_token_id=stops[0] if stops else 0)
-        ref.append(cut_at_stop(out[0, len(p):].tolist(), stops))
+        out = hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=stops or None,
+            pad_token_id=stops[0] if stops else 0,
+        )
+        ref.append(cut_at_stop(out[0, len(p) :].tolist(), stops))
     sp = SamplingParams(0.0, 1.0, 0, max_new_tokens, stops[0] if stops else None, tuple(stops[1:]))
     tests = []
     for name, arm in arms.items():
         got = arm.generate(prompts, sp).tokens
         same = sum(a == b for a, b in zip(got, ref))
-        tests.append(AuditTest(name, "greedy vs transformers", -1, None, same == len(ref), f"{same}/{len(ref)} prompts identical"))
+        tests.append(
+            AuditTest(
+                name, "greedy vs transformers", -1, None, same == len(ref), f"{same}/{len(ref)} prompts identical"
+            )
+        )
     return tests
 
 
@@ -77,9 +95,18 @@ def cut_at_stop(row: list[int], stops: Sequence[int]) -> list[int]:
     return row if end is None else row[: end + 1]
 
 
-def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draft_sample_method: str | None = None,
-                    cpu_expand_fix: bool = False, target: str = "tiny", user: Path | None = None, dtype: str = "float32",
-                    draft_vocab: int | None = None) -> dict[str, str]:
+def record_verdicts(
+    res: AuditResult,
+    methods: list[str],
+    sampling,
+    k: int,
+    draft_sample_method: str | None = None,
+    cpu_expand_fix: bool = False,
+    target: str = "tiny",
+    user: Path | None = None,
+    dtype: str = "float32",
+    draft_vocab: int | None = None,
+) -> dict[str, str]:
     """Record one verdict per audited method at the settings it sampled at (``target``: ``model.target``,
     named by :func:`workbench.vllm.verdicts.target_id`; ``dtype``; ``sampling``: the audit's
     ``SamplingParams``; ``k``; ``draft_sample_method``; ``draft_vocab``: eagle3's
@@ -97,12 +124,30 @@ def record_verdicts(res: AuditResult, methods: list[str], sampling, k: int, draf
         sampled = [t for t in ts if t.pvalue is not None]
         worst = min(sampled, key=lambda t: t.pvalue) if sampled else ts[0]
         failed = [t for t in ts if not t.passed]
-        summary = (f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
-                   if failed and worst.pvalue is not None else f"{len(ts) - len(failed)}/{len(ts)} tests passed")
-        settings = sampling_settings(m, sampling.temperature, sampling.top_p, sampling.top_k, k, draft_sample_method,
-                                     target_id(target), dtype, draft_vocab)
-        evidence = {"summary": summary, "n": res.n, "alpha": res.alpha, "detectable_shift": round(res.shift, 5),
-                    "num_prompts": len({t.prompt for t in sampled}), "max_new_tokens": sampling.max_new_tokens,
-                    "target": target}
+        summary = (
+            f"{len(failed)} of {len(ts)} tests failed; worst {worst.test}: p={worst.pvalue:.2e}, {worst.detail}"
+            if failed and worst.pvalue is not None
+            else f"{len(ts) - len(failed)}/{len(ts)} tests passed"
+        )
+        settings = sampling_settings(
+            m,
+            sampling.temperature,
+            sampling.top_p,
+            sampling.top_k,
+            k,
+            draft_sample_method,
+            target_id(target),
+            dtype,
+            draft_vocab,
+        )
+        evidence = {
+            "summary": summary,
+            "n": res.n,
+            "alpha": res.alpha,
+            "detectable_shift": round(res.shift, 5),
+            "num_prompts": len({t.prompt for t in sampled}),
+            "max_new_tokens": sampling.max_new_tokens,
+            "target": target,
+        }
         keys[m] = record_verdict(build, m, passed, evidence, user=user, settings=settings)
     return keys

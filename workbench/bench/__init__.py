@@ -16,5 +16,13 @@ from workbench.bench.core import (
 from workbench.bench.render import save, summary_markdown, to_markdown
 
 __all__ = [
-    "Bench", "BenchConfig", "Timing", "device_slug", "machine_info", "measure", "save", "summary_markdown", "to_markdown",
+    "Bench",
+    "BenchConfig",
+    "Timing",
+    "device_slug",
+    "machine_info",
+    "measure",
+    "save",
+    "summary_markdown",
+    "to_markdown",
 ]

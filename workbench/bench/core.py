@@ -43,16 +43,15 @@ from workbench.models.chat import run_prompt_format
 from workbench.perf.analytic import fit_alpha, gen_speedup
 from workbench.perf.steps import batch_predicted_speedup
 from workbench.prepack_rows import measured_min_rows
-from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
-from workbench.timing import host_description
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
 from workbench.rollout.vllm.preload import preloaded
+from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs import ExperimentSpec
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
-from workbench.timing import TimeSpent, Timing, measure, timed  # noqa: F401 (Timing: part of the bench API)
+from workbench.timing import TimeSpent, Timing, host_description, measure, timed  # noqa: F401 (Timing: part of the bench API)
 
 
 @dataclass
@@ -66,15 +65,25 @@ class BenchConfig:
     hf: bool = True  # include transformers contenders
     compile: bool = False  # torch.compile our engine's forwards (WorkbenchBackend's compile)
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
-    cuda_graphs: bool = False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
+    cuda_graphs: bool = (
+        False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
+    )
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
-    transfer: bool = True  # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
-    vllm_predict: tuple[str, ...] = ()  # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
+    transfer: bool = (
+        True  # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
+    )
+    vllm_predict: tuple[
+        str, ...
+    ] = ()  # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
 
 
-def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | None = None,
-                   first_peaks: dict[str, float | None] | None = None) -> dict[str, Timing]:
+def _paired_median(
+    fns: dict[str, Callable[[], object]],
+    repeats: int,
+    device: torch.device | None = None,
+    first_peaks: dict[str, float | None] | None = None,
+) -> dict[str, Timing]:
     """Median seconds of each contender, run interleaved (A, B, A, B, ...) after one warm-up each,
     so that load drifting on a shared machine hits every contender alike (side by side); each call
     timed by :func:`measure` (``device`` synchronised around it). The peak memory is the largest of
@@ -92,8 +101,15 @@ def _paired_median(fns: dict[str, Callable[[], object]], repeats: int, device: t
             times[name].append(m.seconds)
             peaks[name].append(m.peak_mib)
             outs[name] = m.out
-    return {name: Timing(statistics.median(times[name]), outs[name],
-                         None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None), tuple(times[name])) for name in fns}
+    return {
+        name: Timing(
+            statistics.median(times[name]),
+            outs[name],
+            None if peaks[name][0] is None else max(p for p in peaks[name] if p is not None),
+            tuple(times[name]),
+        )
+        for name in fns
+    }
 
 
 def paired_speedup_ci(ar: Timing, spec: Timing) -> RatioCI:
@@ -125,10 +141,14 @@ class Bench:
         self.hf_target, self.tok = load_model(self.target_path, device=dev, dtype=dtype)
         self.target = LeanLM.from_hf(self.hf_target, what="model.target")
         if self.cfg.cuda_graphs and self.device.type != "cuda":
-            raise ValueError(f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use --device cuda")
+            raise ValueError(
+                f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use --device cuda"
+            )
         if self.cfg.compile or self.cfg.cuda_graphs:
             self.target.enable_compile(self.cfg.cuda_graphs)
-        self.hf_draft, _ = load_model(resolve_model(self.spec.drafter.model, what="drafter.model"), device=dev, dtype=dtype)
+        self.hf_draft, _ = load_model(
+            resolve_model(self.spec.drafter.model, what="drafter.model"), device=dev, dtype=dtype
+        )
         r = self.spec.rollout
         self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
         n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
@@ -144,24 +164,46 @@ class Bench:
     def _ar_engine(self) -> WorkbenchBackend:
         """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes; with
         ``rollout.prepack_weights``, as every engine of the bench, its weights packed for oneDNN)."""
-        return WorkbenchBackend(self.target, retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
-                                prepack=self.spec.rollout.prepack_weights, prepack_min_rows=measured_min_rows)
+        return WorkbenchBackend(
+            self.target,
+            retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
+            prepack=self.spec.rollout.prepack_weights,
+            prepack_min_rows=measured_min_rows,
+        )
 
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
         """Our speculative engine with drafter ``kind`` at ``k`` (other ``drafter.*`` fields: ``fields``)."""
         from workbench.drafter_init import drafter_as_run
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k, **fields})
-        drafter = drafter_as_run(self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device)
-        return WorkbenchBackend(self.target, drafter, k=k, compile=self.cfg.compile or self.cfg.cuda_graphs, cuda_graphs=self.cfg.cuda_graphs,
-                                prepack=self.spec.rollout.prepack_weights, prepack_min_rows=measured_min_rows)
+        drafter = drafter_as_run(
+            self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device
+        )
+        return WorkbenchBackend(
+            self.target,
+            drafter,
+            k=k,
+            compile=self.cfg.compile or self.cfg.cuda_graphs,
+            cuda_graphs=self.cfg.cuda_graphs,
+            prepack=self.spec.rollout.prepack_weights,
+            prepack_min_rows=measured_min_rows,
+        )
 
     def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))
 
     def _hf(self, prompts, extra: dict | None = None, assistant=None, k: int = 0):
-        return hf_generate(self.hf_target, prompts, self.tok.pad_token_id, self.sp, self.cfg.max_new_tokens, self.device,
-                           extra=extra, assistant=assistant, k=k)
+        return hf_generate(
+            self.hf_target,
+            prompts,
+            self.tok.pad_token_id,
+            self.sp,
+            self.cfg.max_new_tokens,
+            self.device,
+            extra=extra,
+            assistant=assistant,
+            k=k,
+        )
 
     def _hf_contenders(self, prompts) -> tuple[dict[str, Callable[[], object]], dict, dict[str, float | None]]:
         """transformers' autoregressive contenders at this batch, each run once (compiling it):
@@ -173,7 +215,10 @@ class Bench:
         timer = lambda fn: measure(fn, self.device)  # noqa: E731
         _, plain, errors, t_plain = first_working([("generate()", lambda: self._hf(prompts))], self.device, timer)
         static_name, static, static_errors, t_static = first_working(
-            [(setting_name(s), lambda s=s: self._hf(prompts, extra=static_kwargs(s, self.device))) for s in settings], self.device, timer)
+            [(setting_name(s), lambda s=s: self._hf(prompts, extra=static_kwargs(s, self.device))) for s in settings],
+            self.device,
+            timer,
+        )
         fns = {n: f for n, f in (("hf_generate", plain), ("hf_static", static)) if f is not None}
         peaks = {n: t.peak_mib for n, t in (("hf_generate", t_plain), ("hf_static", t_static)) if t is not None}
         return fns, {"hf_static_setting": static_name, "hf_errors": errors | static_errors}, peaks
@@ -222,19 +267,30 @@ class Bench:
             errors: dict = {}
             first: dict = {}
             if self.cfg.hf:
-                _, assisted, errors, t0 = first_working([("assisted", lambda: self._hf(prompts, assistant=self.hf_draft, k=k))], self.device,
-                                                        lambda fn: measure(fn, self.device))
+                _, assisted, errors, t0 = first_working(
+                    [("assisted", lambda: self._hf(prompts, assistant=self.hf_draft, k=k))],
+                    self.device,
+                    lambda fn: measure(fn, self.device),
+                )
                 if assisted is not None:
                     fns["assisted"], first["assisted"] = assisted, t0.peak_mib
             t = _paired_median(fns, self.cfg.repeats, self.device, first)
             t_spec = t["spec"].seconds
-            row = {"k": k, "ours_spec_tok_s": n_tok / t_spec, "ours_ar_tok_s": n_tok / t["ar"].seconds,
-                   "acceptance_length": t["spec"].out.counters.metrics().get(M.ACCEPTANCE_LENGTH),
-                   "ours_spec_peak_mib": t["spec"].peak_mib}
+            row = {
+                "k": k,
+                "ours_spec_tok_s": n_tok / t_spec,
+                "ours_ar_tok_s": n_tok / t["ar"].seconds,
+                "acceptance_length": t["spec"].out.counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                "ours_spec_peak_mib": t["spec"].peak_mib,
+            }
             if self.cfg.hf:
                 a = t.get("assisted")
-                row.update(hf_assisted_tok_s=n_tok / a.seconds if a else None, ratio=a.seconds / t_spec if a else None,
-                           hf_assisted_peak_mib=a.peak_mib if a else None, hf_assisted_error=errors.get("assisted"))
+                row.update(
+                    hf_assisted_tok_s=n_tok / a.seconds if a else None,
+                    ratio=a.seconds / t_spec if a else None,
+                    hf_assisted_peak_mib=a.peak_mib if a else None,
+                    hf_assisted_error=errors.get("assisted"),
+                )
             rows.append(row)
         return rows
 
@@ -243,11 +299,13 @@ class Bench:
         """Median seconds of one target forward with T = 1..max_t tokens per row (+ sampling), and
         of one draft-model step (T = 1), at batch B over a ~prompt-length cache, on the bench's device."""
         ctx, dev = 48, self.device
+
         def target_fwd(T):
             cache = self.target.new_cache(B, ctx + max_t + 1)
             x = torch.randint(3, self.target.cfg.vocab_size, (B, T), device=dev)
             start = torch.full((B,), ctx, device=dev)
             return lambda: probs_from_logits(self.target(x, start, cache)[0], self.sp)
+
         draft = LeanLM.from_hf(self.hf_draft, what="drafter.model")
         if self.cfg.compile or self.cfg.cuda_graphs:
             draft.enable_compile(self.cfg.cuda_graphs)
@@ -258,7 +316,9 @@ class Bench:
         draft_step = lambda: sample(probs_from_logits(draft(x1, start, dcache)[0][:, 0], self.sp), gen)  # noqa: E731
         # every point of the curve and the draft step interleaved: drift on a shared machine moves
         # them together instead of bending the curve
-        t = _paired_median({**{T: target_fwd(T) for T in range(1, max_t + 1)}, "draft": draft_step}, max(self.cfg.repeats, 5) * 3, dev)
+        t = _paired_median(
+            {**{T: target_fwd(T) for T in range(1, max_t + 1)}, "draft": draft_step}, max(self.cfg.repeats, 5) * 3, dev
+        )
         return {"target_curve_s": {T: t[T].seconds for T in range(1, max_t + 1)}, "draft_step_s": t["draft"].seconds}
 
     @torch.no_grad()
@@ -273,7 +333,9 @@ class Bench:
         for kind in self.cfg.drafters:
             for k in self.cfg.ks:
                 eng = self._engine(kind, k)
-                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device)  # speedup side by side
+                t = _paired_median(
+                    {"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device
+                )  # speedup side by side
                 t_spec, out, t_ar = t["spec"].seconds, t["spec"].out, t["ar"].seconds
                 ar_times.append(t_ar)
                 ar_peaks.append(t["ar"].peak_mib)
@@ -284,21 +346,41 @@ class Bench:
                 # accept, every kind alike), per draft token, in target steps
                 c = self._drafter_cost(eng, prompts) / t1 / k
                 verify = costs["target_curve_s"][k + 1] / t1
-                per_row = gen_speedup(alpha, k, c, verify) if alpha is not None else None  # Leviathan E[N] / (k·c + verify cost)
+                per_row = (
+                    gen_speedup(alpha, k, c, verify) if alpha is not None else None
+                )  # Leviathan E[N] / (k·c + verify cost)
                 pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
                 meas = t_ar / t_spec
                 ci = paired_speedup_ci(t["ar"], t["spec"])
-                rows.append({
-                    "drafter": kind, "k": k, "alpha": alpha, "c": c, "verify_cost": verify,
-                    "acceptance_length": m.get(M.ACCEPTANCE_LENGTH), "predicted_per_row": per_row,
-                    "predicted_speedup": pred, "measured_speedup": meas, "efficiency": (meas / pred) if pred else None,
-                    "speedup_mean": ci.mean, "speedup_ci95_low": ci.low, "speedup_ci95_high": ci.high, "repeats": ci.n,
-                    "spec_tok_s": B * self.cfg.max_new_tokens / t_spec, "spec_peak_mib": t["spec"].peak_mib,
-                })
+                rows.append(
+                    {
+                        "drafter": kind,
+                        "k": k,
+                        "alpha": alpha,
+                        "c": c,
+                        "verify_cost": verify,
+                        "acceptance_length": m.get(M.ACCEPTANCE_LENGTH),
+                        "predicted_per_row": per_row,
+                        "predicted_speedup": pred,
+                        "measured_speedup": meas,
+                        "efficiency": (meas / pred) if pred else None,
+                        "speedup_mean": ci.mean,
+                        "speedup_ci95_low": ci.low,
+                        "speedup_ci95_high": ci.high,
+                        "repeats": ci.n,
+                        "spec_tok_s": B * self.cfg.max_new_tokens / t_spec,
+                        "spec_peak_mib": t["spec"].peak_mib,
+                    }
+                )
         ar_gen_s = statistics.median(ar_times) if ar_times else None
-        return {"batch": B, "ar_gen_s": ar_gen_s, "ar_tok_s": B * self.cfg.max_new_tokens / ar_gen_s if ar_gen_s else None,
-                "ar_peak_mib": max(ar_peaks) if ar_peaks and ar_peaks[0] is not None else None,
-                "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]}, "rows": rows}
+        return {
+            "batch": B,
+            "ar_gen_s": ar_gen_s,
+            "ar_tok_s": B * self.cfg.max_new_tokens / ar_gen_s if ar_gen_s else None,
+            "ar_peak_mib": max(ar_peaks) if ar_peaks and ar_peaks[0] is not None else None,
+            "costs": {"target_curve_s": costs["target_curve_s"], "draft_step_s": costs["draft_step_s"]},
+            "rows": rows,
+        }
 
     def _drafter_cost(self, eng: WorkbenchBackend, prompts) -> float:
         """Seconds the drafter spends per verification step (propose + accept), timed inside a real
@@ -331,15 +413,23 @@ class Bench:
             from workbench.rollout.vllm.env import build_id
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
-            self.results["vllm"] = run_vllm(self, self.cfg.vllm, self.spec.drafter.k, transfer=self.cfg.transfer,
-                                           predict=self.cfg.vllm_predict)
+            self.results["vllm"] = run_vllm(
+                self, self.cfg.vllm, self.spec.drafter.k, transfer=self.cfg.transfer, predict=self.cfg.vllm_predict
+            )
             b = build_id(self.spec.rollout.vllm.cpu_expand_fix)
             vllm_meta = {"vllm": f"vllm {b['vllm']} ({b['platform']})"}
         self.results["meta"] = machine_info(self.device) | {
-            "target": self.spec.model.target, "draft": draft_label(self.spec.drafter), "max_new_tokens": self.cfg.max_new_tokens,
-            "repeats": self.cfg.repeats, "compile": self.cfg.compile, "cuda_graphs": self.cfg.cuda_graphs,
-            "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None, "hf_compile": self.hf_compile, "dtype": self.spec.model.dtype,
-            "resident_mib": resident, "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
+            "target": self.spec.model.target,
+            "draft": draft_label(self.spec.drafter),
+            "max_new_tokens": self.cfg.max_new_tokens,
+            "repeats": self.cfg.repeats,
+            "compile": self.cfg.compile,
+            "cuda_graphs": self.cfg.cuda_graphs,
+            "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None,
+            "hf_compile": self.hf_compile,
+            "dtype": self.spec.model.dtype,
+            "resident_mib": resident,
+            "sampling": {"temperature": self.sp.temperature, "top_p": self.sp.top_p, "top_k": self.sp.top_k},
             **vllm_meta,
         }
         return self.results
@@ -361,10 +451,16 @@ def machine_info(device: torch.device | str = "cpu") -> dict:
     import transformers
 
     return {
-        "device": name, "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+        "device": name,
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
         "host": host_description(dev),  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "ld_preload": preloaded(),  # tcmalloc / Intel OpenMP (vLLM-CPU's setup) change both engines' timings
     }
 

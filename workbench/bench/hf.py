@@ -25,7 +25,10 @@ from workbench.rollout.sampling import SamplingParams
 
 # Static cache + compile, strongest first: fullgraph (one graph, no Python between kernels), then
 # transformers' own default (fullgraph=False), which survives graph breaks.
-COMPILE_SETTINGS: tuple[dict, ...] = ({"mode": "reduce-overhead", "fullgraph": True}, {"mode": "reduce-overhead", "fullgraph": False})
+COMPILE_SETTINGS: tuple[dict, ...] = (
+    {"mode": "reduce-overhead", "fullgraph": True},
+    {"mode": "reduce-overhead", "fullgraph": False},
+)
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,8 +38,8 @@ def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tup
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     mask = torch.zeros(len(prompts), L, dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, L - len(p):] = torch.tensor(p)
-        mask[i, L - len(p):] = 1
+        ids[i, L - len(p) :] = torch.tensor(p)
+        mask[i, L - len(p) :] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -83,8 +86,17 @@ def setting_name(compile_setting: dict | None) -> str:
     return "static cache + torch.compile(" + ", ".join(f"{k}={v}" for k, v in compile_setting.items()) + ")"
 
 
-def hf_generate(model, prompts: list[list[int]], pad_id: int, sp: SamplingParams, max_new_tokens: int,
-                device: torch.device, extra: dict | None = None, assistant=None, k: int = 0) -> Callable[[], torch.Tensor]:
+def hf_generate(
+    model,
+    prompts: list[list[int]],
+    pad_id: int,
+    sp: SamplingParams,
+    max_new_tokens: int,
+    device: torch.device,
+    extra: dict | None = None,
+    assistant=None,
+    k: int = 0,
+) -> Callable[[], torch.Tensor]:
     """A call of ``model.generate`` on the left-padded ``prompts`` (on ``device``), returning its
     (B, L + max_new_tokens) ids. ``extra``: more ``generate()`` arguments (:func:`static_kwargs`);
     ``assistant``: a draft model for assisted generation proposing ``k`` tokens per step
@@ -105,9 +117,11 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:300]
 
 
-def first_working(candidates: list[tuple[str, Callable[[], Callable[[], object]]]], device: torch.device,
-                  call: Callable[[Callable[[], object]], object] | None = None
-                  ) -> tuple[str | None, Callable[[], object] | None, dict[str, str], object]:
+def first_working(
+    candidates: list[tuple[str, Callable[[], Callable[[], object]]]],
+    device: torch.device,
+    call: Callable[[Callable[[], object]], object] | None = None,
+) -> tuple[str | None, Callable[[], object] | None, dict[str, str], object]:
     """(name, fn, errors, first): the first candidate (name, factory of a call ``fn``) whose call
     runs once without raising (this run also compiles, so compilation stays out of the timings),
     the error text per failed candidate, and what ``call(fn)`` returned for that first run (default:

@@ -25,8 +25,8 @@ from workbench.perf.transfer import (
     fitted_step_cost,
     inside,
     per_row_speedup,
-    prediction_ci,
     predicted_speedup,
+    prediction_ci,
     step_costs,
     tokens_per_row_step,
 )
@@ -108,7 +108,9 @@ def _ci(values: list[float]) -> dict | None:
 
 
 def _shares(counters) -> list[float]:
-    return draft_shares(counters.rows_per_forward, counters.k_per_step, counters.draft_tokens_per_step, counters.num_draft_tokens)
+    return draft_shares(
+        counters.rows_per_forward, counters.k_per_step, counters.draft_tokens_per_step, counters.num_draft_tokens
+    )
 
 
 def _costs(k: int, cost_runs: list[tuple[StepRun, StepRun]]) -> tuple[list[VLLMCosts], list[int]]:
@@ -136,14 +138,19 @@ def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, 
     shares = _shares(counters)
     costs, _ = _costs(k, cost_runs)
     pred = [predicted_speedup(ours_ar.num_verify_steps, counters.k_per_step, shares, c) for c in costs]
-    return {"vllm_predicted_speedup": _ci(pred), "repeats_used": len(costs),
-            "ours_tokens_per_row_step": tokens_per_row_step(counters.num_accepted_tokens, sum(counters.rows_per_forward)),
-            "ours_spec_steps": counters.num_verify_steps, "ours_undrafted_steps": sum(1 for f in shares if f == 0),
-            "k_used": sorted(set(counters.k_per_step))}
+    return {
+        "vllm_predicted_speedup": _ci(pred),
+        "repeats_used": len(costs),
+        "ours_tokens_per_row_step": tokens_per_row_step(counters.num_accepted_tokens, sum(counters.rows_per_forward)),
+        "ours_spec_steps": counters.num_verify_steps,
+        "ours_undrafted_steps": sum(1 for f in shares if f == 0),
+        "k_used": sorted(set(counters.k_per_step)),
+    }
 
 
-def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ours_ar, vllm_spec, vllm_ar,
-                 measured: dict) -> dict:
+def transfer_row(
+    k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ours_ar, vllm_spec, vllm_ar, measured: dict
+) -> dict:
     """The row keys of the transfer prediction at one batch size.
 
     k: num_speculative_tokens. cost_runs: (plain, speculative) :class:`StepRun` per repeat.
@@ -158,14 +165,29 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
     (the step model from vLLM's own counters: the cost model's error without the transfer's), and
     ``transfer`` (the inputs: median costs in ms, steps, repeats used).
     """
-    if not ours_spec.rows_per_forward or ours_ar.num_verify_steps < 1 or any(len(r.step_s) < 2 for run in cost_runs for r in run):
+    if (
+        not ours_spec.rows_per_forward
+        or ours_ar.num_verify_steps < 1
+        or any(len(r.step_s) < 2 for run in cost_runs for r in run)
+    ):
         # max_new_tokens = 1: the prefill emits every token, there is no decode step to price
-        none = dict.fromkeys(("vllm_predicted_speedup", "vllm_predicted_in_ci", "vllm_predicted_ci_overlap",
-                              "vllm_predicted_speedup_per_row", "vllm_predicted_from_vllm_acceptance"))
+        none = dict.fromkeys(
+            (
+                "vllm_predicted_speedup",
+                "vllm_predicted_in_ci",
+                "vllm_predicted_ci_overlap",
+                "vllm_predicted_speedup_per_row",
+                "vllm_predicted_from_vllm_acceptance",
+            )
+        )
         return none | {"transfer": {"note": "no decode steps to price (max_new_tokens < 2)"}}
     shares = _shares(ours_spec)
     tau = tokens_per_row_step(ours_spec.num_accepted_tokens, sum(ours_spec.rows_per_forward))
-    v_rows, v_k, v_drafts = vllm_spec.rows_per_forward[1:], vllm_spec.k_per_step[1:], (vllm_spec.draft_tokens_per_step or [])[1:]
+    v_rows, v_k, v_drafts = (
+        vllm_spec.rows_per_forward[1:],
+        vllm_spec.k_per_step[1:],
+        (vllm_spec.draft_tokens_per_step or [])[1:],
+    )
     v_shares = draft_shares(v_rows, v_k, v_drafts, vllm_spec.num_draft_tokens) if v_rows else None
     costs, used = _costs(k, cost_runs)
     pred, per_row, control = [], [], []
@@ -179,23 +201,34 @@ def transfer_row(k: int, cost_runs: list[tuple[StepRun, StepRun]], ours_spec, ou
     return {
         "vllm_predicted_speedup": p,
         "vllm_predicted_in_ci": inside(p and p["mean"], measured.get("lo"), measured.get("hi")),
-        "vllm_predicted_ci_overlap": None if p is None or p["lo"] is None or measured.get("lo") is None
+        "vllm_predicted_ci_overlap": None
+        if p is None or p["lo"] is None or measured.get("lo") is None
         else not (p["lo"] > measured["hi"] or measured["lo"] > p["hi"]),
         "vllm_predicted_speedup_per_row": _ci(per_row),
         "vllm_predicted_from_vllm_acceptance": _ci(control),
         "transfer": {
-            "plain_step_ms": med(lambda c: c.plain_step_s), "spec_step_ms": med(lambda c: c.spec_step_s[k]),
-            "plain_fixed_ms": med(lambda c: c.plain_fixed_s), "spec_fixed_ms": med(lambda c: c.spec_fixed_s),
-            "repeats_used": len(costs), "repeats": len(cost_runs), "full_steps_min": min(used, default=0),
-            "ours_tokens_per_row_step": tau, "ours_spec_steps": ours_spec.num_verify_steps,
-            "vllm_spec_steps": max(vllm_spec.num_verify_steps - 1, 0), "plain_steps": ours_ar.num_verify_steps,
+            "plain_step_ms": med(lambda c: c.plain_step_s),
+            "spec_step_ms": med(lambda c: c.spec_step_s[k]),
+            "plain_fixed_ms": med(lambda c: c.plain_fixed_s),
+            "spec_fixed_ms": med(lambda c: c.spec_fixed_s),
+            "repeats_used": len(costs),
+            "repeats": len(cost_runs),
+            "full_steps_min": min(used, default=0),
+            "ours_tokens_per_row_step": tau,
+            "ours_spec_steps": ours_spec.num_verify_steps,
+            "vllm_spec_steps": max(vllm_spec.num_verify_steps - 1, 0),
+            "plain_steps": ours_ar.num_verify_steps,
             "ours_undrafted_steps": sum(1 for f in shares if f == 0),
         },
     }
 
 
 def _ci_text(x: dict | None) -> str:
-    return f"{x['mean']:.2f}× [{x['lo']:.2f}, {x['hi']:.2f}]" if x and x.get("lo") is not None else (f"{x['mean']:.2f}×" if x else "-")
+    return (
+        f"{x['mean']:.2f}× [{x['lo']:.2f}, {x['hi']:.2f}]"
+        if x and x.get("lo") is not None
+        else (f"{x['mean']:.2f}×" if x else "-")
+    )
 
 
 def _f(x, nd: int = 1) -> str:
@@ -208,24 +241,31 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
     rows = [x for x in rows if "vllm_predicted_speedup" in x]
     if not rows:
         return []
-    lines = ["", "### Transfer: vLLM's speedup predicted from our engine's acceptance", "",
-             "Predicted = (F_plain + S_plain·t_v(b,0)) / (F_spec + Σ_s t(s)) over our engine's greedy steps, t(s) = t_v(b,0) + "
-             "(t_v(b,k) − t_v(b,0))·(share of the step's draft slots used); t_v and F (seconds outside the decode steps) from vLLM's "
-             "cost runs on periodic prompts of the task's lengths, interleaved with the measured arms (full steps 0: t_v(b,k) "
-             "fitted on the steps' draft counts, no step having every row drafting k); geometric mean and 95 % CI "
-             "over the repeats (workbench.perf.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). From vLLM's "
-             "acceptance: the same model with vLLM's own step counts (the cost model's error alone).", "",
-             "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / vLLM | "
-             "t_v(b,0) ms | t_v(b,k) ms | F plain / spec ms | full steps (min) | repeats used |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "### Transfer: vLLM's speedup predicted from our engine's acceptance",
+        "",
+        "Predicted = (F_plain + S_plain·t_v(b,0)) / (F_spec + Σ_s t(s)) over our engine's greedy steps, t(s) = t_v(b,0) + "
+        "(t_v(b,k) − t_v(b,0))·(share of the step's draft slots used); t_v and F (seconds outside the decode steps) from vLLM's "
+        "cost runs on periodic prompts of the task's lengths, interleaved with the measured arms (full steps 0: t_v(b,k) "
+        "fitted on the steps' draft counts, no step having every row drafting k); geometric mean and 95 % CI "
+        "over the repeats (workbench.perf.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). From vLLM's "
+        "acceptance: the same model with vLLM's own step counts (the cost model's error alone).",
+        "",
+        "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / vLLM | "
+        "t_v(b,0) ms | t_v(b,k) ms | F plain / spec ms | full steps (min) | repeats used |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in rows:
         t = x.get("transfer") or {}
-        lines.append(f"| {x['batch']} | {_ci_text(x.get('vllm_spec_speedup'))} | {_ci_text(x['vllm_predicted_speedup'])} | "
-                     f"{'-' if x.get('vllm_predicted_in_ci') is None else ('yes' if x['vllm_predicted_in_ci'] else 'no')} | "
-                     f"{_ci_text(x.get('vllm_predicted_speedup_per_row'))} | {_ci_text(x.get('vllm_predicted_from_vllm_acceptance'))} | "
-                     f"{t.get('ours_spec_steps', '-')} / {t.get('vllm_spec_steps', '-')} | {_f(t.get('plain_step_ms'), 2)} | "
-                     f"{_f(t.get('spec_step_ms'), 2)} | {_f(t.get('plain_fixed_ms'))} / {_f(t.get('spec_fixed_ms'))} | "
-                     f"{t.get('full_steps_min', '-')} | {t.get('repeats_used', '-')}/{t.get('repeats', '-')} |")
+        lines.append(
+            f"| {x['batch']} | {_ci_text(x.get('vllm_spec_speedup'))} | {_ci_text(x['vllm_predicted_speedup'])} | "
+            f"{'-' if x.get('vllm_predicted_in_ci') is None else ('yes' if x['vllm_predicted_in_ci'] else 'no')} | "
+            f"{_ci_text(x.get('vllm_predicted_speedup_per_row'))} | {_ci_text(x.get('vllm_predicted_from_vllm_acceptance'))} | "
+            f"{t.get('ours_spec_steps', '-')} / {t.get('vllm_spec_steps', '-')} | {_f(t.get('plain_step_ms'), 2)} | "
+            f"{_f(t.get('spec_step_ms'), 2)} | {_f(t.get('plain_fixed_ms'))} / {_f(t.get('spec_fixed_ms'))} | "
+            f"{t.get('full_steps_min', '-')} | {t.get('repeats_used', '-')}/{t.get('repeats', '-')} |"
+        )
     return lines
 
 
@@ -234,17 +274,24 @@ def predictions_markdown(rows: list[dict]) -> list[str]:
     items = [(x["batch"], p) for x in rows for p in x.get("vllm_predicted_for", [])]
     if not items:
         return []
-    lines = ["", "### vLLM's speedup predicted for settings vLLM cannot run", "",
-             "Our engine runs each setting as GRPO rolls out (the batch as groups of grpo.group_size siblings, the spec's "
-             "sampling, in the rotation; suffix drafts from its own and its siblings' tokens only); its speedup over our plain "
-             "decoding of the same groups is paired per repeat; vLLM's is predicted from that run's steps and the cost runs above "
-             "(the proxy: vLLM's drafter at the spec's k; a step at k_t < k priced affine in its draft tokens). Unvalidated by "
-             "construction: vLLM cannot run these.", "",
-             "| batch | setting | ours measured speedup | acc. length | tokens / row-step | vLLM predicted | steps | undrafted steps | k_t used | cost proxy |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "### vLLM's speedup predicted for settings vLLM cannot run",
+        "",
+        "Our engine runs each setting as GRPO rolls out (the batch as groups of grpo.group_size siblings, the spec's "
+        "sampling, in the rotation; suffix drafts from its own and its siblings' tokens only); its speedup over our plain "
+        "decoding of the same groups is paired per repeat; vLLM's is predicted from that run's steps and the cost runs above "
+        "(the proxy: vLLM's drafter at the spec's k; a step at k_t < k priced affine in its draft tokens). Unvalidated by "
+        "construction: vLLM cannot run these.",
+        "",
+        "| batch | setting | ours measured speedup | acc. length | tokens / row-step | vLLM predicted | steps | undrafted steps | k_t used | cost proxy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for b, p in items:
-        lines.append(f"| {b} | {p['setting']} | {_ci_text(p.get('ours_spec_speedup'))} | {_f(p.get('acceptance_length'), 2)} | "
-                     f"{_f(p.get('ours_tokens_per_row_step'), 2)} | {_ci_text(p.get('vllm_predicted_speedup'))} | "
-                     f"{p.get('ours_spec_steps', '-')} | {p.get('ours_undrafted_steps', '-')} | "
-                     f"{','.join(map(str, p.get('k_used', []))) or '-'} | {p.get('proxy', '-')} |")
+        lines.append(
+            f"| {b} | {p['setting']} | {_ci_text(p.get('ours_spec_speedup'))} | {_f(p.get('acceptance_length'), 2)} | "
+            f"{_f(p.get('ours_tokens_per_row_step'), 2)} | {_ci_text(p.get('vllm_predicted_speedup'))} | "
+            f"{p.get('ours_spec_steps', '-')} | {p.get('ours_undrafted_steps', '-')} | "
+            f"{','.join(map(str, p.get('k_used', []))) or '-'} | {p.get('proxy', '-')} |"
+        )
     return lines

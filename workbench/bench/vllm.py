@@ -15,11 +15,18 @@ runs, and each row gains vLLM's speedup predicted from our engine's acceptance
 from __future__ import annotations
 
 from workbench import metrics as M
-from workbench.bench.transfer import (COST_NAMES, cost_prompts, predict_setting, predictions_markdown, timed_steps, transfer_markdown,
-                                      transfer_row)
-from workbench.timing import measure
+from workbench.bench.transfer import (
+    COST_NAMES,
+    cost_prompts,
+    predict_setting,
+    predictions_markdown,
+    timed_steps,
+    transfer_markdown,
+    transfer_row,
+)
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
+from workbench.timing import measure
 
 
 def _ci(num: list[float], den: list[float]) -> dict:
@@ -34,7 +41,9 @@ def vllm_bench_spec(spec, kind: str, k: int, batch_sizes: list[int]):
     batch 16 vLLM ran 4 rows a step, 127 steps to our 34, until 2026-11-26)."""
     r = spec.rollout
     rollout = r.model_copy(update={"max_batch_size": max(r.max_batch_size, max(batch_sizes))})
-    return spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout})
+    return spec.model_copy(
+        update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k}), "rollout": rollout}
+    )
 
 
 PREDICT_SETTINGS = ("suffix", "adaptive")  # --vllm-predict: settings vLLM cannot run
@@ -53,8 +62,10 @@ def check_predict(kind: str | None, predict: tuple[str, ...], transfer: bool) ->
     if predict and (kind is None or not transfer):
         raise ValueError("--vllm-predict needs --vllm DRAFTER and the transfer cost runs (drop --no-transfer)")
     if "suffix" in predict and kind != "ngram":
-        raise ValueError(f"--vllm-predict suffix: its cost proxy is vLLM's ngram (both draft on the host, no model forward); "
-                         f"use --vllm ngram, not --vllm {kind}")
+        raise ValueError(
+            f"--vllm-predict suffix: its cost proxy is vLLM's ngram (both draft on the host, no model forward); "
+            f"use --vllm ngram, not --vllm {kind}"
+        )
 
 
 def _predict_engines(b, kind: str, k: int, predict: tuple[str, ...]) -> dict:
@@ -72,9 +83,13 @@ def _predict_engines(b, kind: str, k: int, predict: tuple[str, ...]) -> dict:
         from workbench.perf.modeled import build_modeled
 
         eng = b._engine(kind, k)
-        spec = b.spec.model_copy(update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k, "adaptive": True})})
+        spec = b.spec.model_copy(
+            update={"drafter": b.spec.drafter.model_copy(update={"kind": kind, "k": k, "adaptive": True})}
+        )
         costs = build_modeled(spec, b.target, eng.drafter, b.prompts[:64], progress=False)
-        eng.k_policy = AdaptiveK(k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps)
+        eng.k_policy = AdaptiveK(
+            k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps
+        )
         engines[f"adaptive {kind}"] = eng
     return engines
 
@@ -116,7 +131,8 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
         for B in b.cfg.batch_sizes:
             prompts = b.prompts[:B]
             fns = {
-                "ours_ar": b._ours(ours_ar, prompts), "vllm_ar": lambda p=prompts: v_ar.generate(p, b.sp),
+                "ours_ar": b._ours(ours_ar, prompts),
+                "vllm_ar": lambda p=prompts: v_ar.generate(p, b.sp),
                 "ours_ar_greedy": lambda p=prompts: ours_ar.generate(p, greedy),
                 "vllm_ar_greedy": lambda p=prompts: v_ar.generate(p, greedy),
                 "ours_spec_greedy": lambda p=prompts: ours_spec.generate(p, greedy),
@@ -138,7 +154,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
             outs = {}
             runs: dict[str, list] = {n: [] for n in COST_NAMES}
             for r in range(max(b.cfg.repeats, 2)):
-                for n in names[r % len(names):] + names[: r % len(names)]:  # the order rotates per repeat
+                for n in names[r % len(names) :] + names[: r % len(names)]:  # the order rotates per repeat
                     m = measure(fns[n], b.device)
                     t[n].append(m.seconds)
                     outs[n] = m.out
@@ -146,25 +162,41 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
                         runs[n].append(m.out)
             tokens = B * b.cfg.max_new_tokens
             med = {n: sorted(v)[len(v) // 2] for n, v in t.items()}
-            row = {"batch": B, "drafter": kind, "k": k, **{f"{n}_tok_s": tokens / med[n] for n in names if n not in runs and not n.startswith("ours ")},
-                   "ours_over_vllm_ar": _ci(t["vllm_ar"], t["ours_ar"]),
-                   "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
-                   "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
-                   "vllm_spec_speedup": _ci(t["vllm_ar_greedy"], t["vllm_spec_greedy"]),
-                   "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
-                   "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
-                   "greedy_identical": outs["ours_spec_greedy"].tokens == outs["vllm_spec_greedy"].tokens}
+            row = {
+                "batch": B,
+                "drafter": kind,
+                "k": k,
+                **{f"{n}_tok_s": tokens / med[n] for n in names if n not in runs and not n.startswith("ours ")},
+                "ours_over_vllm_ar": _ci(t["vllm_ar"], t["ours_ar"]),
+                "ours_over_vllm_spec_greedy": _ci(t["vllm_spec_greedy"], t["ours_spec_greedy"]),
+                "ours_spec_speedup": _ci(t["ours_ar_greedy"], t["ours_spec_greedy"]),
+                "vllm_spec_speedup": _ci(t["vllm_ar_greedy"], t["vllm_spec_greedy"]),
+                "ours_acceptance_length": outs["ours_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                "vllm_acceptance_length": outs["vllm_spec_greedy"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                "greedy_identical": outs["ours_spec_greedy"].tokens == outs["vllm_spec_greedy"].tokens,
+            }
             if transfer:
-                row |= transfer_row(k, list(zip(*(runs[n] for n in COST_NAMES))), outs["ours_spec_greedy"].counters,
-                                    outs["ours_ar_greedy"].counters, outs["vllm_spec_greedy"].counters,
-                                    outs["vllm_ar_greedy"].counters, row["vllm_spec_speedup"])
+                row |= transfer_row(
+                    k,
+                    list(zip(*(runs[n] for n in COST_NAMES))),
+                    outs["ours_spec_greedy"].counters,
+                    outs["ours_ar_greedy"].counters,
+                    outs["vllm_spec_greedy"].counters,
+                    outs["vllm_ar_greedy"].counters,
+                    row["vllm_spec_speedup"],
+                )
                 cost_runs = list(zip(*(runs[n] for n in COST_NAMES)))
                 row["vllm_predicted_for"] = [
-                    {"setting": name, "proxy": f"vLLM {kind} k={k}", "tok_s": tokens / med[f"ours {name}"],
-                     "ours_spec_speedup": _ci(t["ours plain"], t[f"ours {name}"]),
-                     "acceptance_length": outs[f"ours {name}"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
-                     **predict_setting(k, cost_runs, outs[f"ours {name}"].counters, outs["ours plain"].counters)}
-                    for name in extra]
+                    {
+                        "setting": name,
+                        "proxy": f"vLLM {kind} k={k}",
+                        "tok_s": tokens / med[f"ours {name}"],
+                        "ours_spec_speedup": _ci(t["ours plain"], t[f"ours {name}"]),
+                        "acceptance_length": outs[f"ours {name}"].counters.metrics().get(M.ACCEPTANCE_LENGTH),
+                        **predict_setting(k, cost_runs, outs[f"ours {name}"].counters, outs["ours plain"].counters),
+                    }
+                    for name in extra
+                ]
             rows.append(row)
     finally:
         v_ar.close()
@@ -182,21 +214,35 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
 
     r0 = rows[0]
     pred = any("vllm_predicted_speedup" in x for x in rows)  # the transfer columns (in results that have them)
-    lines = ["", f"## Ours vs vLLM ({meta.get('vllm', 'vLLM')}), same process, paired per repeat", "",
-             f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
-             "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs."
-             + (" vLLM predicted: its speculative speedup predicted from our engine's acceptance and vLLM's cost runs (below)." if pred else ""), "",
-             "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / vLLM (spec) | "
-             "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |"
-             + (" vLLM predicted | inside CI |" if pred else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if pred else "")]
+    lines = [
+        "",
+        f"## Ours vs vLLM ({meta.get('vllm', 'vLLM')}), same process, paired per repeat",
+        "",
+        f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
+        "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs."
+        + (
+            " vLLM predicted: its speculative speedup predicted from our engine's acceptance and vLLM's cost runs (below)."
+            if pred
+            else ""
+        ),
+        "",
+        "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / vLLM (spec) | "
+        "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |"
+        + (" vLLM predicted | inside CI |" if pred else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if pred else ""),
+    ]
     for x in rows:
         extra = ""
         if pred:
             inside = x.get("vllm_predicted_in_ci")
-            extra = f" {ci(x.get('vllm_predicted_speedup'))} | {'-' if inside is None else ('yes' if inside else 'no')} |"
-        lines.append(f"| {x['batch']} | {x['ours_ar_tok_s']:.0f} | {x['vllm_ar_tok_s']:.0f} | {ci(x['ours_over_vllm_ar'])} | "
-                     f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
-                     f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
-                     f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |" + extra)
+            extra = (
+                f" {ci(x.get('vllm_predicted_speedup'))} | {'-' if inside is None else ('yes' if inside else 'no')} |"
+            )
+        lines.append(
+            f"| {x['batch']} | {x['ours_ar_tok_s']:.0f} | {x['vllm_ar_tok_s']:.0f} | {ci(x['ours_over_vllm_ar'])} | "
+            f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
+            f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
+            f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |"
+            + extra
+        )
     return lines + transfer_markdown(rows) + predictions_markdown(rows)

@@ -14,22 +14,71 @@ from workbench.cli.common import _fail, _load, app, console, err
 
 @app.command(context_settings={"allow_extra_args": False})
 def audit(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0.7 drafter.k=2"),
-    alpha: float = typer.Option(1e-3, "--alpha", min=1e-12, max=0.5, help="Family-wise false-alarm rate (Bonferroni over all chi-square tests)."),
-    samples: int = typer.Option(0, "--samples", "-n", min=0, help="Rows per drafter and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples."),
-    max_samples: int = typer.Option(0, "--max-samples", min=0, help="Cap on the auto sample size (0 = no cap: a 1 % shift)."),
-    prompts: int = typer.Option(1, "--prompts", min=1, help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole verification step."),
+    spec: Optional[str] = typer.Argument(
+        None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted."
+    ),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="Dotted-key overrides, e.g. rollout.temperature=0.7 drafter.k=2"
+    ),
+    alpha: float = typer.Option(
+        1e-3, "--alpha", min=1e-12, max=0.5, help="Family-wise false-alarm rate (Bonferroni over all chi-square tests)."
+    ),
+    samples: int = typer.Option(
+        0,
+        "--samples",
+        "-n",
+        min=0,
+        help="Rows per drafter and prompt; 0 = sized for a 1 % shift (power 0.9), capped by --max-samples.",
+    ),
+    max_samples: int = typer.Option(
+        0, "--max-samples", min=0, help="Cap on the auto sample size (0 = no cap: a 1 % shift)."
+    ),
+    prompts: int = typer.Option(
+        1, "--prompts", min=1, help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."
+    ),
+    max_new_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-new-tokens",
+        min=1,
+        help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole verification step.",
+    ),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
-    drafters_opt: Optional[str] = typer.Option(None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."),
-    adaptive: bool = typer.Option(False, "--adaptive", help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive."),
-    buckets: bool = typer.Option(False, "--buckets", help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs."),
-    compile_: bool = typer.Option(False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."),
-    pilot_rows: int = typer.Option(256, "--pilot-rows", min=8, help="Rows of the autoregressive pilot that finds each prompt's first uncertain position (fewer: faster on a large model)."),
-    pilot_tokens: int = typer.Option(64, "--pilot-tokens", min=1, help="Completion tokens the pilot scans for an uncertain position."),
-    verdicts_file: Optional[Path] = typer.Option(None, "--verdicts-file", help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache)."),
-    biased: bool = typer.Option(False, "--biased", hidden=True, help="Debug: verify with a sampler that accepts every draft (the audit must fail)."),
+    drafters_opt: Optional[str] = typer.Option(
+        None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."
+    ),
+    adaptive: bool = typer.Option(
+        False,
+        "--adaptive",
+        help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive.",
+    ),
+    buckets: bool = typer.Option(
+        False,
+        "--buckets",
+        help="Retire finished rows only to capture sizes 1, 2, 4, ... (retire buckets); on with rollout.cuda_graphs.",
+    ),
+    compile_: bool = typer.Option(
+        False, "--compile", help="torch.compile the target's (and draft model's) steps; on with rollout.compile."
+    ),
+    pilot_rows: int = typer.Option(
+        256,
+        "--pilot-rows",
+        min=8,
+        help="Rows of the autoregressive pilot that finds each prompt's first uncertain position (fewer: faster on a large model).",
+    ),
+    pilot_tokens: int = typer.Option(
+        64, "--pilot-tokens", min=1, help="Completion tokens the pilot scans for an uncertain position."
+    ),
+    verdicts_file: Optional[Path] = typer.Option(
+        None,
+        "--verdicts-file",
+        help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache).",
+    ),
+    biased: bool = typer.Option(
+        False,
+        "--biased",
+        hidden=True,
+        help="Debug: verify with a sampler that accepts every draft (the audit must fail).",
+    ),
 ) -> None:
     """Check that speculative rollouts follow the target's distribution, per drafter (exits 1 on a failure).
 
@@ -39,7 +88,14 @@ def audit(
     Example: wb audit micro --samples 2000
     """
     from drafters import DRAFTERS
-    from workbench.audit import EngineOptions, accept_all_rejection_sample, informative_prompts, plan, run_audit, summary_rows
+    from workbench.audit import (
+        EngineOptions,
+        accept_all_rejection_sample,
+        informative_prompts,
+        plan,
+        run_audit,
+        summary_rows,
+    )
     from workbench.audit.setup import audit_setup
     from workbench.grpo.build import resolve_device
     from workbench.rollout.sampling import SamplingParams
@@ -53,11 +109,22 @@ def audit(
     if on_vllm and biased:
         _fail("--biased plants a wrong sampler in the workbench engine; drop it with rollout.backend=vllm")
     try:  # rollout.backend=vllm: workbench drafters are built only to be handed to vLLM (draft_model, eagle3)
-        setup = audit_setup(s, [x for x in kinds if x in ("draft_model", "eagle3")] if on_vllm else kinds, prompts,
-                            resolve_device(s.model.device))
+        setup = audit_setup(
+            s,
+            [x for x in kinds if x in ("draft_model", "eagle3")] if on_vllm else kinds,
+            prompts,
+            resolve_device(s.model.device),
+        )
     except ValueError as e:
         _fail(str(e))
-    lm, tok, drafters, skipped, prompt_ids, all_ids = setup.lm, setup.tokenizer, setup.drafters, setup.skipped, setup.prompt_ids, setup.greedy_ids
+    lm, tok, drafters, skipped, prompt_ids, all_ids = (
+        setup.lm,
+        setup.tokenizer,
+        setup.drafters,
+        setup.skipped,
+        setup.prompt_ids,
+        setup.greedy_ids,
+    )
     r = s.rollout
     kk = k or s.drafter.k
     if on_vllm:
@@ -66,7 +133,9 @@ def audit(
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id, setup.stop_token_ids)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
-    opts = EngineOptions(adaptive or s.drafter.adaptive, buckets or r.cuda_graphs, compile_ or r.compile or r.cuda_graphs)
+    opts = EngineOptions(
+        adaptive or s.drafter.adaptive, buckets or r.cuda_graphs, compile_ or r.compile or r.cuda_graphs
+    )
     console.print(
         f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
         f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}, engine: {opts.label()}"
@@ -78,15 +147,28 @@ def audit(
     with console.status("sampling") as status:
         status.update("pilot: finding uncertain positions")
         contexts = informative_prompts(lm, prompt_ids, sp, pilot=pilot_rows, scan=pilot_tokens, seed=s.seed)
-        res = run_audit(lm, drafters, contexts, sp, k=kk, n=n, alpha=alpha, skipped=skipped, greedy_prompts=all_ids,
-                        rejection_fn=accept_all_rejection_sample if biased else None,
-                        on_progress=lambda msg: status.update(msg), engine=opts)
+        res = run_audit(
+            lm,
+            drafters,
+            contexts,
+            sp,
+            k=kk,
+            n=n,
+            alpha=alpha,
+            skipped=skipped,
+            greedy_prompts=all_ids,
+            rejection_fn=accept_all_rejection_sample if biased else None,
+            on_progress=lambda msg: status.update(msg),
+            engine=opts,
+        )
         if on_vllm:
             from workbench.audit.vllm_arms import hf_greedy_tests
 
             status.update("greedy: vLLM against transformers generate()")
             res.tests += hf_greedy_tests(s, drafters, all_ids, max(max_new_tokens, 16), sp.stop_ids, setup.device)
-    table = Table(title=f"audit ({res.wall_s:.0f} s): detectable shift at n={n}: {100 * res.shift:.1f} % (1 df, p=0.5, power 0.9)")
+    table = Table(
+        title=f"audit ({res.wall_s:.0f} s): detectable shift at n={n}: {100 * res.shift:.1f} % (1 df, p=0.5, power 0.9)"
+    )
     for col in ("drafter", "test", "min p (over prompts)", "result", "detail (worst)"):
         table.add_column(col)
     for d, name, p, ok, detail in summary_rows(res):
@@ -94,22 +176,43 @@ def audit(
     for kind, why in res.skipped.items():
         table.add_row(kind, "-", "-", "[yellow]skipped[/]", why)
     console.print(table)
-    console.print("contexts (prompt + target's own prefix, ending one token before its first uncertain position, which is "
-                  "the first a draft verifies): "
-                  + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts), highlight=False)
+    console.print(
+        "contexts (prompt + target's own prefix, ending one token before its first uncertain position, which is "
+        "the first a draft verifies): " + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts),
+        highlight=False,
+    )
     if res.acceptance:
-        console.print("acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False)
+        console.print(
+            "acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False
+        )
     if opts.adaptive or opts.buckets:  # what the options reached: k chosen per step, batch sizes stepped through
-        console.print("engine paths: " + "; ".join(
-            f"{d} k_t {sorted({k_t for _, k_t in st})}, rows {sorted({r for r, _ in st}, reverse=True)}" for d, st in res.steps.items()), highlight=False)
+        console.print(
+            "engine paths: "
+            + "; ".join(
+                f"{d} k_t {sorted({k_t for _, k_t in st})}, rows {sorted({r for r, _ in st}, reverse=True)}"
+                for d, st in res.steps.items()
+            ),
+            highlight=False,
+        )
     if on_vllm:
         from workbench.audit.vllm_arms import record_verdicts
 
-        for method, key in record_verdicts(res, list(drafters), sp, kk, s.rollout.vllm.draft_sample_method, s.rollout.vllm.cpu_expand_fix,
-                                           target=s.model.target, user=verdicts_file, dtype=s.model.dtype,
-                                           draft_vocab=s.drafter.draft_vocab_size).items():
+        for method, key in record_verdicts(
+            res,
+            list(drafters),
+            sp,
+            kk,
+            s.rollout.vllm.draft_sample_method,
+            s.rollout.vllm.cpu_expand_fix,
+            target=s.model.target,
+            user=verdicts_file,
+            dtype=s.model.dtype,
+            draft_vocab=s.drafter.draft_vocab_size,
+        ).items():
             ok = all(t.passed for t in res.tests if t.drafter == method)
-            console.print(f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False)
+            console.print(
+                f"verdict recorded: {key}: {'[green]pass[/]' if ok else '[bold red]FAIL[/]'}", highlight=False
+            )
         for arm in drafters.values():
             arm.close()
     if not res.passed:

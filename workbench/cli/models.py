@@ -41,7 +41,9 @@ def models_list() -> None:
 
 @models_app.command("build")
 def models_build(
-    names: Optional[list[str]] = typer.Argument(None, help="Preset names (default: the quickstart's target and draft)."),
+    names: Optional[list[str]] = typer.Argument(
+        None, help="Preset names (default: the quickstart's target and draft)."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild into the cache even if built or shipped."),
 ) -> None:
     """Build presets into the cache (pretrain targets on the task format, distil drafts)."""
@@ -68,14 +70,21 @@ def models_init(
     hidden: int = typer.Option(128, "--hidden", min=8, help="Hidden size."),
     heads: int = typer.Option(4, "--heads", min=1, help="Attention heads."),
     kv_heads: int = typer.Option(2, "--kv-heads", min=1, help="Key/value heads (grouped-query attention)."),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim", min=1, help="qwen3: per-head size (default 2 × hidden / heads)."),
-    intermediate: Optional[int] = typer.Option(None, "--intermediate", min=1, help="MLP intermediate size (default 2 × hidden)."),
+    head_dim: Optional[int] = typer.Option(
+        None, "--head-dim", min=1, help="qwen3: per-head size (default 2 × hidden / heads)."
+    ),
+    intermediate: Optional[int] = typer.Option(
+        None, "--intermediate", min=1, help="MLP intermediate size (default 2 × hidden)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     vocab_size: Optional[int] = typer.Option(
-        None, "--vocab-size", min=1,
+        None,
+        "--vocab-size",
+        min=1,
         help="Widen the model's vocabulary to this many ids (e.g. 151936, Qwen3's) beyond the tokenizer's; the extra "
-             "ids get random embeddings: a real-size LM head and probabilities, for benchmarks."),
+        "ids get random embeddings: a real-size LM head and probabilities, for benchmarks.",
+    ),
 ) -> None:
     """Write a random checkpoint of a real architecture with the workbench's tokenizer (to try a shape:
     model.target=OUT or drafter.model=OUT).
@@ -87,14 +96,26 @@ def models_init(
     if dtype not in ("float32", "bfloat16", "float16"):
         _fail(f"--dtype: {dtype!r}; allowed values: float32, bfloat16, float16")
     try:
-        path = random_checkpoint(arch, out, seed=seed, dtype=dtype, layers=layers, hidden=hidden, heads=heads,
-                                 kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
-                                 min_vocab=vocab_size)
+        path = random_checkpoint(
+            arch,
+            out,
+            seed=seed,
+            dtype=dtype,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate=intermediate,
+            min_vocab=vocab_size,
+        )
     except ValueError as e:
         _fail(str(e))
     if vocab_size is not None:
         _widen_vocab(path, vocab_size, seed, dtype)
-    console.print(f"[green]{arch}[/] random checkpoint -> {path}; use it with model.target={path} (or drafter.model={path})")
+    console.print(
+        f"[green]{arch}[/] random checkpoint -> {path}; use it with model.target={path} (or drafter.model={path})"
+    )
 
 
 def _widen_vocab(path, vocab_size: int, seed: int, dtype: str) -> None:

@@ -14,7 +14,9 @@ def report(
     name: str = typer.Argument(..., help="A sweep name, an Optuna study name, a run name or a run id."),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default: reports/NAME)."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    tracking_uri: Optional[str] = typer.Option(
+        None, "--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."
+    ),
 ) -> None:
     """Write report.md (+ PNG plots, --html) for a sweep, study or run, read from MLflow.
 
@@ -26,5 +28,12 @@ def report(
         target, rep = make_report(name, out, with_html=html, tracking_uri=tracking_uri)
     except ReportError as e:
         _fail(str(e))
-    console.print(f"{target.kind} [bold]{name}[/]: {len(target.runs)} run(s) -> [bold]{rep.markdown}[/]" + (f", {rep.html}" if rep.html else ""))
-    console.print(f"plots: {', '.join(rep.plots) or '(none)'}" + (f"; skipped (no data): {', '.join(rep.skipped)}" if rep.skipped else ""), highlight=False)
+    console.print(
+        f"{target.kind} [bold]{name}[/]: {len(target.runs)} run(s) -> [bold]{rep.markdown}[/]"
+        + (f", {rep.html}" if rep.html else "")
+    )
+    console.print(
+        f"plots: {', '.join(rep.plots) or '(none)'}"
+        + (f"; skipped (no data): {', '.join(rep.skipped)}" if rep.skipped else ""),
+        highlight=False,
+    )

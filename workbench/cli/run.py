@@ -15,12 +15,22 @@ from workbench.cli.common import _fail, _load, app, console, err
 
 @app.command(context_settings={"allow_extra_args": False})
 def run(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted when giving overrides."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides, e.g. drafter.kind=ngram drafter.k=5"),
+    spec: Optional[str] = typer.Argument(
+        None,
+        help="Spec YAML path or a name under experiments/ (default: quickstart). May be omitted when giving overrides.",
+    ),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="Dotted-key overrides, e.g. drafter.kind=ngram drafter.k=5"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved spec and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or tables."),
-    nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel ranks on this machine, started by torch.distributed's "
-                              "launcher (torchrun); needs grpo.backend=deepspeed. One MLflow run, logged by rank 0."),
+    nproc: int = typer.Option(
+        1,
+        "--nproc",
+        min=1,
+        help="Data-parallel ranks on this machine, started by torch.distributed's "
+        "launcher (torchrun); needs grpo.backend=deepspeed. One MLflow run, logged by rank 0.",
+    ),
 ) -> None:
     """Run one experiment: GRPO training whose rollouts come from the speculative rollout engine."""
     resolved = _load(spec, overrides)
@@ -28,7 +38,9 @@ def run(
         console.print(Syntax(resolved.to_yaml(), "yaml", theme="ansi_dark", background_color="default"))
         return
     if nproc > 1:
-        raise typer.Exit(_launch(resolved, nproc, [a for a in [spec, *(overrides or [])] if a] + (["--quiet"] if quiet else [])))
+        raise typer.Exit(
+            _launch(resolved, nproc, [a for a in [spec, *(overrides or [])] if a] + (["--quiet"] if quiet else []))
+        )
     from workbench.experiment import run_experiment
 
     try:
@@ -56,6 +68,15 @@ def _launch(resolved, nproc: int, args: list[str]) -> int:
         check_distributed_spec(resolved, nproc)
     except ValueError as e:
         _fail(str(e))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "workbench.cli", "run", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "workbench.cli",
+        "run",
+        *args,
+    ]
     return subprocess.call(cmd)

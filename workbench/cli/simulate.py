@@ -18,23 +18,55 @@ def _pct(x: float) -> str:
 
 @app.command()
 def simulate(
-    scenario: Optional[str] = typer.Argument(None, help="Scenario YAML, or a name under experiments/scenarios/ (qwen3-8b-gb200); "
-                                             "omit with --from-sweep."),
-    items: Optional[list[str]] = typer.Argument(None, help="KEY=VALUE overrides (dotted keys; aliases k, gpus, staleness, tp); "
-                                                "KEY=A,B or KEY=LOW..HIGH sweep that key."),
-    sweep: Optional[list[str]] = typer.Option(None, "--sweep", help="Sweep axis KEY=A,B or KEY=LOW..HIGH (repeatable; more axes may follow as arguments)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write every row (inputs, stage seconds, speedups, errors vs reference) as JSON."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a plot: gen speedup vs k, e2e speedup vs GPUs and staleness."),
-    from_sweep: Optional[str] = typer.Option(None, "--from-sweep", help="Check the model on a workbench sweep in MLflow instead: this "
-                                             "machine's measured cost curves as the hardware, the sweep's acceptance and lengths as the "
-                                             "workload; one unknown fitted per drafter at --calibrate-k, every other k predicted."),
-    calibrate_k: int = typer.Option(3, "--calibrate-k", min=1, help="--from-sweep: the k whose measured paired gen speedup fits the unknown."),
-    unknown: str = typer.Option("verify_overhead_s", "--unknown", help="--from-sweep: verify_overhead_s | step_overhead_s | draft_overhead_s."),
-    costs: Optional[Path] = typer.Option(None, "--costs", help="--from-sweep: measured-hardware JSON (--save-costs) instead of the local cost-curve cache."),
-    save_costs: Optional[Path] = typer.Option(None, "--save-costs", help="--from-sweep: write the measured hardware used as JSON."),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", min=1, help="--from-sweep: prompt tokens (default: from the task's prompts)."),
-    draws: int = typer.Option(32, "--draws", min=1, help="--from-sweep: GRPO steps of lengths and acceptance drawn (fixed seed)."),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow store read (--from-sweep) and written (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    scenario: Optional[str] = typer.Argument(
+        None, help="Scenario YAML, or a name under experiments/scenarios/ (qwen3-8b-gb200); omit with --from-sweep."
+    ),
+    items: Optional[list[str]] = typer.Argument(
+        None,
+        help="KEY=VALUE overrides (dotted keys; aliases k, gpus, staleness, tp); "
+        "KEY=A,B or KEY=LOW..HIGH sweep that key.",
+    ),
+    sweep: Optional[list[str]] = typer.Option(
+        None, "--sweep", help="Sweep axis KEY=A,B or KEY=LOW..HIGH (repeatable; more axes may follow as arguments)."
+    ),
+    json_out: Optional[Path] = typer.Option(
+        None, "--json", help="Write every row (inputs, stage seconds, speedups, errors vs reference) as JSON."
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write a plot: gen speedup vs k, e2e speedup vs GPUs and staleness."
+    ),
+    from_sweep: Optional[str] = typer.Option(
+        None,
+        "--from-sweep",
+        help="Check the model on a workbench sweep in MLflow instead: this "
+        "machine's measured cost curves as the hardware, the sweep's acceptance and lengths as the "
+        "workload; one unknown fitted per drafter at --calibrate-k, every other k predicted.",
+    ),
+    calibrate_k: int = typer.Option(
+        3, "--calibrate-k", min=1, help="--from-sweep: the k whose measured paired gen speedup fits the unknown."
+    ),
+    unknown: str = typer.Option(
+        "verify_overhead_s", "--unknown", help="--from-sweep: verify_overhead_s | step_overhead_s | draft_overhead_s."
+    ),
+    costs: Optional[Path] = typer.Option(
+        None,
+        "--costs",
+        help="--from-sweep: measured-hardware JSON (--save-costs) instead of the local cost-curve cache.",
+    ),
+    save_costs: Optional[Path] = typer.Option(
+        None, "--save-costs", help="--from-sweep: write the measured hardware used as JSON."
+    ),
+    prompt_len: Optional[int] = typer.Option(
+        None, "--prompt-len", min=1, help="--from-sweep: prompt tokens (default: from the task's prompts)."
+    ),
+    draws: int = typer.Option(
+        32, "--draws", min=1, help="--from-sweep: GRPO steps of lengths and acceptance drawn (fixed seed)."
+    ),
+    tracking_uri: Optional[str] = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow store read (--from-sweep) and written (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db).",
+    ),
     experiment: str = typer.Option("simulate", "--experiment", help="MLflow experiment of the simulate run."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="MLflow run name."),
     no_track: bool = typer.Option(False, "--no-track", help="Log no MLflow run."),
@@ -55,8 +87,18 @@ def simulate(
             _fail("--from-sweep checks a measured sweep: give no scenario, overrides or --sweep with it")
         from workbench.cli.simulate_sweep import sweep_check
 
-        sweep_check(from_sweep, calibrate_k, unknown, costs, save_costs, prompt_len, draws, json_out, plot,
-                    dict(track, run_name=run_name or f"check {from_sweep} k={calibrate_k}"))
+        sweep_check(
+            from_sweep,
+            calibrate_k,
+            unknown,
+            costs,
+            save_costs,
+            prompt_len,
+            draws,
+            json_out,
+            plot,
+            dict(track, run_name=run_name or f"check {from_sweep} k={calibrate_k}"),
+        )
         return
     if scenario is None:
         _fail("give a scenario (a YAML file or a name under experiments/scenarios/), or --from-sweep NAME")
@@ -76,8 +118,13 @@ def simulate(
             with console.status("simulating") as st:
                 fit, rows = run(raw, base, axes, progress=lambda m: st.update(f"simulating {m}"))
             _render(base.name, fit, rows)
-            rec = {"scenario": base.name, "overrides": overrides, "sweep": axes,
-                   "calibration": fit.__dict__ if fit else None, "rows": [r.record() for r in rows]}
+            rec = {
+                "scenario": base.name,
+                "overrides": overrides,
+                "sweep": axes,
+                "calibration": fit.__dict__ if fit else None,
+                "rows": [r.record() for r in rows],
+            }
             if json_out:
                 json_out.write_text(json.dumps(rec, indent=1))
                 console.print(f"wrote {json_out}")
@@ -103,8 +150,11 @@ def _show_run_lengths(base) -> None:
 
     m = run_lengths(tuple(r.run), r.tracking_uri)
     n = len(m.source.split(", "))
-    console.print(f"response lengths: {', '.join(r.run)} ({n} run{'s' if n > 1 else ''}): {m.describe()}" + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
-                  highlight=False)
+    console.print(
+        f"response lengths: {', '.join(r.run)} ({n} run{'s' if n > 1 else ''}): {m.describe()}"
+        + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
+        highlight=False,
+    )
 
 
 def _log_plot(tr, plot: Optional[Path], make) -> None:
@@ -120,18 +170,47 @@ def _log_plot(tr, plot: Optional[Path], make) -> None:
 
 def _render(name: str, fit, rows) -> None:
     if fit:
-        console.print(f"calibrated [bold]{fit.key}[/] = {fit.value:.4g} on {fit.variant or 'the base'} ({fit.arm} gen "
-                      f"{fit.measured_gen_s:g} s); everything else below is predicted", highlight=False)
+        console.print(
+            f"calibrated [bold]{fit.key}[/] = {fit.value:.4g} on {fit.variant or 'the base'} ({fit.arm} gen "
+            f"{fit.measured_gen_s:g} s); everything else below is predicted",
+            highlight=False,
+        )
     table = Table(title=f"wb simulate {name}")
-    for col in ("variant", "point", "GPUs", "k", "E[N]", "gen AR s", "gen spec s", "rollout ×", "step AR s", "step spec s",
-                "step ×", "stale", "e2e ×", "best k"):
+    for col in (
+        "variant",
+        "point",
+        "GPUs",
+        "k",
+        "E[N]",
+        "gen AR s",
+        "gen spec s",
+        "rollout ×",
+        "step AR s",
+        "step spec s",
+        "step ×",
+        "stale",
+        "e2e ×",
+        "best k",
+    ):
         table.add_column(col, justify="left" if col in ("variant", "point") else "right")
     for r in rows:
         x = r.result
-        table.add_row(r.variant, " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.point.items()), str(x.gpus), str(x.k),
-                      f"{x.acceptance_length:.2f}", f"{x.gen_ar:.1f}", f"{x.gen_spec:.1f}", f"{x.gen_speedup:.2f}",
-                      f"{x.step_ar:.1f}", f"{x.step_spec:.1f}", f"{x.step_speedup:.2f}", str(x.staleness), f"{x.e2e_speedup:.2f}",
-                      str(x.best_k or "-"))
+        table.add_row(
+            r.variant,
+            " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.point.items()),
+            str(x.gpus),
+            str(x.k),
+            f"{x.acceptance_length:.2f}",
+            f"{x.gen_ar:.1f}",
+            f"{x.gen_spec:.1f}",
+            f"{x.gen_speedup:.2f}",
+            f"{x.step_ar:.1f}",
+            f"{x.step_spec:.1f}",
+            f"{x.step_speedup:.2f}",
+            str(x.staleness),
+            f"{x.e2e_speedup:.2f}",
+            str(x.best_k or "-"),
+        )
     console.print(table)
     refs = [r for r in rows if r.errors]
     if refs:
@@ -143,6 +222,7 @@ def _render(name: str, fit, rows) -> None:
             for n, (p, ref, e) in r.errors.items():
                 t.add_row(label, n, f"{p:.2f}", f"{ref:.2f}", _pct(e))
         console.print(t)
+
 
 def _is_axis(item: str) -> bool:
     """KEY=A,B or KEY=LOW..HIGH (a sweep axis); KEY=VALUE and KEY=[..] are overrides."""

@@ -12,18 +12,31 @@ from workbench.specs import SpecError
 
 @app.command(context_settings={"allow_extra_args": False})
 def sweep(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ (default: sweep = quickstart, 4 steps). May be omitted."),
+    spec: Optional[str] = typer.Argument(
+        None, help="Spec YAML path or a name under experiments/ (default: sweep = quickstart, 4 steps). May be omitted."
+    ),
     axes: Optional[list[str]] = typer.Argument(
         None,
         help="KEY=LOW..HIGH (integers, inclusive), KEY=A,B,C (a list) or KEY=VALUE (fixed for every point). "
         "KEY: any dotted spec key, or k (drafter.k), drafter (drafter.kind), init (drafter.init.data).",
     ),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Sweep name (MLflow parent run). Re-use a name to resume: finished points are skipped."),
-    repeats: int = typer.Option(1, "--repeats", min=1, help="Run every point with N seeds (seed, seed+1, ...); the table pools them."),
+    name: Optional[str] = typer.Option(
+        None,
+        "--name",
+        "-n",
+        help="Sweep name (MLflow parent run). Re-use a name to resume: finished points are skipped.",
+    ),
+    repeats: int = typer.Option(
+        1, "--repeats", min=1, help="Run every point with N seeds (seed, seed+1, ...); the table pools them."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and exit; nothing runs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (point lines and the results table still print)."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress bars (point lines and the results table still print)."
+    ),
     claim_timeout: float = typer.Option(
-        60.0, "--claim-timeout", min=5.0,
+        60.0,
+        "--claim-timeout",
+        min=5.0,
         help="Seconds without a heartbeat after which another worker's claimed point counts as abandoned (its worker died) and is run again. Give every worker the same value.",
     ),
 ) -> None:
@@ -47,10 +60,14 @@ def sweep(
     try:
         res = run_sweep(plan, name=name, console=console, progress=not quiet, claim_timeout=claim_timeout)
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name {name or '<the sweep name above>'}[/]")
+        err.print(
+            f"[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name {name or '<the sweep name above>'}[/]"
+        )
         raise typer.Exit(130)
     console.print(results_table(plan, res.outcomes, f"sweep {res.name} ({res.status})"))
     if res.parent_run_id:
-        console.print(f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name {res.name}")
+        console.print(
+            f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name {res.name}"
+        )
     if res.status != "FINISHED":
         raise typer.Exit(1)

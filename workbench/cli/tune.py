@@ -12,13 +12,36 @@ from workbench.specs import SpecError
 
 @app.command(context_settings={"allow_extra_args": False})
 def tune(
-    spec: Optional[str] = typer.Argument(None, help="Spec YAML path or a name under experiments/ with a tune: section (default: tune). May be omitted."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted-key overrides of the spec, e.g. grpo.steps=6 tune.objective=speedup_step"),
-    trials: int = typer.Option(10, "--trials", "-t", min=1, help="Total COMPLETE+PRUNED trials the study should have, counted over all its workers (never overshot); a re-run tops up."),
-    study: Optional[str] = typer.Option(None, "--study", "-s", help="Optuna study name (default: tune.study_name or <spec name>-tune). Re-use it to resume."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: tune.storage, sqlite:///optuna.db); any SQLAlchemy URL lets several machines share a study."),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Where to write the best trial's spec YAML (default: ./best-<study>.yaml)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars (trial lines and the results table still print)."),
+    spec: Optional[str] = typer.Argument(
+        None, help="Spec YAML path or a name under experiments/ with a tune: section (default: tune). May be omitted."
+    ),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="Dotted-key overrides of the spec, e.g. grpo.steps=6 tune.objective=speedup_step"
+    ),
+    trials: int = typer.Option(
+        10,
+        "--trials",
+        "-t",
+        min=1,
+        help="Total COMPLETE+PRUNED trials the study should have, counted over all its workers (never overshot); a re-run tops up.",
+    ),
+    study: Optional[str] = typer.Option(
+        None,
+        "--study",
+        "-s",
+        help="Optuna study name (default: tune.study_name or <spec name>-tune). Re-use it to resume.",
+    ),
+    storage: Optional[str] = typer.Option(
+        None,
+        "--storage",
+        help="Optuna storage URL (default: tune.storage, sqlite:///optuna.db); any SQLAlchemy URL lets several machines share a study.",
+    ),
+    out: Optional[str] = typer.Option(
+        None, "--out", "-o", help="Where to write the best trial's spec YAML (default: ./best-<study>.yaml)."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress bars (trial lines and the results table still print)."
+    ),
 ) -> None:
     """Tune spec keys with an Optuna study: pruned on per-step values, resumable, best spec written as YAML.
 
@@ -45,7 +68,9 @@ def tune(
     except SpecError as e:
         _fail(str(e))
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study {study or '<the study above>'})[/]")
+        err.print(
+            f"[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study {study or '<the study above>'})[/]"
+        )
         raise typer.Exit(130)
     console.print(trials_table(plan, res.study))
     best = best_trial(res.study)
@@ -56,5 +81,7 @@ def tune(
         raise typer.Exit(1)
     path = write_best(plan, best, out)
     params = " ".join(f"{k}={v}" for k, v in best.params.items())
-    console.print(f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{fmt_score(trial_score(best))}[/] with {params}")
+    console.print(
+        f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{fmt_score(trial_score(best))}[/] with {params}"
+    )
     console.print(f"best spec written to [bold]{path}[/]; run it with: wb run {path}")

@@ -11,12 +11,20 @@ from workbench.cli.common import _fail, app, console
 
 @app.command(context_settings={"allow_extra_args": False})
 def ui(
-    backend_store_uri: Optional[str] = typer.Option(None, "--backend-store-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    backend_store_uri: Optional[str] = typer.Option(
+        None, "--backend-store-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
     port: int = typer.Option(5000, "--port", "-p", min=1, max=65535, help="Port."),
-    sweep: Optional[str] = typer.Option(None, "--sweep", help="Sweep/study (or parent run) whose child runs to compare (default: the newest)."),
-    print_url: bool = typer.Option(False, "--print-url", "--no-server", help="Print the URLs and exit; start no server."),
-    open_browser: bool = typer.Option(False, "--open", help="Open the comparison view in a web browser once the server is up."),
+    sweep: Optional[str] = typer.Option(
+        None, "--sweep", help="Sweep/study (or parent run) whose child runs to compare (default: the newest)."
+    ),
+    print_url: bool = typer.Option(
+        False, "--print-url", "--no-server", help="Print the URLs and exit; start no server."
+    ),
+    open_browser: bool = typer.Option(
+        False, "--open", help="Open the comparison view in a web browser once the server is up."
+    ),
 ) -> None:
     """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep
     and its k vs speedup plot (speedup_vs_k.png on the sweep's parent run)."""
@@ -55,9 +63,16 @@ def ui(
             url = compare_url(base, [k.run_id for k in kids], [k.experiment_id for k in kids])
             console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
             console.print(url, highlight=False, soft_wrap=True)
-            console.print("(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X and Y)", highlight=False)
+            console.print(
+                "(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X and Y)",
+                highlight=False,
+            )
         if has_artifact(store, parent.run_id, PLOT_NAME):
-            console.print(f"k vs speedup: {artifact_url(base, parent.experiment_id, parent.run_id, PLOT_NAME)}", highlight=False, soft_wrap=True)
+            console.print(
+                f"k vs speedup: {artifact_url(base, parent.experiment_id, parent.run_id, PLOT_NAME)}",
+                highlight=False,
+                soft_wrap=True,
+            )
         console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
     if print_url:
         return

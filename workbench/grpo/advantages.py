@@ -44,7 +44,10 @@ def equal_groups(rewards: Tensor, group_size: int) -> Tensor:
 
 
 def group_advantages(
-    rewards: Tensor, group_size: int, scale_rewards: str | bool = "group", eps: float = 1e-6,
+    rewards: Tensor,
+    group_size: int,
+    scale_rewards: str | bool = "group",
+    eps: float = 1e-6,
     batch_std: Tensor | float | None = None,
 ) -> Tensor:
     """Per-sample GRPO advantage, the same for every token of that sample.
@@ -79,7 +82,11 @@ def group_advantages(
         ValueError: rewards not 1-D, group_size < 1, N not divisible by group_size, or an unknown
             scale_rewards (names the allowed values).
     """
-    mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards) if isinstance(scale_rewards, bool) else scale_rewards
+    mode = (
+        {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+        if isinstance(scale_rewards, bool)
+        else scale_rewards
+    )
     if mode not in SCALE_REWARDS:
         raise ValueError(f"grpo.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
     r = _grouped(rewards if rewards.is_floating_point() else rewards.float(), group_size)  # (P, G)

@@ -56,11 +56,15 @@ def check_async_spec(spec: Any) -> None:
             adaptation (its updates would have to reach the worker).
     """
     if spec.paired:
-        raise ValueError("grpo.async.enabled: the paired autoregressive measurement runs in the trainer, not in the rollout "
-                         "worker; set measure.paired=false (compare with a synchronous run instead)")
+        raise ValueError(
+            "grpo.async.enabled: the paired autoregressive measurement runs in the trainer, not in the rollout "
+            "worker; set measure.paired=false (compare with a synchronous run instead)"
+        )
     if spec.drafter.online.enabled and spec.drafter.kind != "none":
-        raise ValueError("grpo.async.enabled with drafter.online.enabled: online drafter adaptation in the rollout worker is "
-                         "not supported yet; set drafter.online.enabled=false")
+        raise ValueError(
+            "grpo.async.enabled with drafter.online.enabled: online drafter adaptation in the rollout worker is "
+            "not supported yet; set drafter.online.enabled=false"
+        )
 
 
 class RolloutWorker:
@@ -76,11 +80,20 @@ class RolloutWorker:
         RuntimeError: from :meth:`receive`, with the worker's traceback, if it failed or died.
     """
 
-    def __init__(self, spec: Any, target_path: Path, drafter_init_path: Path | None, device: torch.device, threads: int = 1):
+    def __init__(
+        self, spec: Any, target_path: Path, drafter_init_path: Path | None, device: torch.device, threads: int = 1
+    ):
         ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch/OpenMP state
         self.requests, self.results = ctx.Queue(), ctx.Queue()
-        args = (spec.model_dump(mode="json"), str(target_path), None if drafter_init_path is None else str(drafter_init_path),
-                str(device), threads, self.requests, self.results)
+        args = (
+            spec.model_dump(mode="json"),
+            str(target_path),
+            None if drafter_init_path is None else str(drafter_init_path),
+            str(device),
+            threads,
+            self.requests,
+            self.results,
+        )
         self.process = ctx.Process(target=_worker_main, args=args, daemon=True, name="wb-rollout-worker")
         self.process.start()
 
@@ -101,7 +114,9 @@ class RolloutWorker:
                 msg = self.results.get(timeout=1.0)
             except queue.Empty:
                 if not self.process.is_alive():
-                    raise RuntimeError(f"grpo.async: the rollout worker died (exit code {self.process.exitcode})") from None
+                    raise RuntimeError(
+                        f"grpo.async: the rollout worker died (exit code {self.process.exitcode})"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"grpo.async: no rollouts from the worker in {timeout:.0f} s") from None
                 continue
@@ -121,7 +136,9 @@ class RolloutWorker:
                     self.process.join(timeout=5)
 
 
-def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, device_name: str, threads: int, requests, results) -> None:
+def _worker_main(
+    spec_dict: dict, target_path: str, init_path: str | None, device_name: str, threads: int, requests, results
+) -> None:
     """The worker process: build the engine once, then serve weights and generation requests."""
     try:
         torch.set_num_threads(max(1, threads))
@@ -140,15 +157,33 @@ def _worker_main(spec_dict: dict, target_path: str, init_path: str | None, devic
         policy, tok = load_model(Path(target_path), device=device, dtype=getattr(torch, spec.model.dtype))
         lm = LeanLM.from_hf(policy, what="model.target")
         lm.fixed_attention_length = spec.rollout.fixed_attention_length
-        drafter = build_drafter(spec.drafter.kind, spec.drafter, target=DrafterTarget(lm, tok, init_path=None if init_path is None else Path(init_path), path=Path(target_path)),
-                                device=device)
-        engine = RolloutEngine(lm, drafter, k=spec.drafter.k, max_batch_size=spec.rollout.max_batch_size,
-                                continuous=spec.rollout.continuous_batching)
+        drafter = build_drafter(
+            spec.drafter.kind,
+            spec.drafter,
+            target=DrafterTarget(
+                lm, tok, init_path=None if init_path is None else Path(init_path), path=Path(target_path)
+            ),
+            device=device,
+        )
+        engine = RolloutEngine(
+            lm,
+            drafter,
+            k=spec.drafter.k,
+            max_batch_size=spec.rollout.max_batch_size,
+            continuous=spec.rollout.continuous_batching,
+        )
         if spec.rollout.compile:
             engine.enable_compile()
         r = spec.rollout
         fmt = run_prompt_format(spec.task, tok)  # the trainer's: the same stop ids end a completion
-        sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tok.eos_token_id, fmt.stop_token_ids(policy.generation_config))
+        sp = SamplingParams(
+            r.temperature,
+            r.top_p,
+            r.top_k,
+            r.max_new_tokens,
+            tok.eos_token_id,
+            fmt.stop_token_ids(policy.generation_config),
+        )
         gen = torch.Generator(device).manual_seed(spec.seed)  # the same stream a synchronous run samples from
         version = 0
         while True:

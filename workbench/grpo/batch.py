@@ -9,7 +9,9 @@ from workbench.grpo.loss import token_logprobs
 from workbench.rollout.engine import RolloutOutput
 
 
-def pack_rollouts(prompts: list[list[int]], out: RolloutOutput, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pack_rollouts(
+    prompts: list[list[int]], out: RolloutOutput, pad_id: int, device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Concatenate prompt + completion per row and right-pad.
 
     Returns input_ids (N, L), completion mask (N, L-1) and rollout logp (N, L-1), aligned with the
@@ -28,7 +30,9 @@ def pack_rollouts(prompts: list[list[int]], out: RolloutOutput, pad_id: int, dev
     return ids.to(device), mask.to(device), logp.to(device)
 
 
-def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float, micro_batch: int, keep_logits: list | None = None) -> torch.Tensor:
+def sequence_logprobs(
+    model, input_ids: torch.Tensor, temperature: float, micro_batch: int, keep_logits: list | None = None
+) -> torch.Tensor:
     """log pi(token_t | <t) for input_ids[:, 1:] (N, L-1), in micro-batches. Grad follows caller's mode.
 
     ``keep_logits``: if a list, each micro-batch's full logits (n, L, V) are appended to it, detached

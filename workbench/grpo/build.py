@@ -158,28 +158,47 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
     on_vllm = spec.rollout.backend == "vllm"
     if on_vllm and d.kind not in DRAFTER_MODELS:  # vLLM drafts itself (ngram, suffix) or not at all
         if d.online.enabled and d.kind != "none":
-            raise ValueError(f"drafter.online.enabled: drafter kind {d.kind!r} cannot be adapted; "
-                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
+            raise ValueError(
+                f"drafter.online.enabled: drafter kind {d.kind!r} cannot be adapted; "
+                "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false"
+            )
         return DrafterParts(None, None, None, None)
     lm = LeanLM.from_hf(policy.model, what="model.target")
     lm.fixed_attention_length = spec.rollout.fixed_attention_length
     init_path = build_init(spec, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
-    drafter = build_drafter(d.kind, d, target=DrafterTarget(lm, policy.tokenizer, init_path=init_path, path=policy.path), device=ranks.device)
+    drafter = build_drafter(
+        d.kind,
+        d,
+        target=DrafterTarget(lm, policy.tokenizer, init_path=init_path, path=policy.path),
+        device=ranks.device,
+    )
     # (drafter none: nothing to adapt, so a sweep's autoregressive baseline may keep online.enabled)
-    online = (OnlineAdaptation(drafter, d.online, spec.seed, reduce_grads=ranks.dp.average_grads if ranks.dp else None)
-              if d.online.enabled and drafter else None)
+    online = (
+        OnlineAdaptation(drafter, d.online, spec.seed, reduce_grads=ranks.dp.average_grads if ranks.dp else None)
+        if d.online.enabled and drafter
+        else None
+    )
     return DrafterParts(drafter, init_path, online, lm)
 
 
-def build_backend(spec: ExperimentSpec, policy: Policy, drafters: DrafterParts, ranks: Ranks,
-                  vllm_tags: dict[str, str] | None = None) -> RolloutBackend:
+def build_backend(
+    spec: ExperimentSpec, policy: Policy, drafters: DrafterParts, ranks: Ranks, vllm_tags: dict[str, str] | None = None
+) -> RolloutBackend:
     """The rollout backend ``rollout.backend`` names, speculating with the run's drafter."""
     if spec.rollout.backend == "vllm":
         # the drafter's target copy stays current only where its online training reads it (an EAGLE-3
         # head's embedding and LM head are the target's); nothing else of it is synced
         shared = drafters.target if drafters.online is not None and isinstance(drafters.drafter, ChainDrafter) else None
-        return vllm_backend(spec, policy.path, ranks.device.type, drafters.drafter, drafters.init_path,
-                            drafters.target.cfg if drafters.target is not None else None, drafter_target=shared, tags=vllm_tags)
+        return vllm_backend(
+            spec,
+            policy.path,
+            ranks.device.type,
+            drafters.drafter,
+            drafters.init_path,
+            drafters.target.cfg if drafters.target is not None else None,
+            drafter_target=shared,
+            tags=vllm_tags,
+        )
     return WorkbenchBackend.from_spec(drafters.target, drafters.drafter, spec, prepack_min_rows=measured_min_rows)
 
 
@@ -228,9 +247,19 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
     fmt = run_prompt_format(spec.task, policy.tokenizer)
     stops = fmt.stop_token_ids(policy.model.generation_config)
     return TrainerParts(
-        ranks, policy, drafters, backend, paired, optimiser,
-        sampling=SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, policy.tokenizer.eos_token_id, stops),
+        ranks,
+        policy,
+        drafters,
+        backend,
+        paired,
+        optimiser,
+        sampling=SamplingParams(
+            r.temperature, r.top_p, r.top_k, r.max_new_tokens, policy.tokenizer.eos_token_id, stops
+        ),
         generator=torch.Generator(ranks.device).manual_seed(spec.seed + ranks.rank),
         paired_generator=torch.Generator(ranks.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET + ranks.rank),
-        task=task, train_data=train, eval_data=evals, prompt_format=fmt,
+        task=task,
+        train_data=train,
+        eval_data=evals,
+        prompt_format=fmt,
     )

@@ -32,8 +32,10 @@ def completion_metrics(lengths: list[int], finish_reasons: list[str]) -> dict[st
         ValueError: no completions, or the two lists differ in length.
     """
     if not lengths or len(lengths) != len(finish_reasons):
-        raise ValueError(f"completion_metrics needs one finish reason per completion (got {len(lengths)} lengths, "
-                         f"{len(finish_reasons)} reasons)")
+        raise ValueError(
+            f"completion_metrics needs one finish reason per completion (got {len(lengths)} lengths, "
+            f"{len(finish_reasons)} reasons)"
+        )
     n = len(lengths)
     stop = sum(r == "stop" for r in finish_reasons) / n
     return {
@@ -53,5 +55,9 @@ def lengths_record(lengths: list[int], group_size: int, max_new_tokens: int) -> 
     """
     if group_size < 1 or len(lengths) % group_size:
         raise ValueError(f"{len(lengths)} completions do not split into groups of grpo.group_size={group_size}")
-    return {"format": FORMAT, "group_size": int(group_size), "max_new_tokens": int(max_new_tokens),
-            "lengths": [int(x) for x in lengths]}
+    return {
+        "format": FORMAT,
+        "group_size": int(group_size),
+        "max_new_tokens": int(max_new_tokens),
+        "lengths": [int(x) for x in lengths],
+    }

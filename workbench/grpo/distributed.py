@@ -45,15 +45,21 @@ def check_distributed_spec(spec, world_size: int) -> None:
     g = spec.grpo
     if g.backend == "single":
         if world_size > 1:
-            raise ValueError(f"grpo.backend: {world_size} ranks were launched but the backend is 'single'; "
-                             "set grpo.backend=deepspeed (or run one process)")
+            raise ValueError(
+                f"grpo.backend: {world_size} ranks were launched but the backend is 'single'; "
+                "set grpo.backend=deepspeed (or run one process)"
+            )
         return
     if g.prompts_per_step % world_size:
-        raise ValueError(f"grpo.prompts_per_step: {g.prompts_per_step} prompt groups do not split evenly over {world_size} "
-                         f"ranks; use a multiple of {world_size} (each rank generates whole groups)")
+        raise ValueError(
+            f"grpo.prompts_per_step: {g.prompts_per_step} prompt groups do not split evenly over {world_size} "
+            f"ranks; use a multiple of {world_size} (each rank generates whole groups)"
+        )
     if g.async_.enabled:
-        raise ValueError("grpo.async.enabled with grpo.backend=deepspeed: asynchronous GRPO runs in one process so far; "
-                         "set grpo.async.enabled=false or grpo.backend=single")
+        raise ValueError(
+            "grpo.async.enabled with grpo.backend=deepspeed: asynchronous GRPO runs in one process so far; "
+            "set grpo.async.enabled=false or grpo.backend=single"
+        )
 
 
 def deepspeed_config(spec, n_local: int, world_size: int) -> dict:
@@ -139,11 +145,19 @@ class DataParallel:
         try:
             import deepspeed
         except ImportError as e:
-            raise ValueError("grpo.backend: deepspeed is not installed; pip install deepspeed "
-                             "(or set grpo.backend=single)") from e
+            raise ValueError(
+                "grpo.backend: deepspeed is not installed; pip install deepspeed (or set grpo.backend=single)"
+            ) from e
         if "RANK" not in os.environ:  # one process, no launcher: a world of one
-            os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                               "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port()))})
+            os.environ.update(
+                {
+                    "RANK": "0",
+                    "WORLD_SIZE": "1",
+                    "LOCAL_RANK": "0",
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": os.environ.get("MASTER_PORT", str(_free_port())),
+                }
+            )
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         comm = torch.device("cpu")
         if device_type == "cuda":
@@ -212,10 +226,20 @@ class DataParallel:
         """The step as one process would see it, on every rank: metrics by :func:`reduce_step_metrics`,
         every rank's completions (rank order, so the groups stay contiguous; log-probs are left
         out: nothing downstream reads them), summed acceptance counters, rewards (N_global,)."""
-        parts = self.gather((m, out.tokens, out.finish_reasons, out.counters, rewards.tolist(),
-                             paired.counters if paired is not None else None))
+        parts = self.gather(
+            (
+                m,
+                out.tokens,
+                out.finish_reasons,
+                out.counters,
+                rewards.tolist(),
+                paired.counters if paired is not None else None,
+            )
+        )
         tokens = [t for p in parts for t in p[1]]
-        merged = RolloutOutput(tokens, [[] for _ in tokens], [r for p in parts for r in p[2]], merge_counters([p[3] for p in parts]))
+        merged = RolloutOutput(
+            tokens, [[] for _ in tokens], [r for p in parts for r in p[2]], merge_counters([p[3] for p in parts])
+        )
         all_rewards = torch.tensor([r for p in parts for r in p[4]], dtype=rewards.dtype, device=rewards.device)
         if paired is not None:
             paired = RolloutOutput([], [], [], merge_counters([p[5] for p in parts]))

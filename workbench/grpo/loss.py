@@ -134,7 +134,9 @@ def grpo_loss(
     if advantages.shape != (logp.shape[0],):
         raise ValueError(f"advantages must be (B,) = ({logp.shape[0]},), got {tuple(advantages.shape)}")
     if beta > 0 and ref_logp is None:
-        raise ValueError("beta > 0 needs ref_logp (reference-model logprobs); set grpo.beta = 0 to train without a reference")
+        raise ValueError(
+            "beta > 0 needs ref_logp (reference-model logprobs); set grpo.beta = 0 to train without a reference"
+        )
     if ref_logp is not None and ref_logp.shape != logp.shape:
         raise ValueError(f"ref_logp shape {tuple(ref_logp.shape)} != logp shape {tuple(logp.shape)}")
 
@@ -206,7 +208,9 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"logits must be (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}")
+        raise ValueError(
+            f"logits must be (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}"
+        )
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()
     if temperature not in (0.0, 1.0):

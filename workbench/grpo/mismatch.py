@@ -81,9 +81,13 @@ def logprob_gaps(
     Raises:
         ValueError: mismatched shapes.
     """
-    if logits.dim() != 3 or not (tokens.shape == temp_logp.shape == engine_logp.shape == mask.shape == logits.shape[:2]):
-        raise ValueError(f"logits must be (B, T, V) and tokens/temp_logp/engine_logp/mask (B, T); got {tuple(logits.shape)}, "
-                         f"{tuple(tokens.shape)}, {tuple(temp_logp.shape)}, {tuple(engine_logp.shape)}, {tuple(mask.shape)}")
+    if logits.dim() != 3 or not (
+        tokens.shape == temp_logp.shape == engine_logp.shape == mask.shape == logits.shape[:2]
+    ):
+        raise ValueError(
+            f"logits must be (B, T, V) and tokens/temp_logp/engine_logp/mask (B, T); got {tuple(logits.shape)}, "
+            f"{tuple(tokens.shape)}, {tuple(temp_logp.shape)}, {tuple(engine_logp.shape)}, {tuple(mask.shape)}"
+        )
     sel = mask.bool()  # (B, T)
     temp = temp_logp.detach().float()[sel]  # (M,)
     proc = processed_token_logprobs(logits.detach()[sel], tokens[sel], sp, temp)  # (M,)

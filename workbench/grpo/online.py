@@ -25,8 +25,10 @@ class OnlineAdaptation:
 
     def __init__(self, drafter, spec, seed: int, reduce_grads=None):
         if not drafter.trainable:
-            raise ValueError(f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
-                             "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false")
+            raise ValueError(
+                f"drafter.online.enabled: drafter kind {drafter.kind!r} cannot be adapted; "
+                "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false"
+            )
         self.drafter, self.spec = drafter, spec
         self.buffer = DraftBuffer(spec.buffer_size)
         # reduce_grads: data-parallel ranks average the drafter's gradients, so drafters stay identical
@@ -43,7 +45,10 @@ class OnlineAdaptation:
             out = {M.DRAFT_TOP1: ev[M.DRAFT_TOP1], M.DRAFT_HELDOUT_LOSS: ev[M.DRAFT_LOSS]}
         self.buffer.add(batch)
         if due:
-            losses = [self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))[M.DRAFT_LOSS] for _ in range(self.spec.steps)]
+            losses = [
+                self.opt.step(self.buffer.sample(self.spec.batch_size, self.generator))[M.DRAFT_LOSS]
+                for _ in range(self.spec.steps)
+            ]
             out[M.DRAFT_LOSS] = sum(losses) / len(losses)
             out[M.DRAFT_BUFFER_SIZE] = float(len(self.buffer))
         return out

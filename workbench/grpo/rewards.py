@@ -35,7 +35,9 @@ class Scores:
                 continue
             m[M.reward_key(prefix, name)] = sum(vals) / max(len(vals), 1)
             if ci and vals:
-                m[M.reward_key(prefix, f"{name}_ci95_low")], m[M.reward_key(prefix, f"{name}_ci95_high")] = wilson_interval(int(sum(vals)), len(vals))
+                m[M.reward_key(prefix, f"{name}_ci95_low")], m[M.reward_key(prefix, f"{name}_ci95_high")] = (
+                    wilson_interval(int(sum(vals)), len(vals))
+                )
         return m
 
 
@@ -61,5 +63,7 @@ def score(task: Task, completions: list[str], answers: list[str], format_weight:
     acc = [float(task.reward(c, a)) for c, a in zip(completions, answers)]
     fmt = [float(task.format_reward(c)) for c in completions] if task.format_reward is not None else None
     total = acc if not format_weight else [a + format_weight * f for a, f in zip(acc, fmt)]
-    last = [float(task.anchor_free(c, a)) for c, a in zip(completions, answers)] if task.anchor_free is not None else None
+    last = (
+        [float(task.anchor_free(c, a)) for c, a in zip(completions, answers)] if task.anchor_free is not None else None
+    )
     return Scores(acc, fmt, total, last)

@@ -53,10 +53,23 @@ class GRPOTrainer:
         parts = parts if parts is not None else build_parts(spec, progress)
         self.spec, self.parts = spec, parts
         self.device, self.dp = parts.ranks.device, parts.ranks.dp
-        self.policy, self.tokenizer, self.ref, self.target_path = parts.policy.model, parts.policy.tokenizer, parts.policy.ref, parts.policy.path
-        self.drafter, self.drafter_init_path, self.online = parts.drafter.drafter, parts.drafter.init_path, parts.drafter.online
+        self.policy, self.tokenizer, self.ref, self.target_path = (
+            parts.policy.model,
+            parts.policy.tokenizer,
+            parts.policy.ref,
+            parts.policy.path,
+        )
+        self.drafter, self.drafter_init_path, self.online = (
+            parts.drafter.drafter,
+            parts.drafter.init_path,
+            parts.drafter.online,
+        )
         self.backend, self.paired = parts.backend, parts.paired  # paired: the plain twin of measure.paired, or None
-        self.optimizer, self.train_engine, self.forward = parts.optimiser.optimizer, parts.optimiser.train_engine, parts.optimiser.forward
+        self.optimizer, self.train_engine, self.forward = (
+            parts.optimiser.optimizer,
+            parts.optimiser.train_engine,
+            parts.optimiser.forward,
+        )
         self.sampling, self.generator, self.paired_generator = parts.sampling, parts.generator, parts.paired_generator
         self.task, self.train_data, self.eval_data = parts.task, parts.train_data, parts.eval_data
         self.prompt_format = parts.prompt_format  # plain text, or the model's chat template (task.chat_template)
@@ -69,7 +82,9 @@ class GRPOTrainer:
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
         self.is_async = spec.grpo.async_.enabled
         self.worker: RolloutWorker | None = None  # started with the first step (not while cost curves are measured)
-        self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> (rows, prompts, group ids)
+        self._requested: dict[
+            int, tuple[list[dict], list[list[int]], list[int]]
+        ] = {}  # step -> (rows, prompts, group ids)
         self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
         # speedup/gen_modeled (docs/design.md §8): an instrument with ``metrics(out) -> dict`` attached by
         # the caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
@@ -114,7 +129,10 @@ class GRPOTrainer:
                     with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
                         old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
                     draft_batch = DraftBatch(
-                        ids, torch.nn.functional.pad(mask, (0, 1)), torch.cat(logits), {i: torch.cat(h) for i, h in cap.hidden.items()}
+                        ids,
+                        torch.nn.functional.pad(mask, (0, 1)),
+                        torch.cat(logits),
+                        {i: torch.cat(h) for i, h in cap.hidden.items()},
                     )  # loss mask (N, L): position p's next token is a completion token
                 ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
 
@@ -152,19 +170,26 @@ class GRPOTrainer:
             m.update(paired_metrics(m, paired.counters, paired_first))
         if self.spec.rollout.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
-        m.update({
-            M.TOKENS_PER_S: n_tok / max(m[M.GEN_S], 1e-9),
-            M.NUM_TOKENS: float(n_tok),
-            M.REWARD_MEAN: rewards.mean().item(),
-            **scores.metrics(),
-            M.REWARD_STD: rewards.std().item() if rewards.numel() > 1 else 0.0,
-            "frac_reward_zero_std": frac_zero_std(rewards, G),
-            **completion_metrics(self.completion_lengths, out.finish_reasons),
-            **stats,
-            **draft_stats,
-        })
+        m.update(
+            {
+                M.TOKENS_PER_S: n_tok / max(m[M.GEN_S], 1e-9),
+                M.NUM_TOKENS: float(n_tok),
+                M.REWARD_MEAN: rewards.mean().item(),
+                **scores.metrics(),
+                M.REWARD_STD: rewards.std().item() if rewards.numel() > 1 else 0.0,
+                "frac_reward_zero_std": frac_zero_std(rewards, G),
+                **completion_metrics(self.completion_lengths, out.finish_reasons),
+                **stats,
+                **draft_stats,
+            }
+        )
         samples = [
-            {"prompt": rows[i // G]["prompt"], "completion": texts[i], "answer": answers[i], "reward": rewards[i].item()}
+            {
+                "prompt": rows[i // G]["prompt"],
+                "completion": texts[i],
+                "answer": answers[i],
+                "reward": rewards[i].item(),
+            }
             for i in range(min(g.num_samples_logged, len(texts)))
         ]
         return m, samples
@@ -199,9 +224,12 @@ class GRPOTrainer:
                 out = self.backend.generate(prompts, self.sampling, self.generator, group_ids)
             else:
                 (out, paired), (_, ar_s) = generate_interleaved(
-                    [self.backend.generate_steps(prompts, self.sampling, self.generator, group_ids),
-                     self.paired.generate_steps(prompts, self.sampling, self.paired_generator, group_ids)],
-                    self.timer.now, first=1 if paired_first else 0,
+                    [
+                        self.backend.generate_steps(prompts, self.sampling, self.generator, group_ids),
+                        self.paired.generate_steps(prompts, self.sampling, self.paired_generator, group_ids),
+                    ],
+                    self.timer.now,
+                    first=1 if paired_first else 0,
                 )
         if paired is not None:
             self.timer.move("gen", "gen_autoregressive", ar_s)
@@ -229,8 +257,13 @@ class GRPOTrainer:
         """
         s = self.spec.grpo.async_.staleness
         if self.worker is None:
-            self.worker = RolloutWorker(self.spec, self.target_path, self.drafter_init_path, self.device,
-                                        threads=max(1, torch.get_num_threads() // 2))
+            self.worker = RolloutWorker(
+                self.spec,
+                self.target_path,
+                self.drafter_init_path,
+                self.device,
+                threads=max(1, torch.get_num_threads() // 2),
+            )
         with stage("data"):
             new = [t for t in range(step, step + s + 1) if t not in self._requested]
             for t in new:  # drawn in step order: the same prompts as a synchronous run
@@ -250,8 +283,10 @@ class GRPOTrainer:
         """Adaptive speculation: ``policy`` (a :class:`workbench.rollout.kpolicy.KPolicy`) chooses each
         step's k_t, here and in the asynchronous rollout worker's engine (which builds its own)."""
         if self.is_async:
-            raise ValueError("drafter.adaptive with grpo.async.enabled: the rollout worker has no cost curves yet; "
-                             "set drafter.adaptive=false or grpo.async.enabled=false")
+            raise ValueError(
+                "drafter.adaptive with grpo.async.enabled: the rollout worker has no cost curves yet; "
+                "set drafter.adaptive=false or grpo.async.enabled=false"
+            )
         self.backend.k_policy = policy
 
     def close(self) -> None:
@@ -309,15 +344,26 @@ class GRPOTrainer:
         gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
         for i in range(0, ids.shape[0], g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
-            with contextlib.nullcontext() if has_signal else torch.no_grad():  # no signal: the forward for the metrics only
+            with (
+                contextlib.nullcontext() if has_signal else torch.no_grad()
+            ):  # no signal: the forward for the metrics only
                 full = self.forward(ids[sl]).logits  # (n, L, V)
                 logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
             old = logp.detach() if old_logp is None else old_logp[sl]
             # asynchronous GRPO: the rollouts' behaviour policy is older than pi_old (truncated IS)
             isw = truncated_is_weight(old, rollout_logp[sl], a.is_cap) if use_is else None
             loss, st = grpo_loss(
-                logp, old, adv[sl], mask[sl], g.clip_low, g.clip_high, g.loss_agg, beta=g.beta,
-                ref_logp=None if ref_logp is None else ref_logp[sl], max_len=self.sampling.max_new_tokens, is_weight=isw,
+                logp,
+                old,
+                adv[sl],
+                mask[sl],
+                g.clip_low,
+                g.clip_high,
+                g.loss_agg,
+                beta=g.beta,
+                ref_logp=None if ref_logp is None else ref_logp[sl],
+                max_len=self.sampling.max_new_tokens,
+                is_weight=isw,
                 kl_ratio_correction=g.use_bias_correction_kl,
             )
             if isw is not None:
@@ -337,16 +383,26 @@ class GRPOTrainer:
             w_tok = float(mask[sl].sum() / total_tok)  # clip_frac and kl are means over the batch's tokens, as TRL's
             acc["clip_frac"] += st["clip_frac"] * w_tok
             acc["kl"] += st["kl"] * w_tok
-            gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)  # (n, L-1) each
+            gap, trunc = logprob_gaps(
+                full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling
+            )  # (n, L-1) each
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()
         grad_norm, skipped = self._optimiser_step(has_signal)
         gap_sum, trunc_sum = float(gap_sum), float(trunc_sum)
         if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
             loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
-                [loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped]).tolist()
-        out = {M.LOSS_POLICY: loss_sum, "kl": acc["kl"], "clip_frac": acc["clip_frac"], "grad_norm": grad_norm,
-               M.STEP_SKIPPED: skipped, M.LOGPROB_ABS_DIFF: gap_sum / float(total_tok), M.LOGPROB_TRUNCATION_ABS_DIFF: trunc_sum / float(total_tok)}
+                [loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped]
+            ).tolist()
+        out = {
+            M.LOSS_POLICY: loss_sum,
+            "kl": acc["kl"],
+            "clip_frac": acc["clip_frac"],
+            "grad_norm": grad_norm,
+            M.STEP_SKIPPED: skipped,
+            M.LOGPROB_ABS_DIFF: gap_sum / float(total_tok),
+            M.LOGPROB_TRUNCATION_ABS_DIFF: trunc_sum / float(total_tok),
+        }
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
             out.update({M.IS_WEIGHT_MEAN: is_sum / float(total_tok), M.IS_CAPPED_FRAC: is_capped / float(total_tok)})
         return out
@@ -388,7 +444,9 @@ class GRPOTrainer:
         self._load_weights()
         prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
         answers = list(self.eval_data["answer"])
-        gen = torch.Generator(self.device).manual_seed(self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0))
+        gen = torch.Generator(self.device).manual_seed(
+            self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0)
+        )
         sp = self.sampling
         greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
         arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.spec.grpo.eval_sampled else [])

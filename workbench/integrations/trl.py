@@ -51,8 +51,9 @@ from workbench.vllm.build import admit
 __all__ = ["WorkbenchRolloutFunc", "workbench_rollout_func", "group_ids_of"]
 
 
-def workbench_rollout_func(spec: str | Path | ExperimentSpec = "quickstart", overrides: list[str] | None = None,
-                           progress: bool = False) -> "WorkbenchRolloutFunc":
+def workbench_rollout_func(
+    spec: str | Path | ExperimentSpec = "quickstart", overrides: list[str] | None = None, progress: bool = False
+) -> "WorkbenchRolloutFunc":
     """A TRL ``rollout_func`` from a workbench spec (a name under experiments/, a YAML path, or a
     loaded spec) and dotted overrides, e.g. ``["drafter.kind=ngram", "drafter.k=3"]``.
 
@@ -87,15 +88,23 @@ def sampling_from_trainer(trainer: Any) -> SamplingParams:
     """
     rp, min_p = getattr(trainer, "repetition_penalty", 1.0), getattr(trainer, "min_p", None)
     if rp not in (None, 1.0):
-        raise ValueError(f"GRPOConfig.repetition_penalty={rp}: the workbench engine samples without a repetition "
-                         "penalty; set repetition_penalty=1.0 or drop rollout_func")
+        raise ValueError(
+            f"GRPOConfig.repetition_penalty={rp}: the workbench engine samples without a repetition "
+            "penalty; set repetition_penalty=1.0 or drop rollout_func"
+        )
     if min_p:
-        raise ValueError(f"GRPOConfig.min_p={min_p}: the workbench engine has no min-p filter; set min_p=None "
-                         "or drop rollout_func")
+        raise ValueError(
+            f"GRPOConfig.min_p={min_p}: the workbench engine has no min-p filter; set min_p=None or drop rollout_func"
+        )
     eos = list(trainer.eos_token_ids)
-    return SamplingParams(temperature=float(trainer.temperature), top_p=float(trainer.top_p or 1.0),
-                          top_k=int(trainer.top_k or 0), max_new_tokens=int(trainer.max_completion_length),
-                          eos_token_id=eos[0] if eos else None, stop_token_ids=tuple(eos[1:]))
+    return SamplingParams(
+        temperature=float(trainer.temperature),
+        top_p=float(trainer.top_p or 1.0),
+        top_k=int(trainer.top_k or 0),
+        max_new_tokens=int(trainer.max_completion_length),
+        eos_token_id=eos[0] if eos else None,
+        stop_token_ids=tuple(eos[1:]),
+    )
 
 
 def render_prompts(prompts: list, trainer: Any) -> list[list[int]]:
@@ -103,9 +112,14 @@ def render_prompts(prompts: list, trainer: Any) -> list[list[int]]:
     template with the generation prompt (and the trainer's ``chat_template_kwargs``), text as is."""
     tok = trainer.processing_class
     if prompts and isinstance(prompts[0], list):  # conversational: a list of {"role", "content"}
-        out = tok.apply_chat_template(conversation=prompts, chat_template=getattr(trainer, "chat_template", None),
-                                      add_generation_prompt=True, tokenize=True, return_dict=True,
-                                      **(getattr(trainer, "chat_template_kwargs", None) or {}))
+        out = tok.apply_chat_template(
+            conversation=prompts,
+            chat_template=getattr(trainer, "chat_template", None),
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            **(getattr(trainer, "chat_template_kwargs", None) or {}),
+        )
         return [list(ids) for ids in out["input_ids"]]
     return [list(ids) for ids in tok(text=list(prompts))["input_ids"]]
 
@@ -122,8 +136,10 @@ class WorkbenchRolloutFunc:
 
     def __init__(self, spec: ExperimentSpec, progress: bool = False):
         if spec.drafter.online.enabled and spec.drafter.kind != "none":
-            raise ValueError("drafter.online.enabled: the TRL adapter does not adapt the drafter online (TRL owns the "
-                             "training loop); set drafter.online.enabled=false, or run `wb run` for online adaptation")
+            raise ValueError(
+                "drafter.online.enabled: the TRL adapter does not adapt the drafter online (TRL owns the "
+                "training loop); set drafter.online.enabled=false, or run `wb run` for online adaptation"
+            )
         self.spec, self.progress = spec, progress
         self.backend: RolloutBackend | None = None
         self.drafter: DrafterParts | None = None
@@ -134,9 +150,14 @@ class WorkbenchRolloutFunc:
         """The spec as this run is: TRL's model (its folder and dtype) and TRL's sampling, so the vLLM
         guard judges the rollouts actually drawn (a verdict holds for its target, dtype and sampling)."""
         p = next(model.parameters())
-        rollout = self.spec.rollout.model_copy(update={
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            "max_new_tokens": sampling.max_new_tokens})
+        rollout = self.spec.rollout.model_copy(
+            update={
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "top_k": sampling.top_k,
+                "max_new_tokens": sampling.max_new_tokens,
+            }
+        )
         m = self.spec.model.model_copy(update={"target": str(path), "dtype": str(p.dtype).removeprefix("torch.")})
         return self.spec.model_copy(update={"rollout": rollout, "model": m})
 
@@ -172,7 +193,10 @@ class WorkbenchRolloutFunc:
         t0 = time.perf_counter()
         if self.backend is None:
             self._build(trainer, sampling)
-        elif self.spec.rollout.backend == "vllm" and (sampling.temperature, sampling.top_p, sampling.top_k) != self._admitted:
+        elif (
+            self.spec.rollout.backend == "vllm"
+            and (sampling.temperature, sampling.top_p, sampling.top_k) != self._admitted
+        ):
             model = trainer.accelerator.unwrap_model(trainer.model)  # TRL's sampling changed: the guard again
             admit(self._run_spec(model, Path(getattr(model.config, "_name_or_path", "") or "."), sampling))
             self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)

@@ -13,12 +13,12 @@ Modules, bottom up:
   ship        refresh the shipped folders (`python -m workbench.models.ship`)
 """
 
+from workbench.cache import cache_dir
 from workbench.models.checkpoint import build_info, check_same_tokenizer, load_model, quiet_hf
 from workbench.models.layout import is_built, list_presets, preset_dir
 from workbench.models.presets import PRESETS, ModelPreset, Recipe, count_params, get_preset
 from workbench.models.resolve import resolve_model, shared_tokenizer, tokenizer_dir
 from workbench.models.tokenizer import build_tokenizer, decode_completion, encode_example, encode_prompt, encode_text
-from workbench.cache import cache_dir
 
 __all__ = [
     "PRESETS",

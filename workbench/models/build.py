@@ -33,8 +33,9 @@ def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build_preset(preset: ModelPreset, final: Path, tokenizer_src: Path, teacher_dir: Path | None = None,
-                 progress: bool = True) -> Path:
+def build_preset(
+    preset: ModelPreset, final: Path, tokenizer_src: Path, teacher_dir: Path | None = None, progress: bool = True
+) -> Path:
     """Train ``preset`` into ``final`` (atomically) with its tokenizer and build_info.json; returns ``final``.
 
     tokenizer_src: the folder whose tokenizer files are copied (the shared tokenizer for a target,
@@ -44,7 +45,9 @@ def build_preset(preset: ModelPreset, final: Path, tokenizer_src: Path, teacher_
     if preset.role == "draft" and teacher_dir is None:
         raise ValueError(f"preset {preset.name}: a draft needs its built target ({preset.distill_from}) as teacher_dir")
     if preset.recipe.grow_from and teacher_dir is None:
-        raise ValueError(f"preset {preset.name}: a grown target needs its built source ({preset.recipe.grow_from}) as teacher_dir")
+        raise ValueError(
+            f"preset {preset.name}: a grown target needs its built source ({preset.recipe.grow_from}) as teacher_dir"
+        )
     t0 = time.time()
     tok = load_tokenizer(tokenizer_src)
     if preset.role == "draft":

@@ -48,8 +48,9 @@ class PromptFormat:
     system_prompt: str | None = None
 
     @classmethod
-    def resolve(cls, tokenizer: PreTrainedTokenizerBase, mode: str | bool = "auto",
-                system_prompt: str | None = None) -> "PromptFormat":
+    def resolve(
+        cls, tokenizer: PreTrainedTokenizerBase, mode: str | bool = "auto", system_prompt: str | None = None
+    ) -> "PromptFormat":
         """``mode``: "auto" (chat iff the tokenizer has a chat template), True or False (task.chat_template).
 
         Raises ValueError naming task.chat_template if chat is asked for and the tokenizer has no
@@ -59,8 +60,10 @@ class PromptFormat:
             raise ValueError(f"task.chat_template: {mode!r}; allowed values: auto, true, false")
         has = bool(getattr(tokenizer, "chat_template", None))
         if mode is True and not has:
-            raise ValueError("task.chat_template: true, but the model's tokenizer has no chat template "
-                             "(tokenizer_config.json / chat_template.jinja); set task.chat_template=false or auto")
+            raise ValueError(
+                "task.chat_template: true, but the model's tokenizer has no chat template "
+                "(tokenizer_config.json / chat_template.jinja); set task.chat_template=false or auto"
+            )
         return cls(tokenizer, has if mode == "auto" else bool(mode), system_prompt)
 
     def messages(self, prompt: str) -> list[dict[str, str]]:

@@ -1,8 +1,8 @@
 """Hugging Face checkpoint folders: load a model and its tokenizer, compare tokenizers, read build info.
 
-    model, tok = load_model(path)       # LlamaForCausalLM (eval mode) + its tokenizer (left padding)
-    with quiet_hf():                    # no transformers progress bars while loading/saving
-        model.save_pretrained(folder)
+model, tok = load_model(path)       # LlamaForCausalLM (eval mode) + its tokenizer (left padding)
+with quiet_hf():                    # no transformers progress bars while loading/saving
+    model.save_pretrained(folder)
 """
 
 from __future__ import annotations
@@ -83,14 +83,18 @@ def check_same_tokenizer(tok_a: PreTrainedTokenizerFast, tok_b: PreTrainedTokeni
     if va != vb:
         only_a, only_b = len(va.keys() - vb.keys()), len(vb.keys() - va.keys())
         moved = sum(1 for k in va.keys() & vb.keys() if va[k] != vb[k])
-        diffs.append(f"vocab differs (sizes {len(va)} vs {len(vb)}, {only_a}/{only_b} tokens only in one, {moved} with other ids)")
+        diffs.append(
+            f"vocab differs (sizes {len(va)} vs {len(vb)}, {only_a}/{only_b} tokens only in one, {moved} with other ids)"
+        )
     for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
         a, b = getattr(tok_a, attr), getattr(tok_b, attr)
         if a != b:
             diffs.append(f"{attr} {a} vs {b}")
     if diffs:
-        raise ValueError(f"{what}: tokenizer does not match the target's: {'; '.join(diffs)}. "
-                         f"The draft checkpoint must use the target's tokenizer (same vocab and special token ids).")
+        raise ValueError(
+            f"{what}: tokenizer does not match the target's: {'; '.join(diffs)}. "
+            f"The draft checkpoint must use the target's tokenizer (same vocab and special token ids)."
+        )
 
 
 def build_info(path: Path) -> dict | None:

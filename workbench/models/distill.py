@@ -12,7 +12,7 @@ from workbench.models.config import make_config
 from workbench.models.evaluate import draft_agreement
 from workbench.models.losses import forward_kl
 from workbench.models.presets import ModelPreset
-from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
+from workbench.models.schedule import adamw, optimizer_step, warmup_cosine
 from workbench.progress import progress_bar
 
 SEED_OFFSET = 500_000  # draft batches differ from the target's pretraining batches of the same seed
@@ -41,7 +41,9 @@ def distill_draft(
     with progress_bar(progress) as bar:
         task = bar.add_task(f"build {preset.name}", total=r.steps, info="")
         for step in range(1, r.steps + 1):
-            ids, mask = collate(tok, train_items(r.seq_source, r.batch_size, seed=r.seed * 1_000_003 + SEED_OFFSET + step))
+            ids, mask = collate(
+                tok, train_items(r.seq_source, r.batch_size, seed=r.seed * 1_000_003 + SEED_OFFSET + step)
+            )
             with torch.no_grad():
                 t_logits = teacher(input_ids=ids[:, :-1]).logits
             loss = forward_kl(model(input_ids=ids[:, :-1]).logits, t_logits, mask)
@@ -51,8 +53,14 @@ def distill_draft(
     model.eval()
     ids, mask = collate(tok, eval_items(r.seq_source, r.eval_prompts))
     agree = draft_agreement(model, teacher, ids, mask)
-    info = dict(steps=r.steps, seconds=round(time.time() - t0, 1), final_kl=round(loss_ema, 4),
-                init_tensors_from_target=len(copied), eval_texts=r.eval_prompts, **agree)
+    info = dict(
+        steps=r.steps,
+        seconds=round(time.time() - t0, 1),
+        final_kl=round(loss_ema, 4),
+        init_tensors_from_target=len(copied),
+        eval_texts=r.eval_prompts,
+        **agree,
+    )
     return model, info
 
 

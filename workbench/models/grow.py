@@ -53,17 +53,36 @@ def growth_factors(src_cfg, dst_cfg) -> tuple[int, int, int]:
     if r or m < 1:
         problems.append(f"hidden_size {dst_cfg.hidden_size} is not a multiple of {src_cfg.hidden_size}")
     if ri or mi < 1:
-        problems.append(f"intermediate_size {dst_cfg.intermediate_size} is not a multiple of {src_cfg.intermediate_size}")
+        problems.append(
+            f"intermediate_size {dst_cfg.intermediate_size} is not a multiple of {src_cfg.intermediate_size}"
+        )
     if rd or d < 1:
-        problems.append(f"num_hidden_layers {dst_cfg.num_hidden_layers} is not a multiple of {src_cfg.num_hidden_layers}")
-    if dst_cfg.num_attention_heads != m * src_cfg.num_attention_heads or dst_cfg.num_key_value_heads != m * src_cfg.num_key_value_heads:
-        problems.append(f"heads {dst_cfg.num_attention_heads}/{dst_cfg.num_key_value_heads} are not {m} x the source's "
-                        f"{src_cfg.num_attention_heads}/{src_cfg.num_key_value_heads}")
+        problems.append(
+            f"num_hidden_layers {dst_cfg.num_hidden_layers} is not a multiple of {src_cfg.num_hidden_layers}"
+        )
+    if (
+        dst_cfg.num_attention_heads != m * src_cfg.num_attention_heads
+        or dst_cfg.num_key_value_heads != m * src_cfg.num_key_value_heads
+    ):
+        problems.append(
+            f"heads {dst_cfg.num_attention_heads}/{dst_cfg.num_key_value_heads} are not {m} x the source's "
+            f"{src_cfg.num_attention_heads}/{src_cfg.num_key_value_heads}"
+        )
     if _head_dim(dst_cfg) != _head_dim(src_cfg):
         problems.append(f"head_dim {_head_dim(dst_cfg)} differs from the source's {_head_dim(src_cfg)}")
-    for f in ("vocab_size", "tie_word_embeddings", "rope_theta", "rms_norm_eps", "hidden_act", "attention_bias", "mlp_bias"):
+    for f in (
+        "vocab_size",
+        "tie_word_embeddings",
+        "rope_theta",
+        "rms_norm_eps",
+        "hidden_act",
+        "attention_bias",
+        "mlp_bias",
+    ):
         if getattr(dst_cfg, f, None) != getattr(src_cfg, f, None):
-            problems.append(f"{f} {getattr(dst_cfg, f, None)!r} differs from the source's {getattr(src_cfg, f, None)!r}")
+            problems.append(
+                f"{f} {getattr(dst_cfg, f, None)!r} differs from the source's {getattr(src_cfg, f, None)!r}"
+            )
     if problems:
         raise ValueError("cannot grow: " + "; ".join(problems))
     return m, mi, d
@@ -138,7 +157,9 @@ def grow_into(dst: nn.Module, src: nn.Module, jitter: float = 0.0, seed: int = 0
             new[pre + "mlp.down_proj.weight"].zero_()
             identity.append(l)
     missing, unexpected = dst.load_state_dict(new, strict=False)
-    missing = [k for k in missing if not (dst.config.tie_word_embeddings and k == "lm_head.weight") and "rotary" not in k]
+    missing = [
+        k for k in missing if not (dst.config.tie_word_embeddings and k == "lm_head.weight") and "rotary" not in k
+    ]
     if missing or unexpected:
         raise ValueError(f"cannot grow: weights missing {missing[:4]}, unexpected {unexpected[:4]}")
     return {"width_factor": m, "intermediate_factor": mi, "depth_factor": d, "identity_blocks": identity}

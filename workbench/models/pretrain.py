@@ -14,15 +14,16 @@ from workbench.models.evaluate import draft_agreement, sampled_accuracy
 from workbench.models.grow import grow_into
 from workbench.models.losses import completion_ce
 from workbench.models.presets import ModelPreset
-from workbench.models.schedule import adamw, warmup_cosine, optimizer_step
+from workbench.models.schedule import adamw, optimizer_step, warmup_cosine
 from workbench.progress import progress_bar
 
 EVAL_TEMPERATURE = 1.0  # the RL sampling temperature: the accuracy GRPO starts from
 GROWTH_CHECK_TEXTS = 16  # grown targets: held-out texts of the growth check and the source agreement (2 forwards each)
 
 
-def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bool = False,
-                 source: LlamaForCausalLM | None = None) -> tuple[LlamaForCausalLM, dict]:
+def train_target(
+    preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bool = False, source: LlamaForCausalLM | None = None
+) -> tuple[LlamaForCausalLM, dict]:
     """Pretrain a target on gold prompt+solution text; stop at the accuracy target.
 
     From scratch, or (``r.grow_from``) from ``source``, the built grow_from target, grown
@@ -64,9 +65,13 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
             loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
             if r.eval_every and (step % r.eval_every == 0 or step == r.steps):
                 acc = sampled_accuracy(model, tok, evals, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed)
-                history.append({"step": step, "loss": round(loss_ema, 4), "accuracy": acc, "seconds": round(time.time() - t0, 1)})
+                history.append(
+                    {"step": step, "loss": round(loss_ema, 4), "accuracy": acc, "seconds": round(time.time() - t0, 1)}
+                )
                 model.train()
-            bar.update(task, completed=step, info=f"loss {loss_ema:.3f}" + (f"  eval acc {acc:.2f}" if acc is not None else ""))
+            bar.update(
+                task, completed=step, info=f"loss {loss_ema:.3f}" + (f"  eval acc {acc:.2f}" if acc is not None else "")
+            )
             if r.target_accuracy is not None and acc is not None and step >= r.min_steps and acc >= r.target_accuracy:
                 stop_reason = "target_accuracy"
                 break
@@ -75,7 +80,9 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
     if r.final_eval_prompts:  # a tighter estimate than the 64-prompt stop check (std ~ 0.06)
         # prompts other than the stop-check ones, which selected the stopping point (selection bias)
         final_items = eval_items(r.seq_source, r.eval_prompts + r.final_eval_prompts)[r.eval_prompts :]
-        final_acc = sampled_accuracy(model, tok, final_items, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed + 1)
+        final_acc = sampled_accuracy(
+            model, tok, final_items, r.seq_source, r.max_new_tokens, EVAL_TEMPERATURE, seed=r.seed + 1
+        )
     extra = {}
     if growth is not None:
         ids, mask = collate(tok, eval_items(r.seq_source, GROWTH_CHECK_TEXTS))
@@ -98,7 +105,9 @@ def train_target(preset: ModelPreset, tok: PreTrainedTokenizerFast, progress: bo
 
 
 @torch.no_grad()
-def _max_logit_diff(model: LlamaForCausalLM, source: LlamaForCausalLM, tok: PreTrainedTokenizerFast, task: str, n: int) -> float:
+def _max_logit_diff(
+    model: LlamaForCausalLM, source: LlamaForCausalLM, tok: PreTrainedTokenizerFast, task: str, n: int
+) -> float:
     """max |logit(model) - logit(source)| over n held-out gold texts (all positions): 0 up to float
     rounding for a function-preserving growth."""
     ids, _ = collate(tok, eval_items(task, n))

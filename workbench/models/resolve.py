@@ -19,8 +19,8 @@ from data import arith_chain, general
 from workbench.cache import atomic_dir
 from workbench.models import build
 from workbench.models.checkpoint import load_tokenizer
-from workbench.models.imported import PRETRAINED, imported_dir
 from workbench.models.hashes import TOKENIZER_CORPUS, TOKENIZER_VOCAB
+from workbench.models.imported import PRETRAINED, imported_dir
 from workbench.models.layout import cached_preset_dir, cached_tokenizer_dir, shipped_preset_dir, shipped_tokenizer_dir
 from workbench.models.presets import PRESETS, get_preset
 from workbench.models.tokenizer import build_tokenizer
@@ -62,16 +62,20 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
     if p.is_dir():
         if (p / "config.json").is_file():
             return p
-        raise ValueError(f"{what}: folder {name_or_path} has no config.json; give a Hugging Face checkpoint folder "
-                         f"(save_pretrained output) or a preset name: {', '.join(PRESETS)}")
+        raise ValueError(
+            f"{what}: folder {name_or_path} has no config.json; give a Hugging Face checkpoint folder "
+            f"(save_pretrained output) or a preset name: {', '.join(PRESETS)}"
+        )
     if name_or_path in PRETRAINED:  # a real chat model from an installed package, converted on first use
         try:
             return imported_dir(name_or_path, progress=progress, force=force)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
     if name_or_path not in PRESETS:
-        raise ValueError(f"{what}: {name_or_path!r} is neither a folder with config.json nor a preset; "
-                         f"presets: {', '.join([*PRESETS, *PRETRAINED])}")
+        raise ValueError(
+            f"{what}: {name_or_path!r} is neither a folder with config.json nor a preset; "
+            f"presets: {', '.join([*PRESETS, *PRETRAINED])}"
+        )
     if not force:
         shipped = shipped_preset_dir(name_or_path)
         if shipped is not None:

@@ -32,8 +32,9 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
 
 
-def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LambdaLR, loss: torch.Tensor,
-                   max_grad_norm: float = 1.0) -> None:
+def optimizer_step(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LambdaLR, loss: torch.Tensor, max_grad_norm: float = 1.0
+) -> None:
     """One step of a build recipe: backward of ``loss``, gradient-norm clipping at ``max_grad_norm``,
     the optimiser step, then the schedule's step (the learning rate of the next step)."""
     opt.zero_grad(set_to_none=True)

@@ -23,9 +23,18 @@ import torch
 ARCHS = ("llama", "llama3", "qwen2", "qwen3", "mistral")
 
 
-def shape_config(arch: str, vocab_size: int, layers: int = 2, hidden: int = 128, heads: int = 4, kv_heads: int = 2,
-                 intermediate: int | None = None, head_dim: int | None = None, max_positions: int = 512,
-                 special: dict[str, int] | None = None) -> Any:
+def shape_config(
+    arch: str,
+    vocab_size: int,
+    layers: int = 2,
+    hidden: int = 128,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int | None = None,
+    head_dim: int | None = None,
+    max_positions: int = 512,
+    special: dict[str, int] | None = None,
+) -> Any:
     """The transformers config of a random ``arch`` model (see the module docstring for what each sets).
 
     Raises:
@@ -37,14 +46,27 @@ def shape_config(arch: str, vocab_size: int, layers: int = 2, hidden: int = 128,
         raise ValueError(f"ARCH: unknown architecture {arch!r}; allowed values: {', '.join(ARCHS)}")
     if heads % kv_heads:
         raise ValueError(f"--heads {heads} must be a multiple of --kv-heads {kv_heads}")
-    common = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                  num_key_value_heads=kv_heads, intermediate_size=intermediate or 2 * hidden,
-                  max_position_embeddings=max_positions, rms_norm_eps=1e-6, **(special or {}))
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate or 2 * hidden,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-6,
+        **(special or {}),
+    )
     if arch == "llama":
         return LlamaConfig(**common, tie_word_embeddings=True)
     if arch == "llama3":
-        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": max(8, max_positions // 8)}
+        rope = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": max(8, max_positions // 8),
+        }
         return LlamaConfig(**common, rope_theta=500000.0, rope_scaling=rope, tie_word_embeddings=False)
     if arch == "qwen2":
         return Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=True)
@@ -54,8 +76,15 @@ def shape_config(arch: str, vocab_size: int, layers: int = 2, hidden: int = 128,
     return MistralConfig(**common, sliding_window=max_positions, tie_word_embeddings=False)
 
 
-def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "float32", tokenizer=None,
-                      min_vocab: int | None = None, **shape: Any) -> Path:
+def random_checkpoint(
+    arch: str,
+    out: str | Path,
+    seed: int = 0,
+    dtype: str = "float32",
+    tokenizer=None,
+    min_vocab: int | None = None,
+    **shape: Any,
+) -> Path:
     """Write a random ``arch`` model and the tokenizer to ``out`` (``save_pretrained``); return the folder.
 
     ``shape``: :func:`shape_config`'s keyword arguments (layers, hidden, heads, kv_heads, ...).
@@ -81,7 +110,9 @@ def random_checkpoint(arch: str, out: str | Path, seed: int = 0, dtype: str = "f
     # Read the tokenizer back as every loader will (transformers picks the class by model type, and
     # e.g. Qwen2's adds <|endoftext|>), so the model's vocabulary covers what the folder's tokenizer makes.
     tok = AutoTokenizer.from_pretrained(out)
-    special = {k: getattr(tok, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if getattr(tok, k) is not None}
+    special = {
+        k: getattr(tok, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id") if getattr(tok, k) is not None
+    }
     if min_vocab is not None and min_vocab < len(tok):
         for f in out.iterdir():  # nothing half-written stays behind
             f.unlink()

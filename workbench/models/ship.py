@@ -34,7 +34,14 @@ from workbench.models.layout import (
 from workbench.models.presets import get_preset
 from workbench.models.resolve import resolve_model, tokenizer_dir
 
-SHIPPED = ("micro", "micro-draft", "tiny", "tiny-draft", "tiny-long", "tiny-long-draft")  # tests, the quickstart, the long tail; small/* are GPU-sized
+SHIPPED = (
+    "micro",
+    "micro-draft",
+    "tiny",
+    "tiny-draft",
+    "tiny-long",
+    "tiny-long-draft",
+)  # tests, the quickstart, the long tail; small/* are GPU-sized
 COMMAND = "python -m workbench.models.ship"
 
 

@@ -31,11 +31,16 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTo
     Raises ValueError if vocab_size cannot hold the 256 byte symbols plus special tokens.
     """
     if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens), got {vocab_size}"
+        )
     tok = Tokenizer(models.BPE(unk_token=None))
     # Digits first so "123" -> "1","2","3"; ByteLevel then maps bytes and splits words/spaces.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

@@ -45,10 +45,20 @@ from workbench.perf.analytic import (
 from workbench.perf.calibrate import Calibration, alpha_from_inputs, fit_c, fit_knee, predict_speedup
 from workbench.perf.modeled import ModeledSpeedup, build_modeled, modeled_metrics
 from workbench.perf.seeds import SEEDS, STEP_SPEEDUP_TOLERANCE, PublishedSeed, SeedCheck, check_seed, seeds_check
-from workbench.perf.steps import batch_predicted_speedup, batch_steps, emit_pmf, fit_affine, simulate_steps, tokens_per_step
+from workbench.perf.steps import (
+    batch_predicted_speedup,
+    batch_steps,
+    emit_pmf,
+    fit_affine,
+    simulate_steps,
+    tokens_per_step,
+)
 from workbench.perf.sweep_runs import SweepRun, spec_from_params, stages_from_mlflow
 
-_LAZY = {name: "workbench.perf.cost_curve" for name in ("DrafterCost", "drafter_cost", "forward_curve", "measure_forward_curve")}
+_LAZY = {
+    name: "workbench.perf.cost_curve"
+    for name in ("DrafterCost", "drafter_cost", "forward_curve", "measure_forward_curve")
+}
 
 
 def __getattr__(name: str):
@@ -58,12 +68,42 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "CostModel", "Projection", "alpha_from_acceptance_length", "alpha_from_per_position", "fit_alpha", "async_overlap", "async_step_time", "best_k",
-    "expected_tokens", "gen_speedup", "load_cost_curve", "project", "roofline_time", "step_speedup",
-    "Calibration", "alpha_from_inputs", "fit_c", "fit_knee", "predict_speedup",
-    "ModeledSpeedup", "build_modeled", "modeled_metrics",
-    "SEEDS", "STEP_SPEEDUP_TOLERANCE", "PublishedSeed", "SeedCheck", "check_seed", "seeds_check",
-    "batch_predicted_speedup", "batch_steps", "emit_pmf", "fit_affine", "simulate_steps", "tokens_per_step",
-    "SweepRun", "spec_from_params", "stages_from_mlflow",
+    "CostModel",
+    "Projection",
+    "alpha_from_acceptance_length",
+    "alpha_from_per_position",
+    "fit_alpha",
+    "async_overlap",
+    "async_step_time",
+    "best_k",
+    "expected_tokens",
+    "gen_speedup",
+    "load_cost_curve",
+    "project",
+    "roofline_time",
+    "step_speedup",
+    "Calibration",
+    "alpha_from_inputs",
+    "fit_c",
+    "fit_knee",
+    "predict_speedup",
+    "ModeledSpeedup",
+    "build_modeled",
+    "modeled_metrics",
+    "SEEDS",
+    "STEP_SPEEDUP_TOLERANCE",
+    "PublishedSeed",
+    "SeedCheck",
+    "check_seed",
+    "seeds_check",
+    "batch_predicted_speedup",
+    "batch_steps",
+    "emit_pmf",
+    "fit_affine",
+    "simulate_steps",
+    "tokens_per_step",
+    "SweepRun",
+    "spec_from_params",
+    "stages_from_mlflow",
     *_LAZY,
 ]

@@ -155,7 +155,9 @@ def step_speedup(step: float, gen: float, s_gen: float) -> float:
     return step / (step - gen + gen / s_gen)
 
 
-def async_step_time(gen: float, train_side: float, staleness: int, cv: float = 0.0, steps: int = 4000, seed: int = 0) -> float:
+def async_step_time(
+    gen: float, train_side: float, staleness: int, cv: float = 0.0, steps: int = 4000, seed: int = 0
+) -> float:
     """Mean step time of the two-stage pipeline (generator, trainer) with bounded staleness.
 
     staleness 0 = synchronous (gen + train_side). For s ≥ 1, with G_t / R_t the finish times of
@@ -181,13 +183,20 @@ def async_step_time(gen: float, train_side: float, staleness: int, cv: float = 0
     return float(R[-1] / steps)
 
 
-def async_overlap(gen: float, train_side: float, spec_gens: dict[str, float], staleness: int,
-                  cv: float = 0.0) -> list[tuple[int, float, dict[str, float]]]:
+def async_overlap(
+    gen: float, train_side: float, spec_gens: dict[str, float], staleness: int, cv: float = 0.0
+) -> list[tuple[int, float, dict[str, float]]]:
     """Mean step seconds of the asynchronous pipeline per staleness s = 0 (synchronous) .. ``staleness``:
     (s, autoregressive with ``gen`` seconds of generation, {name: with that name's gen seconds}),
     the train side ``train_side`` seconds throughout (:func:`async_step_time`)."""
-    return [(s, async_step_time(gen, train_side, s, cv), {d: async_step_time(g, train_side, s, cv) for d, g in spec_gens.items()})
-            for s in range(staleness + 1)]
+    return [
+        (
+            s,
+            async_step_time(gen, train_side, s, cv),
+            {d: async_step_time(g, train_side, s, cv) for d, g in spec_gens.items()},
+        )
+        for s in range(staleness + 1)
+    ]
 
 
 @dataclass
@@ -206,8 +215,14 @@ class Projection:
     step_speedup: float
 
 
-def project(stages: dict[str, float], alphas: dict[str, float], cs: dict[str, float], ks: list[int],
-            cost: CostModel | None = None, batch: int = 256) -> list[Projection]:
+def project(
+    stages: dict[str, float],
+    alphas: dict[str, float],
+    cs: dict[str, float],
+    ks: list[int],
+    cost: CostModel | None = None,
+    batch: int = 256,
+) -> list[Projection]:
     """Projected gen and synchronous step speedups per drafter × k from mean stage times (seconds).
 
     stages: ``gen`` plus any other stages; their sum is the step (pass ``other`` for time not
@@ -221,7 +236,20 @@ def project(stages: dict[str, float], alphas: dict[str, float], cs: dict[str, fl
         for k in ks:
             vr = cost.verify_ratio(k, batch)
             s = gen_speedup(a, k, cs[d], vr)
-            out.append(Projection(d, k, a, cs[d], expected_tokens(a, k), vr, s, gen / s, step - gen + gen / s, step_speedup(step, gen, s)))
+            out.append(
+                Projection(
+                    d,
+                    k,
+                    a,
+                    cs[d],
+                    expected_tokens(a, k),
+                    vr,
+                    s,
+                    gen / s,
+                    step - gen + gen / s,
+                    step_speedup(step, gen, s),
+                )
+            )
     return out
 
 

@@ -57,8 +57,10 @@ def fit_c(speedup: float, k: int, tokens: float, verify: float = 1.0) -> float:
     """
     c = (tokens / speedup - verify) / k
     if c < -1e-12:
-        raise ValueError(f"gen speedup {speedup:.3f} at k={k} is above E[N] / verify = {tokens / verify:.3f}, the most the model "
-                         "allows with a free drafter (c = 0): check the acceptance length, or give a larger --knee")
+        raise ValueError(
+            f"gen speedup {speedup:.3f} at k={k} is above E[N] / verify = {tokens / verify:.3f}, the most the model "
+            "allows with a free drafter (c = 0): check the acceptance length, or give a larger --knee"
+        )
     return max(c, 0.0)
 
 
@@ -70,11 +72,15 @@ def fit_knee(speedup: float, k: int, tokens: float, c: float, batch: int) -> flo
     """
     need = tokens / speedup - k * c
     if need < 1.0 - 1e-9:
-        raise ValueError(f"gen speedup {speedup:.3f} at k={k} needs a verification cheaper than one decode step ({need:.3f}) with "
-                         f"c={c:g}: lower --c, or fit c instead (--unknown c)")
+        raise ValueError(
+            f"gen speedup {speedup:.3f} at k={k} needs a verification cheaper than one decode step ({need:.3f}) with "
+            f"c={c:g}: lower --c, or fit c instead (--unknown c)"
+        )
     if need > k + 1 + 1e-9:
-        raise ValueError(f"gen speedup {speedup:.3f} at k={k} needs a verification of {need:.3f} decode steps, more than k+1 = {k + 1} "
-                         f"(fully compute-bound) with c={c:g}: the drafter costs more; raise --c, or fit c (--unknown c)")
+        raise ValueError(
+            f"gen speedup {speedup:.3f} at k={k} needs a verification of {need:.3f} decode steps, more than k+1 = {k + 1} "
+            f"(fully compute-bound) with c={c:g}: the drafter costs more; raise --c, or fit c (--unknown c)"
+        )
     return math.inf if need <= 1.0 + 1e-9 else batch * (k + 1) / min(need, k + 1.0)
 
 
@@ -94,8 +100,16 @@ class Calibration:
         return max(self.predictions, key=lambda k: self.predictions[k])
 
 
-def calibrate(k: int, speedup: float, alpha: float, unknown: str = "c", c: float | None = None, knee: float | None = None,
-              batch: int = 256, ks=range(1, 8)) -> Calibration:
+def calibrate(
+    k: int,
+    speedup: float,
+    alpha: float,
+    unknown: str = "c",
+    c: float | None = None,
+    knee: float | None = None,
+    batch: int = 256,
+    ks=range(1, 8),
+) -> Calibration:
     """Fit ``unknown`` ("c": needs ``knee`` or none = memory-bound; "knee": needs ``c``) to the measured
     ``speedup`` at ``k`` with acceptance ``alpha``, and predict S for ``ks`` (the measured k included)."""
     if k < 1 or speedup <= 0:
@@ -114,15 +128,23 @@ def calibrate(k: int, speedup: float, alpha: float, unknown: str = "c", c: float
     return Calibration(k, speedup, alpha, unknown, c, knee, batch, preds)
 
 
-def alpha_from_inputs(k: int, acceptance_length: float | None, per_pos: list[float] | None, alpha: float | None) -> tuple[float, str]:
+def alpha_from_inputs(
+    k: int, acceptance_length: float | None, per_pos: list[float] | None, alpha: float | None
+) -> tuple[float, str]:
     """(α, how) from exactly one of the acceptance length at k, per-position rates, or α itself."""
     given = [x is not None for x in (acceptance_length, per_pos, alpha)]
     if sum(given) != 1:
-        raise ValueError("give exactly one of --acceptance-length L, --per-pos 'r0,r1,..' or --alpha A (the measured acceptance)")
+        raise ValueError(
+            "give exactly one of --acceptance-length L, --per-pos 'r0,r1,..' or --alpha A (the measured acceptance)"
+        )
     if acceptance_length is not None:
         if not 1.0 <= acceptance_length <= k + 1:
             raise ValueError(f"--acceptance-length {acceptance_length} is outside [1, k+1] = [1, {k + 1}]")
-        return alpha_from_acceptance_length(acceptance_length, k), f"from acceptance length {acceptance_length:g} at k={k}"
+        return alpha_from_acceptance_length(
+            acceptance_length, k
+        ), f"from acceptance length {acceptance_length:g} at k={k}"
     if per_pos is not None:
-        return alpha_from_per_position(per_pos), f"fitted to per-position rates r_i ≈ α^(i+1) ({', '.join(f'{r:g}' for r in per_pos)})"
+        return alpha_from_per_position(
+            per_pos
+        ), f"fitted to per-position rates r_i ≈ α^(i+1) ({', '.join(f'{r:g}' for r in per_pos)})"
     return float(alpha), "given"

@@ -53,9 +53,18 @@ def curve_key(lm, extra: dict) -> tuple[str, dict]:
     """(12 hex chars, the fields hashed) for ``lm`` (a :class:`LeanLM`) on this machine; ``extra``
     holds the measurement's own parameters (shape grid, context, drafter config)."""
     w = lm.lm_head.weight
-    fields = {"version": CURVE_VERSION, "config": dataclasses.asdict(lm.cfg), "dtype": str(w.dtype), "device": w.device.type,
-              "torch": torch.__version__, "machine": device_name(w.device), "threads": torch.get_num_threads(),
-              "compiled": "_compiled" in lm.__dict__, **({"prepacked": 2} if is_packed(w) else {}), **extra}
+    fields = {
+        "version": CURVE_VERSION,
+        "config": dataclasses.asdict(lm.cfg),
+        "dtype": str(w.dtype),
+        "device": w.device.type,
+        "torch": torch.__version__,
+        "machine": device_name(w.device),
+        "threads": torch.get_num_threads(),
+        "compiled": "_compiled" in lm.__dict__,
+        **({"prepacked": 2} if is_packed(w) else {}),
+        **extra,
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12], fields
 
 
@@ -82,7 +91,11 @@ def _when(t0: float) -> dict:
     """Provenance of a measurement: seconds it took, date, load average (a loaded machine measures
     slow forwards: delete the file to measure again)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"measured_s": round(time.perf_counter() - t0, 3), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_1m": load}
+    return {
+        "measured_s": round(time.perf_counter() - t0, 3),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_avg_1m": load,
+    }
 
 
 def token_grid(max_tokens: int) -> list[int]:
@@ -106,7 +119,9 @@ def shapes(rows_max: int, t_max: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, on_round=None, budget_s: float = 2.0) -> CostModel:
+def measure_forward_curve(
+    lm, rows_max: int, t_max: int, ctx: int, reps: int = 3, on_round=None, budget_s: float = 2.0
+) -> CostModel:
     """Seconds of one ``lm`` forward per tokens in flight (see the module doc).
 
     At most ``reps`` timed rounds, fewer once ``budget_s`` seconds are spent (at least one).
@@ -142,7 +157,9 @@ def measure_forward_curve(lm, rows_max: int, t_max: int, ctx: int, reps: int = 3
     return CostModel("curve", [float(T) for T, _ in pts], secs)
 
 
-def forward_curve(lm, rows_max: int, t_max: int, ctx: int, label: str, progress: bool = True, reps: int = 3) -> tuple[CostModel, bool]:
+def forward_curve(
+    lm, rows_max: int, t_max: int, ctx: int, label: str, progress: bool = True, reps: int = 3
+) -> tuple[CostModel, bool]:
     """The cached curve of ``lm`` (measured and written on a miss). Returns (curve, loaded from cache)."""
     ctx = max(1, min(ctx, lm.cfg.max_position_embeddings - t_max - 1))
     key, fields = curve_key(lm, {"what": "forward", "rows_max": rows_max, "t_max": t_max, "ctx": ctx, "reps": reps})
@@ -152,14 +169,25 @@ def forward_curve(lm, rows_max: int, t_max: int, ctx: int, label: str, progress:
     t0 = time.perf_counter()
     with progress_bar(progress) as bar:
         task = bar.add_task(f"cost curve {label}", total=reps + 1, info="")
-        curve = measure_forward_curve(lm, rows_max, t_max, ctx, reps, lambda i, info: bar.update(task, completed=i, info=info))
+        curve = measure_forward_curve(
+            lm, rows_max, t_max, ctx, reps, lambda i, info: bar.update(task, completed=i, info=info)
+        )
     _save(key, {"key": fields, "tokens": curve.tokens, "seconds": curve.seconds, **_when(t0)})
     return curve, False
 
 
 @torch.no_grad()
-def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], rows_max: int, sampling, reps: int = 3, on_round=None,
-                          budget_s: float = 3.0) -> tuple[float, float]:
+def measure_drafter_steps(
+    target,
+    drafter,
+    k: int,
+    prompts: list[list[int]],
+    rows_max: int,
+    sampling,
+    reps: int = 3,
+    on_round=None,
+    budget_s: float = 3.0,
+) -> tuple[float, float]:
     """(a, b): the drafter's propose + accept seconds per verification step ≈ a + b·n, timed inside
     engine generations of n = 1 and ``rows_max`` rows (EOS off, so n stays constant); the fastest
     of at most ``reps`` rounds, fewer once ``budget_s`` seconds are spent (at least one).
@@ -195,7 +223,9 @@ def measure_drafter_steps(target, drafter, k: int, prompts: list[list[int]], row
     return fit_affine(list(best), list(best.values()))
 
 
-def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True) -> tuple[DrafterCost, bool]:
+def drafter_cost(
+    spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True
+) -> tuple[DrafterCost, bool]:
     """The cached :class:`DrafterCost` of the spec's drafter (see the module doc). Returns (cost, from cache)."""
     from workbench.rollout.sampling import SamplingParams
 
@@ -203,9 +233,10 @@ def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int,
     if d.kind == "draft_model":
         curve, hit = forward_curve(drafter.model, rows_max, 2, ctx, f"draft model ({d.model})", progress)
         return DrafterCost(d.kind, k, "draft model forward curve: d(2n) + (k-1)·d(n)", curve=curve), hit
-    how = {"ngram": "measured host time of propose (suffix match)",
-           "suffix": "measured host time of propose + accept (suffix tries; not the per-batch build)"}.get(
-        d.kind, "measured head forwards (propose + accept)")
+    how = {
+        "ngram": "measured host time of propose (suffix match)",
+        "suffix": "measured host time of propose + accept (suffix tries; not the per-batch build)",
+    }.get(d.kind, "measured head forwards (propose + accept)")
     conf = d.model_dump(mode="json", exclude={"init", "online", "model"})
     key, fields = curve_key(target, {"what": "drafter", "drafter": conf, "rows_max": rows_max, "ctx": ctx})
     hit = _load(key)
@@ -217,6 +248,8 @@ def drafter_cost(spec, target, drafter, prompts: list[list[int]], rows_max: int,
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, m, None)
     with progress_bar(progress) as bar:
         task = bar.add_task(f"drafter cost {d.kind} k={k}", total=4, info="")
-        a, b = measure_drafter_steps(target, drafter, k, prompts, rows_max, sp, 3, lambda i, info: bar.update(task, completed=i, info=info))
+        a, b = measure_drafter_steps(
+            target, drafter, k, prompts, rows_max, sp, 3, lambda i, info: bar.update(task, completed=i, info=info)
+        )
     _save(key, {"key": fields, "a_s": a, "b_s": b, **_when(t0)})
     return DrafterCost(d.kind, k, how, a=a, b=b), False

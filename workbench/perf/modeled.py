@@ -57,21 +57,34 @@ def ar_rows_per_forward(lengths: Sequence[int], chunk: int, continuous: bool = F
     return out
 
 
-def modeled_ar_seconds(lengths: Sequence[int], chunk: int, cost: Callable[[float], float], continuous: bool = False) -> float:
+def modeled_ar_seconds(
+    lengths: Sequence[int], chunk: int, cost: Callable[[float], float], continuous: bool = False
+) -> float:
     """Σ cost(rows) over :func:`ar_rows_per_forward` (seconds)."""
     return float(sum(cost(n) for n in ar_rows_per_forward(lengths, chunk, continuous)))
 
 
-def modeled_spec_seconds(rows_per_forward: Sequence[int], k: int | Sequence[int], cost: Callable[[float], float],
-                         drafter: Callable[[float, int], float]) -> float:
+def modeled_spec_seconds(
+    rows_per_forward: Sequence[int],
+    k: int | Sequence[int],
+    cost: Callable[[float], float],
+    drafter: Callable[[float, int], float],
+) -> float:
     """Σ over verification forwards of cost(n·(k_t+1)) + drafter(n, k_t) (seconds); ``k``: one k for
     every forward, or each forward's k_t (adaptive speculation; k_t = 0: no drafter cost)."""
     ks = [k] * len(rows_per_forward) if isinstance(k, int) else list(k)
     return float(sum(cost(n * (kt + 1)) + (drafter(n, kt) if kt else 0.0) for n, kt in zip(rows_per_forward, ks)))
 
 
-def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: int | Sequence[int], chunk: int,
-                    cost: Callable[[float], float], drafter: Callable[[float, int], float], continuous: bool = False) -> dict[str, float]:
+def modeled_metrics(
+    lengths: Sequence[int],
+    rows_per_forward: Sequence[int],
+    k: int | Sequence[int],
+    chunk: int,
+    cost: Callable[[float], float],
+    drafter: Callable[[float, int], float],
+    continuous: bool = False,
+) -> dict[str, float]:
     """``speedup/gen_modeled``, ``gen/modeled_s`` and ``gen_autoregressive/modeled_s`` of one step."""
     ar = modeled_ar_seconds(lengths, chunk, cost, continuous)
     spec = modeled_spec_seconds(rows_per_forward, k, cost, drafter)
@@ -81,15 +94,24 @@ def modeled_metrics(lengths: Sequence[int], rows_per_forward: Sequence[int], k: 
 class ModeledSpeedup:
     """The trainer's side: cost curves fixed at construction, :meth:`metrics` per step."""
 
-    def __init__(self, target: CostModel, drafter, k: int, chunk: int, info: dict | None = None, continuous: bool = False):
+    def __init__(
+        self, target: CostModel, drafter, k: int, chunk: int, info: dict | None = None, continuous: bool = False
+    ):
         self.target, self.drafter, self.k, self.chunk, self.continuous = target, drafter, k, chunk, continuous
         self.info = info or {}
 
     def metrics(self, out) -> dict[str, float]:
         """From a :class:`workbench.rollout.engine.RolloutOutput` of the speculative arm."""
         c = out.counters
-        return modeled_metrics([len(t) for t in out.tokens], c.rows_per_forward, c.k_per_step or self.k, self.chunk,
-                               self.target.time, self.drafter.step_at, self.continuous)
+        return modeled_metrics(
+            [len(t) for t in out.tokens],
+            c.rows_per_forward,
+            c.k_per_step or self.k,
+            self.chunk,
+            self.target.time,
+            self.drafter.step_at,
+            self.continuous,
+        )
 
 
 def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: bool = True) -> ModeledSpeedup | None:

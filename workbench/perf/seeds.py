@@ -67,12 +67,22 @@ SEEDS = {
         "RL-Think",
         {"data": 0.3, "prepare": 2.1, "gen": 133.6, "logprob": 17.9, "train": 31.4},
         {"data": 0.2, "prepare": 1.6, "gen": 87.0, "logprob": 18.1, "train": 30.5},
-        (185.3, 137.4), 1.35, 0.005, 1.54, 0.005),
+        (185.3, 137.4),
+        1.35,
+        0.005,
+        1.54,
+        0.005,
+    ),
     "RL-Zero": PublishedSeed(
         "RL-Zero",
         {"data": 0.2, "prepare": 1.9, "gen": 100.0, "logprob": 17.8, "train": 31.3},
         {"data": 0.2, "prepare": 2.1, "gen": 56.6, "logprob": 18.1, "train": 30.5},
-        (151.2, 107.5), 1.41, 0.005, 1.8, 0.05),
+        (151.2, 107.5),
+        1.41,
+        0.005,
+        1.8,
+        0.05,
+    ),
 }
 
 
@@ -162,8 +172,9 @@ def check_seed(seed: PublishedSeed, tolerance: float = STEP_SPEEDUP_TOLERANCE) -
     out = SeedCheck(seed, step, step_spec, S, projected_step_speedup(a, S))
     lo, hi = ratio_bounds(a["gen"], s["gen"], STAGE_HALF_UNIT_S)
     out.checks = {
-        "totals": all(abs(sync_step(st) - tot) <= STAGE_HALF_UNIT_S * (len(st) + 1) + 1e-9
-                      for st, tot in zip((a, s), seed.totals)),
+        "totals": all(
+            abs(sync_step(st) - tot) <= STAGE_HALF_UNIT_S * (len(st) + 1) + 1e-9 for st, tot in zip((a, s), seed.totals)
+        ),
         "gen speedup": lo - seed.gen_speedup_half_unit <= seed.gen_speedup <= hi + seed.gen_speedup_half_unit,
         "gen fraction": in_range(out.gen_fraction, GEN_FRACTION_RANGE),
         "logprob+train fraction": in_range(out.logprob_train_fraction, LOGPROB_TRAIN_RANGE),

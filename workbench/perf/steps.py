@@ -16,7 +16,7 @@ Pure functions (numpy), used by ``wb simulate --from-sweep`` (:mod:`workbench.pe
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +39,9 @@ def emit_pmf(per_pos: list[float], no_draft: float = 0.0) -> np.ndarray:
     return p / p.sum()
 
 
-def simulate_steps(lengths: list[int], pmf: np.ndarray | list[float], reps: int = 64, seed: int = 0) -> tuple[float, float]:
+def simulate_steps(
+    lengths: list[int], pmf: np.ndarray | list[float], reps: int = 64, seed: int = 0
+) -> tuple[float, float]:
     """(verification steps S, row-steps R) of one batch whose rows generate ``lengths`` tokens.
 
     The prefill emits each row's first token; a row then takes steps, each emitting j+1 tokens with
@@ -80,7 +82,9 @@ def slot_schedule(steps: list[int] | np.ndarray, slots: int) -> tuple[int, np.nd
     return end, starts
 
 
-def simulate_steps_continuous(lengths: list[int], pmf, slots: int, reps: int = 64, seed: int = 0) -> tuple[float, float]:
+def simulate_steps_continuous(
+    lengths: list[int], pmf, slots: int, reps: int = 64, seed: int = 0
+) -> tuple[float, float]:
     """:func:`simulate_steps` for a batch of ``slots`` rows batched continuously: each row's steps
     drawn as there, the batch's forwards = the :func:`slot_schedule` of them (means over ``reps``)."""
     rem = np.asarray(lengths, dtype=np.int64) - 1
@@ -96,7 +100,9 @@ def simulate_steps_continuous(lengths: list[int], pmf, slots: int, reps: int = 6
     return float(np.mean([slot_schedule(s, slots)[0] for s in steps])), float(steps.sum(1).mean())
 
 
-def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0, continuous: bool = False) -> tuple[float, float]:
+def batch_steps(
+    batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed: int = 0, continuous: bool = False
+) -> tuple[float, float]:
     """Mean (S, R) per GRPO step over sampled batches; a batch larger than ``chunk`` rows
     (rollout.max_batch_size) runs as consecutive chunks, whose S and R add up, or, ``continuous``
     (rollout.continuous_batching), in ``chunk`` slots that waiting rows fill as rows finish."""
@@ -110,7 +116,9 @@ def batch_steps(batches: list[list[int]], chunk: int, pmf, reps: int = 64, seed:
     return float(np.mean([o[0] for o in out])), float(np.mean([o[1] for o in out]))
 
 
-def batch_predicted_speedup(counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float) -> float | None:
+def batch_predicted_speedup(
+    counters, rates: list[float], B: int, max_new_tokens: int, k: int, c: float, verify_cost: float
+) -> float | None:
     """Predicted speedup of a fixed-length batch: the Leviathan per-step cost (k·c + cost(k+1), in
     target steps) times the batch's verification steps S, against the autoregressive max_new_tokens-1.
 

@@ -56,7 +56,9 @@ class SweepRun:
         return [self.means[M.acceptance_rate_pos(i)] for i in range(self.k) if M.acceptance_rate_pos(i) in self.means]
 
 
-def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bool = True) -> tuple[dict[str, float], dict]:
+def stages_from_mlflow(
+    run: str, tracking_uri: str | None = None, skip_first: bool = True
+) -> tuple[dict[str, float], dict]:
     """Mean ``timing_s/<stage>`` and the acceptance information of an MLflow run given by id or run
     name, read by :class:`workbench.runs.RunReader`. Means are :meth:`workbench.runs.RunRecord.mean`
     (the run's ``measure.warmup_steps`` left out); ``skip_first=False`` keeps every step.
@@ -84,8 +86,12 @@ def stages_from_mlflow(run: str, tracking_uri: str | None = None, skip_first: bo
         raise ValueError(f"--run {run}: no timing_s/gen metric")
     k = int(r.params.get("drafter.k", 0) or 0)
     per_pos = [mean(M.acceptance_rate_pos(i)) for i in range(k)]
-    info = dict(drafter=r.params.get("drafter.kind", "drafter"), k=k,
-                per_pos=[p for p in per_pos if p is not None], acceptance_length=mean(M.ACCEPTANCE_LENGTH))
+    info = dict(
+        drafter=r.params.get("drafter.kind", "drafter"),
+        k=k,
+        per_pos=[p for p in per_pos if p is not None],
+        acceptance_length=mean(M.ACCEPTANCE_LENGTH),
+    )
     return stages, info
 
 

@@ -75,9 +75,13 @@ class VLLMCosts:
 
     def __post_init__(self) -> None:
         if not self.plain_step_s > 0 or not self.spec_step_s or any(not v > 0 for v in self.spec_step_s.values()):
-            raise ValueError(f"VLLMCosts: step costs must be > 0 s, got plain {self.plain_step_s}, speculative {dict(self.spec_step_s)}")
+            raise ValueError(
+                f"VLLMCosts: step costs must be > 0 s, got plain {self.plain_step_s}, speculative {dict(self.spec_step_s)}"
+            )
         if self.plain_fixed_s < 0 or self.spec_fixed_s < 0:
-            raise ValueError(f"VLLMCosts: fixed seconds must be >= 0, got plain {self.plain_fixed_s}, speculative {self.spec_fixed_s}")
+            raise ValueError(
+                f"VLLMCosts: fixed seconds must be >= 0, got plain {self.plain_fixed_s}, speculative {self.spec_fixed_s}"
+            )
 
     def step_s(self, k_t: int, share: float) -> float:
         """t(s) of a step at k_t whose rows used ``share`` (0..1) of their k_t draft slots.
@@ -128,8 +132,12 @@ def per_row_speedup(tokens_per_step: float, plain_step_s: float, spec_step_s: fl
     return tokens_per_step * plain_step_s / spec_step_s
 
 
-def draft_shares(rows: Sequence[int], k_per_step: Sequence[int], draft_tokens: Sequence[int] | None,
-                 num_draft_tokens: int | None = None) -> list[float]:
+def draft_shares(
+    rows: Sequence[int],
+    k_per_step: Sequence[int],
+    draft_tokens: Sequence[int] | None,
+    num_draft_tokens: int | None = None,
+) -> list[float]:
     """f_s per decode step: draft tokens verified / (rows · k_t), in 0..1 (0 where k_t = 0).
 
     Without per-step draft counts (``draft_tokens`` empty or None: counters recorded before they
@@ -143,8 +151,10 @@ def draft_shares(rows: Sequence[int], k_per_step: Sequence[int], draft_tokens: S
     if n == 0:
         raise ValueError("draft_shares: no decode steps (rows is empty)")
     if len(k_per_step) != n or (draft_tokens and len(draft_tokens) != n):
-        raise ValueError(f"draft_shares: rows ({n}), k_per_step ({len(k_per_step)}) and draft_tokens "
-                         f"({len(draft_tokens or [])}) must have one entry per step")
+        raise ValueError(
+            f"draft_shares: rows ({n}), k_per_step ({len(k_per_step)}) and draft_tokens "
+            f"({len(draft_tokens or [])}) must have one entry per step"
+        )
     if min(rows) < 1:
         raise ValueError("draft_shares: every step has >= 1 row")
     if not draft_tokens:
@@ -174,7 +184,9 @@ def predicted_spec_seconds(k_per_step: Sequence[int], shares: Sequence[float], c
         ValueError: no steps, lists of different lengths, a k_t without a measured cost.
     """
     if not shares or len(shares) != len(k_per_step):
-        raise ValueError(f"predicted_spec_seconds: need one k_t per share and >= 1 step, got {len(k_per_step)} and {len(shares)}")
+        raise ValueError(
+            f"predicted_spec_seconds: need one k_t per share and >= 1 step, got {len(k_per_step)} and {len(shares)}"
+        )
     return costs.spec_fixed_s + sum(costs.step_s(k, f) for k, f in zip(k_per_step, shares))
 
 
@@ -184,8 +196,9 @@ def predicted_speedup(plain_steps: int, k_per_step: Sequence[int], shares: Seque
     return predicted_plain_seconds(plain_steps, costs) / predicted_spec_seconds(k_per_step, shares, costs)
 
 
-def step_costs(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Sequence[int] | None, k: int,
-               wall_s: float) -> tuple[float | None, float, int]:
+def step_costs(
+    step_s: Sequence[float], rows: Sequence[int], draft_tokens: Sequence[int] | None, k: int, wall_s: float
+) -> tuple[float | None, float, int]:
     """(t_v(b,k), fixed seconds, steps used) of one timed vLLM generation (k = 0: a plain one).
 
     step_s, rows, draft_tokens: per engine step, the first being the prefill (one step when the
@@ -201,8 +214,10 @@ def step_costs(step_s: Sequence[float], rows: Sequence[int], draft_tokens: Seque
     if n < 2:
         raise ValueError(f"step_costs: need a prefill and >= 1 decode step, got {n} step(s)")
     if len(rows) != n or (k and (draft_tokens is None or len(draft_tokens) != n)):
-        raise ValueError(f"step_costs: step_s ({n}), rows ({len(rows)}) and draft_tokens ({len(draft_tokens or [])}) "
-                         "must have one entry per step")
+        raise ValueError(
+            f"step_costs: step_s ({n}), rows ({len(rows)}) and draft_tokens ({len(draft_tokens or [])}) "
+            "must have one entry per step"
+        )
     if k < 0:
         raise ValueError(f"step_costs: k must be >= 0, got {k}")
     decode = range(1, n)

@@ -13,5 +13,17 @@ and without speculation, Welch test); :mod:`~workbench.report.plots` the matplot
 from workbench.report.target import ReportError, RunPoint, Target, build_rows, label, resolve, row_mean, row_runs
 from workbench.report.write import Report, make_report, markdown_to_html, write_report
 
-__all__ = ["ReportError", "Report", "Target", "RunPoint", "resolve", "write_report", "make_report", "markdown_to_html",
-           "build_rows", "label", "row_runs", "row_mean"]
+__all__ = [
+    "ReportError",
+    "Report",
+    "Target",
+    "RunPoint",
+    "resolve",
+    "write_report",
+    "make_report",
+    "markdown_to_html",
+    "build_rows",
+    "label",
+    "row_runs",
+    "row_mean",
+]

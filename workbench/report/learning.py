@@ -18,8 +18,12 @@ from workbench.stats import proportion_diff_ci, wilson
 
 # (metric, row label): the task's verifier, then the anchor-free check (the completion's last number is
 # the answer): a rise that shows under the verifier but not here may be answers made readable, not right
-EVALS = ((M.EVAL_ACCURACY, "greedy"), (f"{M.EVAL_SAMPLED}/accuracy", "sampled"),
-         (f"{M.EVAL}/last_number", "greedy, last number"), (f"{M.EVAL_SAMPLED}/last_number", "sampled, last number"))
+EVALS = (
+    (M.EVAL_ACCURACY, "greedy"),
+    (f"{M.EVAL_SAMPLED}/accuracy", "sampled"),
+    (f"{M.EVAL}/last_number", "greedy, last number"),
+    (f"{M.EVAL_SAMPLED}/last_number", "sampled, last number"),
+)
 
 
 def _counts(r: RunRecord, key: str) -> tuple[int, int, int, int, int] | None:
@@ -48,9 +52,18 @@ def eval_rise_rows(t: Target) -> list[list[str]]:
             (l0, h0), (l1, h1) = wilson(k0, n), wilson(k1, n)
             d, lo, hi = proportion_diff_ci(k0, n, k1, n)
             steps = sorted({f"{c[3]}→{c[4]}" for c in cs})
-            rows.append([group, what, str(len(cs)), ", ".join(steps), f"{k0 / n:.3f} [{l0:.3f}, {h0:.3f}]",
-                         f"{k1 / n:.3f} [{l1:.3f}, {h1:.3f}]", f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]",
-                         "yes" if lo > 0 else ("fell" if hi < 0 else "not shown")])
+            rows.append(
+                [
+                    group,
+                    what,
+                    str(len(cs)),
+                    ", ".join(steps),
+                    f"{k0 / n:.3f} [{l0:.3f}, {h0:.3f}]",
+                    f"{k1 / n:.3f} [{l1:.3f}, {h1:.3f}]",
+                    f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+                    "yes" if lo > 0 else ("fell" if hi < 0 else "not shown"),
+                ]
+            )
     return rows
 
 
@@ -59,10 +72,26 @@ def eval_rise_md(t: Target) -> list[str]:
     rows = eval_rise_rows(t)
     if not rows:
         return []
-    return [md_table(["drafter", "eval", "runs", "steps", "accuracy first [95 %]", "accuracy last [95 %]", "rise [95 %]",
-                      "rise shown"], rows, {2}), "",
-            f"Held-out accuracy (`{M.EVAL_ACCURACY}`: greedy; `{M.EVAL_SAMPLED}/accuracy`: at the rollouts' sampling; "
-            "\"last number\": the anchor-free check `*/last_number`, the completion's last number taken as its answer) at each "
-            "run's first and last eval, correct answers pooled over the group's FINISHED runs (seeds); Wilson 95 % intervals, "
-            "the rise with Newcombe's hybrid score interval (conservative here: the same prompts are scored before and after). "
-            "\"yes\": the interval excludes 0.", ""]
+    return [
+        md_table(
+            [
+                "drafter",
+                "eval",
+                "runs",
+                "steps",
+                "accuracy first [95 %]",
+                "accuracy last [95 %]",
+                "rise [95 %]",
+                "rise shown",
+            ],
+            rows,
+            {2},
+        ),
+        "",
+        f"Held-out accuracy (`{M.EVAL_ACCURACY}`: greedy; `{M.EVAL_SAMPLED}/accuracy`: at the rollouts' sampling; "
+        '"last number": the anchor-free check `*/last_number`, the completion\'s last number taken as its answer) at each '
+        "run's first and last eval, correct answers pooled over the group's FINISHED runs (seeds); Wilson 95 % intervals, "
+        "the rise with Newcombe's hybrid score interval (conservative here: the same prompts are scored before and after). "
+        '"yes": the interval excludes 0.',
+        "",
+    ]

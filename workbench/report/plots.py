@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 
 from workbench import metrics as M
-from workbench.report.target import Target, label, online, row_mean, row_runs, short
 from workbench.report.tables import REWARD, reward_groups, stage_rows
+from workbench.report.target import Target, label, online, row_mean, row_runs, short
 from workbench.sweep.results import REPEAT_KEY
 
 
@@ -57,7 +57,9 @@ def plot_speedup_vs_k(t: Target, out: Path) -> str | None:
     groups: dict[str, list] = {}
     for r in rows:
         run = r.point.run
-        key = run.kind + "".join(f" {short(a)}={run.tags.get('workbench.axis.' + a) or run.params.get(a)}" for a in other)
+        key = run.kind + "".join(
+            f" {short(a)}={run.tags.get('workbench.axis.' + a) or run.params.get(a)}" for a in other
+        )
         groups.setdefault(key, []).append(r)
     for ax, attr, title in ((axs[0], "gen", "generation (gen stage)"), (axs[1], "step", "whole RL step")):
         for name, rs in sorted(groups.items()):
@@ -66,12 +68,26 @@ def plot_speedup_vs_k(t: Target, out: Path) -> str | None:
                 continue
             cis = [getattr(r, attr) for r in rs]
             means = [c.mean for c in cis]
-            err = [[c.mean - c.low if c.low is not None else 0.0 for c in cis], [c.high - c.mean if c.high is not None else 0.0 for c in cis]]
+            err = [
+                [c.mean - c.low if c.low is not None else 0.0 for c in cis],
+                [c.high - c.mean if c.high is not None else 0.0 for c in cis],
+            ]
             paired = all(r.paired for r in rs)
-            ax.errorbar([r.point.run.k for r in rs], means, yerr=err, fmt="o-" if paired else "o--", capsize=3,
-                        label=name + ("" if paired else " (~ unpaired, no CI)"))
+            ax.errorbar(
+                [r.point.run.k for r in rs],
+                means,
+                yerr=err,
+                fmt="o-" if paired else "o--",
+                capsize=3,
+                label=name + ("" if paired else " (~ unpaired, no CI)"),
+            )
         ax.axhline(1.0, color="grey", ls="--", lw=1, label="autoregressive (1×)")
-        _finish(ax, "k (draft tokens per verification step)", "speedup (autoregressive s / speculative s)", f"speedup vs k: {title}")
+        _finish(
+            ax,
+            "k (draft tokens per verification step)",
+            "speedup (autoregressive s / speculative s)",
+            f"speedup vs k: {title}",
+        )
     return _save(fig, out / "speedup_vs_k.png")
 
 
@@ -90,8 +106,12 @@ def plot_acceptance_per_position(t: Target, out: Path) -> str | None:
     for r, pos in lines:
         ax.plot([i for i, _ in pos], [v for _, v in pos], "o-", label=label(r))
     ax.set_ylim(0, 1.02)
-    _finish(ax, "draft position i (0 = first draft token)", "acceptance rate at position i",
-            "per-position acceptance (mean after warm-up)")
+    _finish(
+        ax,
+        "draft position i (0 = first draft token)",
+        "acceptance rate at position i",
+        "per-position acceptance (mean after warm-up)",
+    )
     return _save(fig, out / "acceptance_per_position.png")
 
 
@@ -103,7 +123,10 @@ def _mean_sd_by_step(series: list[list[tuple[int, float]]]) -> tuple[list[int], 
             by.setdefault(s, []).append(v)
     steps = sorted(by)
     mean = [sum(by[s]) / len(by[s]) for s in steps]
-    sd = [math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0 for s, m in zip(steps, mean)]
+    sd = [
+        math.sqrt(sum((v - m) ** 2 for v in by[s]) / (len(by[s]) - 1)) if len(by[s]) > 1 else 0.0
+        for s, m in zip(steps, mean)
+    ]
     return steps, mean, sd
 
 
@@ -128,8 +151,15 @@ def plot_acceptance_over_steps(t: Target, out: Path) -> str | None:
             continue
         steps, mean, sd = _mean_sd_by_step([x.history[M.ACCEPTANCE_LENGTH] for x in runs])
         ax.plot(steps, mean, style, color=color, lw=2, label=f"{name}{tag} ({len(runs)} runs, mean ± sd)")
-        ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
-    _finish(ax, "RL step", "acceptance length (tokens / verification)", "acceptance length over training (drafter staleness)")
+        ax.fill_between(
+            steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15
+        )
+    _finish(
+        ax,
+        "RL step",
+        "acceptance length (tokens / verification)",
+        "acceptance length over training (drafter staleness)",
+    )
     return _save(fig, out / "acceptance_length_steps.png")
 
 
@@ -172,15 +202,28 @@ def plot_rewards(t: Target, out: Path) -> str | None:
         many = len(rs) > 1
         for j, r in enumerate(rs):
             pts = r.history[REWARD]
-            ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, lw=0.8 if many else 1.6, alpha=0.35 if many else 1.0,
-                    ls="-" if ar else "--", marker=None if many else "o", ms=3,
-                    label=None if many else f"{name} (1 run)")
+            ax.plot(
+                [s for s, _ in pts],
+                [v for _, v in pts],
+                color=color,
+                lw=0.8 if many else 1.6,
+                alpha=0.35 if many else 1.0,
+                ls="-" if ar else "--",
+                marker=None if many else "o",
+                ms=3,
+                label=None if many else f"{name} (1 run)",
+            )
         if many:  # mean ± sd across the kind's runs, per step
             steps, mean, sd = _mean_sd_by_step([r.history[REWARD] for r in rs])
             ax.plot(steps, mean, color=color, lw=2.2, label=f"{name} ({len(rs)} runs, mean ± sd)")
-            ax.fill_between(steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15)
-    title = ("reward per drafter and rollout backend (should overlap: same law)" if any(" (" in g for g in groups)
-             else "reward with and without speculation (should overlap: training unchanged)")
+            ax.fill_between(
+                steps, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)], color=color, alpha=0.15
+            )
+    title = (
+        "reward per drafter and rollout backend (should overlap: same law)"
+        if any(" (" in g for g in groups)
+        else "reward with and without speculation (should overlap: training unchanged)"
+    )
     _finish(ax, "RL step", REWARD, title)
     return _save(fig, out / "reward_curves.png")
 
@@ -189,7 +232,10 @@ def plot_k_histogram(t: Target, out: Path) -> str | None:
     """Adaptive speculation: the share of verification steps at each chosen k_t, per row."""
     bars = []
     for r in t.rows:
-        keys = sorted({k for x in row_runs(r) for k in x.history if k.startswith(M.K_FRAC)}, key=lambda k: M.suffix_int(k, M.K_FRAC))
+        keys = sorted(
+            {k for x in row_runs(r) for k in x.history if k.startswith(M.K_FRAC)},
+            key=lambda k: M.suffix_int(k, M.K_FRAC),
+        )
         vals = [(M.suffix_int(k, M.K_FRAC), row_mean(r, k)) for k in keys]
         if vals:
             bars.append((r, [(j, v) for j, v in vals if v is not None]))
@@ -200,7 +246,12 @@ def plot_k_histogram(t: Target, out: Path) -> str | None:
     w = 0.8 / len(bars)
     for i, (r, vals) in enumerate(bars):
         ax.bar([j - 0.4 + w * (i + 0.5) for j, _ in vals], [v for _, v in vals], width=w, label=label(r))
-    _finish(ax, "chosen k_t (0 = plain decode step)", "share of verification steps", "adaptive speculation: chosen k (mean after warm-up)")
+    _finish(
+        ax,
+        "chosen k_t (0 = plain decode step)",
+        "share of verification steps",
+        "adaptive speculation: chosen k (mean after warm-up)",
+    )
     return _save(fig, out / "k_histogram.png")
 
 
@@ -220,7 +271,13 @@ def plot_k_vs_batch(t: Target, out: Path) -> str | None:
     for r, pts in lines:
         ax.plot([b for b, _ in pts], [v for _, v in pts], "o-", label=label(r))
     ax.set_xscale("log", base=2)
-    _finish(ax, "live rows in the batch (bin upper bound)", "mean chosen k_t", "adaptive speculation: k against batch size", integer_x=False)
+    _finish(
+        ax,
+        "live rows in the batch (bin upper bound)",
+        "mean chosen k_t",
+        "adaptive speculation: k against batch size",
+        integer_x=False,
+    )
     return _save(fig, out / "k_vs_batch.png")
 
 
@@ -238,26 +295,59 @@ def plot_completion_lengths(t: Target, out: Path) -> str | None:
         for key, ls, what in ((M.COMPLETIONS_MEAN_LENGTH, "-", "mean"), (M.COMPLETIONS_MAX_LENGTH, ":", "max")):
             pts = x.history.get(key) or []
             if pts:
-                ax.plot([s for s, _ in pts], [v for _, v in pts], ls, color=color, marker="o" if what == "mean" else None, ms=3,
-                        label=f"{label(r)}{seed} ({what})")
+                ax.plot(
+                    [s for s, _ in pts],
+                    [v for _, v in pts],
+                    ls,
+                    color=color,
+                    marker="o" if what == "mean" else None,
+                    ms=3,
+                    label=f"{label(r)}{seed} ({what})",
+                )
     _finish(ax, "RL step", "completion length (tokens)", "completion lengths per step: mean and longest")
     return _save(fig, out / "completion_lengths.png")
 
 
 PLOTS = (
-    ("speedup_vs_k", "Speedup vs k", plot_speedup_vs_k,
-     "needs at least 2 speculative rows with a `drafter.k` param and a speedup (paired runs, or a `drafter.kind=none` "
-     "baseline of the same setting)"),
-    ("acceptance_per_position", "Acceptance rate per draft position", plot_acceptance_per_position,
-     "no `spec/acceptance_rate_pos_<i>` metrics (no speculative run)"),
-    ("acceptance_length_steps", "Acceptance length over RL steps", plot_acceptance_over_steps,
-     "no `spec/acceptance_length` metrics (no speculative run)"),
-    ("stage_times", "Stage times: autoregressive vs best speculative point", plot_stage_times, "no `timing_s/*` metrics"),
+    (
+        "speedup_vs_k",
+        "Speedup vs k",
+        plot_speedup_vs_k,
+        "needs at least 2 speculative rows with a `drafter.k` param and a speedup (paired runs, or a `drafter.kind=none` "
+        "baseline of the same setting)",
+    ),
+    (
+        "acceptance_per_position",
+        "Acceptance rate per draft position",
+        plot_acceptance_per_position,
+        "no `spec/acceptance_rate_pos_<i>` metrics (no speculative run)",
+    ),
+    (
+        "acceptance_length_steps",
+        "Acceptance length over RL steps",
+        plot_acceptance_over_steps,
+        "no `spec/acceptance_length` metrics (no speculative run)",
+    ),
+    (
+        "stage_times",
+        "Stage times: autoregressive vs best speculative point",
+        plot_stage_times,
+        "no `timing_s/*` metrics",
+    ),
     ("reward_curves", "Reward with and without speculation", plot_rewards, "no `reward/mean` metrics in FINISHED runs"),
     ("completion_lengths", "Completion lengths", plot_completion_lengths, "no `completions/mean_length` metrics"),
-    ("k_histogram", "Adaptive speculation: chosen k", plot_k_histogram, "no `spec/k_frac_<j>` metrics (no `drafter.adaptive` run)"),
-    ("k_vs_batch", "Adaptive speculation: k against batch size", plot_k_vs_batch,
-     "no `spec/k_mean_rows_le_<b>` metrics (no `drafter.adaptive` run)"),
+    (
+        "k_histogram",
+        "Adaptive speculation: chosen k",
+        plot_k_histogram,
+        "no `spec/k_frac_<j>` metrics (no `drafter.adaptive` run)",
+    ),
+    (
+        "k_vs_batch",
+        "Adaptive speculation: k against batch size",
+        plot_k_vs_batch,
+        "no `spec/k_mean_rows_le_<b>` metrics (no `drafter.adaptive` run)",
+    ),
 )
 
 NOTES = {

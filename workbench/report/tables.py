@@ -36,7 +36,6 @@ def fmt_num(v: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{suffix}"
 
 
-
 def fmt_ci(ci: RatioCI | None, paired: bool = True) -> str:
     """``1.23× [1.10, 1.37]`` (paired, 95 % CI), ``1.23× (n=1)`` (paired, too few steps for a CI),
     ``~1.23×`` (unpaired), ``-``."""
@@ -64,7 +63,10 @@ def verdict(t: Target) -> str:
 
 def md_table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
     right = right or set()
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|",
+    ]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -73,22 +75,43 @@ def results_table_md(t: Target) -> str:
     """One line per row: drafter, axes, acc.len, acc.rate, gen s, step s, gen×, step× (95 % CI), reward, n, status, runs."""
     dec = t.decision
     axes = [a for a in t.axes if a not in ("drafter.kind", REPEAT_KEY)]
-    header = ["drafter", *[short(a) for a in axes], "acc.len", "acc.rate", "gen s", "step s", "gen× [95 % CI]",
-              "step× [95 % CI]", "τ", "reward", "n", "status", "runs"]
+    header = [
+        "drafter",
+        *[short(a) for a in axes],
+        "acc.len",
+        "acc.rate",
+        "gen s",
+        "step s",
+        "gen× [95 % CI]",
+        "step× [95 % CI]",
+        "τ",
+        "reward",
+        "n",
+        "status",
+        "runs",
+    ]
     out = []
     for r in t.rows:
         run, name = r.point.run, label(r)
         mark = " ★" if name == dec.best else (" ≈" if name in dec.tied else "")
         finals = [v for x in row_runs(r) if (v := x.last(REWARD)) is not None]
-        out.append([
-            run.kind, *[axis_value(run, a) for a in axes],
-            fmt_num(row_mean(r, M.ACCEPTANCE_LENGTH), ".2f"), fmt_num(row_mean(r, M.ACCEPTANCE_RATE), ".2f"),
-            fmt_num(row_mean(r, M.GEN_S)), fmt_num(row_mean(r, M.STEP_S)),
-            fmt_ci(r.gen, r.paired) + mark, fmt_ci(r.step, r.paired), fmt_tau(r.gen_runs),
-            fmt_num(sum(finals) / len(finals) if finals else None), str(len(r.ok)),
-            ", ".join(sorted({x.status.lower() for x in row_runs(r, ok=False)})),
-            " ".join(f"`{x.run_id[:8]}`" for x in row_runs(r, ok=False)),
-        ])
+        out.append(
+            [
+                run.kind,
+                *[axis_value(run, a) for a in axes],
+                fmt_num(row_mean(r, M.ACCEPTANCE_LENGTH), ".2f"),
+                fmt_num(row_mean(r, M.ACCEPTANCE_RATE), ".2f"),
+                fmt_num(row_mean(r, M.GEN_S)),
+                fmt_num(row_mean(r, M.STEP_S)),
+                fmt_ci(r.gen, r.paired) + mark,
+                fmt_ci(r.step, r.paired),
+                fmt_tau(r.gen_runs),
+                fmt_num(sum(finals) / len(finals) if finals else None),
+                str(len(r.ok)),
+                ", ".join(sorted({x.status.lower() for x in row_runs(r, ok=False)})),
+                " ".join(f"`{x.run_id[:8]}`" for x in row_runs(r, ok=False)),
+            ]
+        )
     table = md_table(header, out, right=set(range(1 + len(axes), 1 + len(axes) + 9)))
     v = verdict(t)
     repeats = repeat_lines(t)
@@ -96,8 +119,10 @@ def results_table_md(t: Target) -> str:
         v += ("\n\n" if v else "") + "\n".join(repeats)
     missing = [label(r) for r in t.rows if not r.point.is_baseline and r.gen is None and r.ok]
     if missing:
-        v += ("\n\n" if v else "") + (f"No speedup for {', '.join(missing)}: not paired and no FINISHED `drafter.kind=none` "
-                                         "run of the same setting (another setting's baseline is never used).")
+        v += ("\n\n" if v else "") + (
+            f"No speedup for {', '.join(missing)}: not paired and no FINISHED `drafter.kind=none` "
+            "run of the same setting (another setting's baseline is never used)."
+        )
     return table + (f"\n\n{v}" if v else "")
 
 
@@ -110,10 +135,12 @@ def repeat_lines(t: Target) -> list[str]:
         re = r.gen_runs
         if re is None:
             continue
-        pred = (f"a new run's gen× should read {re.pred_low:.2f}–{re.pred_high:.2f} (95 % prediction interval)"
-                if re.pred_low is not None and re.n >= PREDICTION_MIN_RUNS else
-                f"no prediction interval for a new run below {PREDICTION_MIN_RUNS} runs (with {re.n}, t on n−2 df makes it "
-                "too wide to inform)")
+        pred = (
+            f"a new run's gen× should read {re.pred_low:.2f}–{re.pred_high:.2f} (95 % prediction interval)"
+            if re.pred_low is not None and re.n >= PREDICTION_MIN_RUNS
+            else f"no prediction interval for a new run below {PREDICTION_MIN_RUNS} runs (with {re.n}, t on n−2 df makes it "
+            "too wide to inform)"
+        )
         out.append(f"- {label(r)}: {re.n} runs, between-run spread τ = {fmt_tau(re)}; {pred}.")
     return (["Repeats (gen×):", ""] + out) if out else []
 
@@ -177,12 +204,14 @@ def reward_groups(t: Target) -> dict[str, list[RunRecord]]:
     for r in t.runs:
         if r.status == "FINISHED" and r.history.get(REWARD):
             groups.setdefault(f"{r.kind} ({_backend(r)})" if many else r.kind, []).append(r)
-    return dict(sorted(groups.items(), key=lambda kv: (_backend(kv[1][0]) != "workbench", kv[1][0].kind != "none", kv[0])))
+    return dict(
+        sorted(groups.items(), key=lambda kv: (_backend(kv[1][0]) != "workbench", kv[1][0].kind != "none", kv[0]))
+    )
 
 
 def _base_of(label: str) -> str:
     """The autoregressive group a group is tested against: ``none`` of the same backend."""
-    return "none" + label[label.index(" ("):] if " (" in label else "none"
+    return "none" + label[label.index(" (") :] if " (" in label else "none"
 
 
 def _mean_sd(vals: list[float]) -> str:
@@ -199,17 +228,23 @@ def compare_rewards(kind: str, spec: list[float], base: list[float], sweep_spec:
     what = kind.split(" (")[0] if base_name.startswith("none") else "none"
     fix = f"run `wb sweep {sweep_spec} drafter=none,{what} seed=0..4`"
     if len(spec) < 2 or len(base) < 2:
-        return (f"- **{kind} vs {base_name}**: too few runs to test ({len(spec)} {kind}, {len(base)} {base_name}; a test "
-                f"needs ≥ 2 per side): {fix}.")
+        return (
+            f"- **{kind} vs {base_name}**: too few runs to test ({len(spec)} {kind}, {len(base)} {base_name}; a test "
+            f"needs ≥ 2 per side): {fix}."
+        )
     ts = two_sample(spec, base, ALPHA, POWER)
     n = f"n={ts.n_a}" if ts.n_a == ts.n_b else f"n={ts.n_a} ({kind}) and {ts.n_b} ({base_name})"
     if ts.p_value is not None and ts.p_value < ALPHA:
-        return (f"- **{kind} vs {base_name}: difference detected** (p={ts.p_value:.3g}): {kind} − {base_name} = "
-                f"{ts.diff:+.3f} final reward. Speculative decoding is exact and backends sample the same law, so this "
-                "points at a bug (`wb audit`) or at runs that differ in more than the drafter or backend.")
-    return (f"- **{kind} vs {base_name}**: no difference detected (p={ts.p_value:.2g}; {kind} − {base_name} = "
-            f"{ts.diff:+.3f}); with {n} runs per side a difference of ≥ {ts.min_detectable:.3f} would have been detected "
-            f"{POWER * 100:.0f} % of the time (alpha {ALPHA}).")
+        return (
+            f"- **{kind} vs {base_name}: difference detected** (p={ts.p_value:.3g}): {kind} − {base_name} = "
+            f"{ts.diff:+.3f} final reward. Speculative decoding is exact and backends sample the same law, so this "
+            "points at a bug (`wb audit`) or at runs that differ in more than the drafter or backend."
+        )
+    return (
+        f"- **{kind} vs {base_name}**: no difference detected (p={ts.p_value:.2g}; {kind} − {base_name} = "
+        f"{ts.diff:+.3f}); with {n} runs per side a difference of ≥ {ts.min_detectable:.3f} would have been detected "
+        f"{POWER * 100:.0f} % of the time (alpha {ALPHA})."
+    )
 
 
 def training_signal_md(t: Target) -> list[str]:
@@ -218,18 +253,26 @@ def training_signal_md(t: Target) -> list[str]:
     sweep_spec = next((r.params["name"] for r in t.runs if r.params.get("name")), "quickstart")
     if not groups:
         return [f"_No FINISHED run with `{REWARD}`: run `wb sweep {sweep_spec} drafter=none,eagle3 seed=0..4`._"]
-    rows = [[kind, str(len(rs)), _mean_sd([r.last(REWARD) for r in rs]), _mean_sd([r.tail_mean(REWARD, TAIL) for r in rs])]
-            for kind, rs in groups.items()]
-    out = [md_table(["drafter", "runs", "final reward (mean ± sd)", f"last {TAIL} steps (mean ± sd)"], rows, {1, 2, 3}), "",
-           "FINISHED runs grouped by `drafter.kind` (and `rollout.backend` where runs differ in it), pooled over seeds, k "
-           f"and the other axes; final reward: the last step's `{REWARD}`. Welch two-sample test of the final rewards "
-           "against `drafter.kind=none` of the same backend (and each backend's `none` against the workbench engine's):", ""]
+    rows = [
+        [kind, str(len(rs)), _mean_sd([r.last(REWARD) for r in rs]), _mean_sd([r.tail_mean(REWARD, TAIL) for r in rs])]
+        for kind, rs in groups.items()
+    ]
+    out = [
+        md_table(["drafter", "runs", "final reward (mean ± sd)", f"last {TAIL} steps (mean ± sd)"], rows, {1, 2, 3}),
+        "",
+        "FINISHED runs grouped by `drafter.kind` (and `rollout.backend` where runs differ in it), pooled over seeds, k "
+        f"and the other axes; final reward: the last step's `{REWARD}`. Welch two-sample test of the final rewards "
+        "against `drafter.kind=none` of the same backend (and each backend's `none` against the workbench engine's):",
+        "",
+    ]
     final = {g: [r.last(REWARD) for r in rs] for g, rs in groups.items()}
     kinds = [g for g in groups if not g.startswith("none")]
     out += [compare_rewards(g, final[g], final.get(_base_of(g), []), sweep_spec, _base_of(g)) for g in kinds]
     # another backend's autoregressive runs against the workbench engine's: the backend changes no law
     others = [g for g in groups if g.startswith("none (") and g != "none (workbench)"]
-    out += [compare_rewards(g, final[g], final.get("none (workbench)", []), sweep_spec, "none (workbench)") for g in others]
+    out += [
+        compare_rewards(g, final[g], final.get("none (workbench)", []), sweep_spec, "none (workbench)") for g in others
+    ]
     if not kinds and not others:
         out.append(f"- no speculative run to compare: run `wb sweep {sweep_spec} drafter=none,eagle3 seed=0..4`.")
     return out

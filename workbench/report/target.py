@@ -120,7 +120,11 @@ def build_rows(runs: list[RunRecord], axes: list[str]) -> list[Row]:
             setting = {k: v for k, v in setting.items() if not k.startswith("drafter.")} | {"drafter.kind": "none"}
         base = baseline_for(r, runs)
         status = {"FINISHED": "ok", "FAILED": "failed", "KILLED": "failed"}.get(r.status, "running")
-        outcomes.append(Outcome(RunPoint(r, setting, r.run_id, base.run_id if base else None), status, r.run_id, r.steps(), r.warmup))
+        outcomes.append(
+            Outcome(
+                RunPoint(r, setting, r.run_id, base.run_id if base else None), status, r.run_id, r.steps(), r.warmup
+            )
+        )
     rows = group_repeats(outcomes)
     fill_speedups(rows)
     seen: dict[str, int] = {}
@@ -135,7 +139,7 @@ def _axes(parent: RunRecord | None, runs: list[RunRecord]) -> list[str]:
     """Axis keys: the parent's / children's ``workbench.axis.*`` tags, else params that differ between runs."""
     keys: list[str] = []
     for r in ([parent] if parent else []) + runs:
-        keys += [k[len(TAG_AXIS):] for k in r.tags if k.startswith(TAG_AXIS)]
+        keys += [k[len(TAG_AXIS) :] for k in r.tags if k.startswith(TAG_AXIS)]
     keys = list(dict.fromkeys(keys))
     if keys or len(runs) < 2:
         return keys
@@ -147,7 +151,9 @@ def recent_names(reader: RunReader, n: int = 8) -> tuple[list[str], list[str]]:
     """(recent sweep/study names, recent run names) for error messages."""
     parents = reader.search(f"tags.`{TAG_ROLE}` = 'parent'", max_results=n)
     studies = [r for r in reader.top_level("", max_results=200) if TAG_STUDY in r.data.tags][:n]
-    groups = list(dict.fromkeys([r.data.tags.get(TAG_SWEEP, "") for r in parents] + [r.data.tags[TAG_STUDY] for r in studies]))
+    groups = list(
+        dict.fromkeys([r.data.tags.get(TAG_SWEEP, "") for r in parents] + [r.data.tags[TAG_STUDY] for r in studies])
+    )
     runs = list(dict.fromkeys(r.info.run_name for r in reader.search("", max_results=n) if r.info.run_name))
     return [g for g in groups if g], runs
 

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.report.plots import NOTES, PLOTS
 from workbench.report.learning import eval_rise_md
+from workbench.report.plots import NOTES, PLOTS
 from workbench.report.tables import RESULTS_NOTE, fmt_ci, results_table_md, stage_table_md, training_signal_md, verdict
 from workbench.report.target import Target, label, resolve
 from workbench.tags import TAG_MACHINE
@@ -35,18 +35,24 @@ def header_md(t: Target) -> list[str]:
                 meta.append(f"- {what}: `{t.parent.tags[tag]}`")
     elif t.kind == "experiment":
         states = sorted({r.status.lower() for r in t.runs}, key=lambda s: (s != "finished", s))
-        meta.append(f"- {len(t.runs)} top-level runs ({', '.join(f'{sum(r.status.lower() == s for r in t.runs)} {s}' for s in states)}): "
-                    + ", ".join(f"`{r.name}`" for r in t.runs))
+        meta.append(
+            f"- {len(t.runs)} top-level runs ({', '.join(f'{sum(r.status.lower() == s for r in t.runs)} {s}' for s in states)}): "
+            + ", ".join(f"`{r.name}`" for r in t.runs)
+        )
     else:
         r = t.runs[0]
-        meta.append(f"- run `{r.name}` (`{r.run_id}`, {r.status.lower()}), drafter `{r.kind}`" + (f", k={r.k}" if r.k else ""))
+        meta.append(
+            f"- run `{r.name}` (`{r.run_id}`, {r.status.lower()}), drafter `{r.kind}`" + (f", k={r.k}" if r.k else "")
+        )
     if t.axes:
         meta.append("- axes: " + ", ".join(f"`{a}`" for a in t.axes))
     dec = t.decision
     if dec.best:
         best = next(r for r in t.rows if label(r) == dec.best)
-        meta.append(f"- **best speedup: {dec.best}: {fmt_ci(best.gen, best.paired)} generation, "
-                    f"{fmt_ci(best.step, best.paired)} step** (its 95 % CI clears every other point's)")
+        meta.append(
+            f"- **best speedup: {dec.best}: {fmt_ci(best.gen, best.paired)} generation, "
+            f"{fmt_ci(best.step, best.paired)} step** (its 95 % CI clears every other point's)"
+        )
     elif dec.tied:
         meta.append(f"- {verdict(t)}")
     hosts = sorted({r.tags[TAG_MACHINE] for r in t.runs if r.tags.get(TAG_MACHINE)})
@@ -61,9 +67,15 @@ def write_report(t: Target, out: Path, with_html: bool = False) -> Report:
     out.mkdir(parents=True, exist_ok=True)
     md = header_md(t)
     md += ["## Results", "", results_table_md(t), "", RESULTS_NOTE, ""]
-    md += ["## Stage times", "", stage_table_md(t), "",
-           "Seconds per RL step, means after warm-up (`measure.warmup_steps`); speedup: paired where the run was "
-           "paired (gen, total), else `~` autoregressive s / speculative s (timings taken at different times).", ""]
+    md += [
+        "## Stage times",
+        "",
+        stage_table_md(t),
+        "",
+        "Seconds per RL step, means after warm-up (`measure.warmup_steps`); speedup: paired where the run was "
+        "paired (gen, total), else `~` autoregressive s / speculative s (timings taken at different times).",
+        "",
+    ]
     md += ["## Training signal with and without speculation", "", *training_signal_md(t), ""]
     rise = eval_rise_md(t)
     if rise:
@@ -91,9 +103,11 @@ def write_report(t: Target, out: Path, with_html: bool = False) -> Report:
     return Report(out, path, html_path, plots, skipped)
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-         "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 8px}"
-         "th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}")
+STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+    "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 8px}"
+    "th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}"
+)
 
 
 def markdown_to_html(text: str, title: str = "report") -> str:
@@ -101,15 +115,19 @@ def markdown_to_html(text: str, title: str = "report") -> str:
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark").enable("table").render(text)
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title><style>{STYLE}</style>"
-            f"</head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{STYLE}</style>'
+        f"</head>\n<body>\n{body}\n</body></html>\n"
+    )
 
 
 def safe_dirname(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "report"
 
 
-def make_report(name: str, out: str | Path | None = None, with_html: bool = False, tracking_uri: str | None = None) -> tuple[Target, Report]:
+def make_report(
+    name: str, out: str | Path | None = None, with_html: bool = False, tracking_uri: str | None = None
+) -> tuple[Target, Report]:
     """Resolve NAME and write the report into ``out`` (default ``reports/<NAME>``)."""
     t = resolve(name, tracking_uri)
     return t, write_report(t, Path(out) if out else Path("reports") / safe_dirname(name), with_html)

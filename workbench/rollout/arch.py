@@ -100,11 +100,15 @@ class LMConfig:
         """This shape as a plain Llama layer (same heads, head_dim, RoPE; no q/k/v bias, no q/k norm,
         full attention): the chain drafters' layer, as vLLM's ``llama_eagle3`` builds an EAGLE-3
         layer for every target (Qwen3 targets included)."""
-        return dataclasses.replace(self, model_type="llama", qkv_bias=False, qk_norm=False, sliding_window=None, sliding_layers=())
+        return dataclasses.replace(
+            self, model_type="llama", qkv_bias=False, qk_norm=False, sliding_window=None, sliding_layers=()
+        )
 
 
 def _refuse(what: str, model_type: str, field: str, value: Any, hint: str) -> ValueError:
-    return ValueError(f"{what}: config field {field}={value!r} ({model_type}) is not supported by the workbench engine; {hint}")
+    return ValueError(
+        f"{what}: config field {field}={value!r} ({model_type}) is not supported by the workbench engine; {hint}"
+    )
 
 
 def check_supported(cfg: Any, what: str = "model") -> None:
@@ -144,7 +148,9 @@ def read_rope(cfg: Any, what: str = "model") -> tuple[float, dict | None]:
         value = getattr(cfg, name, None)
         if isinstance(value, dict):
             params.update(value)
-    src = "rope_parameters" if isinstance(getattr(cfg, "rope_parameters", None), dict) else "rope_scaling"  # the field's name in this version
+    src = (
+        "rope_parameters" if isinstance(getattr(cfg, "rope_parameters", None), dict) else "rope_scaling"
+    )  # the field's name in this version
     if any(isinstance(v, dict) for v in params.values()):
         raise _refuse(what, mt, src, params, "RoPE parameters per layer type are not implemented")
     theta = float(params.pop("rope_theta", None) or getattr(cfg, "rope_theta", None) or 10000.0)
@@ -175,6 +181,9 @@ def read_sliding_window(cfg: Any) -> tuple[int | None, tuple[int, ...]]:
     types = getattr(cfg, "layer_types", None)
     if types is None:
         on = getattr(cfg, "use_sliding_window", False)
-        types = ["sliding_attention" if on and i >= getattr(cfg, "max_window_layers", n) else "full_attention" for i in range(n)]
+        types = [
+            "sliding_attention" if on and i >= getattr(cfg, "max_window_layers", n) else "full_attention"
+            for i in range(n)
+        ]
     layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     return (int(window), layers) if layers else (None, ())

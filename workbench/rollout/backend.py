@@ -49,15 +49,25 @@ class RolloutBackend(Protocol):
     tags: dict[str, str]
     k_policy: Any
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                 group_ids: list[int] | None = None) -> RolloutOutput:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> RolloutOutput:
         """Complete every prompt (token ids) once; outputs in prompt order. ``generator``: the
         sampling stream (a backend that samples from its own seeded stream ignores it);
         ``group_ids``: the GRPO group of each prompt (prompts of a group share a prefix)."""
         ...
 
-    def generate_steps(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                       group_ids: list[int] | None = None) -> Generator[None, None, RolloutOutput]:
+    def generate_steps(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> Generator[None, None, RolloutOutput]:
         """:meth:`generate` yielding after every batched forward (engine step); returns the output."""
         ...
 

@@ -48,12 +48,17 @@ class BatchState:
         return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen, max_len=self.max_len)
 
     def select(self, rows: torch.Tensor, rows_host: list[int]) -> "BatchState":
-        return BatchState(*(x.index_select(0, rows) for x in self._fields()), [self.orig[i] for i in rows_host], self.max_len)
+        return BatchState(
+            *(x.index_select(0, rows) for x in self._fields()), [self.orig[i] for i in rows_host], self.max_len
+        )
 
     def cat(self, other: "BatchState") -> "BatchState":
         """This batch's rows, then ``other``'s (continuous batching: admitted prompts join at the end)."""
-        return BatchState(*(torch.cat([a, b]) for a, b in zip(self._fields(), other._fields())), self.orig + other.orig,
-                          max(self.max_len, other.max_len))
+        return BatchState(
+            *(torch.cat([a, b]) for a, b in zip(self._fields(), other._fields())),
+            self.orig + other.orig,
+            max(self.max_len, other.max_len),
+        )
 
 
 def collect(finished: list) -> dict[int, tuple[list[int], list[float], str]]:
@@ -64,4 +69,7 @@ def collect(finished: list) -> dict[int, tuple[list[int], list[float], str]]:
         return {}
     orig = [o for part in finished for o in part[0]]
     toks, lps, p0s, ls, eos = (torch.cat([part[j] for part in finished]).tolist() for j in range(1, 6))
-    return {orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length") for i in range(len(orig))}
+    return {
+        orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length")
+        for i in range(len(orig))
+    }

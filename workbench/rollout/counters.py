@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 K_BY_ROWS = "spec/k_mean_rows_le_"  # + b: mean k_t over forwards with b/2 < rows <= b (b a power of two)
 
 
@@ -37,7 +36,9 @@ class SpecCounters:
         if not self.num_accepted_tokens_per_pos:
             self.num_accepted_tokens_per_pos = [0] * self.k
 
-    def add_step(self, rows: int, k_t: int, num_drafts: int, num_draft_tokens: int, accepted_per_pos: list[int]) -> None:
+    def add_step(
+        self, rows: int, k_t: int, num_drafts: int, num_draft_tokens: int, accepted_per_pos: list[int]
+    ) -> None:
         """Count one batched forward of ``rows`` rows at k_t (host ints; ``accepted_per_pos`` (k_t,))."""
         self.num_verify_steps += 1
         self.rows_per_forward.append(rows)

@@ -12,18 +12,17 @@ rows instead of alone.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import time
-
 import torch
 
 from workbench.rollout.batch import BatchState, collect, to_device
 from workbench.rollout.counters import SpecCounters
-from workbench.rollout.drafter import DraftContext, Drafter
+from workbench.rollout.drafter import Drafter
 from workbench.rollout.graphs import capture_sizes, round_cache_len
 from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
@@ -68,8 +67,16 @@ class RolloutEngine:
     next step's kernels without waiting elsewhere (``tests/test_engine_hot_loop.py`` counts).
     """
 
-    def __init__(self, target: LeanLM, drafter: Drafter | None = None, k: int = 3, max_batch_size: int = 256,
-                 k_policy: KPolicy | None = None, retire_buckets: tuple[int, ...] | None = None, continuous: bool = True):
+    def __init__(
+        self,
+        target: LeanLM,
+        drafter: Drafter | None = None,
+        k: int = 3,
+        max_batch_size: int = 256,
+        k_policy: KPolicy | None = None,
+        retire_buckets: tuple[int, ...] | None = None,
+        continuous: bool = True,
+    ):
         self.target = target
         self.drafter = drafter
         self.k = k if drafter is not None else 0
@@ -140,7 +147,10 @@ class RolloutEngine:
         if self.continuous:  # one batch; the other prompts wait in the queue and join as rows finish
             chunks = [list(range(len(prompts)))]
         else:
-            chunks = [list(range(i, min(i + self.max_batch_size, len(prompts)))) for i in range(0, len(prompts), self.max_batch_size)]
+            chunks = [
+                list(range(i, min(i + self.max_batch_size, len(prompts))))
+                for i in range(0, len(prompts), self.max_batch_size)
+            ]
         for idx in chunks:
             part, c = yield from self._generate_batch(prompts, idx, sp, generator, group_ids)
             results.update(part)
@@ -161,17 +171,25 @@ class RolloutEngine:
             t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
         queue = deque(idx[self.max_batch_size :])
         first = idx[: self.max_batch_size]
-        store = PromptStore(Counter(tuple(prompts[i]) for i in queue)) if queue else None  # prefix sharing across admissions
+        store = (
+            PromptStore(Counter(tuple(prompts[i]) for i in queue)) if queue else None
+        )  # prefix sharing across admissions
         counters = SpecCounters(k=k)
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
         # capacity: admitted rows fill the slots finished rows left, in the same buffers
-        state, cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, first, sp, gen, group_ids, t_max, len(first), store)
+        state, cache, hidden, prompt_rows, prompt_index = self._start_rows(
+            prompts, first, sp, gen, group_ids, t_max, len(first), store
+        )
         finished: list = []  # device slices of retired rows, read back once at the end
         if self.drafter is not None:
             ctx = state.context(sp, gen)
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
-            self.drafter.start(ctx, hidden)  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
-        state = self._refill(state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max, store)
+            self.drafter.start(
+                ctx, hidden
+            )  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
+        state = self._refill(
+            state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max, store
+        )
         yield  # prefill done
 
         observe = getattr(self.k_policy, "observe", None)  # a policy that learns from measured step times
@@ -181,7 +199,9 @@ class RolloutEngine:
             last = state.tokens.gather(1, (state.lens - 1)[:, None])  # (n, 1) not yet in the cache
             start = state.lens - 1
             if k_t == 0:  # plain decode step (no drafter, or the policy chose not to speculate)
-                logits, hidden = self.target(last, start, cache, hidden_layers=layers, max_start=state.max_len - 1)  # (n, 1, V)
+                logits, hidden = self.target(
+                    last, start, cache, hidden_layers=layers, max_start=state.max_len - 1
+                )  # (n, 1, V)
                 p = probs_from_logits(logits, sp)  # (n, 1, V)
                 out = sample(p[:, 0], gen)[:, None]  # (n, 1)
                 n_acc = num_draft = torch.zeros(n, dtype=torch.long, device=dev)
@@ -218,7 +238,15 @@ class RolloutEngine:
             per_pos = (acc[:, None] > cols[:, :k_t]).sum(0)  # (k_t,)
             drafted = num_draft * live
             # The step's one device->host read: finished flags (n), longest live row, drafts, accepts.
-            host = torch.cat([state.done.long(), torch.where(state.done, 0, state.lens).max()[None], (drafted > 0).sum()[None], drafted.sum()[None], per_pos]).tolist()
+            host = torch.cat(
+                [
+                    state.done.long(),
+                    torch.where(state.done, 0, state.lens).max()[None],
+                    (drafted > 0).sum()[None],
+                    drafted.sum()[None],
+                    per_pos,
+                ]
+            ).tolist()
             done_h, (state.max_len, n_drafts, n_draft_tokens), acc_h = host[:n], host[n : n + 3], host[n + 3 :]
             counters.add_step(n, k_t, n_drafts, n_draft_tokens, acc_h)
             if self.k_policy is not None:
@@ -232,8 +260,17 @@ class RolloutEngine:
 
         return collect(finished), counters
 
-    def _start_rows(self, prompts, idx: list[int], sp: SamplingParams, gen, group_ids, t_max: int, capacity: int,
-                    store: PromptStore | None = None):
+    def _start_rows(
+        self,
+        prompts,
+        idx: list[int],
+        sp: SamplingParams,
+        gen,
+        group_ids,
+        t_max: int,
+        capacity: int,
+        store: PromptStore | None = None,
+    ):
         """Prefill the prompts ``idx`` into a new (len(idx), t_max) cache and sample each row's first
         token; prompts in ``store`` are copied, not recomputed. Returns (BatchState, cache, hidden
         {layer: (U, P, H)}, prompt_rows (U,), prompt_index (B,))."""
@@ -249,7 +286,9 @@ class RolloutEngine:
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
         # sharing, as vLLM's prefix caching does for a group's common prompt).
-        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store)
+        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(
+            rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store
+        )
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
         rows = torch.arange(B, device=dev)
@@ -258,12 +297,30 @@ class RolloutEngine:
         n_gen = torch.ones(B, dtype=torch.long, device=dev)
         first_stop = is_stop(first, sp)
         done = first_stop | (n_gen >= sp.max_new_tokens)
-        state = BatchState(tokens, logps, prompt_lens + 1, prompt_lens, n_gen, to_device([group_ids[i] for i in idx], dev),
-                           first_stop, done, list(idx), P + 1)
+        state = BatchState(
+            tokens,
+            logps,
+            prompt_lens + 1,
+            prompt_lens,
+            n_gen,
+            to_device([group_ids[i] for i in idx], dev),
+            first_stop,
+            done,
+            list(idx),
+            P + 1,
+        )
         return state, cache, hidden, prompt_rows, prompt_index
 
-    def _prefill(self, prompts, tokens: torch.Tensor, prompt_lens: torch.Tensor, t_max: int, layers, capacity: int,
-                 store: PromptStore | None = None):
+    def _prefill(
+        self,
+        prompts,
+        tokens: torch.Tensor,
+        prompt_lens: torch.Tensor,
+        t_max: int,
+        layers,
+        capacity: int,
+        store: PromptStore | None = None,
+    ):
         """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache of ``capacity`` rows.
 
         Distinct prompts only (prefix sharing): U rows are computed once (or copied from ``store``,
@@ -284,12 +341,24 @@ class RolloutEngine:
         cache = self.target.new_cache(U, t_max, capacity=max(B, capacity))
         zeros = torch.zeros(len(miss), dtype=torch.long, device=dev)
         if len(miss) == U:  # nothing stored: the distinct prompts straight into the cache
-            logits, hidden = self.target(tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0)
+            logits, hidden = self.target(
+                tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0
+            )
             fresh, fresh_row = cache, list(range(U))
         else:
             fresh = self.target.new_cache(len(miss), t_max) if miss else None
-            out_l, out_h = self.target(tokens[uniq[miss]], zeros, fresh, hidden_layers=layers, logits_col=prompt_lens[uniq[miss]] - 1,
-                                       max_start=0) if miss else (None, {})
+            out_l, out_h = (
+                self.target(
+                    tokens[uniq[miss]],
+                    zeros,
+                    fresh,
+                    hidden_layers=layers,
+                    logits_col=prompt_lens[uniq[miss]] - 1,
+                    max_start=0,
+                )
+                if miss
+                else (None, {})
+            )
             fresh_row = {u: j for j, u in enumerate(miss)}
             rows_l, rows_h = [], {i: [] for i in layers}  # per distinct prompt: (1, V) logits, (P, H) hidden
             for u, key in enumerate(keys):
@@ -316,8 +385,20 @@ class RolloutEngine:
             logits = logits[inv]
         return logits, hidden, cache, uniq, inv
 
-    def _refill(self, state: BatchState, done: list, cache, finished: list, queue: deque, prompts, sp, gen, group_ids, t_max: int,
-                store: PromptStore | None = None) -> BatchState:
+    def _refill(
+        self,
+        state: BatchState,
+        done: list,
+        cache,
+        finished: list,
+        queue: deque,
+        prompts,
+        sp,
+        gen,
+        group_ids,
+        t_max: int,
+        store: PromptStore | None = None,
+    ) -> BatchState:
         """Retire the finished rows (``done``: host flags), then admit waiting prompts into the
         freed slots, prefilled and with their first token sampled (continuous batching); repeated
         while admitted rows finish at once (an EOS or a budget of one token)."""
@@ -328,7 +409,9 @@ class RolloutEngine:
             if incoming == 0:
                 return state
             new_idx = [queue.popleft() for _ in range(incoming)]
-            new, new_cache, hidden, prompt_rows, prompt_index = self._start_rows(prompts, new_idx, sp, gen, group_ids, t_max, incoming, store)
+            new, new_cache, hidden, prompt_rows, prompt_index = self._start_rows(
+                prompts, new_idx, sp, gen, group_ids, t_max, incoming, store
+            )
             if store is not None:
                 store.admitted([tuple(prompts[i]) for i in new_idx])
             n_old = state.n
@@ -371,7 +454,15 @@ class RolloutEngine:
                 return state
         live = compact_order(live)
         drop = to_device(dead, state.lens.device)
-        finished.append(([state.orig[i] for i in dead], *(t.index_select(0, drop) for t in (state.tokens, state.logps, state.prompt_lens, state.lens, state.eos))))
+        finished.append(
+            (
+                [state.orig[i] for i in dead],
+                *(
+                    t.index_select(0, drop)
+                    for t in (state.tokens, state.logps, state.prompt_lens, state.lens, state.eos)
+                ),
+            )
+        )
         keep = to_device(live, state.lens.device)
         moved = to_device([j for j, i in enumerate(live) if i != j], state.lens.device)  # (m,) rows that change
         cache.select(keep, moved)

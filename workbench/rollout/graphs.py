@@ -62,8 +62,16 @@ class StaticCachePool:
     def __init__(self) -> None:
         self._bufs: list[tuple[tuple, Any, weakref.WeakSet]] = []  # (key, (keys, values), live caches)
 
-    def lease(self, cfg: Any, batch: int, max_len: int, device, dtype, capacity: int | None = None,
-              num_layers: int | None = None) -> KVCache:
+    def lease(
+        self,
+        cfg: Any,
+        batch: int,
+        max_len: int,
+        device,
+        dtype,
+        capacity: int | None = None,
+        num_layers: int | None = None,
+    ) -> KVCache:
         """A cache of ``batch`` rows in a buffer of at least ``capacity`` (>= batch) rows, the most
         its ``select`` may grow it to (a prefill of distinct prompts expands to the whole batch)."""
         n = cfg.num_layers if num_layers is None else num_layers
@@ -74,8 +82,10 @@ class StaticCachePool:
                 break
         else:
             shape = (capacity, max_len, cfg.num_kv_heads, cfg.head_dim)
-            base = ([torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
-                    [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)])
+            base = (
+                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
+                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
+            )
             users = weakref.WeakSet()
             self._bufs.append((key, base, users))
         cache = KVCache(cfg, batch, max_len, device, dtype, num_layers=n, base=base)

@@ -40,23 +40,34 @@ def expected_emitted(survival: list[float], k_t: int, draft_share: float = 1.0) 
     return 1.0 + draft_share * sum(survival[:k_t])
 
 
-def modeled_step_s(n: int, k_t: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float]) -> float:
+def modeled_step_s(
+    n: int, k_t: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float]
+) -> float:
     """Seconds of one step of n rows at k_t from the cost curves: the target's forward with
     n · (k_t + 1) tokens in flight plus the drafter's k_t steps (none at k_t = 0)."""
     return target_s(n * (k_t + 1)) + (drafter_s(n, k_t) if k_t else 0.0)
 
 
-def best_k(n: int, survival: list[float], draft_share: float, target_s: Callable[[float], float],
-           drafter_s: Callable[[int, int], float], k_max: int, scale: Callable[[int, int], float] | None = None,
-           margin: float = 0.0) -> int:
+def best_k(
+    n: int,
+    survival: list[float],
+    draft_share: float,
+    target_s: Callable[[float], float],
+    drafter_s: Callable[[int, int], float],
+    k_max: int,
+    scale: Callable[[int, int], float] | None = None,
+    margin: float = 0.0,
+) -> int:
     """The k_t in 0..k_max with the most expected tokens per second for a batch of n rows:
     n · E[N(k_t)] / step_s(n, k_t), k_t = 0 being a plain decode step; step_s is
     :func:`modeled_step_s` times ``scale(n, k_t)`` (measured / modeled, 1 without it). A k_t > 0
     must beat plain decoding by ``margin`` (a share: 0.1 = 10 %) to be chosen. Ties go to the
     smaller k_t."""
+
     def rate(k_t: int) -> float:
         secs = modeled_step_s(n, k_t, target_s, drafter_s) * (scale(n, k_t) if scale else 1.0)
         return n * expected_emitted(survival, k_t, draft_share) / max(secs, 1e-12) / (1.0 + margin if k_t else 1.0)
+
     return max(range(k_max + 1), key=lambda k_t: (rate(k_t), -k_t))
 
 
@@ -120,10 +131,23 @@ class AdaptiveK:
             0.88x generation.
     """
 
-    def __init__(self, k_max: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float],
-                 decay: float = 0.9, prior: float = 4.0, p0: float = 0.7, probe_every: int = 8,
-                 max_probe_every: int = 128, measured: bool = True, time_weight: float = 0.2, margin: float = 0.1,
-                 probe_max_cost: float = 0.25, refresh: int = 16, switch_horizon: int = 8):
+    def __init__(
+        self,
+        k_max: int,
+        target_s: Callable[[float], float],
+        drafter_s: Callable[[int, int], float],
+        decay: float = 0.9,
+        prior: float = 4.0,
+        p0: float = 0.7,
+        probe_every: int = 8,
+        max_probe_every: int = 128,
+        measured: bool = True,
+        time_weight: float = 0.2,
+        margin: float = 0.1,
+        probe_max_cost: float = 0.25,
+        refresh: int = 16,
+        switch_horizon: int = 8,
+    ):
         self.k_max, self.target_s, self.drafter_s = k_max, target_s, drafter_s
         self.probe_max_cost, self.refresh, self.switch_horizon = probe_max_cost, refresh, switch_horizon
         self.switch_s: float | None = None  # seconds a switch costs over its expected step (None: not measured yet)
@@ -136,7 +160,12 @@ class AdaptiveK:
         self.steps_at: dict[int, float] = {}  # size bin -> steps a batch spends there (average over batches)
         self._batch_steps: dict[int, int] = {}  # the same, this batch so far
         self.decay, self.prior, self.p0, self.probe_every = decay, prior, p0, probe_every
-        self.max_probe_every, self.measured, self.time_weight, self.margin = max_probe_every, measured, time_weight, margin
+        self.max_probe_every, self.measured, self.time_weight, self.margin = (
+            max_probe_every,
+            measured,
+            time_weight,
+            margin,
+        )
         self.accepted = [0.0] * k_max  # decayed rows whose drafts 0..i were all accepted
         self.reached = [0.0] * k_max  # decayed rows that drafted at position i
         self.drafted, self.rows = 0.0, 0.0  # decayed rows with >= 1 draft, rows in steps with k_t >= 1
@@ -216,8 +245,16 @@ class AdaptiveK:
             self._memo, self._since_refresh = {}, 0
         if num_rows not in self._memo:
             surv, share = self.survival(), self.draft_share()
-            k_best = best_k(num_rows, surv, share, self.target_s, self.drafter_s, self.k_max,
-                            self.scale if self.measured else None, self.margin)
+            k_best = best_k(
+                num_rows,
+                surv,
+                share,
+                self.target_s,
+                self.drafter_s,
+                self.k_max,
+                self.scale if self.measured else None,
+                self.margin,
+            )
             plain = self.step_s(num_rows, 0)
             saved = expected_emitted(surv, k_best, share) * plain - self.step_s(num_rows, k_best)  # per step, seconds
             probe_extra = self.step_s(num_rows, 1) - plain if self.k_max else float("inf")

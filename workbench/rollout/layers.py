@@ -72,11 +72,15 @@ def check_packable(w: torch.Tensor) -> None:
     """Raises ValueError (naming rollout.prepack_weights) unless ``w`` is a CPU float32 matrix and this
     torch build has oneDNN."""
     if w.device.type != "cpu" or w.dtype != torch.float32 or w.dim() != 2 or not torch.backends.mkldnn.is_available():
-        raise ValueError(f"rollout.prepack_weights: packs CPU float32 weights with oneDNN, got {w.dtype} on {w.device} "
-                         f"(oneDNN available: {torch.backends.mkldnn.is_available()}); set rollout.prepack_weights=false")
+        raise ValueError(
+            f"rollout.prepack_weights: packs CPU float32 weights with oneDNN, got {w.dtype} on {w.device} "
+            f"(oneDNN available: {torch.backends.mkldnn.is_available()}); set rollout.prepack_weights=false"
+        )
 
 
-def prepack(w: torch.Tensor, rows_hint: int = 16, min_rows: int = PACKED_MIN_ROWS, sources: tuple[torch.Tensor, ...] = ()) -> None:
+def prepack(
+    w: torch.Tensor, rows_hint: int = 16, min_rows: int = PACKED_MIN_ROWS, sources: tuple[torch.Tensor, ...] = ()
+) -> None:
     """Register the linear weight ``w`` (out, in) for oneDNN's prepacked kernel in :func:`linear`
     (``torch.ops.mkldnn``, as inductor's CPU weight prepacking); ``rows_hint``: the rows (tokens) per
     call the packing is laid out for (any count runs); ``min_rows``: calls with fewer rows take
@@ -120,7 +124,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     e = _PACKED.get(id(w))
     if e is None or x.numel() < e.min_rows * x.shape[-1] or e.ref() is not w:
         return F.linear(x, w, b)
-    if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):  # training (a drafter's online step): no backward there
+    if torch.is_grad_enabled() and (
+        w.requires_grad or x.requires_grad
+    ):  # training (a drafter's online step): no backward there
         return F.linear(x, w, b)
     now = e.current(w)
     if now != e.versions:  # written in place since it was packed (the weight sync): pack again
@@ -149,7 +155,9 @@ def position_mask(pos: torch.Tensor, tk: int, window: int | None = None) -> torc
     return mask[:, None]
 
 
-def cache_kv(cache_k: torch.Tensor, cache_v: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, tk: int) -> KVFn:
+def cache_kv(
+    cache_k: torch.Tensor, cache_v: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, tk: int
+) -> KVFn:
     """The :data:`KVFn` of attention over one layer of a preallocated cache (B, T_max, Hkv, D):
     writes the new k/v (B, T, Hkv, D) at (``rows``, ``pos``) (both (B, T) long) and attends to the
     first ``tk`` cache positions under ``mask`` (B, 1, T, tk)."""
@@ -171,7 +179,11 @@ def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.
     """
     B, T, H, D = q.shape
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask, enable_gqa=gqa,
+        q.transpose(1, 2),
+        keys.transpose(1, 2),
+        vals.transpose(1, 2),
+        attn_mask=mask,
+        enable_gqa=gqa,
     )  # (B, H, T, D)
     return out.transpose(1, 2).reshape(B, T, H * D)
 
@@ -190,8 +202,15 @@ def _rows(w: Weight) -> int:
 
 
 def attention(
-    x: torch.Tensor, w_qkv: Weight, w_o: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn,
-    b_qkv: Bias = None, qk_norm: tuple[torch.Tensor, torch.Tensor] | None = None, eps: float = 1e-6,
+    x: torch.Tensor,
+    w_qkv: Weight,
+    w_o: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: KVFn,
+    b_qkv: Bias = None,
+    qk_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+    eps: float = 1e-6,
 ) -> torch.Tensor:
     """Self-attention of x (B, T, in) -> (B, T, hidden), Llama-family.
 
@@ -227,9 +246,19 @@ def mlp(x: torch.Tensor, w_gate_up: Weight, w_down: torch.Tensor) -> torch.Tenso
 
 
 def decoder_layer(
-    attn_in: torch.Tensor, resid: torch.Tensor, w_qkv: Weight, w_o: torch.Tensor, w_post: torch.Tensor, w_gate_up: Weight,
-    w_down: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn,
-    b_qkv: Bias = None, qk_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+    attn_in: torch.Tensor,
+    resid: torch.Tensor,
+    w_qkv: Weight,
+    w_o: torch.Tensor,
+    w_post: torch.Tensor,
+    w_gate_up: Weight,
+    w_down: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: KVFn,
+    b_qkv: Bias = None,
+    qk_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """One pre-norm decoder layer from its attention input: h = resid + attention(attn_in);
     returns h + mlp(rms_norm(h, w_post)) (B, T, hidden). ``b_qkv``, ``qk_norm``: as :func:`attention`.
@@ -285,8 +314,17 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KVFn) -> torch.Tensor:
         """:func:`attention` with this module's weights: x (B, T, in_dim) -> (B, T, hidden)."""
-        return attention(x, self.qkv_weight(), self.o_proj.weight, cos, sin, kv, self.qkv_bias(), self.qk_norm_weight(),
-                         self.cfg.rms_norm_eps)
+        return attention(
+            x,
+            self.qkv_weight(),
+            self.o_proj.weight,
+            cos,
+            sin,
+            kv,
+            self.qkv_bias(),
+            self.qk_norm_weight(),
+            self.cfg.rms_norm_eps,
+        )
 
 
 class MLP(nn.Module):
@@ -327,15 +365,26 @@ class KVCache:
     address, so CUDA graphs that write the cache in place stay valid.
     """
 
-    def __init__(self, cfg: Any, batch: int, max_len: int, device, dtype, num_layers: int | None = None,
-                 base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None, capacity: int | None = None):
+    def __init__(
+        self,
+        cfg: Any,
+        batch: int,
+        max_len: int,
+        device,
+        dtype,
+        num_layers: int | None = None,
+        base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
+        capacity: int | None = None,
+    ):
         n = cfg.num_layers if num_layers is None else num_layers
         self.max_len = max_len
         self.static = base is not None  # pooled buffers: addresses are static inputs of CUDA graphs
         if base is None:
             shape = (max(batch, capacity or batch), max_len, cfg.num_kv_heads, cfg.head_dim)
-            base = ([torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
-                    [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)])
+            base = (
+                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
+                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
+            )
         self.base = base
         self.capacity = base[0][0].shape[0] if base[0] else max(batch, capacity or batch)  # rows the buffers hold
         self._views(batch)
@@ -366,7 +415,9 @@ class KVCache:
         n = rows.shape[0]
         if n > self.capacity:
             if self.static:
-                raise ValueError(f"KVCache.select: {n} rows exceed the pooled buffers' {self.capacity} (lease with capacity=)")
+                raise ValueError(
+                    f"KVCache.select: {n} rows exceed the pooled buffers' {self.capacity} (lease with capacity=)"
+                )
             self.base = ([t.index_select(0, rows) for t in self.k], [t.index_select(0, rows) for t in self.v])
             self.capacity = n
         elif moved is not None:
@@ -389,7 +440,10 @@ class KVCache:
         if n + m > self.capacity:
             if self.static:
                 raise ValueError(f"KVCache.append: {n + m} rows exceed the pooled buffers' {self.capacity}")
-            self.base = ([torch.cat([a, b]) for a, b in zip(self.k, other.k)], [torch.cat([a, b]) for a, b in zip(self.v, other.v)])
+            self.base = (
+                [torch.cat([a, b]) for a, b in zip(self.k, other.k)],
+                [torch.cat([a, b]) for a, b in zip(self.v, other.v)],
+            )
             self.capacity = n + m
         else:
             for bufs, src in ((self.base[0], other.k), (self.base[1], other.v)):

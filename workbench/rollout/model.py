@@ -29,8 +29,8 @@ from workbench.rollout.arch import LMConfig
 from workbench.rollout.graphs import GRAPH_ATTENTION_MULTIPLE, StaticCachePool
 from workbench.rollout.layers import (
     MLP,
-    Attention,
     PACKED_MIN_ROWS,
+    Attention,
     KVCache,
     RMSNorm,
     cache_kv,
@@ -119,13 +119,17 @@ class LeanLM(nn.Module):
         """Copy the trainer's current weights in place (the `prepare` stage's weight sync)."""
         missing, unexpected = self.load_state_dict(hf_model.state_dict(), strict=False)
         fused = self.__dict__.get("_fused")
-        if fused is not None and any(_replaced(l, f, b) for l, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])):
+        if fused is not None and any(
+            _replaced(l, f, b) for l, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])
+        ):
             self._fuse_weights()  # something replaced the weights instead of copying into them
         if fused is not None:
             self.__dict__["_flat"] = self._flat_weights(fused=True)  # the compiled step's references, current again
         missing = [m for m in missing if not (self.cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or [u for u in unexpected if "rotary" not in u]:
-            raise ValueError(f"model: weights do not match the {self.cfg.model_type} layout (missing {missing[:4]}, unexpected {unexpected[:4]})")
+            raise ValueError(
+                f"model: weights do not match the {self.cfg.model_type} layout (missing {missing[:4]}, unexpected {unexpected[:4]})"
+            )
 
     def _apply(self, fn, recurse=True):
         """``.to()``/``.half()``/...: the tensors get new storage, so the compiled step's fused
@@ -199,8 +203,10 @@ class LeanLM(nn.Module):
                 compiled graphs' weights itself): names rollout.prepack_weights.
         """
         if "_compiled" in self.__dict__:
-            raise ValueError("rollout.prepack_weights: the compiled forward (rollout.compile) does not use packed weights; "
-                             "set one of rollout.prepack_weights / rollout.compile to false")
+            raise ValueError(
+                "rollout.prepack_weights: the compiled forward (rollout.compile) does not use packed weights; "
+                "set one of rollout.prepack_weights / rollout.compile to false"
+            )
         check_packable(self.lm_head.weight)  # before fusing anything
         if "_fused" not in self.__dict__:
             self._fuse_weights()
@@ -209,10 +215,20 @@ class LeanLM(nn.Module):
         for layer, (qkv, gu) in zip(self.model.layers, self.__dict__["_fused"]):
             a, m = layer.self_attn, layer.mlp
             # the fused tensors' rows are the Linears' parameters (views with version counters of their own)
-            weights += [(qkv, (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), (a.o_proj.weight, ()),
-                        (gu, (m.gate_proj.weight, m.up_proj.weight)), (m.down_proj.weight, ())]
+            weights += [
+                (qkv, (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)),
+                (a.o_proj.weight, ()),
+                (gu, (m.gate_proj.weight, m.up_proj.weight)),
+                (m.down_proj.weight, ()),
+            ]
         for w, sources in weights:
-            rows = min_rows(*w.shape, rows_hint) if callable(min_rows) else PACKED_MIN_ROWS if min_rows is None else min_rows
+            rows = (
+                min_rows(*w.shape, rows_hint)
+                if callable(min_rows)
+                else PACKED_MIN_ROWS
+                if min_rows is None
+                else min_rows
+            )
             prepack(w, rows_hint, rows, sources)
         self.__dict__["_prepacked"] = True
 
@@ -241,14 +257,24 @@ class LeanLM(nn.Module):
                 (qkv, gu), bias = self.__dict__["_fused"][i], self.__dict__["_fused_bias"][i]
             else:
                 qkv, gu, bias = a.qkv_weight(), p.gate_up_weight(), a.qkv_bias()
-            flat += [layer.input_layernorm.weight, qkv, a.o_proj.weight, layer.post_attention_layernorm.weight, gu, p.down_proj.weight,
-                     bias, a.qk_norm_weight()]
+            flat += [
+                layer.input_layernorm.weight,
+                qkv,
+                a.o_proj.weight,
+                layer.post_attention_layernorm.weight,
+                gu,
+                p.down_proj.weight,
+                bias,
+                a.qk_norm_weight(),
+            ]
         flat += [m.norm.weight, self.lm_head.weight]
         if fused:
             for t in flat:
                 for leaf in t if isinstance(t, tuple) else (t,):
                     if leaf is not None:
-                        torch._dynamo.mark_static(leaf)  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
+                        torch._dynamo.mark_static(
+                            leaf
+                        )  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
                         _mark_static_address(leaf)
         return flat
 
@@ -326,7 +352,9 @@ class LeanLM(nn.Module):
             m = GRAPH_ATTENTION_MULTIPLE if self.cuda_graphs else 32
             tk = min(cache.max_len, -(-need // m) * m)
             want = tuple(i in hidden_layers for i in range(self.cfg.num_layers + 1))
-            logits, hidden = compiled(eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, want, self.windows)
+            logits, hidden = compiled(
+                eps, self.__dict__["_flat"], input_ids, start_pos, cache.k, cache.v, tk, want, self.windows
+            )
             if hidden and self.cuda_graphs:
                 # a replay overwrites its outputs, and drafters keep hidden states past the next step
                 hidden = {i: h.clone() for i, h in hidden.items()}
@@ -365,13 +393,23 @@ def _replaced(layer: nn.Module, fused: tuple, f_bias: torch.Tensor | None) -> bo
     of copied into."""
     a, (f_qkv, f_gu) = layer.self_attn, fused
     ptr = lambda t: t.data_ptr()  # noqa: E731
-    return (ptr(a.q_proj.weight) != ptr(f_qkv) or ptr(layer.mlp.gate_proj.weight) != ptr(f_gu)
-            or (f_bias is not None and ptr(a.q_proj.bias) != ptr(f_bias)))
+    return (
+        ptr(a.q_proj.weight) != ptr(f_qkv)
+        or ptr(layer.mlp.gate_proj.weight) != ptr(f_gu)
+        or (f_bias is not None and ptr(a.q_proj.bias) != ptr(f_bias))
+    )
 
 
 def compiled_step(
-    eps: float, W: list, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, tk: int,
-    want: tuple[bool, ...], windows: tuple = (),
+    eps: float,
+    W: list,
+    input_ids: torch.Tensor,
+    start_pos: torch.Tensor,
+    ks: list,
+    vs: list,
+    tk: int,
+    want: tuple[bool, ...],
+    windows: tuple = (),
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """:func:`lm_forward` of a decode or verification step, as ``enable_compile`` compiles it:
     ``want[i]`` (one flag per layer and one for the last layer's output) says whether hidden state
@@ -383,8 +421,16 @@ def compiled_step(
 
 
 def lm_forward(
-    eps: float, W: list, input_ids: torch.Tensor, start_pos: torch.Tensor, ks: list, vs: list, tk: int,
-    hidden_layers: tuple[int, ...] = (), logits_col: torch.Tensor | None = None, windows: tuple = (),
+    eps: float,
+    W: list,
+    input_ids: torch.Tensor,
+    start_pos: torch.Tensor,
+    ks: list,
+    vs: list,
+    tk: int,
+    hidden_layers: tuple[int, ...] = (),
+    logits_col: torch.Tensor | None = None,
+    windows: tuple = (),
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The rollout model's one forward, on plain tensors: eager mode calls it, ``enable_compile``
     compiles it (and a CUDA graph could capture it: no module, no data-dependent shape inside).
@@ -418,7 +464,9 @@ def lm_forward(
             hidden[i] = x
         window = windows[i] if windows else None
         kv = cache_kv(ks[i], vs[i], rows, pos, mask if window is None else position_mask(pos, tk, window), tk)
-        x = decoder_layer(rms_norm(x, w_in, eps), x, w_qkv, w_o, w_post, w_gu, w_down, eps, cos, sin, kv, b_qkv, qk_norm)
+        x = decoder_layer(
+            rms_norm(x, w_in, eps), x, w_qkv, w_o, w_post, w_gu, w_down, eps, cos, sin, kv, b_qkv, qk_norm
+        )
     if n_layers in hidden_layers:
         hidden[n_layers] = x
     if logits_col is not None:

@@ -26,8 +26,9 @@ from typing import Any
 from workbench.rollout.counters import SpecCounters
 
 
-def generate_interleaved(arms: Sequence[Generator[None, None, Any]], clock: Callable[[], float],
-                         first: int = 0) -> tuple[list[Any], list[float]]:
+def generate_interleaved(
+    arms: Sequence[Generator[None, None, Any]], clock: Callable[[], float], first: int = 0
+) -> tuple[list[Any], list[float]]:
     """Advance the ``arms`` (generators from ``RolloutBackend.generate_steps``) one step at a time,
     round-robin, until each returns.
 

@@ -52,14 +52,26 @@ class PromptStore:
             if self.waiting[key] <= 0:
                 self.entries.pop(key, None)
 
-    def keep(self, key: tuple[int, ...], cache: KVCache, row: int, logits: torch.Tensor, hidden: dict[int, torch.Tensor], col: int) -> None:
+    def keep(
+        self,
+        key: tuple[int, ...],
+        cache: KVCache,
+        row: int,
+        logits: torch.Tensor,
+        hidden: dict[int, torch.Tensor],
+        col: int,
+    ) -> None:
         """Keep prompt ``key`` (P tokens) from ``cache`` row ``row``, ``logits`` (1, V) and ``hidden``
         {layer: (P', H)} row ``col``, if rows of it still wait."""
         if self.waiting[key] <= 0 or key in self.entries:
             return
         P = len(key)
-        self.entries[key] = PromptEntry([t[row, :P].clone() for t in cache.k], [t[row, :P].clone() for t in cache.v],
-                                        logits.clone(), {i: h[col, :P].clone() for i, h in hidden.items()})
+        self.entries[key] = PromptEntry(
+            [t[row, :P].clone() for t in cache.k],
+            [t[row, :P].clone() for t in cache.v],
+            logits.clone(),
+            {i: h[col, :P].clone() for i, h in hidden.items()},
+        )
 
     def write(self, key: tuple[int, ...], cache: KVCache, row: int) -> PromptEntry:
         """Copy prompt ``key``'s KV entries into ``cache`` row ``row`` (positions 0..P-1); the entry."""

@@ -46,9 +46,15 @@ def hf_inv_freq(cfg: Any, device=None) -> tuple[torch.Tensor, float]:
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     scaling = dict(cfg.rope_scaling)
-    hf = LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-                     head_dim=cfg.head_dim, max_position_embeddings=cfg.max_position_embeddings,
-                     rope_theta=cfg.rope_theta, rope_scaling=scaling)
+    hf = LlamaConfig(
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_theta=cfg.rope_theta,
+        rope_scaling=scaling,
+    )
     inv_freq, scale = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](hf, device)
     return inv_freq.to(device=device, dtype=torch.float32), float(scale)
 
@@ -60,14 +66,18 @@ def rope_tables(cfg: Any, device=None) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq, scale = hf_inv_freq(cfg, device)
     else:
         inv_freq, scale = default_inv_freq(cfg.rope_theta, cfg.head_dim, device), 1.0
-    freqs = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv_freq  # (P, D/2)
+    freqs = (
+        torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv_freq
+    )  # (P, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
     if scale == 1.0:
         return emb.cos(), emb.sin()
     return emb.cos() * scale, emb.sin() * scale
 
 
-def rope_cos_sin(cos_table: torch.Tensor, sin_table: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    cos_table: torch.Tensor, sin_table: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The tables' rows at positions ``pos`` (B, T) long -> cos, sin (B, T, 1, D) in ``dtype`` (broadcast over heads)."""
     return cos_table[pos][:, :, None, :].to(dtype), sin_table[pos][:, :, None, :].to(dtype)
 

@@ -41,16 +41,30 @@ class WorkbenchBackend:
 
     tags: dict[str, str] = {}
 
-    def __init__(self, target: LeanLM, drafter=None, k: int = 3, max_batch_size: int = 256, continuous: bool = True,
-                 retire_buckets: tuple[int, ...] | None = None, compile: bool = False, cuda_graphs: bool = False,
-                 owns_weights: bool = True, prepack: bool = False, prepack_min_rows=None):
+    def __init__(
+        self,
+        target: LeanLM,
+        drafter=None,
+        k: int = 3,
+        max_batch_size: int = 256,
+        continuous: bool = True,
+        retire_buckets: tuple[int, ...] | None = None,
+        compile: bool = False,
+        cuda_graphs: bool = False,
+        owns_weights: bool = True,
+        prepack: bool = False,
+        prepack_min_rows=None,
+    ):
         self.target, self.drafter, self.owns_weights = target, drafter, owns_weights
-        self.engine = RolloutEngine(target, drafter, k=k, max_batch_size=max_batch_size, continuous=continuous,
-                                    retire_buckets=retire_buckets)
+        self.engine = RolloutEngine(
+            target, drafter, k=k, max_batch_size=max_batch_size, continuous=continuous, retire_buckets=retire_buckets
+        )
         device = target.lm_head.weight.device
         if cuda_graphs and device.type != "cuda":
-            raise ValueError(f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {device}; "
-                             "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)")
+            raise ValueError(
+                f"rollout.cuda_graphs: CUDA graphs need a CUDA device, but model.device resolved to {device}; "
+                "set rollout.cuda_graphs=false (or model.device=cuda on a GPU machine)"
+            )
         if compile or cuda_graphs:
             self.engine.enable_compile(cuda_graphs=cuda_graphs)
         if prepack:
@@ -61,14 +75,29 @@ class WorkbenchBackend:
         """The backend ``wb run`` builds from the experiment spec's ``rollout`` and ``drafter`` sections
         (``prepack_min_rows``: as :meth:`LeanLM.enable_prepack`'s ``min_rows``)."""
         r = spec.rollout
-        return cls(target, drafter, k=spec.drafter.k, max_batch_size=r.max_batch_size, continuous=r.continuous_batching,
-                   compile=r.compile, cuda_graphs=r.cuda_graphs, prepack=r.prepack_weights, prepack_min_rows=prepack_min_rows)
+        return cls(
+            target,
+            drafter,
+            k=spec.drafter.k,
+            max_batch_size=r.max_batch_size,
+            continuous=r.continuous_batching,
+            compile=r.compile,
+            cuda_graphs=r.cuda_graphs,
+            prepack=r.prepack_weights,
+            prepack_min_rows=prepack_min_rows,
+        )
 
     def plain_twin(self) -> "WorkbenchBackend":
         """The paired arm: plain decoding with this backend's ``target`` (no weights of its own) and
         its batch-size buckets."""
-        return WorkbenchBackend(self.target, None, max_batch_size=self.engine.max_batch_size, continuous=self.engine.continuous,
-                                retire_buckets=self.engine.retire_buckets, owns_weights=False)
+        return WorkbenchBackend(
+            self.target,
+            None,
+            max_batch_size=self.engine.max_batch_size,
+            continuous=self.engine.continuous,
+            retire_buckets=self.engine.retire_buckets,
+            owns_weights=False,
+        )
 
     @property
     def k_policy(self):
@@ -78,12 +107,22 @@ class WorkbenchBackend:
     def k_policy(self, policy) -> None:
         self.engine.k_policy = policy
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                 group_ids: list[int] | None = None) -> RolloutOutput:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> RolloutOutput:
         return self.engine.generate(prompts, sampling, generator, group_ids)
 
-    def generate_steps(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                       group_ids: list[int] | None = None) -> Generator[None, None, RolloutOutput]:
+    def generate_steps(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> Generator[None, None, RolloutOutput]:
         return self.engine.generate_steps(prompts, sampling, generator, group_ids)
 
     def load_policy_weights(self, policy: torch.nn.Module) -> None:

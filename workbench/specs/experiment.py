@@ -8,8 +8,16 @@ import yaml
 from pydantic import Field
 
 from workbench.specs.dotted import flatten
-from workbench.specs.sections import (DrafterSpec, GRPOSpec, MeasureSpec, ModelSpec, RolloutSpec, TaskSpec, TrackingSpec,
-                                     _Section)
+from workbench.specs.sections import (
+    DrafterSpec,
+    GRPOSpec,
+    MeasureSpec,
+    ModelSpec,
+    RolloutSpec,
+    TaskSpec,
+    TrackingSpec,
+    _Section,
+)
 from workbench.specs.tune import TuneSpec
 
 
@@ -27,7 +35,9 @@ class ExperimentSpec(_Section):
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
-    tune: TuneSpec = Field(default_factory=TuneSpec, exclude_if=_is_default_tune, description="`wb tune` search space (unused by `wb run`)")
+    tune: TuneSpec = Field(
+        default_factory=TuneSpec, exclude_if=_is_default_tune, description="`wb tune` search space (unused by `wb run`)"
+    )
 
     @property
     def paired(self) -> bool:

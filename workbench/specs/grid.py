@@ -65,10 +65,14 @@ def parse_axis(item: str) -> Axis:
         )
     name, raw = (s.strip() for s in item.split("=", 1))
     if not name or any(not p for p in name.split(".")):
-        raise SweepError(f"sweep argument {item!r}: empty key; use a dotted spec key such as drafter.k or an alias ({aliases_text()})")
+        raise SweepError(
+            f"sweep argument {item!r}: empty key; use a dotted spec key such as drafter.k or an alias ({aliases_text()})"
+        )
     key = resolve_key(name)
     if not raw:
-        raise SweepError(f"axis {name!r}: no values; give {name}=LOW..HIGH (e.g. {name}=1..7), {name}=A,B or {name}=VALUE")
+        raise SweepError(
+            f"axis {name!r}: no values; give {name}=LOW..HIGH (e.g. {name}=1..7), {name}=A,B or {name}=VALUE"
+        )
     if ".." in raw and not raw.startswith(("[", "{")):
         m = _RANGE.match(raw)
         if not m:
@@ -78,7 +82,9 @@ def parse_axis(item: str) -> Axis:
             )
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
-            raise SweepError(f"axis {name!r}: empty range {raw!r} (LOW {lo} > HIGH {hi}); write it as {name}={hi}..{lo}")
+            raise SweepError(
+                f"axis {name!r}: empty range {raw!r} (LOW {lo} > HIGH {hi}); write it as {name}={hi}..{lo}"
+            )
         return Axis(name, key, tuple(str(v) for v in range(lo, hi + 1)))
     if raw.startswith(("[", "{")) or "," not in raw:
         return Axis(name, key, (raw,), fixed=True)
@@ -100,7 +106,9 @@ def parse_sweep_args(items: list[str]) -> tuple[list[Axis], list[Axis]]:
         if a.key in seen:
             raise SweepError(f"{a.key!r} is given twice ({seen[a.key].text} and {a.text}); give it once")
         if not a.fixed and a.key.split(".")[0] == "tracking":
-            raise SweepError(f"axis {a.name!r}: tracking.* says where runs are logged, it cannot be an axis; give one value")
+            raise SweepError(
+                f"axis {a.name!r}: tracking.* says where runs are logged, it cannot be an axis; give one value"
+            )
         seen[a.key] = a
     return [a for a in parsed if not a.fixed], [a for a in parsed if a.fixed]
 

@@ -78,7 +78,9 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
             msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
         elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
             msg = msg.removeprefix("Value error, ")
-            msg = f"{msg} (got {e['input']!r})" + (_field_hint(loc) if e["type"] not in ("value_error", "literal_error") else "")
+            msg = f"{msg} (got {e['input']!r})" + (
+                _field_hint(loc) if e["type"] not in ("value_error", "literal_error") else ""
+            )
         lines.append(f"  {field}: {msg}")
     return "\n".join(lines)
 

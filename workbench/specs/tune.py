@@ -59,15 +59,20 @@ class TuneSpec(_Section):
     """`wb tune`: an Optuna study over ``params`` (dotted spec key -> search space)."""
 
     study_name: str | None = Field(None, description="Optuna study name; default <spec name>-tune; re-use it to resume")
-    storage: str = Field("sqlite:///optuna.db", description="Optuna RDB storage: any SQLAlchemy URL (several workers may share it)")
+    storage: str = Field(
+        "sqlite:///optuna.db", description="Optuna RDB storage: any SQLAlchemy URL (several workers may share it)"
+    )
     objective: Literal["gen_tokens_per_s", "speedup_gen", "speedup_step"] = Field(
-        "speedup_gen", description="gen/tokens_per_s, or the paired speedup (geometric mean of the per-step speedup/gen_per_step or speedup/step_per_step after warm-up)"
+        "speedup_gen",
+        description="gen/tokens_per_s, or the paired speedup (geometric mean of the per-step speedup/gen_per_step or speedup/step_per_step after warm-up)",
     )
     direction: Literal["maximize"] = "maximize"
     sampler: Literal["tpe", "random", "grid"] = Field("tpe", description="seeded by the spec's seed")
     pruner: Literal["median", "none"] = "median"
     startup_trials: int = Field(3, ge=0, description="median pruner: finished trials before any pruning")
-    params: dict[str, ParamSpace] = Field(default_factory=dict, description="dotted spec key -> {type: categorical|int|float, ...}")
+    params: dict[str, ParamSpace] = Field(
+        default_factory=dict, description="dotted spec key -> {type: categorical|int|float, ...}"
+    )
 
     @field_validator("pruner", mode="before")
     @classmethod
@@ -79,7 +84,9 @@ class TuneSpec(_Section):
         if self.sampler == "grid":
             bad = [k for k, p in self.params.items() if isinstance(p, FloatParam)]
             if bad:
-                raise ValueError(f"sampler grid needs categorical or int params; {', '.join(bad)} is float (use categorical choices)")
+                raise ValueError(
+                    f"sampler grid needs categorical or int params; {', '.join(bad)} is float (use categorical choices)"
+                )
         return self
 
 

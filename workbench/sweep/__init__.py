@@ -14,14 +14,68 @@ Re-running with the same ``--name`` resumes: children already FINISHED are skipp
 with the same ``--name`` share the sweep, each point claimed by one of them: :mod:`workbench.sweep.claims`.
 """
 
-from workbench.sweep.grid import (ALIAS_OF, ALIASES, DEFAULT_SWEEP_SPEC, MAX_POINTS, Axis, Point, SweepError, SweepPlan,
-                                  build_points, expand_grid, paired_by_default, parse_axis, parse_sweep_args, plan_sweep)
-from workbench.sweep.results import (REPEAT_KEY, Outcome, Row, fill_speedups, group_repeats, plan_table, point_label,
-                                     results_json, results_table, speedup, summarize, sweep_rows)
+from workbench.sweep.grid import (
+    ALIAS_OF,
+    ALIASES,
+    DEFAULT_SWEEP_SPEC,
+    MAX_POINTS,
+    Axis,
+    Point,
+    SweepError,
+    SweepPlan,
+    build_points,
+    expand_grid,
+    paired_by_default,
+    parse_axis,
+    parse_sweep_args,
+    plan_sweep,
+)
+from workbench.sweep.results import (
+    REPEAT_KEY,
+    Outcome,
+    Row,
+    fill_speedups,
+    group_repeats,
+    plan_table,
+    point_label,
+    results_json,
+    results_table,
+    speedup,
+    summarize,
+    sweep_rows,
+)
 from workbench.sweep.run import SweepResult, default_sweep_name, run_sweep
 from workbench.sweep.store import SweepStore
 
-__all__ = ["ALIAS_OF", "ALIASES", "DEFAULT_SWEEP_SPEC", "MAX_POINTS", "Axis", "Outcome", "Point", "REPEAT_KEY", "Row", "SweepError",
-           "SweepPlan", "SweepResult", "SweepStore", "build_points", "default_sweep_name", "expand_grid", "fill_speedups",
-           "group_repeats", "paired_by_default", "parse_axis", "parse_sweep_args", "plan_sweep", "plan_table", "point_label",
-           "results_json", "results_table", "run_sweep", "speedup", "summarize", "sweep_rows"]
+__all__ = [
+    "ALIAS_OF",
+    "ALIASES",
+    "DEFAULT_SWEEP_SPEC",
+    "MAX_POINTS",
+    "Axis",
+    "Outcome",
+    "Point",
+    "REPEAT_KEY",
+    "Row",
+    "SweepError",
+    "SweepPlan",
+    "SweepResult",
+    "SweepStore",
+    "build_points",
+    "default_sweep_name",
+    "expand_grid",
+    "fill_speedups",
+    "group_repeats",
+    "paired_by_default",
+    "parse_axis",
+    "parse_sweep_args",
+    "plan_sweep",
+    "plan_table",
+    "point_label",
+    "results_json",
+    "results_table",
+    "run_sweep",
+    "speedup",
+    "summarize",
+    "sweep_rows",
+]

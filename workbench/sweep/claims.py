@@ -40,7 +40,9 @@ from typing import Any
 
 from workbench.tags import TAG_HEARTBEAT, TAG_HOST, TAG_STALE, TAG_WORKER
 
-CLAIM_TIMEOUT_S = 60.0  # as `wb tune`'s Optuna grace period: a loaded 2-core VM can delay a heartbeat by tens of seconds
+CLAIM_TIMEOUT_S = (
+    60.0  # as `wb tune`'s Optuna grace period: a loaded 2-core VM can delay a heartbeat by tens of seconds
+)
 SETTLE_S = 2.0  # between creating a claim (or a parent) and reading who won
 POLL_S = 2.0  # how often a worker with nothing left to claim looks at the live claims of others
 
@@ -96,9 +98,18 @@ def point_state(runs: list[Any], now: float, timeout: float, since_ms: int) -> P
     return PointState("open", None, stale)
 
 
-def claim_point(store: Any, key: str, run_name: str, tags: dict[str, str], worker: str, since_ms: int,
-                timeout: float = CLAIM_TIMEOUT_S, settle_s: float = SETTLE_S,
-                clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> PointState:
+def claim_point(
+    store: Any,
+    key: str,
+    run_name: str,
+    tags: dict[str, str],
+    worker: str,
+    since_ms: int,
+    timeout: float = CLAIM_TIMEOUT_S,
+    settle_s: float = SETTLE_S,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PointState:
     """Try to claim point ``key``: its state, ``claimed`` (with this worker's run) when it won.
 
     ``store``: ``point_runs(key)``, ``create_claim(run_name, tags) -> run_id``, ``fail(run_id, why)``,
@@ -107,12 +118,15 @@ def claim_point(store: Any, key: str, run_name: str, tags: dict[str, str], worke
     st = point_state(store.point_runs(key), clock(), timeout, since_ms)
     stale = st.stale
     for r in stale:
-        r.tags[TAG_STALE] = f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker {r.tags.get(TAG_WORKER, '?')}"
+        r.tags[TAG_STALE] = (
+            f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker {r.tags.get(TAG_WORKER, '?')}"
+        )
         store.fail(r.run_id, r.tags[TAG_STALE])
     if st.kind != "open":
         return st
-    mine = store.create_claim(run_name, {**tags, TAG_WORKER: worker, TAG_HOST: socket.gethostname(),
-                                         TAG_HEARTBEAT: f"{clock():.3f}"})
+    mine = store.create_claim(
+        run_name, {**tags, TAG_WORKER: worker, TAG_HOST: socket.gethostname(), TAG_HEARTBEAT: f"{clock():.3f}"}
+    )
     try:
         sleep(settle_s)
         st = point_state(store.point_runs(key), clock(), timeout, since_ms)
@@ -150,7 +164,9 @@ class Heartbeat:
 
     def check(self, step: int, metrics: dict[str, float]) -> None:
         if self.lost and not self._stop.is_set():
-            raise ClaimLost(f"claim {self.run_id} was failed as stale by another worker (heartbeat late); it runs the point")
+            raise ClaimLost(
+                f"claim {self.run_id} was failed as stale by another worker (heartbeat late); it runs the point"
+            )
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()

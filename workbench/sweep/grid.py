@@ -15,8 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.specs import ExperimentSpec, SpecError, apply_overrides, read_raw_spec, validate_spec
-from workbench.specs.grid import (ALIAS_OF, ALIASES, MAX_POINTS, Axis, SweepError, aliases_text, expand_grid, parse_axis,  # noqa: F401
-                                  parse_sweep_args, resolve_key)
+from workbench.specs.grid import (  # noqa: F401
+    ALIAS_OF,
+    ALIASES,
+    MAX_POINTS,
+    Axis,
+    SweepError,
+    aliases_text,
+    expand_grid,
+    parse_axis,
+    parse_sweep_args,
+    resolve_key,
+)
 
 DEFAULT_SWEEP_SPEC = "sweep"
 REPEAT_KEY = "seed"  # points that differ only in it are repeats of one setting (pooled into one row)
@@ -82,7 +92,6 @@ def dedupe(points: list[Point]) -> list[Point]:
     return list(seen.values())
 
 
-
 def _overrides(assignment: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in assignment.items()]
 
@@ -122,7 +131,9 @@ def build_points(raw: dict[str, Any], axes: list[Axis], fixed: list[Axis]) -> tu
             try:
                 _check(raw, {a.key: a.values[0]}, "spec")
             except SpecError as one:
-                raise SweepError(_explain(f"override {a.text!r}" + (f" ({a.key})" if a.key != a.name else "") + f": {one}")) from None
+                raise SweepError(
+                    _explain(f"override {a.text!r}" + (f" ({a.key})" if a.key != a.name else "") + f": {one}")
+                ) from None
         raise SweepError(_explain(f"fixed overrides {' '.join(a.text for a in fixed)}: {e}")) from None
 
     by_key = {a.key: a for a in axes}

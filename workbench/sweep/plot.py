@@ -33,7 +33,9 @@ def speedup_lines(rows: list[Row], attr: str = "gen") -> dict[str, list[tuple[in
         if r.point.is_baseline or ci is None:
             continue
         p = r.point
-        name = p.spec.drafter.kind + "".join(f" {ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in SKIP_AXES)
+        name = p.spec.drafter.kind + "".join(
+            f" {ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in SKIP_AXES
+        )
         lines.setdefault(name, []).append((p.spec.drafter.k, ci, r.paired))
     return {n: sorted(pts, key=lambda x: x[0]) for n, pts in sorted(lines.items())}
 
@@ -50,13 +52,25 @@ def speedup_vs_k_png(rows: list[Row], path: Path, title: str = "") -> Path | Non
     import matplotlib.pyplot as plt
 
     fig, axs = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, attr, what in ((axs[0], "gen", "speedup/gen (gen stage)"), (axs[1], "step", "speedup/step (whole RL step)")):
+    for ax, attr, what in (
+        (axs[0], "gen", "speedup/gen (gen stage)"),
+        (axs[1], "step", "speedup/step (whole RL step)"),
+    ):
         for name, pts in speedup_lines(rows, attr).items():
             cis = [ci for _, ci, _ in pts]
-            err = [[c.mean - c.low if c.low is not None else 0.0 for c in cis], [c.high - c.mean if c.high is not None else 0.0 for c in cis]]
+            err = [
+                [c.mean - c.low if c.low is not None else 0.0 for c in cis],
+                [c.high - c.mean if c.high is not None else 0.0 for c in cis],
+            ]
             paired = all(p for _, _, p in pts)
-            ax.errorbar([k for k, _, _ in pts], [c.mean for c in cis], yerr=err, fmt="o-" if paired else "o--", capsize=3,
-                        label=name + ("" if paired else " (~ unpaired, no CI)"))
+            ax.errorbar(
+                [k for k, _, _ in pts],
+                [c.mean for c in cis],
+                yerr=err,
+                fmt="o-" if paired else "o--",
+                capsize=3,
+                label=name + ("" if paired else " (~ unpaired, no CI)"),
+            )
         ax.axhline(1.0, color="grey", ls="--", lw=1, label="autoregressive (1×)")
         ax.set_xlabel("k (draft tokens per verification step)")
         ax.set_ylabel("speedup (autoregressive s / speculative s)")

@@ -29,8 +29,8 @@ from rich import box
 from rich.table import Table
 
 from workbench import metrics as M
-from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
 from workbench.stats import Decision, RatioCI, RunsCI, after_warmup, decide, per_step_ratios, ratio_ci, runs_ci
+from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY, SweepPlan
 
 SUMMARY_KEYS = (M.GEN_S, M.STEP_S, M.GEN_AR_S, M.ACCEPTANCE_LENGTH, M.ACCEPTANCE_RATE)
 
@@ -183,9 +183,11 @@ def fmt_tau(runs: RunsCI | None) -> str:
 
 
 # What a row's interval covers, for the sweep table's caption and the report's note.
-INTERVAL_NOTE = ("n ≥ 2 runs: a random-effects 95 % CI over the runs (DerSimonian–Laird τ², Hartung–Knapp t on n−1 "
-                 "df), τ: their between-run spread; n = 1: the run's per-step CI, which covers the noise of steps "
-                 "within this run, not of a repeat (seed=0..2 for a claim that must survive one)")
+INTERVAL_NOTE = (
+    "n ≥ 2 runs: a random-effects 95 % CI over the runs (DerSimonian–Laird τ², Hartung–Knapp t on n−1 "
+    "df), τ: their between-run spread; n = 1: the run's per-step CI, which covers the noise of steps "
+    "within this run, not of a repeat (seed=0..2 for a claim that must survive one)"
+)
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
@@ -196,10 +198,12 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
     """Per row: axis values, acceptance, mean seconds, paired speedups with CIs, reward, repeats."""
     dec, cands = decide_rows(rows, label)
     tie = set(dec.tied)
-    caption = ("acc.len/acc.rate/gen s/step s: means after warm-up; 1st→last: acc.len at step 1 and the last step; "
-               "gen×/step×: paired speedup (autoregressive s / speculative s, same prompts, same steps), geometric mean "
-               f"[95 % CI]: {INTERVAL_NOTE}; ~: unpaired (baseline run's s / point s, no CI); n: runs (seeds); "
-               "reward: last step")
+    caption = (
+        "acc.len/acc.rate/gen s/step s: means after warm-up; 1st→last: acc.len at step 1 and the last step; "
+        "gen×/step×: paired speedup (autoregressive s / speculative s, same prompts, same steps), geometric mean "
+        f"[95 % CI]: {INTERVAL_NOTE}; ~: unpaired (baseline run's s / point s, no CI); n: runs (seeds); "
+        "reward: last step"
+    )
     if dec.best:
         caption += "; ★ best gen× (its CI clears every other point's)"
     elif dec.tied:
@@ -215,17 +219,28 @@ def rows_table(axes: list, rows: list[Row], title: str, label) -> Table:
         first, last = r.mean(M.ACCEPTANCE_LENGTH_FIRST), r.mean(M.ACCEPTANCE_LENGTH_LAST)
         failed = [o for o in r.outcomes if o.status == "failed"]
         statuses = sorted({o.status for o in r.outcomes})
-        status = " ".join({"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]", "other": "[cyan]other worker[/]"}.get(s, "[red]FAILED[/]") for s in statuses)
+        status = " ".join(
+            {"ok": "[green]ok[/]", "skipped": "[cyan]skipped[/]", "other": "[cyan]other worker[/]"}.get(
+                s, "[red]FAILED[/]"
+            )
+            for s in statuses
+        )
         if failed:
             status += " " + (failed[0].error or "")
         table.add_row(
-            p.spec.drafter.kind, *[p.display(a) for a in cols],
+            p.spec.drafter.kind,
+            *[p.display(a) for a in cols],
             _fmt(r.mean(M.ACCEPTANCE_LENGTH), ".2f"),
             f"{_fmt(first, '.2f')}→{_fmt(last, '.2f')}" if first is not None else "-",
             _fmt(r.mean(M.ACCEPTANCE_RATE), ".2f"),
-            _fmt(r.mean(M.GEN_S)), _fmt(r.mean(M.STEP_S)),
-            fmt_ratio(r.gen, r.paired) + mark, fmt_ratio(r.step, r.paired), fmt_tau(r.gen_runs),
-            _fmt(r.mean(M.REWARD_FINAL)), str(len(r.ok)), status,
+            _fmt(r.mean(M.GEN_S)),
+            _fmt(r.mean(M.STEP_S)),
+            fmt_ratio(r.gen, r.paired) + mark,
+            fmt_ratio(r.step, r.paired),
+            fmt_tau(r.gen_runs),
+            _fmt(r.mean(M.REWARD_FINAL)),
+            str(len(r.ok)),
+            status,
             style="bold" if name == dec.best else None,
         )
     return table
@@ -237,8 +252,15 @@ def _ci_json(ci: RatioCI | None, paired: bool, runs: RunsCI | None = None) -> di
     per-step interval, ``n`` = steps)."""
     if ci is None:
         return {"mean": None}
-    out = {"mean": ci.mean, "ci95_low": ci.low, "ci95_high": ci.high, "ci95_halfwidth": ci.half_width, "n": ci.n,
-           "paired": paired, "interval": "runs" if runs else "steps"}
+    out = {
+        "mean": ci.mean,
+        "ci95_low": ci.low,
+        "ci95_high": ci.high,
+        "ci95_halfwidth": ci.half_width,
+        "n": ci.n,
+        "paired": paired,
+        "interval": "runs" if runs else "steps",
+    }
     if runs:
         out |= {"tau": runs.tau, "pred95_low": runs.pred_low, "pred95_high": runs.pred_high}
     return out
@@ -248,15 +270,32 @@ def rows_json(name: str, spec_path: str, axes: list, fixed: list, rows: list[Row
     """The results table as JSON (the parent run's ``results.json``): rows with their points."""
     dec, _ = decide_rows(rows, label)
     return {
-        "sweep": name, "spec": spec_path,
-        "axes": {a.key: list(a.values) for a in axes}, "fixed": {a.key: a.values[0] for a in fixed},
-        "best": dec.best, "tie": list(dec.tied),
+        "sweep": name,
+        "spec": spec_path,
+        "axes": {a.key: list(a.values) for a in axes},
+        "fixed": {a.key: a.values[0] for a in fixed},
+        "best": dec.best,
+        "tie": list(dec.tied),
         "rows": [
-            {"label": label(r), "baseline": r.point.is_baseline, "drafter.kind": r.point.spec.drafter.kind,
-             "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
-             M.SPEEDUP_GEN: _ci_json(r.gen, r.paired, r.gen_runs), M.SPEEDUP_STEP: _ci_json(r.step, r.paired, r.step_runs),
-             "points": [{"point": o.point.key, "seed": o.point.spec.seed, "status": o.status, "run_id": o.run_id,
-                         "error": o.error, **o.summary} for o in r.outcomes]}
+            {
+                "label": label(r),
+                "baseline": r.point.is_baseline,
+                "drafter.kind": r.point.spec.drafter.kind,
+                "axes": {a.key: r.point.display(a) for a in axes if a.key != REPEAT_KEY},
+                M.SPEEDUP_GEN: _ci_json(r.gen, r.paired, r.gen_runs),
+                M.SPEEDUP_STEP: _ci_json(r.step, r.paired, r.step_runs),
+                "points": [
+                    {
+                        "point": o.point.key,
+                        "seed": o.point.spec.seed,
+                        "status": o.status,
+                        "run_id": o.run_id,
+                        "error": o.error,
+                        **o.summary,
+                    }
+                    for o in r.outcomes
+                ],
+            }
             for r in rows
         ],
     }
@@ -280,7 +319,9 @@ def plan_table(plan: SweepPlan, title: str) -> Table:
 def point_label(row: Row) -> str:
     """A results row's name in tables and ties: ``draft_model k=3`` (axis values, seed left out)."""
     p = row.point
-    parts = [p.spec.drafter.kind] + [f"{ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in ("drafter.kind", REPEAT_KEY)]
+    parts = [p.spec.drafter.kind] + [
+        f"{ALIAS_OF.get(k, k)}={v}" for k, v in p.assignment.items() if k not in ("drafter.kind", REPEAT_KEY)
+    ]
     return "autoregressive" if p.is_baseline else " ".join(parts)
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 from rich.console import Console
 
 from workbench.console import make_console
-from workbench.sweep.claims import CLAIM_TIMEOUT_S, POLL_S, SETTLE_S, ClaimLost, Heartbeat, PointState, claim_point, worker_id
+from workbench.sweep.claims import (
+    CLAIM_TIMEOUT_S,
+    POLL_S,
+    SETTLE_S,
+    ClaimLost,
+    Heartbeat,
+    PointState,
+    claim_point,
+    worker_id,
+)
 from workbench.sweep.grid import Point, SweepPlan
 from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
 from workbench.sweep.results import Outcome, results_json, sweep_rows
@@ -49,10 +58,17 @@ class _Worker:
     since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     mine: set[str] = field(default_factory=set)  # run ids this worker ran
     errors: dict[str, str] = field(default_factory=dict)  # point key -> what it raised here
-    first_seen: dict[str, str] = field(default_factory=dict)  # point key -> skipped (started before this worker) | other
+    first_seen: dict[str, str] = field(
+        default_factory=dict
+    )  # point key -> skipped (started before this worker) | other
 
     def tags(self, p: Point) -> dict[str, str]:
-        tags = {TAG_SWEEP: self.name, TAG_ROLE: "point", TAG_POINT: p.key, "workbench.sweep.baseline": str(p.is_baseline).lower()}
+        tags = {
+            TAG_SWEEP: self.name,
+            TAG_ROLE: "point",
+            TAG_POINT: p.key,
+            "workbench.sweep.baseline": str(p.is_baseline).lower(),
+        }
         tags.update({TAG_AXIS + a.key: p.display(a) for a in self.plan.axes})
         return tags
 
@@ -67,15 +83,25 @@ class _Worker:
                 if p.key in settled:
                     continue
                 label = p.label(self.plan.axes)
-                st = claim_point(self.store, p.key, f"{self.name}: {label}", self.tags(p), self.id, self.since_ms,
-                                 self.timeout, self.settle_s)
+                st = claim_point(
+                    self.store,
+                    p.key,
+                    f"{self.name}: {label}",
+                    self.tags(p),
+                    self.id,
+                    self.since_ms,
+                    self.timeout,
+                    self.settle_s,
+                )
                 if st.kind in ("done", "failed"):
                     settled.add(p.key)
                     if st.run.run_id not in self.mine:
                         self._note(i, label, p, st)
                 elif st.kind == "busy" and p.key not in told:
                     told.add(p.key)
-                    self.console.print(f"[{i}/{n}] {label}: claimed by worker {st.run.tags.get(TAG_WORKER, '?')}, moving on")
+                    self.console.print(
+                        f"[{i}/{n}] {label}: claimed by worker {st.run.tags.get(TAG_WORKER, '?')}, moving on"
+                    )
                 elif st.kind == "claimed":
                     ran = True
                     self.run_point(i, label, p, st)
@@ -110,8 +136,16 @@ class _Worker:
         beat = Heartbeat(self.store.client, run_id, self.timeout / 4)
         try:
             with beat:
-                run_experiment(spec, console=self.console, progress=self.progress, parent_run_id=self.store.parent_id,
-                               tags=self.tags(p), summary=False, on_step=beat.check, run_id=run_id)
+                run_experiment(
+                    spec,
+                    console=self.console,
+                    progress=self.progress,
+                    parent_run_id=self.store.parent_id,
+                    tags=self.tags(p),
+                    summary=False,
+                    on_step=beat.check,
+                    run_id=run_id,
+                )
         except ClaimLost as e:
             self.console.print(f"[yellow]{label}: {e}[/]")
         except KeyboardInterrupt:
@@ -148,8 +182,15 @@ class _Worker:
                 self.store.log_unpaired(row, o)
 
 
-def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None = None, progress: bool = True,
-              claim_timeout: float = CLAIM_TIMEOUT_S, settle_s: float = SETTLE_S, poll_s: float = POLL_S) -> SweepResult:
+def run_sweep(
+    plan: SweepPlan,
+    name: str | None = None,
+    console: Console | None = None,
+    progress: bool = True,
+    claim_timeout: float = CLAIM_TIMEOUT_S,
+    settle_s: float = SETTLE_S,
+    poll_s: float = POLL_S,
+) -> SweepResult:
     """Run every point of ``plan`` (baselines first) as a child of one MLflow parent run.
 
     A point that raises is logged, marked failed (its child run is FAILED) and the sweep goes on.
@@ -170,14 +211,22 @@ def run_sweep(plan: SweepPlan, name: str | None = None, console: Console | None 
         raise ValueError(f"claim timeout {claim_timeout:g} s must exceed twice the settle time ({settle_s:g} s)")
     store = SweepStore.open(plan.base, name)
     store.settle_s = settle_s
-    tags = {TAG_SWEEP: name, TAG_ROLE: "parent", "workbench.spec": plan.base.name, "workbench.sweep.points": str(len(plan.points)),
-            "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed)}
+    tags = {
+        TAG_SWEEP: name,
+        TAG_ROLE: "parent",
+        "workbench.spec": plan.base.name,
+        "workbench.sweep.points": str(len(plan.points)),
+        "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed),
+    }
     tags.update({TAG_AXIS + a.key: ",".join(a.values) for a in plan.axes})
     store.open_parent(tags)
     w = _Worker(plan, name, store, console, progress, claim_timeout, settle_s, poll_s)
     done = len(store.finished_children(histories=False)) if store.resumed else 0
-    console.print(f"sweep [bold]{name}[/]: {len(plan.points)} points" + (f", resuming ({done} already finished)" if store.resumed else "")
-                  + f"; worker {w.id}")
+    console.print(
+        f"sweep [bold]{name}[/]: {len(plan.points)} points"
+        + (f", resuming ({done} already finished)" if store.resumed else "")
+        + f"; worker {w.id}"
+    )
     status, outcomes = "FAILED", []
     try:
         w.work()

@@ -112,7 +112,9 @@ class SweepStore:
         raise AssertionError("unreachable")
 
     def _parents(self) -> list[Any]:
-        return self.reader.top_level(f"tags.`{TAG_SWEEP}` = '{quote(self.name)}' and tags.`{TAG_ROLE}` = 'parent'", [self.experiment_id])
+        return self.reader.top_level(
+            f"tags.`{TAG_SWEEP}` = '{quote(self.name)}' and tags.`{TAG_ROLE}` = 'parent'", [self.experiment_id]
+        )
 
     def open_parent(self, tags: dict[str, str]) -> None:
         """Reuse the newest parent run tagged with this sweep name (set RUNNING again), else create it.
@@ -125,7 +127,9 @@ class SweepStore:
             self.parent_id, self.resumed = run.info.run_id, True
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
-            mine = self.client.create_run(self.experiment_id, run_name=self.name, tags={TAG_SWEEP: self.name, TAG_ROLE: "parent"}).info.run_id
+            mine = self.client.create_run(
+                self.experiment_id, run_name=self.name, tags={TAG_SWEEP: self.name, TAG_ROLE: "parent"}
+            ).info.run_id
             time.sleep(self.settle_s)
             first = min(self._parents(), key=lambda r: (r.info.start_time, r.info.run_id), default=None)
             self.parent_id = first.info.run_id if first is not None else mine
@@ -134,14 +138,19 @@ class SweepStore:
                 self.resumed = True
         from mlflow.entities import RunTag
 
-        retried(self.client.log_batch, self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])  # every worker writes them
+        retried(
+            self.client.log_batch, self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()]
+        )  # every worker writes them
 
     # ------------------------------------------------------------------ claims (workbench.sweep.claims)
 
     def point_runs(self, key: str) -> list[RunRecord]:
         """Every child run of the parent for point ``key`` (any status, deleted ones aside), no histories."""
         filt = f"tags.`{PARENT_RUN_TAG}` = '{self.parent_id}' and tags.`{TAG_POINT}` = '{quote(key)}'"
-        return [self.reader.load(r, histories=False) for r in self.reader.search(filt, [self.experiment_id], newest_first=False)]
+        return [
+            self.reader.load(r, histories=False)
+            for r in self.reader.search(filt, [self.experiment_id], newest_first=False)
+        ]
 
     def create_claim(self, run_name: str, tags: dict[str, str]) -> str:
         """A RUNNING child run of the parent with ``tags``: a claim on a point."""

@@ -60,9 +60,15 @@ def answer_reward(completion: str, answer: str) -> float:
 
 def _reasoning_gym_task(name: str, what: str) -> Task:
     """A reasoning-gym configuration (data/reasoning_gym_tasks.py) as a task: math-verify accuracy + boxed format."""
-    return Task(name=name, generate=reasoning_gym_tasks.task_generate(name), reward=math_accuracy_reward,
-                description=f"{what}; reward = math-verify accuracy (+ format)", version=reasoning_gym_tasks.VERSION,
-                format_reward=boxed_format_reward, anchor_free=last_number_reward)
+    return Task(
+        name=name,
+        generate=reasoning_gym_tasks.task_generate(name),
+        reward=math_accuracy_reward,
+        description=f"{what}; reward = math-verify accuracy (+ format)",
+        version=reasoning_gym_tasks.VERSION,
+        format_reward=boxed_format_reward,
+        anchor_free=last_number_reward,
+    )
 
 
 TASKS: dict[str, Task] = {
@@ -107,12 +113,15 @@ TASKS: dict[str, Task] = {
     # its question + math_word's boxed-answer instruction, its answer string scored by math-verify.
     # Baselines of SmolLM2-135M-Instruct: docs/results/reasoning-gym-tasks.md
     "gsm_symbolic": _reasoning_gym_task(
-        "gsm_symbolic", "reasoning-gym gsm_symbolic: GSM8K templates with fresh numbers, answer in \\boxed{}"),
+        "gsm_symbolic", "reasoning-gym gsm_symbolic: GSM8K templates with fresh numbers, answer in \\boxed{}"
+    ),
     "chain_sum": _reasoning_gym_task(
-        "chain_sum", "reasoning-gym chain_sum: 2-6 whole numbers of 1-4 digits joined by + and -, answer in \\boxed{}"),
+        "chain_sum", "reasoning-gym chain_sum: 2-6 whole numbers of 1-4 digits joined by + and -, answer in \\boxed{}"
+    ),
     # two one-digit terms (reasoning-gym's chain_sum curriculum, level 0): 200 expressions, 10 held out
     "chain_sum_1digit": _reasoning_gym_task(
-        "chain_sum_1digit", "reasoning-gym chain_sum with two one-digit numbers (a + b or a - b), answer in \\boxed{}"),
+        "chain_sum_1digit", "reasoning-gym chain_sum with two one-digit numbers (a + b or a - b), answer in \\boxed{}"
+    ),
 }
 
 

@@ -103,12 +103,16 @@ def load_task_data(
             return datasets.Dataset.from_dict({"prompt": [], "answer": []})
         file = cache / f"{task.name}-v{task.version}-{split}-n{num}-s{seed}.jsonl"
         if not file.exists():
-            rows = [{"prompt": it["prompt"], "answer": str(it["answer"])} for it in generate_split(name, split, num, seed)]
+            rows = [
+                {"prompt": it["prompt"], "answer": str(it["answer"])} for it in generate_split(name, split, num, seed)
+            ]
             _write_jsonl(rows, file)
         return _load_json(file, cache)
 
     ds = _load_user_file(path, cache)
-    ds = _to_prompt_answer(ds, resolve_layout(ds, dataset_format, prompt_field, answer_field), prompt_field, answer_field, path)
+    ds = _to_prompt_answer(
+        ds, resolve_layout(ds, dataset_format, prompt_field, answer_field), prompt_field, answer_field, path
+    )
     n = min(num, len(ds))
     rows = range(n) if split == "train" else range(len(ds) - n, len(ds))
     return ds.select(rows)
@@ -116,10 +120,14 @@ def load_task_data(
 
 def spec_task_data(t, split: str, num: int, seed: int) -> datasets.Dataset:
     """``load_task_data`` for a run's ``task`` spec section (name, path, fields, dataset_format)."""
-    return load_task_data(t.name, split, num, seed, t.path, t.prompt_field, t.answer_field, dataset_format=t.dataset_format)
+    return load_task_data(
+        t.name, split, num, seed, t.path, t.prompt_field, t.answer_field, dataset_format=t.dataset_format
+    )
 
 
-def resolve_layout(ds: datasets.Dataset, layout: str, prompt_field: str = "prompt", answer_field: str = "answer") -> str:
+def resolve_layout(
+    ds: datasets.Dataset, layout: str, prompt_field: str = "prompt", answer_field: str = "answer"
+) -> str:
     """The layout of a user file: ``layout`` itself, or for "auto": fields when task.prompt_field /
     answer_field were set away from their defaults, else gsm8k (question, answer whose first row holds
     '####'), dapo (prompt, solution), or fields. Raises ValueError naming task.dataset_format if unknown."""
@@ -150,7 +158,9 @@ def _prompt_text(prompt) -> str:
     return str(prompt)
 
 
-def _to_prompt_answer(ds: datasets.Dataset, layout: str, prompt_field: str, answer_field: str, path: str) -> datasets.Dataset:
+def _to_prompt_answer(
+    ds: datasets.Dataset, layout: str, prompt_field: str, answer_field: str, path: str
+) -> datasets.Dataset:
     """Rename a user file's columns to string ``prompt`` and ``answer`` by its layout (see resolve_layout).
 
     gsm8k: prompt = question + the boxed-answer instruction (math_word's, unless the question already

@@ -44,11 +44,15 @@ def _math_verify():
         from latex2sympy2_extended import NormalizationConfig
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     except ImportError:
-        raise ValueError("the math rewards need math-verify: pip install -e \".[real]\" (or pip install math-verify)") from None
+        raise ValueError(
+            'the math rewards need math-verify: pip install -e ".[real]" (or pip install math-verify)'
+        ) from None
     norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True)
     # the text handed over is already just the answer (a boxed tail or the line after an anchor)
-    cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=True),
-           ExprExtractionConfig(try_extract_without_anchor=True)]
+    cfg = [
+        LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=True),
+        ExprExtractionConfig(try_extract_without_anchor=True),
+    ]
     return parse, verify, cfg
 
 
@@ -77,7 +81,7 @@ def answer_text(completion: str) -> tuple[str, bool] | None:
         anchors = list(_ANCHOR_RE.finditer(completion))
         if not anchors:
             return None
-        tail = completion[anchors[-1].end():].replace("**", "").lstrip(" \t:\n")
+        tail = completion[anchors[-1].end() :].replace("**", "").lstrip(" \t:\n")
         text = tail.split("\n", 1)[0]
     text = (text or "").rsplit("=", 1)[-1].strip()
     return (text, box >= 0) if text else None
@@ -105,9 +109,11 @@ def math_accuracy_reward(completion: str, answer: str) -> float:
             answer would score 0.0 there): score in the main thread, or in worker processes.
     """
     if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("the math accuracy reward must run in the main thread: math-verify times out with "
-                           "signal.alarm, which fails in any other thread and would score every answer 0; "
-                           "score in the main thread or in processes (e.g. multiprocessing), not threads")
+        raise RuntimeError(
+            "the math accuracy reward must run in the main thread: math-verify times out with "
+            "signal.alarm, which fails in any other thread and would score every answer 0; "
+            "score in the main thread or in processes (e.g. multiprocessing), not threads"
+        )
     parse, verify, cfg = _math_verify()
     try:
         gold = _gold(str(answer).strip())
@@ -133,7 +139,9 @@ def last_number_reward(completion: str, answer: str) -> float:
     """
     found = _NUMBER_RE.findall(completion)
     try:
-        return 1.0 if found and float(found[-1].replace(",", "")) == float(str(answer).strip().replace(",", "")) else 0.0
+        return (
+            1.0 if found and float(found[-1].replace(",", "")) == float(str(answer).strip().replace(",", "")) else 0.0
+        )
     except ValueError:
         return 0.0
 

@@ -50,14 +50,80 @@ Decisions (documented for users in ``wb tune --help``):
 """
 
 from workbench.tune.plan import DEFAULT_TUNE_SPEC, OBJECTIVES, PAIRED_KEY, TunePlan, check_paired, plan_tune
-from workbench.tune.score import (Score, TrialPrunedStop, best_spec, best_trial, fmt_score, is_surplus, objective_score,
-                                  pruning_hook, reported_trials, results_json, trial_score, trials_table, write_best)
-from workbench.tune.space import check_params, edge_values, grid_space, make_pruner, make_sampler, reseed_for_trial, suggest
+from workbench.tune.score import (
+    Score,
+    TrialPrunedStop,
+    best_spec,
+    best_trial,
+    fmt_score,
+    is_surplus,
+    objective_score,
+    pruning_hook,
+    reported_trials,
+    results_json,
+    trial_score,
+    trials_table,
+    write_best,
+)
+from workbench.tune.space import (
+    check_params,
+    edge_values,
+    grid_space,
+    make_pruner,
+    make_sampler,
+    reseed_for_trial,
+    suggest,
+)
+from workbench.tune.study import (
+    TAG_HOST,
+    TAG_PARAM,
+    TAG_ROLE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    TuneResult,
+    evaluate,
+    open_study,
+    run_study,
+)
 from workbench.tune.workers import make_storage, optuna_quiet, wait_for_others
-from workbench.tune.study import TAG_HOST, TAG_PARAM, TAG_ROLE, TAG_STUDY, TAG_TRIAL, TuneResult, evaluate, open_study, run_study
 
-__all__ = ["DEFAULT_TUNE_SPEC", "OBJECTIVES", "PAIRED_KEY", "Score", "TrialPrunedStop", "TunePlan", "TuneResult", "best_spec",
-           "best_trial", "check_paired", "check_params", "edge_values", "evaluate", "fmt_score", "grid_space", "is_surplus",
-           "make_pruner", "make_sampler", "objective_score", "open_study", "plan_tune", "pruning_hook", "reported_trials",
-           "reseed_for_trial", "results_json", "run_study", "suggest", "trial_score", "trials_table", "write_best",
-           "make_storage", "optuna_quiet", "wait_for_others", "TAG_HOST", "TAG_PARAM", "TAG_ROLE", "TAG_STUDY", "TAG_TRIAL"]
+__all__ = [
+    "DEFAULT_TUNE_SPEC",
+    "OBJECTIVES",
+    "PAIRED_KEY",
+    "Score",
+    "TrialPrunedStop",
+    "TunePlan",
+    "TuneResult",
+    "best_spec",
+    "best_trial",
+    "check_paired",
+    "check_params",
+    "edge_values",
+    "evaluate",
+    "fmt_score",
+    "grid_space",
+    "is_surplus",
+    "make_pruner",
+    "make_sampler",
+    "objective_score",
+    "open_study",
+    "plan_tune",
+    "pruning_hook",
+    "reported_trials",
+    "reseed_for_trial",
+    "results_json",
+    "run_study",
+    "suggest",
+    "trial_score",
+    "trials_table",
+    "write_best",
+    "make_storage",
+    "optuna_quiet",
+    "wait_for_others",
+    "TAG_HOST",
+    "TAG_PARAM",
+    "TAG_ROLE",
+    "TAG_STUDY",
+    "TAG_TRIAL",
+]

@@ -6,13 +6,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench import metrics as M
-from workbench.specs import ExperimentSpec, SpecError, TuneSpec, apply_overrides, read_raw_spec, validate_spec
+from workbench.specs import (
+    ExperimentSpec,
+    SpecError,
+    TuneSpec,
+    apply_overrides,
+    read_raw_spec,
+    set_dotted,
+    validate_spec,
+)
 from workbench.sweep.grid import paired_by_default
-from workbench.specs import set_dotted
 from workbench.tune.space import check_params, edge_values
 
 DEFAULT_TUNE_SPEC = "tune"
-PAIRED_KEY = {"speedup_gen": M.SPEEDUP_GEN_PER_STEP, "speedup_step": M.SPEEDUP_STEP_PER_STEP}  # objective -> per-step paired ratio
+PAIRED_KEY = {
+    "speedup_gen": M.SPEEDUP_GEN_PER_STEP,
+    "speedup_step": M.SPEEDUP_STEP_PER_STEP,
+}  # objective -> per-step paired ratio
 OBJECTIVES = ("gen_tokens_per_s", *PAIRED_KEY)
 
 
@@ -46,7 +56,11 @@ def check_paired(base: ExperimentSpec) -> None:
         return
     space = base.tune.params.get("measure.paired")
     if base.measure.paired is False or (space is not None and False in edge_values(space)):
-        where = "tune.params.measure.paired allows false" if space is not None and base.measure.paired is not False else "the spec sets measure.paired: false"
+        where = (
+            "tune.params.measure.paired allows false"
+            if space is not None and base.measure.paired is not False
+            else "the spec sets measure.paired: false"
+        )
         raise SpecError(
             f"tune.objective={obj} is a paired speedup, but {where}: each trial must time autoregressive generation of "
             "the same prompts in its steps. Remove measure.paired (null = on in wb tune) or set measure.paired=true, "
@@ -54,7 +68,9 @@ def check_paired(base: ExperimentSpec) -> None:
         )
 
 
-def plan_tune(spec: str | None, overrides: list[str] | None = None, study_name: str | None = None, storage: str | None = None) -> TunePlan:
+def plan_tune(
+    spec: str | None, overrides: list[str] | None = None, study_name: str | None = None, storage: str | None = None
+) -> TunePlan:
     """Load the spec (default experiments/tune.yaml), apply overrides, validate the search space.
 
     Raises:
@@ -74,5 +90,3 @@ def plan_tune(spec: str | None, overrides: list[str] | None = None, study_name: 
     check_paired(base)
     name = study_name or base.tune.study_name or f"{base.name}-tune"
     return TunePlan(str(path), raw, base, name, storage or base.tune.storage)
-
-

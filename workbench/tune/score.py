@@ -19,9 +19,7 @@ from workbench import metrics as M
 from workbench.experiment import EarlyStop
 from workbench.specs import ExperimentSpec
 from workbench.stats import after_warmup, ratio_ci
-
 from workbench.tune.plan import OBJECTIVES, PAIRED_KEY, TunePlan
-
 
 # ----------------------------------------------------------------------------- objective (pure)
 
@@ -40,7 +38,9 @@ class Score:
     n: int = 0
 
 
-def objective_score(objective: str, history: list[dict[str, float]], warmup: int = 1, drafter_kind: str | None = None) -> Score | None:
+def objective_score(
+    objective: str, history: list[dict[str, float]], warmup: int = 1, drafter_kind: str | None = None
+) -> Score | None:
     """The objective of a run from its per-step metrics; None when they hold nothing to compute it.
 
     ``speedup_gen`` / ``speedup_step``: geometric mean and 95 % interval of the per-step paired
@@ -79,7 +79,9 @@ class TrialPrunedStop(EarlyStop, optuna.TrialPruned):
         return self.score.value
 
 
-def pruning_hook(trial: optuna.Trial, objective: str, warmup: int = 1, drafter_kind: str | None = None) -> Callable[[int, dict], None]:
+def pruning_hook(
+    trial: optuna.Trial, objective: str, warmup: int = 1, drafter_kind: str | None = None
+) -> Callable[[int, dict], None]:
     """``on_step`` for run_experiment: after each step past the warm-up, report the running
     objective; raise TrialPrunedStop if the pruner says so."""
     history: list[dict[str, float]] = []
@@ -110,7 +112,11 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 def trial_score(t: optuna.trial.FrozenTrial) -> Score | None:
     """A stored trial's value (pruned: its last reported one) and interval."""
-    value = t.value if t.value is not None else (t.intermediate_values.get(t.last_step) if t.last_step is not None else None)
+    value = (
+        t.value
+        if t.value is not None
+        else (t.intermediate_values.get(t.last_step) if t.last_step is not None else None)
+    )
     if value is None:
         return None
     a = t.user_attrs
@@ -139,12 +145,25 @@ def results_json(plan: TunePlan, study: optuna.Study) -> dict[str, Any]:
     rows = []
     for t in reported_trials(study):
         s, a = trial_score(t), t.user_attrs
-        rows.append({"number": t.number, "state": t.state.name, "value": None if s is None else s.value,
-                     "ci95_low": a.get("ci95_low"), "ci95_high": a.get("ci95_high"), "n_steps": a.get("n_steps"),
-                     "steps": a.get("steps"), "params": t.params, "host": a.get("host"), "pid": a.get("pid"),
-                     "mlflow_run_id": a.get("mlflow_run_id")})
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": None if s is None else s.value,
+                "ci95_low": a.get("ci95_low"),
+                "ci95_high": a.get("ci95_high"),
+                "n_steps": a.get("n_steps"),
+                "steps": a.get("steps"),
+                "params": t.params,
+                "host": a.get("host"),
+                "pid": a.get("pid"),
+                "mlflow_run_id": a.get("mlflow_run_id"),
+            }
+        )
     return {
-        "study": plan.name, "storage": plan.storage, "objective": plan.tune.objective,
+        "study": plan.name,
+        "storage": plan.storage,
+        "objective": plan.tune.objective,
         "counted": sum(1 for r in rows if r["state"] in ("COMPLETE", "PRUNED")),
         "best": None if best is None else {"number": best.number, "value": best.value, "params": best.params},
         "trials": rows,
@@ -160,8 +179,11 @@ def trials_table(plan: TunePlan, study: optuna.Study) -> Table:
     best = best_trial(study)
     paired = plan.tune.objective in PAIRED_KEY
     table = Table(
-        title=f"study {plan.name}: maximize {plan.tune.objective}", box=box.SIMPLE_HEAD,
-        caption=("value [95 % CI] over the steps after warm-up" if paired else "value: mean over the steps after warm-up")
+        title=f"study {plan.name}: maximize {plan.tune.objective}",
+        box=box.SIMPLE_HEAD,
+        caption=(
+            "value [95 % CI] over the steps after warm-up" if paired else "value: mean over the steps after warm-up"
+        )
         + "; pruned: the last reported value; steps: GRPO steps run; ★ best",
     )
     keys = list(plan.tune.params)
@@ -172,9 +194,11 @@ def trials_table(plan: TunePlan, study: optuna.Study) -> Table:
         is_best = best is not None and t.number == best.number
         steps = t.user_attrs.get("steps")
         table.add_row(
-            str(t.number), *[_fmt(t.params.get(k, "-")) for k in keys],
+            str(t.number),
+            *[_fmt(t.params.get(k, "-")) for k in keys],
             fmt_score(trial_score(t)) + (" ★" if is_best else ""),
-            "-" if steps is None else str(steps), str(t.user_attrs.get("host", "-")),
+            "-" if steps is None else str(steps),
+            str(t.user_attrs.get("host", "-")),
             f"[{style.get(t.state.name, 'white')}]{t.state.name}[/]",
             style="bold" if is_best else None,
         )

@@ -35,7 +35,9 @@ def check_params(raw: dict[str, Any], params: dict[str, Any]) -> None:
     for key, p in params.items():
         where = f"tune.params.{key}"
         if key.split(".")[0] in UNTUNABLE:
-            raise SpecError(f"{where}: {key.split('.')[0]}.* cannot be tuned (it names or logs the experiment); remove it from tune.params")
+            raise SpecError(
+                f"{where}: {key.split('.')[0]}.* cannot be tuned (it names or logs the experiment); remove it from tune.params"
+            )
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -44,7 +46,9 @@ def check_params(raw: dict[str, Any], params: dict[str, Any]) -> None:
             try:
                 validate_spec(set_dotted(raw, key, v), source=f"spec with {key}={v!r}")
             except SpecError as e:
-                raise SpecError(f"{where}: value {v!r} is not allowed; narrow the search space so every value is valid.\n{e}") from None
+                raise SpecError(
+                    f"{where}: value {v!r} is not allowed; narrow the search space so every value is valid.\n{e}"
+                ) from None
 
 
 def suggest(trial: optuna.Trial, key: str, p) -> Any:
@@ -57,7 +61,10 @@ def suggest(trial: optuna.Trial, key: str, p) -> Any:
 
 
 def grid_space(params: dict[str, Any]) -> dict[str, list[Any]]:
-    return {k: list(range(p.low, p.high + 1, p.step)) if isinstance(p, IntParam) else list(p.choices) for k, p in params.items()}
+    return {
+        k: list(range(p.low, p.high + 1, p.step)) if isinstance(p, IntParam) else list(p.choices)
+        for k, p in params.items()
+    }
 
 
 def make_sampler(tune: TuneSpec, seed: int) -> optuna.samplers.BaseSampler:
@@ -89,5 +96,6 @@ def make_pruner(tune: TuneSpec, warmup_steps: int = 1) -> optuna.pruners.BasePru
     reported (step warmup_steps + 3), so a trial is never pruned on a single noisy step."""
     if tune.pruner == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials,
-                                       n_warmup_steps=warmup_steps + MIN_VALUES_BEFORE_PRUNING)
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=tune.startup_trials, n_warmup_steps=warmup_steps + MIN_VALUES_BEFORE_PRUNING
+    )

@@ -12,17 +12,32 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workbench.console import make_console
-from workbench.sweep.store import SweepStore, retried
 from workbench.specs import SpecError
+from workbench.sweep.store import SweepStore, retried
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
 from workbench.tune.plan import PAIRED_KEY, TunePlan
-from workbench.tune.score import Score, TrialPrunedStop, best_trial, fmt_score, objective_score, pruning_hook, results_json
+from workbench.tune.score import (
+    Score,
+    TrialPrunedStop,
+    best_trial,
+    fmt_score,
+    objective_score,
+    pruning_hook,
+    results_json,
+)
 from workbench.tune.space import make_pruner, make_sampler, reseed_for_trial, suggest
-from workbench.tune.workers import (active_trials, counted_trials, fail_stale, heartbeat, make_storage,
-                                    optuna_quiet, tell, trials_before, wait_for_others)
-
-
+from workbench.tune.workers import (
+    active_trials,
+    counted_trials,
+    fail_stale,
+    heartbeat,
+    make_storage,
+    optuna_quiet,
+    tell,
+    trials_before,
+    wait_for_others,
+)
 
 # ----------------------------------------------------------------------------- study
 
@@ -35,8 +50,12 @@ def open_study(plan: TunePlan, storage: optuna.storages.BaseStorage | None = Non
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
-        study_name=plan.name, storage=storage or make_storage(plan.storage), direction=plan.tune.direction, load_if_exists=True,
-        sampler=make_sampler(plan.tune, plan.base.seed), pruner=make_pruner(plan.tune, plan.base.measure.warmup_steps),
+        study_name=plan.name,
+        storage=storage or make_storage(plan.storage),
+        direction=plan.tune.direction,
+        load_if_exists=True,
+        sampler=make_sampler(plan.tune, plan.base.seed),
+        pruner=make_pruner(plan.tune, plan.base.measure.warmup_steps),
     )
     stored = study.user_attrs.get("objective")
     if stored is None:  # two workers may both write it: same value
@@ -66,7 +85,9 @@ class _StudyStore(SweepStore):
             mine = self.client.create_run(self.experiment_id, run_name=f"tune {self.name}", tags=tags).info.run_id
             newest = self.reader.find_parent(TAG_STUDY, self.name, TAG_ROLE, [self.experiment_id])
             self.parent_id = newest.info.run_id if newest is not None else mine
-            if self.parent_id != mine:  # another worker created one at the same moment: join the newest (reports read it)
+            if (
+                self.parent_id != mine
+            ):  # another worker created one at the same moment: join the newest (reports read it)
                 self.client.set_tag(mine, TAG_ROLE, "duplicate")
                 self.client.set_tag(mine, "workbench.tune.duplicate_of", self.parent_id)
                 self.client.set_terminated(mine, status="FINISHED")
@@ -109,8 +130,15 @@ def _record(trial: optuna.Trial, store: _StudyStore | None, run_id: str | None, 
         trial.set_user_attr("ci95_low", score.low)
         trial.set_user_attr("ci95_high", score.high)
     if store:
-        store.log(run_id, {"tune/objective": score.value, "tune/objective_ci95_low": score.low,
-                           "tune/objective_ci95_high": score.high}, step=steps)
+        store.log(
+            run_id,
+            {
+                "tune/objective": score.value,
+                "tune/objective_ci95_low": score.low,
+                "tune/objective_ci95_high": score.high,
+            },
+            step=steps,
+        )
 
 
 def evaluate(plan: TunePlan, trial: optuna.Trial, store: _StudyStore | None, console: Console, progress: bool) -> float:
@@ -130,25 +158,44 @@ def evaluate(plan: TunePlan, trial: optuna.Trial, store: _StudyStore | None, con
     warmup, kind = spec.measure.warmup_steps, spec.drafter.kind
     console.print(f"trial [bold]{trial.number}[/]: {label} (host {socket.gethostname()})")
     spec.tracking.run_name = f"{plan.name}: trial {trial.number}"
-    tags = {TAG_STUDY: plan.name, TAG_ROLE: "trial", TAG_TRIAL: str(trial.number), TAG_HOST: socket.gethostname(),
-            **{TAG_PARAM + k: str(v) for k, v in params.items()}}
+    tags = {
+        TAG_STUDY: plan.name,
+        TAG_ROLE: "trial",
+        TAG_TRIAL: str(trial.number),
+        TAG_HOST: socket.gethostname(),
+        **{TAG_PARAM + k: str(v) for k, v in params.items()},
+    }
     try:
-        r = experiment.run_experiment(spec, console=console, progress=progress, parent_run_id=store and store.parent_id,
-                                      tags=tags, summary=False, on_step=pruning_hook(trial, obj, warmup, kind))
+        r = experiment.run_experiment(
+            spec,
+            console=console,
+            progress=progress,
+            parent_run_id=store and store.parent_id,
+            tags=tags,
+            summary=False,
+            on_step=pruning_hook(trial, obj, warmup, kind),
+        )
     except TrialPrunedStop as e:
         _record(trial, store, e.run_id, e.score, e.step)
         console.print(f"trial {trial.number}: [yellow]pruned[/] at step {e.step} ({obj} {fmt_score(e.score)})")
         raise
     score = objective_score(obj, r.history, warmup, kind)
     if score is None:
-        raise ValueError(f"objective {obj} could not be computed: the run logged no {PAIRED_KEY.get(obj, 'gen/tokens_per_s')}")
+        raise ValueError(
+            f"objective {obj} could not be computed: the run logged no {PAIRED_KEY.get(obj, 'gen/tokens_per_s')}"
+        )
     _record(trial, store, r.run_id, score, len(r.history))
     console.print(f"trial {trial.number}: {obj} = [bold]{fmt_score(score)}[/]")
     return score.value
 
 
-def run_study(plan: TunePlan, trials: int, console: Console | None = None, progress: bool = True,
-              storage: optuna.storages.BaseStorage | None = None) -> TuneResult:
+def run_study(
+    plan: TunePlan,
+    trials: int,
+    console: Console | None = None,
+    progress: bool = True,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> TuneResult:
     """Top the study up to ``trials`` COMPLETE+PRUNED trials in total over all its workers.
 
     An ask/tell loop (see the module docstring for the rules): a trial that raises is printed and
@@ -168,8 +215,13 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
     attempts = max(0, trials - done)
     store = _open_store(plan) if plan.base.tracking.enabled else None
     if store:
-        tags = {TAG_STUDY: plan.name, TAG_ROLE: "parent", "workbench.spec": plan.base.name,
-                "workbench.tune.objective": plan.tune.objective, "workbench.tune.storage": plan.storage}
+        tags = {
+            TAG_STUDY: plan.name,
+            TAG_ROLE: "parent",
+            "workbench.spec": plan.base.name,
+            "workbench.tune.objective": plan.tune.objective,
+            "workbench.tune.storage": plan.storage,
+        }
         tags.update({TAG_PARAM + k: p.model_dump_json() for k, p in plan.tune.params.items()})
         store.open_parent(tags)
     others = f", {active - done} running in other workers" if active > done else ""
@@ -189,7 +241,9 @@ def run_study(plan: TunePlan, trials: int, console: Console | None = None, progr
             with heartbeat(study, trial):  # from the ask on: a worker killed at any point leaves a stale trial
                 if trials_before(study, trial.number) >= trials:  # other workers asked in between
                     trial.set_user_attr("surplus", True)
-                    console.print(f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, surplus)")
+                    console.print(
+                        f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, surplus)"
+                    )
                     tell(study, trial, None, TrialState.FAIL)
                     break
                 reseed_for_trial(study, plan.tune, plan.base.seed, trial.number)

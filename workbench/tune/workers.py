@@ -45,8 +45,9 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     for attempt in range(3):
         try:
             with optuna_quiet():
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                                                  grace_period=GRACE_PERIOD_S)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S
+                )
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as e:
             # Workers started together on a new storage race to create its tables and schema
             # version row ("table studies already exists", "UNIQUE constraint failed:

@@ -19,7 +19,10 @@ from workbench.rollout.vllm.config import check_vllm_spec, speculative_config
 from workbench.rollout.vllm.env import build_id
 from workbench.vllm.verdicts import check_speculation_allowed
 
-DRAFTER_MODELS = ("draft_model", "eagle3")  # the kinds whose workbench drafter vLLM loads (and reloads after adaptation)
+DRAFTER_MODELS = (
+    "draft_model",
+    "eagle3",
+)  # the kinds whose workbench drafter vLLM loads (and reloads after adaptation)
 
 
 def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
@@ -66,11 +69,23 @@ def admit(spec) -> dict[str, str]:
     build = build_id(spec.rollout.vllm.cpu_expand_fix)
     if "+" + cpu_fix.FIX_TAG in build["platform"]:  # the fix only holds with the engine core in this process
         cpu_fix.check_in_process()
-    return {"workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}", **check_speculation_allowed(spec, build)}
+    return {
+        "workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}",
+        **check_speculation_allowed(spec, build),
+    }
 
 
-def vllm_backend(spec, target_path, device_type: str, drafter=None, init_path: Path | None = None, target_cfg=None,
-                 drafter_target=None, tags: dict[str, str] | None = None, seed: int | None = None) -> VLLMBackend:
+def vllm_backend(
+    spec,
+    target_path,
+    device_type: str,
+    drafter=None,
+    init_path: Path | None = None,
+    target_cfg=None,
+    drafter_target=None,
+    tags: dict[str, str] | None = None,
+    seed: int | None = None,
+) -> VLLMBackend:
     """The speculative (or plain, for drafter.kind none) vLLM backend of ``spec``.
 
     Args:
@@ -86,8 +101,17 @@ def vllm_backend(spec, target_path, device_type: str, drafter=None, init_path: P
         sc = speculative_config(spec.drafter, folder, spec.rollout.vllm.draft_sample_method)
         kind = spec.drafter.kind
         reload = (lambda d: drafter_weights(kind, d)) if kind in DRAFTER_MODELS else None
-        return VLLMBackend(target_path, spec, device_type, sc, seed=spec.seed if seed is None else seed,
-                           drafter_weights=reload, drafter_target=drafter_target, tags=tags, scratch=work)
+        return VLLMBackend(
+            target_path,
+            spec,
+            device_type,
+            sc,
+            seed=spec.seed if seed is None else seed,
+            drafter_weights=reload,
+            drafter_target=drafter_target,
+            tags=tags,
+            scratch=work,
+        )
     except BaseException:
         work.cleanup()
         raise

@@ -57,31 +57,57 @@ def target_id(target: str) -> str:
     return "sha256:" + h.hexdigest()[:12]
 
 
-def sampling_settings(method: str, temperature: float, top_p: float, top_k: int | None, k: int,
-                      draft_sample_method: str | None, target: str = "tiny", dtype: str = "float32",
-                      draft_vocab: int | None = None) -> dict:
+def sampling_settings(
+    method: str,
+    temperature: float,
+    top_p: float,
+    top_k: int | None,
+    k: int,
+    draft_sample_method: str | None,
+    target: str = "tiny",
+    dtype: str = "float32",
+    draft_vocab: int | None = None,
+) -> dict:
     """The settings a verdict holds at, normalised: the target (:func:`target_id`) and its dtype;
     top_k 0 = off; ``draft_sample_method`` only for draft_model/eagle3 (vLLM ignores it otherwise); k
     only for speculative methods (0 for none); the draft vocabulary only for eagle3 (None: its default)."""
     spec_method = method != "none"
-    return {"target": target, "dtype": dtype, "temperature": float(temperature), "top_p": float(top_p),
-            "top_k": int(top_k or 0), "draft_sample_method": draft_sample_method if method in DRAFT_MODEL_METHODS else None,
-            "k": int(k) if spec_method else 0, "draft_vocab": draft_vocab if method == "eagle3" else None}
+    return {
+        "target": target,
+        "dtype": dtype,
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "top_k": int(top_k or 0),
+        "draft_sample_method": draft_sample_method if method in DRAFT_MODEL_METHODS else None,
+        "k": int(k) if spec_method else 0,
+        "draft_vocab": draft_vocab if method == "eagle3" else None,
+    }
 
 
 def run_settings(spec, method: str) -> dict:
     """:func:`sampling_settings` of a run's spec (``model.target``, ``model.dtype``, ``rollout.*``,
     ``drafter.k``, ``drafter.draft_vocab_size``) for ``method``."""
     r = spec.rollout
-    return sampling_settings(method, r.temperature, r.top_p, r.top_k, spec.drafter.k, r.vllm.draft_sample_method,
-                             target_id(spec.model.target), spec.model.dtype, spec.drafter.draft_vocab_size)
+    return sampling_settings(
+        method,
+        r.temperature,
+        r.top_p,
+        r.top_k,
+        spec.drafter.k,
+        r.vllm.draft_sample_method,
+        target_id(spec.model.target),
+        spec.model.dtype,
+        spec.drafter.draft_vocab_size,
+    )
 
 
 def settings_label(s: dict) -> str:
     """``target=tiny dtype=float32 T=0.7 top_p=0.9 top_k=0 draft_sample_method=None k=3 draft_vocab=None``:
     part of a verdict key."""
-    return (f"target={s['target']} dtype={s['dtype']} T={s['temperature']!r} top_p={s['top_p']!r} top_k={s['top_k']} "
-            f"draft_sample_method={s['draft_sample_method']} k={s['k']} draft_vocab={s['draft_vocab']}")
+    return (
+        f"target={s['target']} dtype={s['dtype']} T={s['temperature']!r} top_p={s['top_p']!r} top_k={s['top_k']} "
+        f"draft_sample_method={s['draft_sample_method']} k={s['k']} draft_vocab={s['draft_vocab']}"
+    )
 
 
 def verdict_key(build: dict[str, str], method: str, settings: dict | None = None) -> str:
@@ -106,9 +132,11 @@ def weaker(new: dict, old: dict) -> bool:
     detectable shift, fewer prompts, or fewer tokens per row (a verdict missing a field counts as the
     weakest in it)."""
     inf = float("inf")
-    return (float(new.get("detectable_shift", inf)) > float(old.get("detectable_shift", inf))
-            or int(new.get("num_prompts", 0)) < int(old.get("num_prompts", 0))
-            or int(new.get("max_new_tokens", 0)) < int(old.get("max_new_tokens", 0)))
+    return (
+        float(new.get("detectable_shift", inf)) > float(old.get("detectable_shift", inf))
+        or int(new.get("num_prompts", 0)) < int(old.get("num_prompts", 0))
+        or int(new.get("max_new_tokens", 0)) < int(old.get("max_new_tokens", 0))
+    )
 
 
 def overrides(new: dict, old: dict | None) -> bool:
@@ -133,8 +161,14 @@ def load_verdicts(user: Path | None = None, shipped: Path | None = None) -> dict
     return merge(_read(shipped or SHIPPED), _read(user or user_file()))
 
 
-def record_verdict(build: dict[str, str], method: str, passed: bool, evidence: dict, user: Path | None = None,
-                   settings: dict | None = None) -> str:
+def record_verdict(
+    build: dict[str, str],
+    method: str,
+    passed: bool,
+    evidence: dict,
+    user: Path | None = None,
+    settings: dict | None = None,
+) -> str:
     """Write one method's verdict at ``settings`` into the verdict file ``user`` (default: the
     user's, in the cache); returns its key. ``evidence``: summary, n, alpha, detectable_shift,
     num_prompts, max_new_tokens, ... A pass weaker than a fail already there (:func:`overrides`)
@@ -142,8 +176,12 @@ def record_verdict(build: dict[str, str], method: str, passed: bool, evidence: d
     path = user or user_file()
     data = _read(path)
     key = verdict_key(build, method, settings)
-    new = {"passed": bool(passed), "when": time.strftime("%Y-%m-%d %H:%M:%S"), **evidence,
-           **({"sampling": settings} if settings is not None else {})}
+    new = {
+        "passed": bool(passed),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **evidence,
+        **({"sampling": settings} if settings is not None else {}),
+    }
     old = data.get(key)
     data[key] = new if overrides(new, old) else {**old, "overridden_by_weaker_pass": new}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,9 +203,15 @@ def audit_command(spec, method: str) -> str:
     """The `wb audit` command that audits ``method`` at the run's own settings (same spec, target,
     dtype, build and sampling), at full power (the audit's default sample size)."""
     r = spec.rollout
-    parts = [f"wb audit {spec.name} rollout.backend=vllm", f"model.target={spec.model.target}", f"model.dtype={spec.model.dtype}",
-             f"rollout.temperature={r.temperature:g}", f"rollout.top_p={r.top_p:g}", f"rollout.top_k={r.top_k or 0}",
-             f"drafter.k={spec.drafter.k}"]
+    parts = [
+        f"wb audit {spec.name} rollout.backend=vllm",
+        f"model.target={spec.model.target}",
+        f"model.dtype={spec.model.dtype}",
+        f"rollout.temperature={r.temperature:g}",
+        f"rollout.top_p={r.top_p:g}",
+        f"rollout.top_k={r.top_k or 0}",
+        f"drafter.k={spec.drafter.k}",
+    ]
     if method == "eagle3" and spec.drafter.draft_vocab_size is not None:
         parts.append(f"drafter.draft_vocab_size={spec.drafter.draft_vocab_size}")
     if method in DRAFT_MODEL_METHODS and r.vllm.draft_sample_method is not None:
@@ -180,12 +224,17 @@ def audit_command(spec, method: str) -> str:
 def _others(verdicts: dict[str, dict], build: dict[str, str], method: str, key: str) -> str:
     """The settings this build and method were audited at, other than the run's."""
     prefix = verdict_key(build, method) + " "
-    seen = [f"{k[len(prefix):]}: {'pass' if v.get('passed') else 'FAIL'}" for k, v in sorted(verdicts.items())
-            if k.startswith(prefix) and k != key]
+    seen = [
+        f"{k[len(prefix) :]}: {'pass' if v.get('passed') else 'FAIL'}"
+        for k, v in sorted(verdicts.items())
+        if k.startswith(prefix) and k != key
+    ]
     return f" (audited only at: {'; '.join(seen)})" if seen else ""
 
 
-def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = None, shipped: Path | None = None) -> dict[str, str]:
+def check_speculation_allowed(
+    spec, build: dict[str, str], user: Path | None = None, shipped: Path | None = None
+) -> dict[str, str]:
     """Refuse sampled speculation on a vLLM build whose verdict at the run's sampling settings
     failed or is missing; returns the run's tags.
 
@@ -211,20 +260,31 @@ def check_speculation_allowed(spec, build: dict[str, str], user: Path | None = N
     if spec.rollout.vllm.allow_unaudited_speculation:
         return {**tags, "workbench.vllm.unaudited": "true"}
     if state == "fail":
-        why = (f"its exactness audit at these settings FAILED ({v.get('when', '?')}: {v.get('summary', 'see the audit')}, "
-               f"n={v.get('n', '?')}): sampled speculative rollouts from it do not follow the policy's distribution")
+        why = (
+            f"its exactness audit at these settings FAILED ({v.get('when', '?')}: {v.get('summary', 'see the audit')}, "
+            f"n={v.get('n', '?')}): sampled speculative rollouts from it do not follow the policy's distribution"
+        )
         weak = v.get("overridden_by_weaker_pass")
         if weak:
-            why += (f"; your pass (n={weak.get('n', '?')}, detectable shift {weak.get('detectable_shift', '?')}, "
-                    f"{weak.get('num_prompts', '?')} prompts, {weak.get('max_new_tokens', '?')} tokens) has less power or "
-                    f"coverage than this fail (detectable shift {v.get('detectable_shift', '?')}, {v.get('num_prompts', '?')} "
-                    f"prompts, {v.get('max_new_tokens', '?')} tokens) and does not override it")
+            why += (
+                f"; your pass (n={weak.get('n', '?')}, detectable shift {weak.get('detectable_shift', '?')}, "
+                f"{weak.get('num_prompts', '?')} prompts, {weak.get('max_new_tokens', '?')} tokens) has less power or "
+                f"coverage than this fail (detectable shift {v.get('detectable_shift', '?')}, {v.get('num_prompts', '?')} "
+                f"prompts, {v.get('max_new_tokens', '?')} tokens) and does not override it"
+            )
     else:
-        why = "it has never been audited at these settings (target, dtype, sampling)" + _others(verdicts, build, method, key)
+        why = "it has never been audited at these settings (target, dtype, sampling)" + _others(
+            verdicts, build, method, key
+        )
     raise ValueError(
         f"rollout.backend=vllm with drafter.kind={method}: {key} is refused as unaudited because {why}. "
         f"Audit it at the run's settings: `{audit_command(spec, method)}`; or use rollout.temperature=0 (greedy "
         "speculation, checked token for token) or rollout.backend=workbench; "
-        + ("on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
-           "inexact (docs/vllm.md); " if build.get("platform") == "cpu" else "")
-        + "or set rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)")
+        + (
+            "on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
+            "inexact (docs/vllm.md); "
+            if build.get("platform") == "cpu"
+            else ""
+        )
+        + "or set rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)"
+    )

@@ -22,4 +22,15 @@ from workbench.perf.simulate.run import ALIASES, Fit, Row, calibrate, run, solve
 from workbench.perf.simulate.scenario import Scenario, load_scenario
 from workbench.perf.simulate.step import StepResult, simulate
 
-__all__ = ["ALIASES", "Fit", "Row", "Scenario", "StepResult", "calibrate", "load_scenario", "run", "simulate", "solve_monotone"]
+__all__ = [
+    "ALIASES",
+    "Fit",
+    "Row",
+    "Scenario",
+    "StepResult",
+    "calibrate",
+    "load_scenario",
+    "run",
+    "simulate",
+    "solve_monotone",
+]

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.perf.analytic import expected_tokens
-
 GRID = 64  # tokens between the points the step integrals are tabulated at
 _A = np.linspace(0.0, 0.999, 2000)  # α grid for inverting E[N](α) − 1
 
@@ -50,8 +48,10 @@ def alpha_profile(alpha_ref: float, table: dict[int, float], k_table: int, ctx: 
     """α(c) at each context of ``ctx``: E[N](α(c), k_table) − 1 = r(c) · (E[N](α_ref, k_table) − 1)."""
     target = relative(table, ctx) * float(_accepted(np.array(alpha_ref), k_table))
     if (target > _accepted(_A[-1], k_table)).any():
-        raise ValueError(f"speculation.acceptance_vs_context rises above its first entry by more than α_ref = {alpha_ref:.3f} allows "
-                         "(every draft would be accepted): give a table whose first entry is at its shortest, best-accepted context")
+        raise ValueError(
+            f"speculation.acceptance_vs_context rises above its first entry by more than α_ref = {alpha_ref:.3f} allows "
+            "(every draft would be accepted): give a table whose first entry is at its shortest, best-accepted context"
+        )
     a = np.interp(target, _accepted(_A, k_table), _A)  # then Newton steps on α + … + α^k = target
     for _ in range(3):
         slope = sum(j * a ** (j - 1) for j in range(1, k_table + 1))
@@ -59,7 +59,9 @@ def alpha_profile(alpha_ref: float, table: dict[int, float], k_table: int, ctx: 
     return a
 
 
-def step_integrals(alpha_ref: float, table: dict[int, float], k_table: int, k: int, max_ctx: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_integrals(
+    alpha_ref: float, table: dict[int, float], k_table: int, k: int, max_ctx: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(contexts, F, V) on a grid up to ``max_ctx``: F(c) = ∫₀^c dc'/E[N](c'), V(c) = ∫₀^c Var(N)(c')/E[N](c')³ dc'
     at ``k`` draft tokens (trapezoid rule), so a row's steps between two contexts are F differences."""
     c = np.arange(0, max_ctx + 2 * GRID, GRID, dtype=float)
@@ -74,7 +76,9 @@ def step_integrals(alpha_ref: float, table: dict[int, float], k_table: int, k: i
     return c, cum(1.0 / e), cum(var / e**3)
 
 
-def mean_steps(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def mean_steps(
+    lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """(expected steps, their variance) per row: its L − 1 verified tokens at contexts prompt + 1 .. prompt + L."""
     c, f, v = grid
     lo = prompt + 1.0
@@ -82,8 +86,13 @@ def mean_steps(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndar
     return np.interp(hi, c, f) - np.interp(lo, c, f), np.interp(hi, c, v) - np.interp(lo, c, v)
 
 
-def row_steps_ctx(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.ndarray, np.ndarray], k: int,
-                  rng: np.random.Generator | None) -> np.ndarray:
+def row_steps_ctx(
+    lengths: np.ndarray,
+    prompt: int,
+    grid: tuple[np.ndarray, np.ndarray, np.ndarray],
+    k: int,
+    rng: np.random.Generator | None,
+) -> np.ndarray:
     """Verification steps per row with context-dependent acceptance (module doc): mean + z · sd, z ~ N(0, 1)
     per row, rounded up, bounded by (L − 1)/(k + 1) and L − 1 (as :func:`workbench.perf.simulate.rollout.row_steps`)."""
     n = np.asarray(lengths, dtype=float) - 1.0
@@ -92,14 +101,18 @@ def row_steps_ctx(lengths: np.ndarray, prompt: int, grid: tuple[np.ndarray, np.n
     return np.clip(np.ceil(x - 1e-9), np.ceil(n / (k + 1) - 1e-9), n)
 
 
-def stage_acceptance(lengths: np.ndarray, prompt: int, alpha_ref: float, table: dict[int, float], k_table: int, k: int) -> float:
+def stage_acceptance(
+    lengths: np.ndarray, prompt: int, alpha_ref: float, table: dict[int, float], k_table: int, k: int
+) -> float:
     """Tokens per verification step over the stage, Σ (L − 1) / Σ expected steps (vLLM's mean acceptance length)."""
     grid = step_integrals(alpha_ref, table, k_table, k, prompt + int(np.max(lengths)))
     m, _ = mean_steps(lengths, prompt, grid)
     return float((np.asarray(lengths, dtype=float) - 1).sum() / max(m.sum(), 1e-12))
 
 
-def fit_alpha_ref(lengths: np.ndarray, prompt: int, table: dict[int, float], k_table: int, k: int, measured: float) -> float:
+def fit_alpha_ref(
+    lengths: np.ndarray, prompt: int, table: dict[int, float], k_table: int, k: int, measured: float
+) -> float:
     """α_ref whose stage acceptance at ``k`` (:func:`stage_acceptance`) is ``measured`` (bisection).
 
     Raises:
@@ -109,8 +122,10 @@ def fit_alpha_ref(lengths: np.ndarray, prompt: int, table: dict[int, float], k_t
         raise ValueError(f"acceptance length {measured} < 1")
     top = stage_acceptance(lengths, prompt, _A[-1], table, k_table, k)
     if measured > top:
-        raise ValueError(f"acceptance length {measured:.3f} at k={k} cannot be reached with speculation.acceptance_vs_context's "
-                         f"decay over these lengths (at most {top:.3f}); shorter responses or a flatter table")
+        raise ValueError(
+            f"acceptance length {measured:.3f} at k={k} cannot be reached with speculation.acceptance_vs_context's "
+            f"decay over these lengths (at most {top:.3f}); shorter responses or a flatter table"
+        )
     lo, hi = 0.0, float(_A[-1])
     for _ in range(40):
         mid = (lo + hi) / 2

@@ -223,20 +223,26 @@ class ForwardCost:
         return "compute" if self.compute >= self.memory else "memory"
 
 
-def forward_cost(m: ModelShape, hw: Hardware, gen: Gen, rows: float, q: float, context: float, overhead: float = 0.0) -> ForwardCost:
+def forward_cost(
+    m: ModelShape, hw: Hardware, gen: Gen, rows: float, q: float, context: float, overhead: float = 0.0
+) -> ForwardCost:
     """One forward of ``rows`` rows × ``q`` new tokens over ``context`` cached tokens (summed over
     rows) on a replica of gen.tp GPUs (module doc for each term)."""
     tokens = rows * q
     if tokens <= 0:
         return ForwardCost(0.0, 0.0, 0.0, 0.0)
     flops = linear_flops(m, tokens) + attention_flops(m, q, context)
-    nbytes = weight_bytes_per_gpu(m, tokens, gen.tp, gen.ep) + kv_bytes_per_token(m) * (context + tokens) * kv_shard(m, gen.tp)
+    nbytes = weight_bytes_per_gpu(m, tokens, gen.tp, gen.ep) + kv_bytes_per_token(m) * (context + tokens) * kv_shard(
+        m, gen.tp
+    )
     compute = flops / (gen.tp * hw.flops * hw.flops_efficiency)
     memory = nbytes / (hw.hbm_bandwidth * hw.bandwidth_efficiency)
     return ForwardCost(compute, memory, comm_s(m, hw, gen, tokens), overhead)
 
 
-def kv_capacity_tokens(m: ModelShape, hw: Hardware, gen: Gen, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0) -> float:
+def kv_capacity_tokens(
+    m: ModelShape, hw: Hardware, gen: Gen, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0
+) -> float:
     """Tokens of KV cache a replica holds: tp · HBM · memory_utilization − weights (target and
     drafter), over the KV bytes per token (target and drafter)."""
     free = gen.tp * hw.hbm_bytes * gen.memory_utilization - weight_bytes_resident(m) - extra_weights

@@ -93,7 +93,9 @@ class ArmTime:
         return self.base + x * self.weight(unknown)
 
 
-def arm_time(wl: SweepWorkload, hw: MeasuredHardware, lengths: list[np.ndarray], point: SweepPoint | None, seed: int = 0) -> ArmTime:
+def arm_time(
+    wl: SweepWorkload, hw: MeasuredHardware, lengths: list[np.ndarray], point: SweepPoint | None, seed: int = 0
+) -> ArmTime:
     """Mean seconds per GRPO step (module doc) over the ``lengths`` draws: autoregressive with
     ``point`` None, else the point's speculative arm."""
     k = point.k if point else 0
@@ -126,7 +128,9 @@ def fit_unknown(measured: float, ar: ArmTime, spec: ArmTime, unknown: str) -> fl
     a, b = ar.weight(unknown), spec.weight(unknown)
     den = measured * b - a
     if abs(den) < 1e-12:
-        raise ValueError(f"{unknown} cannot move the predicted speedup at k={spec.k} (it weighs both arms alike); fit another unknown")
+        raise ValueError(
+            f"{unknown} cannot move the predicted speedup at k={spec.k} (it weighs both arms alike); fit another unknown"
+        )
     return (ar.base - measured * spec.base) / den
 
 
@@ -191,14 +195,29 @@ class CpuCheck:
         return [r for r in self.rows if not r.calibration]
 
     def record(self) -> dict:
-        return {"sweep": self.sweep, "unknown": self.unknown, "unknown_means": UNKNOWNS[self.unknown], "calibrate_k": self.calibrate_k,
-                "fits": self.fits, "workload": self.workload, "hardware": self.hardware, "notes": self.notes,
-                "inside": sum(r.inside for r in self.predicted_rows), "predicted": len(self.predicted_rows),
-                "rows": [r.record() for r in self.rows]}
+        return {
+            "sweep": self.sweep,
+            "unknown": self.unknown,
+            "unknown_means": UNKNOWNS[self.unknown],
+            "calibrate_k": self.calibrate_k,
+            "fits": self.fits,
+            "workload": self.workload,
+            "hardware": self.hardware,
+            "notes": self.notes,
+            "inside": sum(r.inside for r in self.predicted_rows),
+            "predicted": len(self.predicted_rows),
+            "rows": [r.record() for r in self.rows],
+        }
 
 
-def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: str = "verify_overhead_s", draws: int = 32,
-          seed: int = 0) -> CpuCheck:
+def check(
+    wl: SweepWorkload,
+    hw: MeasuredHardware,
+    calibrate_k: int,
+    unknown: str = "verify_overhead_s",
+    draws: int = 32,
+    seed: int = 0,
+) -> CpuCheck:
     """Fit ``unknown`` per drafter kind at its point k = ``calibrate_k``, predict its other points.
 
     Raises:
@@ -215,24 +234,53 @@ def check(wl: SweepWorkload, hw: MeasuredHardware, calibrate_k: int, unknown: st
         pts = [p for p in wl.points if p.kind == kind]
         cal = next((p for p in pts if p.k == calibrate_k), None)
         if cal is None:
-            notes.append(f"{kind}: no point at k={calibrate_k} to calibrate on (has k={', '.join(str(p.k) for p in pts)}); not predicted")
+            notes.append(
+                f"{kind}: no point at k={calibrate_k} to calibrate on (has k={', '.join(str(p.k) for p in pts)}); not predicted"
+            )
             continue
         arms = {p.k: arm_time(wl, hw, lengths, p, seed) for p in pts}
         x = fit_unknown(cal.measured.mean, ar, arms[calibrate_k], unknown)
         for p in [None, *pts]:
             if min_step_cost(hw, p, unknown, x) <= 0:
-                raise ValueError(f"{kind}: the measured {cal.measured.mean:.3f}× at k={calibrate_k} needs {unknown} = {x * 1e3:.3g} ms, "
-                                 f"which makes a {'decode' if p is None else f'k={p.k} verification'} step cost ≤ 0: the cost curves do "
-                                 "not describe that run (another machine, thread count or load); measure them where the sweep ran")
+                raise ValueError(
+                    f"{kind}: the measured {cal.measured.mean:.3f}× at k={calibrate_k} needs {unknown} = {x * 1e3:.3g} ms, "
+                    f"which makes a {'decode' if p is None else f'k={p.k} verification'} step cost ≤ 0: the cost curves do "
+                    "not describe that run (another machine, thread count or load); measure them where the sweep ran"
+                )
         fits[kind] = x
         for p in pts:
             a_s, s_s = ar.seconds(unknown, x), arms[p.k].seconds(unknown, x)
             m = p.measured
-            rows.append(CpuRow(kind, p.k, p.acceptance_length, m.mean, m.low, m.high, a_s / s_s, p.modeled, p.k == calibrate_k, a_s, s_s,
-                               len(p.run_ids), p.runs.tau if p.runs is not None else None))
+            rows.append(
+                CpuRow(
+                    kind,
+                    p.k,
+                    p.acceptance_length,
+                    m.mean,
+                    m.low,
+                    m.high,
+                    a_s / s_s,
+                    p.modeled,
+                    p.k == calibrate_k,
+                    a_s,
+                    s_s,
+                    len(p.run_ids),
+                    p.runs.tau if p.runs is not None else None,
+                )
+            )
     if not rows:
         raise ValueError(f"no drafter of sweep {wl.name!r} has a point at k={calibrate_k} (--calibrate-k)")
-    workload = {"rows": wl.rows, "chunk": wl.chunk, "max_new_tokens": wl.max_new_tokens, "mean_len": wl.mean_len, "cv": wl.cv,
-                "ar_forwards": wl.ar_forwards, "prompt_len": wl.prompt_len, "continuous": wl.continuous, "draws": draws, "seed": seed,
-                "lengths": f"measured: {wl.measured.describe()}" if wl.measured is not None else wl.lengths_note}
+    workload = {
+        "rows": wl.rows,
+        "chunk": wl.chunk,
+        "max_new_tokens": wl.max_new_tokens,
+        "mean_len": wl.mean_len,
+        "cv": wl.cv,
+        "ar_forwards": wl.ar_forwards,
+        "prompt_len": wl.prompt_len,
+        "continuous": wl.continuous,
+        "draws": draws,
+        "seed": seed,
+        "lengths": f"measured: {wl.measured.describe()}" if wl.measured is not None else wl.lengths_note,
+    }
     return CpuCheck(wl.name, unknown, calibrate_k, fits, rows, workload, dict(hw.meta), notes)

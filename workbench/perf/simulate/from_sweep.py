@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench import metrics as M
-from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
-from workbench.perf.sweep_runs import SweepRun
 from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
 from workbench.perf.simulate.rollout import lognormal_lengths
 from workbench.perf.simulate.run import solve_monotone
+from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
+from workbench.perf.sweep_runs import SweepRun
 from workbench.runs import RunRecord
 from workbench.stats import RatioCI, RunsCI
 
@@ -148,19 +148,35 @@ def decode_forwards(lengths: np.ndarray, chunk: int, continuous: bool = False) -
 def continuous_of(params: dict[str, str], rows: int, chunk: int) -> bool:
     """Whether a run batched continuously: ``rollout.continuous_batching`` true (runs logged before the
     engine had it have no such param and decoded in chunks) and more rows than slots."""
-    return str(params.get("rollout.continuous_batching", "false")).strip().lower() in ("true", "1", "yes") and rows > chunk
+    return (
+        str(params.get("rollout.continuous_batching", "false")).strip().lower() in ("true", "1", "yes") and rows > chunk
+    )
 
 
-def fit_length_cv(mean_len: float, forwards: float, rows: int, chunk: int, max_len: int, draws: int = 200, seed: int = 0,
-                  continuous: bool = False) -> float:
+def fit_length_cv(
+    mean_len: float,
+    forwards: float,
+    rows: int,
+    chunk: int,
+    max_len: int,
+    draws: int = 200,
+    seed: int = 0,
+    continuous: bool = False,
+) -> float:
     """The cv of lognormal lengths (mean ``mean_len``) whose expected :func:`decode_forwards` equals the
     measured ``forwards`` (fixed-seed draws, the same normal deviates at every cv); 0 when ``forwards`` is at
     or below that of constant lengths, :data:`CV_MAX` when above what cv = CV_MAX gives."""
 
     def f(cv: float) -> float:
         rng = np.random.default_rng(seed)
-        return float(np.mean([decode_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk, continuous)
-                              for _ in range(draws)]))
+        return float(
+            np.mean(
+                [
+                    decode_forwards(lognormal_lengths(rows, mean_len, cv, max_len, rng), chunk, continuous)
+                    for _ in range(draws)
+                ]
+            )
+        )
 
     if forwards <= f(0.0):
         return 0.0
@@ -190,9 +206,9 @@ def _int(params: dict[str, str], key: str, default: int) -> int:
 def prompt_tokens(params: dict[str, str], n: int = 256) -> int:
     """Mean prompt length (tokens, BOS included) of the first ``n`` training prompts of the run's task,
     with its target's tokenizer (as the rollout engine encodes them). Loads the task data and tokenizer."""
+    from workbench.models.chat import run_prompt_format
     from workbench.models.checkpoint import load_tokenizer
     from workbench.models.resolve import resolve_model
-    from workbench.models.chat import run_prompt_format
     from workbench.perf.sweep_runs import spec_from_params
     from workbench.tasks.loading import spec_task_data
 
@@ -217,20 +233,39 @@ def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload
     if not runs:
         raise ValueError(f"sweep {name!r} has no FINISHED run")
     p0 = runs[0].params
-    for key in ("model.target", "task.name", "grpo.prompts_per_step", "grpo.group_size", "rollout.max_batch_size", "rollout.max_new_tokens",
-                "rollout.continuous_batching"):
+    for key in (
+        "model.target",
+        "task.name",
+        "grpo.prompts_per_step",
+        "grpo.group_size",
+        "rollout.max_batch_size",
+        "rollout.max_new_tokens",
+        "rollout.continuous_batching",
+    ):
         vals = sorted({r.params.get(key, "-") for r in runs})
         if len(vals) > 1:
-            raise ValueError(f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it")
+            raise ValueError(
+                f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it"
+            )
     rows = _int(p0, "grpo.prompts_per_step", 8) * _int(p0, "grpo.group_size", 8)
     chunk = min(rows, _int(p0, "rollout.max_batch_size", 256))
     lens = [m / rows for r in runs for key in (M.NUM_TOKENS, M.AR_NUM_TOKENS) if (m := r.mean(key)) is not None]
     fwd = [m for r in runs if (m := r.mean(M.AR_NUM_FORWARDS)) is not None]
     if not lens or not fwd:
-        raise ValueError(f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
-                         "them; measure.paired=true)")
-    wl = SweepWorkload(name, t.tracking_uri, rows, chunk, _int(p0, "rollout.max_new_tokens", 96), float(np.mean(lens)), float(np.mean(fwd)),
-                       continuous=continuous_of(p0, rows, chunk))
+        raise ValueError(
+            f"sweep {name!r}: its runs logged no gen/num_tokens or gen_autoregressive/num_forwards (paired runs log "
+            "them; measure.paired=true)"
+        )
+    wl = SweepWorkload(
+        name,
+        t.tracking_uri,
+        rows,
+        chunk,
+        _int(p0, "rollout.max_new_tokens", 96),
+        float(np.mean(lens)),
+        float(np.mean(fwd)),
+        continuous=continuous_of(p0, rows, chunk),
+    )
     try:  # every run's logged lengths (all arms follow one law, docs/design.md §4)
         wl.measured = read_run_lengths([r.run_id for r in runs], t.tracking_uri)
         why_not = ""
@@ -239,8 +274,10 @@ def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload
     if wl.measured is not None:
         bad = [(o, s.size) for o, s in zip(wl.measured.origins, wl.measured.steps) if s.size != rows]
         if bad:
-            raise ValueError(f"sweep {name!r}: {bad[0][0]} holds {bad[0][1]} lengths, the sweep's steps {rows} rows "
-                             f"(grpo.prompts_per_step × grpo.group_size); {len(bad)} such record(s)")
+            raise ValueError(
+                f"sweep {name!r}: {bad[0][0]} holds {bad[0][1]} lengths, the sweep's steps {rows} rows "
+                f"(grpo.prompts_per_step × grpo.group_size); {len(bad)} such record(s)"
+            )
         wl.mean_len, wl.cv = wl.measured.mean, wl.measured.cv
     else:
         wl.cv = fit_length_cv(wl.mean_len, wl.ar_forwards, rows, chunk, wl.max_new_tokens, continuous=wl.continuous)
@@ -252,7 +289,9 @@ def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload
             continue
         label = f"{run.kind} k={run.k}"
         if row.gen is None or not row.paired or row.gen.low is None:
-            wl.skipped.append(f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)")
+            wl.skipped.append(
+                f"{label}: no paired gen speedup with a 95 % CI (measure.paired=true, ≥ 2 steps after warm-up)"
+            )
             continue
         k = int(run.k or 0)
         per_pos = [row.mean(M.acceptance_rate_pos(i)) for i in range(k)]
@@ -260,12 +299,31 @@ def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload
         if any(v is None for v in per_pos) or any(v is None for v in means.values()):
             wl.skipped.append(f"{label}: no per-position acceptance or spec/num_drafts")
             continue
-        sr = SweepRun(run.run_id, run.name, run.status, dict(run.params),
-                      {**means, **{M.acceptance_rate_pos(i): v for i, v in enumerate(per_pos)}})
+        sr = SweepRun(
+            run.run_id,
+            run.name,
+            run.status,
+            dict(run.params),
+            {**means, **{M.acceptance_rate_pos(i): v for i, v in enumerate(per_pos)}},
+        )
         _, no_draft = row_steps_of(sr)
-        wl.points.append(SweepPoint(run.kind, k, [float(v) for v in per_pos], no_draft, row.gen, row.mean(M.SPEEDUP_GEN_MODELED),
-                                    [x.run_id for x in row.runs], dict(run.params), row.gen_runs))
+        wl.points.append(
+            SweepPoint(
+                run.kind,
+                k,
+                [float(v) for v in per_pos],
+                no_draft,
+                row.gen,
+                row.mean(M.SPEEDUP_GEN_MODELED),
+                [x.run_id for x in row.runs],
+                dict(run.params),
+                row.gen_runs,
+            )
+        )
     if not wl.points:
-        raise ValueError(f"sweep {name!r}: no speculative point with a paired gen speedup" + (f" ({'; '.join(wl.skipped)})" if wl.skipped else ""))
+        raise ValueError(
+            f"sweep {name!r}: no speculative point with a paired gen speedup"
+            + (f" ({'; '.join(wl.skipped)})" if wl.skipped else "")
+        )
     wl.points.sort(key=lambda p: (p.kind, p.k))
     return wl

@@ -50,8 +50,9 @@ def icc_log(groups: np.ndarray) -> float:
     return float(min(max((msb - msw) / (msb + (g - 1) * msw), 0.0), 1.0))
 
 
-def grouped_lognormal(prompts: int, group_size: int, mean: float, cv: float, icc: float, max_len: int,
-                      rng: np.random.Generator) -> np.ndarray:
+def grouped_lognormal(
+    prompts: int, group_size: int, mean: float, cv: float, icc: float, max_len: int, rng: np.random.Generator
+) -> np.ndarray:
     """prompts × G lengths (tokens, 1..max_len), rows grouped by prompt: each lognormal with ``mean`` and
     ``cv`` (before the cut at ``max_len``), log lengths correlated ``icc`` within a prompt."""
     n = prompts * group_size
@@ -102,8 +103,14 @@ class MeasuredLengths:
         """``draws`` GRPO steps, each a measured step drawn with replacement (rows as measured)."""
         return [self.steps[i].copy() for i in rng.integers(0, len(self.steps), draws)]
 
-    def resample(self, prompts: int, group_size: int, rng: np.random.Generator, mean: float | None = None,
-                 max_len: int | None = None) -> np.ndarray:
+    def resample(
+        self,
+        prompts: int,
+        group_size: int,
+        rng: np.random.Generator,
+        mean: float | None = None,
+        max_len: int | None = None,
+    ) -> np.ndarray:
         """prompts × G lengths (tokens, (prompts·G,)), rows grouped by prompt. Each prompt is a measured group
         drawn with replacement; with the measured G, its rows as measured. With another G, a two-level
         bootstrap (Davison & Hinkley 1997, §3.8): the prompt's level is its measured group's mean log length,
@@ -127,8 +134,10 @@ class MeasuredLengths:
         return np.clip(np.rint(x * scale), 1, cap).astype(np.int64)
 
     def describe(self) -> str:
-        return (f"{len(self.steps)} steps x {self.steps[0].size} rows, mean {self.mean:.1f} tokens, cv {self.cv:.2f}, "
-                f"within-prompt ICC {self.icc:.2f}, {100 * self.clipped:.0f} % at max_new_tokens")
+        return (
+            f"{len(self.steps)} steps x {self.steps[0].size} rows, mean {self.mean:.1f} tokens, cv {self.cv:.2f}, "
+            f"within-prompt ICC {self.icc:.2f}, {100 * self.clipped:.0f} % at max_new_tokens"
+        )
 
 
 class NoLengthsLogged(ValueError):
@@ -152,7 +161,9 @@ def parse_record(rec: dict, where: str) -> tuple[int, int, np.ndarray]:
         if g < 1 or raw.size % g:
             raise ValueError(f"{raw.size} lengths do not form groups of {g}")
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"{where}: not a completion-lengths record ({e}); re-run the experiment to log it again") from e
+        raise ValueError(
+            f"{where}: not a completion-lengths record ({e}); re-run the experiment to log it again"
+        ) from e
     return g, cap, raw.astype(np.int64)
 
 
@@ -177,8 +188,10 @@ def read_run_lengths(run_ids: list[str], tracking_uri: str) -> MeasuredLengths:
     for rid in run_ids:
         files = sorted(f.path for f in client.list_artifacts(rid, M.COMPLETION_LENGTHS_DIR) if f.path.endswith(".json"))
         if not files:
-            raise NoLengthsLogged(f"run {rid} logged no completion lengths (completions/lengths/step_*.json): runs before the workbench "
-                                  "logged them have none; re-run it (or give workload.response.kind: lognormal)")
+            raise NoLengthsLogged(
+                f"run {rid} logged no completion lengths (completions/lengths/step_*.json): runs before the workbench "
+                "logged them have none; re-run it (or give workload.response.kind: lognormal)"
+            )
         with tempfile.TemporaryDirectory() as tmp:  # one download per run, removed after
             local = Path(client.download_artifacts(rid, M.COMPLETION_LENGTHS_DIR, dst_path=tmp))
             for path in files:
@@ -191,8 +204,10 @@ def read_run_lengths(run_ids: list[str], tracking_uri: str) -> MeasuredLengths:
                 if out is None:
                     out = MeasuredLengths(g, cap, source=", ".join(run_ids))
                 elif (g, cap) != (out.group_size, out.max_new_tokens):
-                    raise ValueError(f"{where}: group_size {g}, max_new_tokens {cap}; earlier records {out.group_size}, "
-                                     f"{out.max_new_tokens}: one workload per source")
+                    raise ValueError(
+                        f"{where}: group_size {g}, max_new_tokens {cap}; earlier records {out.group_size}, "
+                        f"{out.max_new_tokens}: one workload per source"
+                    )
                 out.steps.append(x)
                 out.origins.append(where)
     return out  # type: ignore[return-value]  (run_ids non-empty: set above or raised)

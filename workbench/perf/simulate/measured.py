@@ -28,8 +28,14 @@ from workbench.perf.steps import DrafterCost
 
 FORMAT = "workbench.perf.simulate.measured/1"
 # LeanLM config field -> Hugging Face config.json field (the shape that identifies a model's curve)
-SHAPE_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
-                "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads", "intermediate_size": "intermediate_size"}
+SHAPE_FIELDS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "intermediate_size": "intermediate_size",
+}
 
 
 def drafter_key(kind: str, k: int) -> str:
@@ -53,32 +59,50 @@ class MeasuredHardware:
         """
         key = drafter_key(kind, k)
         if key not in self.drafters:
-            raise ValueError(f"no measured drafter cost for {key!r} (have: {', '.join(self.drafters) or 'none'}); "
-                             f"a `wb run` of that drafter with measure.modeled=true measures and caches it")
+            raise ValueError(
+                f"no measured drafter cost for {key!r} (have: {', '.join(self.drafters) or 'none'}); "
+                f"a `wb run` of that drafter with measure.modeled=true measures and caches it"
+            )
         d = self.drafters[key]
         return d if d.curve is None else DrafterCost(d.kind, k, d.how, curve=d.curve)
 
     def to_json(self) -> dict:
-        dr = {key: ({"tokens": d.curve.tokens, "seconds": d.curve.seconds} if d.curve is not None else {"a_s": d.a, "b_s": d.b})
-              for key, d in self.drafters.items()}
-        return {"format": FORMAT, "meta": self.meta, "target": {"tokens": self.target.tokens, "seconds": self.target.seconds},
-                "drafters": dr}
+        dr = {
+            key: (
+                {"tokens": d.curve.tokens, "seconds": d.curve.seconds}
+                if d.curve is not None
+                else {"a_s": d.a, "b_s": d.b}
+            )
+            for key, d in self.drafters.items()
+        }
+        return {
+            "format": FORMAT,
+            "meta": self.meta,
+            "target": {"tokens": self.target.tokens, "seconds": self.target.seconds},
+            "drafters": dr,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "MeasuredHardware":
         """Raises ValueError naming what is wrong (a ``wb project --save-costs`` file is another format)."""
         if "configs" in d and "target" not in d:
-            raise ValueError("this is a `wb project --save-costs` file (engine step costs); `wb simulate --from-sweep` reads "
-                             "forward cost curves: write one with `wb simulate --from-sweep NAME --save-costs FILE`")
+            raise ValueError(
+                "this is a `wb project --save-costs` file (engine step costs); `wb simulate --from-sweep` reads "
+                "forward cost curves: write one with `wb simulate --from-sweep NAME --save-costs FILE`"
+            )
         try:
             target = _curve(d["target"], "target")
             drafters = {}
             for key, v in d.get("drafters", {}).items():
                 kind, _, kk = key.partition(" k=")
                 if "tokens" in v:
-                    drafters[key] = DrafterCost(kind, int(kk or 1), "draft model forward curve: d(2n) + (k-1)·d(n)", curve=_curve(v, key))
+                    drafters[key] = DrafterCost(
+                        kind, int(kk or 1), "draft model forward curve: d(2n) + (k-1)·d(n)", curve=_curve(v, key)
+                    )
                 else:
-                    drafters[key] = DrafterCost(kind, int(kk), "measured a + b·n per verification step", a=float(v["a_s"]), b=float(v["b_s"]))
+                    drafters[key] = DrafterCost(
+                        kind, int(kk), "measured a + b·n per verification step", a=float(v["a_s"]), b=float(v["b_s"])
+                    )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a measured-hardware file ({FORMAT}): {type(e).__name__}: {e}") from None
         return cls(target, drafters, dict(d.get("meta", {})))
@@ -99,7 +123,12 @@ class MeasuredHardware:
 
 def _curve(d: dict, what: str) -> CostModel:
     tokens, seconds = [float(x) for x in d["tokens"]], [float(x) for x in d["seconds"]]
-    if not tokens or len(tokens) != len(seconds) or any(b <= a for a, b in zip(tokens, tokens[1:])) or min(seconds) <= 0:
+    if (
+        not tokens
+        or len(tokens) != len(seconds)
+        or any(b <= a for a, b in zip(tokens, tokens[1:]))
+        or min(seconds) <= 0
+    ):
         raise ValueError(f"{what}: tokens must increase and match seconds (> 0) one to one")
     return CostModel("curve", tokens, seconds)
 
@@ -120,8 +149,10 @@ def model_shape(name: str) -> dict:
     try:
         return json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        raise ValueError(f"model {name!r} has no config.json here ({folder}): build it (`wb models build {name}`) or give "
-                         "--costs FILE written on the machine that ran the sweep") from None
+        raise ValueError(
+            f"model {name!r} has no config.json here ({folder}): build it (`wb models build {name}`) or give "
+            "--costs FILE written on the machine that ran the sweep"
+        ) from None
 
 
 def same_shape(curve_config: dict, hf_config: dict) -> bool:
@@ -145,7 +176,9 @@ def _newest(hits: list[dict]) -> dict | None:
     return max(hits, key=lambda d: d.get("date", "")) if hits else None
 
 
-def from_cache(points: list[tuple[dict[str, str], str, int]], chunk: int, folder: str | Path | None = None) -> MeasuredHardware:
+def from_cache(
+    points: list[tuple[dict[str, str], str, int]], chunk: int, folder: str | Path | None = None
+) -> MeasuredHardware:
     """The cached curves that fit a sweep: ``points`` = (a run's params, drafter kind, k) per point,
     ``chunk`` = its rows decoded together (min(prompts × G, rollout.max_batch_size)). Per curve the
     newest match: same model shape (:func:`same_shape`), ``rows_max`` = chunk; a drafter's cost also
@@ -164,8 +197,10 @@ def from_cache(points: list[tuple[dict[str, str], str, int]], chunk: int, folder
     fwd = [e for e in entries if e["key"].get("what") == "forward" and e["key"].get("rows_max") == chunk]
     target = _newest([e for e in fwd if same_shape(e["key"]["config"], tshape) and e["key"].get("t_max", 0) > 2])
     if target is None:
-        raise ValueError(f"no cached forward curve of {params.get('model.target')!r} at {chunk} rows in {folder}: a `wb run` of the "
-                         "sweep's spec with measure.modeled=true measures it (or give --costs FILE)")
+        raise ValueError(
+            f"no cached forward curve of {params.get('model.target')!r} at {chunk} rows in {folder}: a `wb run` of the "
+            "sweep's spec with measure.modeled=true measures it (or give --costs FILE)"
+        )
     used = {"target": target}
     drafters: dict[str, DrafterCost] = {}
     for p, kind, k in points:
@@ -177,16 +212,45 @@ def from_cache(points: list[tuple[dict[str, str], str, int]], chunk: int, folder
             hit = _newest([e for e in fwd if e["key"].get("t_max") == 2 and same_shape(e["key"]["config"], dshape)])
         else:
             conf = spec_from_params(p).drafter.model_dump(mode="json", exclude={"init", "online", "model"})
-            hit = _newest([e for e in entries if e["key"].get("what") == "drafter" and e["key"].get("drafter") == conf
-                           and e["key"].get("rows_max") == chunk and same_shape(e["key"]["config"], tshape)])
+            hit = _newest(
+                [
+                    e
+                    for e in entries
+                    if e["key"].get("what") == "drafter"
+                    and e["key"].get("drafter") == conf
+                    and e["key"].get("rows_max") == chunk
+                    and same_shape(e["key"]["config"], tshape)
+                ]
+            )
         if hit is None:
-            raise ValueError(f"no cached drafter cost for {key!r} at {chunk} rows in {folder}: a `wb run` of that point with "
-                             "measure.modeled=true measures it (or give --costs FILE)")
+            raise ValueError(
+                f"no cached drafter cost for {key!r} at {chunk} rows in {folder}: a `wb run` of that point with "
+                "measure.modeled=true measures it (or give --costs FILE)"
+            )
         used[key] = hit
-        drafters[key] = (DrafterCost(kind, k, "draft model forward curve: d(2n) + (k-1)·d(n)", curve=CostModel("curve", hit["tokens"], hit["seconds"]))
-                         if kind == "draft_model" else DrafterCost(kind, k, "measured a + b·n per verification step", a=hit["a_s"], b=hit["b_s"]))
+        drafters[key] = (
+            DrafterCost(
+                kind,
+                k,
+                "draft model forward curve: d(2n) + (k-1)·d(n)",
+                curve=CostModel("curve", hit["tokens"], hit["seconds"]),
+            )
+            if kind == "draft_model"
+            else DrafterCost(kind, k, "measured a + b·n per verification step", a=hit["a_s"], b=hit["b_s"])
+        )
     t = target["key"]
-    meta = {"source": f"cost-curve cache {folder}", "machine": t.get("machine"), "device": t.get("device"), "torch": t.get("torch"),
-            "threads": t.get("threads"), "dtype": t.get("dtype"), "rows_max": chunk, "ctx": t.get("ctx"),
-            "curves": {name: {"file": e["file"], "date": e.get("date"), "load_avg_1m": e.get("load_avg_1m")} for name, e in used.items()}}
+    meta = {
+        "source": f"cost-curve cache {folder}",
+        "machine": t.get("machine"),
+        "device": t.get("device"),
+        "torch": t.get("torch"),
+        "threads": t.get("threads"),
+        "dtype": t.get("dtype"),
+        "rows_max": chunk,
+        "ctx": t.get("ctx"),
+        "curves": {
+            name: {"file": e["file"], "date": e.get("date"), "load_avg_1m": e.get("load_avg_1m")}
+            for name, e in used.items()
+        },
+    }
     return MeasuredHardware(CostModel("curve", target["tokens"], target["seconds"]), drafters, meta)

@@ -69,10 +69,24 @@ def plot_check(chk, path: str | Path) -> Path:
         rs = sorted((r for r in chk.rows if r.kind == kind), key=lambda r: r.k)
         c = f"C{i}"
         ks = [r.k for r in rs]
-        ax.errorbar(ks, [r.measured for r in rs], yerr=[[r.measured - r.low for r in rs], [r.high - r.measured for r in rs]],
-                    fmt="o", color=c, capsize=3, label=f"{kind} measured [95 % CI]")
+        ax.errorbar(
+            ks,
+            [r.measured for r in rs],
+            yerr=[[r.measured - r.low for r in rs], [r.high - r.measured for r in rs]],
+            fmt="o",
+            color=c,
+            capsize=3,
+            label=f"{kind} measured [95 % CI]",
+        )
         ax.plot(ks, [r.predicted for r in rs], "-", color=c, label=f"{kind} predicted")
-        ax.plot([r.k for r in rs if r.calibration], [r.predicted for r in rs if r.calibration], "o", mfc="none", ms=12, color=c)
+        ax.plot(
+            [r.k for r in rs if r.calibration],
+            [r.predicted for r in rs if r.calibration],
+            "o",
+            mfc="none",
+            ms=12,
+            color=c,
+        )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("k (draft tokens per verification)")
     ax.set_ylabel("gen speedup (paired)")

@@ -19,19 +19,46 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # Qwen/Qwen3-8B config.json: Qwen3ForCausalLM, 36 layers, hidden 4096, intermediate 12288,
     # 32 query heads, 8 KV heads, head_dim 128, vocab 151936, tie_word_embeddings false
     # (checked against Megatron args in THUDM/slime scripts/models/qwen3-8B.sh).
-    "qwen3-8b": dict(layers=36, hidden=4096, intermediate=12288, heads=32, kv_heads=8, head_dim=128, vocab=151936,
-                     tied_embeddings=False),
+    "qwen3-8b": dict(
+        layers=36,
+        hidden=4096,
+        intermediate=12288,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=151936,
+        tied_embeddings=False,
+    ),
     # Qwen/Qwen3-235B-A22B config.json: Qwen3MoeForCausalLM, 94 layers, hidden 4096, 64 query heads,
     # 4 KV heads, head_dim 128, vocab 151936, 128 experts, 8 per token, moe_intermediate_size 1536,
     # every layer sparse (decoder_sparse_step 1, mlp_only_layers []), no shared expert, untied
     # (checked against slime scripts/models/qwen3-235B-A22B.sh: --num-experts 128 --moe-router-topk 8
     # --moe-ffn-hidden-size 1536).
-    "qwen3-235b-a22b": dict(layers=94, hidden=4096, intermediate=12288, heads=64, kv_heads=4, head_dim=128, vocab=151936,
-                            experts=128, experts_per_token=8, moe_intermediate=1536, tied_embeddings=False),
+    "qwen3-235b-a22b": dict(
+        layers=94,
+        hidden=4096,
+        intermediate=12288,
+        heads=64,
+        kv_heads=4,
+        head_dim=128,
+        vocab=151936,
+        experts=128,
+        experts_per_token=8,
+        moe_intermediate=1536,
+        tied_embeddings=False,
+    ),
     # Qwen/Qwen3-0.6B config.json (a draft_model for the Qwen3 family: same tokenizer): 28 layers,
     # hidden 1024, intermediate 3072, 16 heads, 8 KV heads, head_dim 128, tied embeddings.
-    "qwen3-0.6b": dict(layers=28, hidden=1024, intermediate=3072, heads=16, kv_heads=8, head_dim=128, vocab=151936,
-                       tied_embeddings=True),
+    "qwen3-0.6b": dict(
+        layers=28,
+        hidden=1024,
+        intermediate=3072,
+        heads=16,
+        kv_heads=8,
+        head_dim=128,
+        vocab=151936,
+        tied_embeddings=True,
+    ),
 }
 
 # ------------------------------------------------------------------ hardware (per GPU, datasheets)
@@ -72,13 +99,20 @@ def model_from_hf_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{p}: config.json lacks {', '.join(missing)} (a decoder-only LM config has them)")
     heads = int(cfg["num_attention_heads"])
     out: dict[str, Any] = dict(
-        layers=int(cfg["num_hidden_layers"]), hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
-        heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads), vocab=int(cfg["vocab_size"]),
+        layers=int(cfg["num_hidden_layers"]),
+        hidden=int(cfg["hidden_size"]),
+        intermediate=int(cfg["intermediate_size"]),
+        heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+        vocab=int(cfg["vocab_size"]),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
     )
     experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
     if experts:
-        out.update(experts=int(experts), experts_per_token=int(cfg.get("num_experts_per_tok", 1)),
-                   moe_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]))
+        out.update(
+            experts=int(experts),
+            experts_per_token=int(cfg.get("num_experts_per_tok", 1)),
+            moe_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+        )
     return out

@@ -31,13 +31,26 @@ TAG_KIND = "workbench.simulate.kind"  # scenario | sweep-check
 TAG_ERROR = "workbench.simulate.error"  # what a FAILED run raised
 DEFAULT_EXPERIMENT = "simulate"
 # StepResult.record() field -> metric name under simulate/ (seconds per GRPO step: _s)
-ROW_METRICS = {"k": "k", "gpus": "gpus", "staleness": "staleness", "acceptance_length": "acceptance_length", "gen_ar": "gen_ar_s",
-               "gen_spec": "gen_spec_s", "step_ar": "step_ar_s", "step_spec": "step_spec_s", "gen_speedup": "gen_speedup",
-               "step_speedup": "step_speedup", "e2e_speedup": "e2e_speedup", "best_k": "best_k"}
+ROW_METRICS = {
+    "k": "k",
+    "gpus": "gpus",
+    "staleness": "staleness",
+    "acceptance_length": "acceptance_length",
+    "gen_ar": "gen_ar_s",
+    "gen_spec": "gen_spec_s",
+    "step_ar": "step_ar_s",
+    "step_spec": "step_spec_s",
+    "gen_speedup": "gen_speedup",
+    "step_speedup": "step_speedup",
+    "e2e_speedup": "e2e_speedup",
+    "best_k": "best_k",
+}
 
 
 @contextmanager
-def simulate_run(tracking_uri: str | None, experiment: str, run_name: str | None, enabled: bool, kind: str) -> Iterator[Tracker]:
+def simulate_run(
+    tracking_uri: str | None, experiment: str, run_name: str | None, enabled: bool, kind: str
+) -> Iterator[Tracker]:
     """An open MLflow run for one ``wb simulate`` (a no-op Tracker when ``enabled`` is False); FINISHED
     on exit, FAILED (error tagged) when the body raises, KILLED on Ctrl-C."""
     tr = Tracker(tracking_uri, experiment, run_name=run_name, enabled=enabled, tags={TAG: "true", TAG_KIND: kind})
@@ -55,13 +68,17 @@ def scenario_metrics(rows: list[Any]) -> list[dict[str, float]]:
     out = []
     for r in rows:
         rec = r.result.record()
-        m = {f"simulate/{name}": rec[key] for key, name in ROW_METRICS.items() if isinstance(rec.get(key), (int, float))}
+        m = {
+            f"simulate/{name}": rec[key] for key, name in ROW_METRICS.items() if isinstance(rec.get(key), (int, float))
+        }
         m.update({f"simulate/error/{n}": e for n, (_, _, e) in r.errors.items()})
         out.append(m)
     return out
 
 
-def log_scenario(tr: Tracker, raw: dict, overrides: list[str], axes: list[str], fit: Any, rows: list[Any], record: dict) -> None:
+def log_scenario(
+    tr: Tracker, raw: dict, overrides: list[str], axes: list[str], fit: Any, rows: list[Any], record: dict
+) -> None:
     """Params, per-row metrics and the JSON record of a scenario run (module doc)."""
     tr.log_params({**raw, "simulate": {"overrides": " ".join(overrides) or "-", "sweep": " ".join(axes) or "-"}})
     if fit is not None:
@@ -76,15 +93,37 @@ def log_scenario(tr: Tracker, raw: dict, overrides: list[str], axes: list[str], 
 def log_sweep_check(tr: Tracker, chk: Any, source_uri: str) -> None:
     """Params, per-point metrics and the JSON record of a sweep check (:class:`workbench.perf.simulate.cpu.CpuCheck`)."""
     rec = chk.record()
-    tr.log_params({"from_sweep": chk.sweep, "from_tracking_uri": source_uri, "calibrate_k": chk.calibrate_k, "unknown": chk.unknown,
-                   "workload": rec["workload"], "hardware": {k: v for k, v in rec["hardware"].items() if k != "curves"}})
+    tr.log_params(
+        {
+            "from_sweep": chk.sweep,
+            "from_tracking_uri": source_uri,
+            "calibrate_k": chk.calibrate_k,
+            "unknown": chk.unknown,
+            "workload": rec["workload"],
+            "hardware": {k: v for k, v in rec["hardware"].items() if k != "curves"},
+        }
+    )
     for kind, x in chk.fits.items():
         tr.log_metrics({f"cpu/fit_s/{kind}": x}, step=0)
     tr.log_metrics({"cpu/inside_count": rec["inside"], "cpu/predicted_count": rec["predicted"]}, step=0)
     for i, r in enumerate(chk.rows):
-        tr.log_metrics({"cpu/k": r.k, "cpu/measured": r.measured, "cpu/ci95_low": r.low, "cpu/ci95_high": r.high,
-                        "cpu/predicted": r.predicted, "cpu/error": r.error, "cpu/miss": r.miss, "cpu/inside": float(r.inside),
-                        "cpu/calibration": float(r.calibration), "cpu/gen_ar_s": r.gen_ar_s, "cpu/gen_spec_s": r.gen_spec_s,
-                        "cpu/runs": r.runs, **({"cpu/tau": r.tau} if r.tau is not None else {})}, step=i)
+        tr.log_metrics(
+            {
+                "cpu/k": r.k,
+                "cpu/measured": r.measured,
+                "cpu/ci95_low": r.low,
+                "cpu/ci95_high": r.high,
+                "cpu/predicted": r.predicted,
+                "cpu/error": r.error,
+                "cpu/miss": r.miss,
+                "cpu/inside": float(r.inside),
+                "cpu/calibration": float(r.calibration),
+                "cpu/gen_ar_s": r.gen_ar_s,
+                "cpu/gen_spec_s": r.gen_spec_s,
+                "cpu/runs": r.runs,
+                **({"cpu/tau": r.tau} if r.tau is not None else {}),
+            },
+            step=i,
+        )
     tr.log_dict({str(i): f"{r.kind} k={r.k}" for i, r in enumerate(chk.rows)}, "points.json")
     tr.log_dict(rec, "simulate.json")

@@ -35,12 +35,19 @@ from typing import Callable
 import numpy as np
 
 from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
-from workbench.perf.steps import tokens_per_step
 from workbench.perf.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
+from workbench.perf.simulate.costs import (
+    active_params,
+    forward_cost,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    ngram_scan_s,
+    sampler_s,
+    weight_bytes_resident,
+)
 from workbench.perf.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
-from workbench.perf.simulate.costs import (active_params, forward_cost, kv_bytes_per_token, kv_capacity_tokens, ngram_scan_s, sampler_s,
-                                      weight_bytes_resident)
 from workbench.perf.simulate.scenario import ModelShape, Scenario, Speculation
+from workbench.perf.steps import tokens_per_step
 
 # ------------------------------------------------------------------ acceptance
 
@@ -75,7 +82,11 @@ def acceptance_survival(spec: Speculation, k: int) -> list[float]:
         r = list(spec.per_position[:k])
         a = alpha_from_per_position(spec.per_position)
         return [1.0] + r + [a ** (i + 1) for i in range(len(r), k)]
-    a = float(spec.alpha) if spec.acceptance_length is None else alpha_from_acceptance_length(acceptance_length(spec, k), k)
+    a = (
+        float(spec.alpha)
+        if spec.acceptance_length is None
+        else alpha_from_acceptance_length(acceptance_length(spec, k), k)
+    )
     return [a**j for j in range(k + 1)]
 
 
@@ -151,7 +162,9 @@ def _run_lengths(runs: tuple[str, ...], uri: str) -> MeasuredLengths:
 
     reader, ids = RunReader(uri), []
     for name in runs:
-        kind, _, named = reader.named(name, histories=False)  # one run as named (whatever its status), or a sweep's FINISHED runs
+        kind, _, named = reader.named(
+            name, histories=False
+        )  # one run as named (whatever its status), or a sweep's FINISHED runs
         ids += [r.run_id for r in named if kind == "run" or r.status == "FINISHED"]
     ids = list(dict.fromkeys(ids))
     if not ids:
@@ -169,14 +182,28 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
     if s.drafter not in ("eagle3", "mtp"):
         return None
     vocab = (s.draft_vocab or m.vocab) if s.drafter == "eagle3" else m.vocab
-    base = ModelShape(layers=s.draft_layers, hidden=m.hidden, intermediate=m.intermediate, heads=m.heads, kv_heads=m.kv_heads,
-                      head_dim=m.head_dim, vocab=vocab, tied_embeddings=True, bytes_per_param=m.bytes_per_param, kv_bytes=m.kv_bytes)
-    fc = 3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden  # eagle3 fc 3H→H; mtp eh_proj 2H→H
+    base = ModelShape(
+        layers=s.draft_layers,
+        hidden=m.hidden,
+        intermediate=m.intermediate,
+        heads=m.heads,
+        kv_heads=m.kv_heads,
+        head_dim=m.head_dim,
+        vocab=vocab,
+        tied_embeddings=True,
+        bytes_per_param=m.bytes_per_param,
+        kv_bytes=m.kv_bytes,
+    )
+    fc = (
+        3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden
+    )  # eagle3 fc 3H→H; mtp eh_proj 2H→H
     n = active_params(base) + fc
     return base.model_copy(update={"total_params": n, "active_params": n})
 
 
-def draft_s(d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[float, float, float], float], drafter: str) -> float:
+def draft_s(
+    d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[float, float, float], float], drafter: str
+) -> float:
     """Seconds of the drafter's k forwards in one step; ``fwd(rows, q, context)`` one forward. eagle3 /
     mtp: vLLM's proposer runs its first pass over every position the target just verified (k + 1
     per row: it needs the draft layer's KV and hidden state at each), then k − 1 passes of one token
@@ -201,10 +228,18 @@ def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float
     assert s.acceptance_length is not None  # the validator allows alpha or acceptance_length here
     km = min(s.acceptance_length, key=lambda j: (abs(j - s.k), j))
     table = s.acceptance_vs_context or {}
-    key = (tuple(sorted(table.items())), s.acceptance_vs_context_k, km, s.acceptance_length[km], prompt,
-           hash(np.asarray(lengths).tobytes()))
+    key = (
+        tuple(sorted(table.items())),
+        s.acceptance_vs_context_k,
+        km,
+        s.acceptance_length[km],
+        prompt,
+        hash(np.asarray(lengths).tobytes()),
+    )
     if key not in _ALPHA_REF:
-        _ALPHA_REF[key] = fit_alpha_ref(np.asarray(lengths), prompt, table, s.acceptance_vs_context_k, km, s.acceptance_length[km])
+        _ALPHA_REF[key] = fit_alpha_ref(
+            np.asarray(lengths), prompt, table, s.acceptance_vs_context_k, km, s.acceptance_length[km]
+        )
     return _ALPHA_REF[key]
 
 
@@ -214,8 +249,16 @@ def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float
 StepFn = Callable[[float, float], float]  # (rows, summed context) -> seconds of one step
 
 
-def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: float, per_step: float | np.ndarray,
-                 step_s: StepFn, prefill_s: Callable[[int], float], steps_per_row: np.ndarray | None = None) -> tuple[float, float, int]:
+def replica_time(
+    lengths: np.ndarray,
+    prompt: int,
+    max_rows: int,
+    capacity: float,
+    per_step: float | np.ndarray,
+    step_s: StepFn,
+    prefill_s: Callable[[int], float],
+    steps_per_row: np.ndarray | None = None,
+) -> tuple[float, float, int]:
     """(seconds, row-steps, steps) of one replica generating ``lengths`` (module doc): continuous
     batching under ``max_rows`` rows and ``capacity`` KV tokens, ``per_step`` tokens per row per step
     (context growth: one rate, or one per row, (N,)); ``steps_per_row`` (default ceil((L − 1) / per_step))
@@ -226,7 +269,11 @@ def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: floa
     """
     queue = [int(x) for x in lengths]
     rates = np.broadcast_to(np.asarray(per_step, dtype=float), (len(queue),))  # (N,) tokens per step of each row
-    todo = np.ceil((np.asarray(lengths, dtype=float) - 1) / rates) if steps_per_row is None else np.asarray(steps_per_row, dtype=float)
+    todo = (
+        np.ceil((np.asarray(lengths, dtype=float) - 1) / rates)
+        if steps_per_row is None
+        else np.asarray(steps_per_row, dtype=float)
+    )
     qi, t, row_steps, steps = 0, 0.0, 0.0, 0
     left = np.zeros(0)
     ctx = np.zeros(0)
@@ -252,8 +299,10 @@ def replica_time(lengths: np.ndarray, prompt: int, max_rows: int, capacity: floa
             continue  # freed rows: admit from the queue first
         if left.size == 0:
             if qi < len(queue):
-                raise ValueError(f"a row of {prompt + queue[qi]} tokens does not fit the KV cache ({capacity:.0f} tokens per "
-                                 "replica): use more GPUs per replica (gen.tp) or a shorter response.max")
+                raise ValueError(
+                    f"a row of {prompt + queue[qi]} tokens does not fit the KV cache ({capacity:.0f} tokens per "
+                    "replica): use more GPUs per replica (gen.tp) or a shorter response.max"
+                )
             return t, row_steps, steps
         n = float(left.min())
         rows = float(left.size)
@@ -297,16 +346,30 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
     prompt = sc.workload.prompt_len
 
     def step_s(rows: float, context: float) -> float:
-        t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds + sampler_s(hw, rows * (k + 1), m.vocab, g.sampler_bytes)
+        t = forward_cost(m, hw, g, rows, k + 1, context, g.step_overhead_s).seconds + sampler_s(
+            hw, rows * (k + 1), m.vocab, g.sampler_bytes
+        )
         if k and d is not None:
-            t += draft_s(d, rows, context, k, lambda r, q, c: forward_cost(d, hw, g, r, q, c, g.draft_overhead).seconds,
-                         s.drafter)
+            t += draft_s(
+                d,
+                rows,
+                context,
+                k,
+                lambda r, q, c: forward_cost(d, hw, g, r, q, c, g.draft_overhead).seconds,
+                s.drafter,
+            )
         elif k:
-            t += k * g.draft_overhead + s.ngram_step_s + ngram_scan_s(context, rows, s.ngram_ns_per_token, s.ngram_threads)
+            t += (
+                k * g.draft_overhead
+                + s.ngram_step_s
+                + ngram_scan_s(context, rows, s.ngram_ns_per_token, s.ngram_threads)
+            )
         return t
 
     def prefill_s(n: int) -> float:
-        t = forward_cost(m, hw, g, n, prompt, n * prompt / 2, g.step_overhead_s).seconds + sampler_s(hw, n, m.vocab, g.sampler_bytes)
+        t = forward_cost(m, hw, g, n, prompt, n * prompt / 2, g.step_overhead_s).seconds + sampler_s(
+            hw, n, m.vocab, g.sampler_bytes
+        )
         return t + (forward_cost(d, hw, g, n, prompt, n * prompt / 2).seconds if d is not None else 0.0)
 
     order = np.random.default_rng(sc.workload.seed + 1).permutation(len(lengths))
@@ -329,4 +392,6 @@ def gen_stage(sc: Scenario, k: int, gpus: int | None = None, lengths: np.ndarray
             rate = per_step[idx] if isinstance(per_step, np.ndarray) else per_step
             times.append(replica_time(lengths[idx], prompt, max_rows, cap, rate, step_s, prefill_s, steps[idx]))
     slow = max(times, key=lambda x: x[0])
-    return GenResult(k, slow[0], float(np.mean([x[0] for x in times])), E, replicas, slow[1] / max(slow[2], 1), slow[2], max_rows)
+    return GenResult(
+        k, slow[0], float(np.mean([x[0] for x in times])), E, replicas, slow[1] / max(slow[2], 1), slow[2], max_rows
+    )

@@ -19,21 +19,39 @@ from workbench.perf.simulate.rollout import gen_stage
 from workbench.perf.simulate.scenario import Scenario, validate, variant_raw
 from workbench.perf.simulate.step import StepResult, simulate
 from workbench.specs.dotted import set_dotted
-from workbench.specs.sections import SpecError
 from workbench.specs.grid import SweepError, expand_grid, parse_axis
+from workbench.specs.sections import SpecError
 
-ALIASES = {"k": "speculation.k", "gpus": "cluster.gpus", "staleness": "async.staleness", "tp": "gen.tp",
-           "drafter": "speculation.drafter", "alpha": "speculation.alpha", "hardware": "hardware.preset"}
+ALIASES = {
+    "k": "speculation.k",
+    "gpus": "cluster.gpus",
+    "staleness": "async.staleness",
+    "tp": "gen.tp",
+    "drafter": "speculation.drafter",
+    "alpha": "speculation.alpha",
+    "hardware": "hardware.preset",
+}
 UNKNOWNS = {  # unknown -> (dotted key, low, high)
     "bandwidth_efficiency": ("hardware.bandwidth_efficiency", 0.02, 1.0),
     "flops_efficiency": ("hardware.flops_efficiency", 0.02, 1.0),
     "step_overhead_s": ("gen.step_overhead_s", 0.0, 0.5),
     "draft_overhead_s": ("gen.draft_overhead_s", 0.0, 0.5),
 }
-REFERENCE_KEYS = ("gen_ar", "gen_spec", "step_ar", "step_spec", "gen_speedup", "step_speedup", "e2e_speedup", "rollout_speedup")
+REFERENCE_KEYS = (
+    "gen_ar",
+    "gen_spec",
+    "step_ar",
+    "step_spec",
+    "gen_speedup",
+    "step_speedup",
+    "e2e_speedup",
+    "rollout_speedup",
+)
 
 
-def solve_monotone(f: Callable[[float], float], target: float, lo: float, hi: float, rtol: float = 1e-4, iters: int = 40) -> float:
+def solve_monotone(
+    f: Callable[[float], float], target: float, lo: float, hi: float, rtol: float = 1e-4, iters: int = 40
+) -> float:
     """x in [lo, hi] with f(x) = target for a monotone f (Illinois regula falsi).
 
     Raises:
@@ -45,8 +63,10 @@ def solve_monotone(f: Callable[[float], float], target: float, lo: float, hi: fl
     if fhi == 0:
         return hi
     if flo * fhi > 0:
-        raise ValueError(f"no value in [{lo:g}, {hi:g}] reproduces {target:g}: the model gives {flo + target:.4g} .. "
-                         f"{fhi + target:.4g} over that range")
+        raise ValueError(
+            f"no value in [{lo:g}, {hi:g}] reproduces {target:g}: the model gives {flo + target:.4g} .. "
+            f"{fhi + target:.4g} over that range"
+        )
     side = 0
     x = lo
     for _ in range(iters):
@@ -99,19 +119,29 @@ def calibrate(raw: dict[str, Any], base: Scenario) -> Fit | None:
     try:
         value = solve_monotone(gen_s, cal.gen_s, lo, hi)
     except ValueError as e:
-        raise SpecError(f"calibration of {key} on {cal.variant or 'the base'} ({cal.arm}, {cal.gen_s:g} s): {e}") from None
+        raise SpecError(
+            f"calibration of {key} on {cal.variant or 'the base'} ({cal.arm}, {cal.gen_s:g} s): {e}"
+        ) from None
     return Fit(cal.unknown, key, value, cal.variant, cal.arm, cal.gen_s)
 
 
-def compare(res: StepResult, reference: dict[str, float],
-            by_k: dict[int, dict[str, float]] | None = None) -> dict[str, tuple[float, float, float]]:
+def compare(
+    res: StepResult, reference: dict[str, float], by_k: dict[int, dict[str, float]] | None = None
+) -> dict[str, tuple[float, float, float]]:
     """{name: (predicted, reference, relative error)} for each reference value the result has:
     ``reference`` (every k) and ``by_k[res.k]`` (this row's k; it wins on a clash); and, for every other
     k of the row's k scan with a ``gen_speedup`` in ``by_k``, ``gen_speedup_k<j>`` (the k curve)."""
     by_k = by_k or {}
-    pred = {"gen_ar": res.gen_ar, "gen_spec": res.gen_spec, "step_ar": res.step_ar, "step_spec": res.step_spec,
-            "gen_speedup": res.gen_speedup, "rollout_speedup": res.gen_speedup, "step_speedup": res.step_speedup,
-            "e2e_speedup": res.e2e_speedup}
+    pred = {
+        "gen_ar": res.gen_ar,
+        "gen_spec": res.gen_spec,
+        "step_ar": res.step_ar,
+        "step_spec": res.step_spec,
+        "gen_speedup": res.gen_speedup,
+        "rollout_speedup": res.gen_speedup,
+        "step_speedup": res.step_speedup,
+        "e2e_speedup": res.e2e_speedup,
+    }
     ref = {**reference, **by_k.get(res.k, {})}
     out = {n: (pred[n], v, pred[n] / v - 1.0) for n, v in ref.items() if n in pred}
     for j, vals in sorted(by_k.items()):
@@ -131,8 +161,12 @@ class Row:
     errors: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def record(self) -> dict:
-        return {"variant": self.variant, "point": self.point, **self.result.record(),
-                "reference": {n: {"predicted": p, "reference": r, "error": e} for n, (p, r, e) in self.errors.items()}}
+        return {
+            "variant": self.variant,
+            "point": self.point,
+            **self.result.record(),
+            "reference": {n: {"predicted": p, "reference": r, "error": e} for n, (p, r, e) in self.errors.items()},
+        }
 
 
 def parse_grid(items: list[str]) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
@@ -148,8 +182,12 @@ def parse_grid(items: list[str]) -> tuple[list[dict[str, str]], list[tuple[str, 
     return expand_grid(axes), [(a.key, a.values[0]) for a in fixed]
 
 
-def run(raw: dict[str, Any], base: Scenario, grid_items: list[str] | None = None,
-        progress: Callable[[str], None] | None = None) -> tuple[Fit | None, list[Row]]:
+def run(
+    raw: dict[str, Any],
+    base: Scenario,
+    grid_items: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Fit | None, list[Row]]:
     """Calibrate, then simulate every variant (or the base) at every grid point (module doc).
 
     Raises:

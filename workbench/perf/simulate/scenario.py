@@ -104,13 +104,21 @@ class Gen(_Section):
     """Generation: replicas of ``tp`` GPUs (vLLM tensor_parallel_size); replicas = generating GPUs / tp."""
 
     tp: int = Field(1, ge=1, description="GPUs per generation replica (tensor parallel)")
-    ep: int = Field(1, ge=1, description="MoE: 1 = experts tensor-sharded, = tp: experts spread over the replica (all-to-all)")
+    ep: int = Field(
+        1, ge=1, description="MoE: 1 = experts tensor-sharded, = tp: experts spread over the replica (all-to-all)"
+    )
     max_num_seqs: int = Field(256, ge=1, description="rows in flight per replica at most (vLLM max_num_seqs)")
     memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM vLLM takes (gpu_memory_utilization)")
     step_overhead_s: float = Field(0.0, ge=0, description="fixed seconds per target forward (schedule, sample, launch)")
-    draft_overhead_s: float | None = Field(None, ge=0, description="fixed seconds per drafter forward; null = step_overhead_s")
-    sampler_bytes: float = Field(0.0, ge=0, description="HBM bytes per vocabulary entry per sampled position (target logits in fp32 "
-                                 "through vLLM's sampler / rejection sampler: workbench.perf.simulate.costs.sampler_s); 0 = not modelled")
+    draft_overhead_s: float | None = Field(
+        None, ge=0, description="fixed seconds per drafter forward; null = step_overhead_s"
+    )
+    sampler_bytes: float = Field(
+        0.0,
+        ge=0,
+        description="HBM bytes per vocabulary entry per sampled position (target logits in fp32 "
+        "through vLLM's sampler / rejection sampler: workbench.perf.simulate.costs.sampler_s); 0 = not modelled",
+    )
 
     @property
     def draft_overhead(self) -> float:
@@ -134,10 +142,17 @@ class Response(_Section):
     icc: float = Field(0.0, ge=0, le=1, description="lognormal: correlation of log lengths within a prompt's G samples")
     max: int = Field(8192, ge=1, description="max_tokens: longer samples are cut here")
     lengths: list[int] = Field(default_factory=list, description="kind lengths: measured completion lengths, resampled")
-    run: list[str] = Field(default_factory=list, description="kind run: run ids, run names or sweep names whose logged lengths are resampled")
+    run: list[str] = Field(
+        default_factory=list,
+        description="kind run: run ids, run names or sweep names whose logged lengths are resampled",
+    )
     tracking_uri: str | None = Field(None, description="kind run: the MLflow store (default: the workbench's)")
-    scale_mean: float | None = Field(None, gt=0, description="kind run: rescale the measured lengths to this mean before the cut at max "
-                                       "(rows the run cut at its max_new_tokens land at that times the scale; null: as measured)")
+    scale_mean: float | None = Field(
+        None,
+        gt=0,
+        description="kind run: rescale the measured lengths to this mean before the cut at max "
+        "(rows the run cut at its max_new_tokens land at that times the scale; null: as measured)",
+    )
 
     @field_validator("run", mode="before")
     @classmethod
@@ -151,7 +166,9 @@ class Response(_Section):
         if self.kind == "lengths" and not self.lengths:
             raise ValueError("kind: lengths needs a non-empty lengths list (a workbench run's completion lengths)")
         if self.kind == "run" and not self.run:
-            raise ValueError("kind: run needs workload.response.run: the MLflow run id(s) of a `wb run` (it logs completions/lengths/)")
+            raise ValueError(
+                "kind: run needs workload.response.run: the MLflow run id(s) of a `wb run` (it logs completions/lengths/)"
+            )
         return self
 
 
@@ -171,33 +188,57 @@ class Speculation(_Section):
     k_scan: list[int] = Field(default_factory=lambda: list(range(1, 8)), description="k values searched for the best k")
     alpha: float | None = Field(None, ge=0, le=1, description="per-token acceptance: position i accepted with α^(i+1)")
     per_position: list[float] | None = Field(None, description="P(draft position i accepted), i = 0.. (vLLM counters)")
-    acceptance_length: dict[int, float] | None = Field(None, description="measured tokens per verification step at each k")
+    acceptance_length: dict[int, float] | None = Field(
+        None, description="measured tokens per verification step at each k"
+    )
     draft_layers: int = Field(1, ge=1, description="eagle3/mtp: decoder layers of the head")
     draft_vocab: int | None = Field(32000, ge=1, description="eagle3: reduced draft vocabulary; null = target's")
     ngram_step_s: float = Field(0.0, ge=0, description="ngram: host seconds per proposal step")
-    ngram_ns_per_token: float = Field(0.0, ge=0, description="ngram: host nanoseconds per context token scanned by one thread "
-                                      "(vLLM's NgramProposer scans every live row's tokens each step); 0 = not modelled")
-    ngram_threads: int = Field(1, ge=1, description="ngram: threads the scan runs on (vLLM: max(1, cpu_count // 2 // tp))")
+    ngram_ns_per_token: float = Field(
+        0.0,
+        ge=0,
+        description="ngram: host nanoseconds per context token scanned by one thread "
+        "(vLLM's NgramProposer scans every live row's tokens each step); 0 = not modelled",
+    )
+    ngram_threads: int = Field(
+        1, ge=1, description="ngram: threads the scan runs on (vLLM: max(1, cpu_count // 2 // tp))"
+    )
     acceptance_vs_context: dict[int, float] | None = Field(
-        None, description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
-        "draft tokens: its long-context decay, shape only (workbench.perf.simulate.context); null = acceptance independent of context")
-    acceptance_vs_context_k: int = Field(3, ge=1, description="draft tokens the acceptance_vs_context table was measured with")
+        None,
+        description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
+        "draft tokens: its long-context decay, shape only (workbench.perf.simulate.context); null = acceptance independent of context",
+    )
+    acceptance_vs_context_k: int = Field(
+        3, ge=1, description="draft tokens the acceptance_vs_context table was measured with"
+    )
 
     @model_validator(mode="after")
     def _acceptance(self) -> "Speculation":
         given = [x is not None for x in (self.alpha, self.per_position, self.acceptance_length)]
         if self.drafter != "none" and sum(given) != 1:
-            raise ValueError("give exactly one of speculation.alpha, speculation.per_position or speculation.acceptance_length")
+            raise ValueError(
+                "give exactly one of speculation.alpha, speculation.per_position or speculation.acceptance_length"
+            )
         if self.acceptance_vs_context is not None:
             t = self.acceptance_vs_context
-            if not t or any(c < 0 for c in t) or any(not 1.0 <= v <= self.acceptance_vs_context_k + 1 for v in t.values()):
-                raise ValueError("speculation.acceptance_vs_context: {context tokens: acceptance length in [1, k+1]}, at least one entry")
+            if (
+                not t
+                or any(c < 0 for c in t)
+                or any(not 1.0 <= v <= self.acceptance_vs_context_k + 1 for v in t.values())
+            ):
+                raise ValueError(
+                    "speculation.acceptance_vs_context: {context tokens: acceptance length in [1, k+1]}, at least one entry"
+                )
             if self.per_position is not None:
-                raise ValueError("speculation.acceptance_vs_context scales alpha or acceptance_length; with per_position give "
-                                 "per-position rates at one context only (drop acceptance_vs_context)")
+                raise ValueError(
+                    "speculation.acceptance_vs_context scales alpha or acceptance_length; with per_position give "
+                    "per-position rates at one context only (drop acceptance_vs_context)"
+                )
             if self.acceptance_length is not None and len(self.acceptance_length) > 1:
-                raise ValueError("speculation.acceptance_vs_context fits one short-context α to one measured k: give "
-                                 "speculation.acceptance_length at a single k")
+                raise ValueError(
+                    "speculation.acceptance_vs_context fits one short-context α to one measured k: give "
+                    "speculation.acceptance_length at a single k"
+                )
         return self
 
 
@@ -239,11 +280,16 @@ class Scenario(_Section):
     train: Train = Field(default_factory=Train)
     async_: Async = Field(default_factory=Async, alias="async")
     calibration: Calibration = Field(default_factory=Calibration)
-    reference: dict[str, float] = Field(default_factory=dict, description="published/measured values at every k: gen_ar, step_ar, "
-                                        "and (for the scenario's own k) gen_spec, step_spec, speedups")
+    reference: dict[str, float] = Field(
+        default_factory=dict,
+        description="published/measured values at every k: gen_ar, step_ar, "
+        "and (for the scenario's own k) gen_spec, step_spec, speedups",
+    )
     reference_by_k: dict[int, dict[str, float]] = Field(
-        default_factory=dict, description="published/measured values at one speculation.k (gen_spec, step_spec, gen_speedup, ...): "
-        "compared with rows simulated at that k, and gen_speedup with the k scan's speedup at that k")
+        default_factory=dict,
+        description="published/measured values at one speculation.k (gen_spec, step_spec, gen_speedup, ...): "
+        "compared with rows simulated at that k, and gen_speedup with the k scan's speedup at that k",
+    )
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="name -> {dotted key: value}")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -131,12 +131,26 @@ def simulate(sc: Scenario, scan: bool = True) -> StepResult:
     n, k = sc.cluster.gpus, sc.speculation.k
     ar = gen_stage(sc, 0, n, lengths)
     spec: GenResult = gen_stage(sc, k, n, lengths) if sc.speculation.drafter != "none" else ar
-    res = StepResult(sc.name, k, n, spec.tokens_per_step, ar.seconds, spec.seconds, logprob_s(sc, lengths, n),
-                     train_s(sc, lengths, n), sc.train.data_s, sc.train.prepare_s, ar.replicas, ar.rows_in_flight,
-                     spec.rows_in_flight)
+    res = StepResult(
+        sc.name,
+        k,
+        n,
+        spec.tokens_per_step,
+        ar.seconds,
+        spec.seconds,
+        logprob_s(sc, lengths, n),
+        train_s(sc, lengths, n),
+        sc.train.data_s,
+        sc.train.prepare_s,
+        ar.replicas,
+        ar.rows_in_flight,
+        spec.rows_in_flight,
+    )
     if scan and sc.speculation.drafter != "none":
-        res.gen_speedup_by_k = {j: ar.seconds / (spec.seconds if j == k else gen_stage(sc, j, n, lengths).seconds)
-                                for j in sorted(set(sc.speculation.k_scan))}
+        res.gen_speedup_by_k = {
+            j: ar.seconds / (spec.seconds if j == k else gen_stage(sc, j, n, lengths).seconds)
+            for j in sorted(set(sc.speculation.k_scan))
+        }
     s = sc.async_.staleness
     res.staleness = s
     if s >= 1:

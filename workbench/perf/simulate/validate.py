@@ -71,23 +71,46 @@ class Holdout:
         for r in self.rows:
             res = r.result
             for name, (p, v, e) in r.errors.items():
-                k = int(name.rsplit("_k", 1)[1]) if name.startswith("gen_speedup_k") else (0 if name.endswith("_ar") else res.k)
-                role = "calibrated" if (r.variant == self.variant and k == self.k and name == "gen_spec") else "predicted"
-                row = {"variant": r.variant, "quantity": name.split("_k")[0] if name.startswith("gen_speedup_k") else name, "k": k,
-                       "predicted": p, "published": v, "error": e, "role": role}
+                k = (
+                    int(name.rsplit("_k", 1)[1])
+                    if name.startswith("gen_speedup_k")
+                    else (0 if name.endswith("_ar") else res.k)
+                )
+                role = (
+                    "calibrated" if (r.variant == self.variant and k == self.k and name == "gen_spec") else "predicted"
+                )
+                row = {
+                    "variant": r.variant,
+                    "quantity": name.split("_k")[0] if name.startswith("gen_speedup_k") else name,
+                    "k": k,
+                    "predicted": p,
+                    "published": v,
+                    "error": e,
+                    "role": role,
+                }
                 if row["quantity"] == "gen_speedup":
                     al = acceptance_length(self.speculation[r.variant], k)
-                    row.update(acceptance_length=al, cost_predicted=implied_step_cost(al, p), cost_published=implied_step_cost(al, v))
+                    row.update(
+                        acceptance_length=al,
+                        cost_predicted=implied_step_cost(al, p),
+                        cost_published=implied_step_cost(al, v),
+                    )
                 out.append(row)
         return out
 
     def record(self) -> dict[str, Any]:
-        return {"calibrated_on": {"variant": self.variant, "k": self.k, "gen_s": self.fit.measured_gen_s},
-                "fit": {"key": self.fit.key, "value": self.fit.value}, "fixed": self.fixed, "table": self.table(),
-                "rows": [r.record() for r in self.rows]}
+        return {
+            "calibrated_on": {"variant": self.variant, "k": self.k, "gen_s": self.fit.measured_gen_s},
+            "fit": {"key": self.fit.key, "value": self.fit.value},
+            "fixed": self.fixed,
+            "table": self.table(),
+            "rows": [r.record() for r in self.rows],
+        }
 
 
-def holdout(raw: dict[str, Any], base: Scenario, variant: str, k: int, fixed: dict[str, float] | None = None) -> Holdout:
+def holdout(
+    raw: dict[str, Any], base: Scenario, variant: str, k: int, fixed: dict[str, float] | None = None
+) -> Holdout:
     """Calibrate ``base.calibration.unknown`` on ``variant``'s published speculative gen at ``k`` and
     simulate every variant (module doc); ``fixed``: dotted keys set first (a diagnostic's second unknown).
 
@@ -99,8 +122,12 @@ def holdout(raw: dict[str, Any], base: Scenario, variant: str, k: int, fixed: di
     for key, value in (fixed or {}).items():
         raw = set_dotted(raw, key, value)
     gen_s = calibration_point(raw, variant, k)
-    for key, value in (("calibration.variant", variant), ("calibration.arm", "speculative"), ("calibration.gen_s", gen_s),
-                       ("speculation.k", k)):
+    for key, value in (
+        ("calibration.variant", variant),
+        ("calibration.arm", "speculative"),
+        ("calibration.gen_s", gen_s),
+        ("speculation.k", k),
+    ):
         raw = set_dotted(raw, key, value)
     sc = validate(raw, "holdout scenario")
     fit, rows = run(raw, sc)
@@ -109,8 +136,17 @@ def holdout(raw: dict[str, Any], base: Scenario, variant: str, k: int, fixed: di
     return Holdout(variant, k, fit, rows, spec, dict(fixed or {}))
 
 
-def fit_second_unknown(raw: dict[str, Any], base: Scenario, key: str, lo: float, hi: float, target_variant: str, target_k: int,
-                       calibrate_variant: str, calibrate_k: int) -> tuple[float, Holdout]:
+def fit_second_unknown(
+    raw: dict[str, Any],
+    base: Scenario,
+    key: str,
+    lo: float,
+    hi: float,
+    target_variant: str,
+    target_k: int,
+    calibrate_variant: str,
+    calibrate_k: int,
+) -> tuple[float, Holdout]:
     """(value, holdout): the ``key`` at which ``target_variant``'s gen speedup at ``target_k`` is its published
     one, the scenario's unknown re-calibrated on ``calibrate_variant`` at ``calibrate_k`` for every trial
     value (two fitted quantities; module doc). Speedups fall as a per-draft cost grows, so the search is
@@ -124,8 +160,13 @@ def fit_second_unknown(raw: dict[str, Any], base: Scenario, key: str, lo: float,
     cache: dict[float, Holdout] = {}
 
     def speedup(x: float) -> float:
-        h = cache[x] = holdout(set_dotted(only, "speculation.k_scan", sorted({calibrate_k, target_k})), base, calibrate_variant,
-                               calibrate_k, {key: x})
+        h = cache[x] = holdout(
+            set_dotted(only, "speculation.k_scan", sorted({calibrate_k, target_k})),
+            base,
+            calibrate_variant,
+            calibrate_k,
+            {key: x},
+        )
         row = next(r for r in h.rows if r.variant == target_variant)
         return row.result.gen_speedup_by_k[target_k]
 

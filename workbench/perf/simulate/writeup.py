@@ -27,14 +27,32 @@ BOUND = ["hardware.flops_efficiency=1.0", "calibration.unknown=draft_overhead_s"
 
 
 def _compact(h: Holdout) -> dict[str, Any]:
-    rows = [{"variant": r.variant, "k": r.result.k, "acceptance_length": r.result.acceptance_length, "gen_ar": r.result.gen_ar,
-             "gen_spec": r.result.gen_spec, "step_ar": r.result.step_ar, "step_spec": r.result.step_spec,
-             "gen_speedup_by_k": {str(k): v for k, v in r.result.gen_speedup_by_k.items()}, "best_k": r.result.best_k} for r in h.rows]
-    return {"calibrated_on": {"variant": h.variant, "k": h.k, "gen_s": h.fit.measured_gen_s},
-            "fit": {"key": h.fit.key, "value": h.fit.value}, "fixed": h.fixed, "table": h.table(), "rows": rows}
+    rows = [
+        {
+            "variant": r.variant,
+            "k": r.result.k,
+            "acceptance_length": r.result.acceptance_length,
+            "gen_ar": r.result.gen_ar,
+            "gen_spec": r.result.gen_spec,
+            "step_ar": r.result.step_ar,
+            "step_spec": r.result.step_spec,
+            "gen_speedup_by_k": {str(k): v for k, v in r.result.gen_speedup_by_k.items()},
+            "best_k": r.result.best_k,
+        }
+        for r in h.rows
+    ]
+    return {
+        "calibrated_on": {"variant": h.variant, "k": h.k, "gen_s": h.fit.measured_gen_s},
+        "fit": {"key": h.fit.key, "value": h.fit.value},
+        "fixed": h.fixed,
+        "table": h.table(),
+        "rows": rows,
+    }
 
 
-def collect_8b(overrides: list[str] | None = None, needed: bool = True, progress: Callable[[str], None] = print) -> dict[str, Any]:
+def collect_8b(
+    overrides: list[str] | None = None, needed: bool = True, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Both calibration directions of the 8B scenario, the alternative model, and (``needed``) the per-drafter-forward bound."""
     raw, base = load_scenario(SCENARIO_8B, overrides or [])
     out: dict[str, Any] = {"scenario": SCENARIO_8B, "overrides": overrides or [], "directions": {}}
@@ -62,11 +80,23 @@ def collect_235b(progress: Callable[[str], None] = print) -> dict[str, Any]:
     raw, base = load_scenario(SCENARIO_235B)
     progress("235B grid " + " ".join(GRID_235B))
     _, rows = run(raw, base, GRID_235B)
-    return {"scenario": SCENARIO_235B, "grid": GRID_235B, "flops_efficiency": base.hardware.flops_efficiency,
-            "rows": [{"gpus": r.result.gpus, "staleness": r.result.staleness, "k": r.result.k, "gen_speedup": r.result.gen_speedup,
-                      "step_speedup": r.result.step_speedup, "e2e_speedup": r.result.e2e_speedup,
-                      "reference": {n: {"predicted": p, "reference": v, "error": e} for n, (p, v, e) in r.errors.items()}}
-                     for r in rows]}
+    return {
+        "scenario": SCENARIO_235B,
+        "grid": GRID_235B,
+        "flops_efficiency": base.hardware.flops_efficiency,
+        "rows": [
+            {
+                "gpus": r.result.gpus,
+                "staleness": r.result.staleness,
+                "k": r.result.k,
+                "gen_speedup": r.result.gen_speedup,
+                "step_speedup": r.result.step_speedup,
+                "e2e_speedup": r.result.e2e_speedup,
+                "reference": {n: {"predicted": p, "reference": v, "error": e} for n, (p, v, e) in r.errors.items()},
+            }
+            for r in rows
+        ],
+    }
 
 
 def collect(progress: Callable[[str], None] = print) -> dict[str, Any]:
@@ -83,35 +113,45 @@ def _f(x: float, d: int = 2) -> str:
 def _holdout_table(d: dict[str, Any]) -> str:
     lines = ["| variant | quantity | k | predicted | published | error | role |", "|---|---|---|---|---|---|---|"]
     for r in d["table"]:
-        lines.append(f"| {r['variant']} | {r['quantity']} | {r['k'] or 'AR'} | {_f(r['predicted'])} | {_f(r['published'])} | "
-                     f"{r['error']:+.1%} | {r['role']} |")
+        lines.append(
+            f"| {r['variant']} | {r['quantity']} | {r['k'] or 'AR'} | {_f(r['predicted'])} | {_f(r['published'])} | "
+            f"{r['error']:+.1%} | {r['role']} |"
+        )
     return "\n".join(lines)
 
 
 def _cost_table(d: dict[str, Any]) -> str:
-    lines = ["| variant | k | AL | speedup predicted / published | step cost predicted / published (AR steps) | missing per draft position |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | k | AL | speedup predicted / published | step cost predicted / published (AR steps) | missing per draft position |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in d["table"]:
         if r["quantity"] != "gen_speedup":
             continue
         gap = (r["cost_published"] - r["cost_predicted"]) / r["k"]
-        lines.append(f"| {r['variant']} | {r['k']} | {_f(r['acceptance_length'])} | {_f(r['predicted'])} / {_f(r['published'])} | "
-                     f"{_f(r['cost_predicted'])} / {_f(r['cost_published'])} | {gap:+.2f} |")
+        lines.append(
+            f"| {r['variant']} | {r['k']} | {_f(r['acceptance_length'])} | {_f(r['predicted'])} / {_f(r['published'])} | "
+            f"{_f(r['cost_predicted'])} / {_f(r['cost_published'])} | {gap:+.2f} |"
+        )
     return "\n".join(lines)
 
 
 def _fits(d: dict[str, Any]) -> str:
     lines = []
     for name, h in d["directions"].items():
-        lines.append(f"- calibrated on **{name}** (gen {h['calibrated_on']['gen_s']:g} s): `{h['fit']['key']}` = {h['fit']['value']:.4f}")
+        lines.append(
+            f"- calibrated on **{name}** (gen {h['calibrated_on']['gen_s']:g} s): `{h['fit']['key']}` = {h['fit']['value']:.4f}"
+        )
     return "\n".join(lines)
 
 
 def _235b_table(d: dict[str, Any]) -> str:
     lines = ["| GPUs | staleness | k | rollout × | sync step × | e2e × (vs sync AR) |", "|---|---|---|---|---|---|"]
     for r in d["rows"]:
-        lines.append(f"| {r['gpus']} | {r['staleness']} | {r['k']} | {_f(r['gen_speedup'])} | {_f(r['step_speedup'])} | "
-                     f"{_f(r['e2e_speedup'])} |")
+        lines.append(
+            f"| {r['gpus']} | {r['staleness']} | {r['k']} | {_f(r['gen_speedup'])} | {_f(r['step_speedup'])} | "
+            f"{_f(r['e2e_speedup'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -125,17 +165,23 @@ def render(data: dict[str, Any]) -> dict[str, str]:
         out[f"8b-cost-{tag}"] = _cost_table(h)
     for i, (name, h) in enumerate(d8.get("alternative", {}).get("directions", {}).items()):
         tag = "a" if i == 0 else "b"
-        out[f"8b-alt-{tag}"] = (f"`{h['fit']['key']}` = {h['fit']['value'] * 1e3:.3f} ms fitted on {name}\n\n" + _holdout_table(h))
+        out[f"8b-alt-{tag}"] = (
+            f"`{h['fit']['key']}` = {h['fit']['value'] * 1e3:.3f} ms fitted on {name}\n\n" + _holdout_table(h)
+        )
     if "bound" in d8:
         b = d8["bound"]
-        out["8b-bound"] = (f"`{b['fit']['key']}` = {b['fit']['value'] * 1e3:.3f} ms per drafter forward with "
-                           f"`hardware.flops_efficiency` = 1.0, calibrated on {b['calibrated_on']['variant']} k = {b['calibrated_on']['k']}\n\n"
-                           + _holdout_table(b))
+        out["8b-bound"] = (
+            f"`{b['fit']['key']}` = {b['fit']['value'] * 1e3:.3f} ms per drafter forward with "
+            f"`hardware.flops_efficiency` = 1.0, calibrated on {b['calibrated_on']['variant']} k = {b['calibrated_on']['k']}\n\n"
+            + _holdout_table(b)
+        )
     out["235b"] = _235b_table(data["235b"])
     return out
 
 
-_MARK = re.compile(r"(<!-- BEGIN GENERATED (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n?<!-- END GENERATED (?P=name) -->)", re.S)
+_MARK = re.compile(
+    r"(<!-- BEGIN GENERATED (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n?<!-- END GENERATED (?P=name) -->)", re.S
+)
 
 
 def apply(text: str, sections: dict[str, str]) -> str:
@@ -149,7 +195,9 @@ def apply(text: str, sections: dict[str, str]) -> str:
     def sub(m: re.Match) -> str:
         name = m.group("name")
         if name not in sections:
-            raise ValueError(f"write-up marker {name!r} has no generated section; sections: {', '.join(sorted(sections))}")
+            raise ValueError(
+                f"write-up marker {name!r} has no generated section; sections: {', '.join(sorted(sections))}"
+            )
         seen.add(name)
         return f"{m.group(1)}{sections[name]}\n<!-- END GENERATED {name} -->"
 

