@@ -55,7 +55,7 @@ def decode_fused(lm, tok, pos, ks, vs, W):
     sin = lm.rope_sin[pos][:, None, None, :]
     mask = (torch.arange(Tmax, device=tok.device)[None, :] <= pos[:, None])[:, None, None, :]
     rows = torch.arange(B, device=tok.device)
-    nq, nkv, I = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
+    nq, nkv, inter = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
     for i, layer in enumerate(lm.model.layers):
         h = layer.input_layernorm(x)
         a = layer.self_attn
@@ -71,17 +71,17 @@ def decode_fused(lm, tok, pos, ks, vs, W):
             q.transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2), attn_mask=mask, enable_gqa=True
         )
         x = x + a.o_proj(o.transpose(1, 2).reshape(B, 1, -1))
-        g, u = F.linear(layer.post_attention_layernorm(x), W[i][1]).split([I, I], -1)
+        g, u = F.linear(layer.post_attention_layernorm(x), W[i][1]).split([inter, inter], -1)
         x = x + layer.mlp.down_proj(F.silu(g) * u)
     return lm.lm_head(lm.model.norm(x)).float()
 
 
 W = [
     (
-        torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight]),
-        torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]),
+        torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]),
+        torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
     )
-    for l in lm.model.layers
+    for layer in lm.model.layers
 ]
 comp = torch.compile(decode_step, dynamic=True)
 comp2 = torch.compile(decode_fused, dynamic=True)
@@ -119,5 +119,6 @@ for B in (1, 8, 64):
         e, cc = statistics.median(res["eager"]), statistics.median(res["compiled"])
         fu = statistics.median(res["fused"])
         print(
-            f"B={B}: eager {1e3 * e:.3f} ms compiled {1e3 * cc:.3f} ms fused {1e3 * fu:.3f} ratio {e / cc:.2f} {e / fu:.2f}"
+            f"B={B}: eager {1e3 * e:.3f} ms compiled {1e3 * cc:.3f} ms fused {1e3 * fu:.3f} ratio {e / cc:.2f} "
+            f"{e / fu:.2f}"
         )

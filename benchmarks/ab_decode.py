@@ -1,4 +1,5 @@
-"""A/B of LeanLM decode-step time, interleaved in one process: python benchmarks/ab_decode.py OLD/workbench/rollout/model.py
+"""A/B of LeanLM decode-step time, interleaved in one process:
+python benchmarks/ab_decode.py OLD/workbench/rollout/model.py
 
 "before" = the model.py given (e.g. from `git worktree add /tmp/before REV`), "after" = the installed one.
 """
@@ -40,6 +41,7 @@ for B in (1, 8, 64):
     b, a = statistics.median(res["before"]), statistics.median(res["after"])
     print(
         f"batch {B}: before {1e3 * b:.3f} ms/step, after {1e3 * a:.3f} ms/step, before/after {b / a:.3f} "
-        f"(IQR before {1e3 * (statistics.quantiles(res['before'], n=4)[2] - statistics.quantiles(res['before'], n=4)[0]):.3f} ms)"
+        "(IQR before "
+        f"{1e3 * (statistics.quantiles(res['before'], n=4)[2] - statistics.quantiles(res['before'], n=4)[0]):.3f} ms)"
     )
 print(torch.__version__, torch.get_num_threads(), "threads")

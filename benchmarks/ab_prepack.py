@@ -9,7 +9,7 @@ packed for ``--rows-hint`` rows (0: for each row count itself), to choose ``roll
 
     python benchmarks/ab_prepack.py --shapes 1536x512,512x512,512x1536,512x1024 --rows 1,4,16
     python benchmarks/ab_prepack.py --kernel onednn --rows-hint 16 --shapes 960x576,576x576,3072x576,576x1536 --rows 1,2,4,8,16
-"""
+"""  # noqa: E501 (a command line)
 
 import argparse
 import statistics

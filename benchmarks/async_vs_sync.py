@@ -117,14 +117,15 @@ def to_markdown(r: dict) -> str:
         "",
         f"Command: `{r['command']}`",
         "",
-        f"Spec `{m['spec']}`, {m['steps']} steps per run (first {m['warmup']} left out), {m['repeats']} A/B repeats, torch "
-        f"{m['torch']} with {m['threads']} threads on {m['cpus']} cores. Step speedup: per-step ratios sync step / async "
-        "step of adjacent runs, geometric mean [95 % CI]. Predicted: `wb project`'s async model (a) from the sync run's gen and "
-        "train side (a device per side), (b) on shared cores: from a sync run with the threads each side gets (gen and train "
+        f"Spec `{m['spec']}`, {m['steps']} steps per run (first {m['warmup']} left out), {m['repeats']} A/B repeats, "
+        f"torch {m['torch']} with {m['threads']} threads on {m['cpus']} cores. Step speedup: per-step ratios sync step "
+        "/ async step of adjacent runs, geometric mean [95 % CI]. Predicted: `wb project`'s async model (a) from the "
+        "sync run's gen and train side (a device per side), (b) on shared cores: from a sync run with the threads "
+        "each side gets (gen and train "
         "side at the worker's thread count; `wb project --async-run`).",
         "",
-        "| drafter | s | sync gen s | async exposed gen s | worker gen s | sync step s | async step s | step speedup [95 % CI] "
-        "| predicted (a) | error (a) | gen, train side on shared cores s | predicted (b) | error (b) |",
+        "| drafter | s | sync gen s | async exposed gen s | worker gen s | sync step s | async step s | step speedup "
+        "[95 % CI] | predicted (a) | error (a) | gen, train side on shared cores s | predicted (b) | error (b) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in r["rows"]:
@@ -134,8 +135,10 @@ def to_markdown(r: dict) -> str:
             else f"{x['step_speedup']:.2f}×"
         )
         lines.append(
-            f"| {x['drafter']} | {x['staleness']} | {x['sync_gen_s']:.3f} | {x['async_gen_exposed_s']:.3f} | {x['async_worker_gen_s']:.3f} | "
-            f"{x['sync_step_s']:.3f} | {x['async_step_s']:.3f} | {ci} | {x['predicted_step_speedup']:.2f}× | {x['prediction_error']:+.0%} | "
+            f"| {x['drafter']} | {x['staleness']} | {x['sync_gen_s']:.3f} | {x['async_gen_exposed_s']:.3f} | "
+            f"{x['async_worker_gen_s']:.3f} | "
+            f"{x['sync_step_s']:.3f} | {x['async_step_s']:.3f} | {ci} | {x['predicted_step_speedup']:.2f}× | "
+            f"{x['prediction_error']:+.0%} | "
             f"{x['share_gen_s']:.3f}, {x['share_train_side_s']:.3f} ({x['share_threads']} thr.) | "
             f"{x['predicted_shared_step_speedup']:.2f}× | {x['prediction_shared_error']:+.0%} |"
         )

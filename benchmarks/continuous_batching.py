@@ -96,7 +96,8 @@ def main() -> None:
     }
     res["ratios"] = {}
     print(
-        f"| ratio ({len(prompts)} rows, {r.max_batch_size} in flight, {a.repeats} paired repeats) | geometric mean [95 % CI] |\n|---|---|"
+        f"| ratio ({len(prompts)} rows, {r.max_batch_size} in flight, {a.repeats} paired repeats) | geometric mean "
+        "[95 % CI] |\n|---|---|"
     )
     for name, (num, den) in cis.items():
         ci = ratio_ci(paired_ratios(num, den))

@@ -45,5 +45,6 @@ for i in range(pairs + 1):  # pair 0 is warm-up
         logs["interleaved"].append(math.log(r_int))
 for k, v in logs.items():
     print(
-        f"{k:>12}: ratios {math.exp(min(v)):.2f}-{math.exp(max(v)):.2f}, log-ratio sd {statistics.stdev(v):.3f} over {len(v)} pairs"
+        f"{k:>12}: ratios {math.exp(min(v)):.2f}-{math.exp(max(v)):.2f}, log-ratio sd {statistics.stdev(v):.3f} over "
+        f"{len(v)} pairs"
     )

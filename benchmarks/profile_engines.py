@@ -124,7 +124,8 @@ def main() -> None:
     else:
         ours, vllm = b._ar_engine(), VLLMBackend(b.target_path, vspec, b.device.type, None, seed=spec.seed)
     engines = {"ours": ours, "vllm": vllm}
-    if a.compiled:  # a second LeanLM over the same weights, its plain forwards compiled (docs/results/engine-optimisation-log.md §3)
+    if a.compiled:  # a second LeanLM over the same weights, its plain forwards compiled
+        # (docs/results/engine-optimisation-log.md §3)
         from workbench.rollout.model import LeanLM
         from workbench.rollout.workbench_backend import WorkbenchBackend
 

@@ -71,7 +71,8 @@ def quickstart_part() -> list[str]:
 
     hits = total = loo_hits = loo_total = 0
     lines = [
-        "| point | speedup/gen: sweep 1 / 2 / 3 | per-sweep CI covers another sweep's mean | τ (3 sweeps) | RE 95 % CI (3 sweeps) |",
+        "| point | speedup/gen: sweep 1 / 2 / 3 | per-sweep CI covers another sweep's mean | τ (3 sweeps) | RE 95 % "
+        "CI (3 sweeps) |",
         "|---|---|---:|---:|---|",
     ]
     for point, sweeps in QUICKSTART.items():
@@ -161,14 +162,16 @@ def store_part(path: str) -> tuple[list[str], dict]:
             lines += [
                 "",
                 f"all {len(runs)} runs: pooled per-step CI {pooled.mean:.3f} [{pooled.low:.3f}, {pooled.high:.3f}]; "
-                f"random-effects {full.mean:.3f} [{full.low:.3f}, {full.high:.3f}], τ = {math.expm1(full.tau) * 100:.1f} %, "
+                f"random-effects {full.mean:.3f} [{full.low:.3f}, {full.high:.3f}], τ = "
+                f"{math.expm1(full.tau) * 100:.1f} %, "
                 f"a new run's estimate: [{full.pred_low:.3f}, {full.pred_high:.3f}] (95 % prediction interval)",
             ]
         lines.append("")
     big = max(groups.values(), key=len)
     tau = runs_ci([ratios_of(r) for r in big]).tau
     lines += [
-        f"- one run's CI covers a same-seed repeat's estimate: **{same[0]}/{same[1]}**; another seed's: **{other[0]}/{other[1]}**",
+        f"- one run's CI covers a same-seed repeat's estimate: **{same[0]}/{same[1]}**; another seed's: "
+        f"**{other[0]}/{other[1]}**",
         *(
             f"- leave-one-out, the other runs' {what} covers the left-out run's estimate: **{loo[k][0]}/{loo[k][1]}**"
             for k, what in (

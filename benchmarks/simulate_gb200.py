@@ -6,7 +6,7 @@
 Pure arithmetic (no device, no timing); minutes on 2 cores. What runs and how it renders:
 workbench/perf/simulate/writeup.py. tests/test_simulate_golden.py checks the JSON against a fresh run and
 the write-up against the JSON.
-"""
+"""  # noqa: E501 (command lines)
 
 from __future__ import annotations
 

@@ -20,14 +20,14 @@ import statistics
 
 import torch
 
-H, I, V, LAYERS, HEADS, KV, HD, DRAFT_V = 4096, 12288, 151936, 36, 32, 8, 128, 32000
+H, INTER, V, LAYERS, HEADS, KV, HD, DRAFT_V = 4096, 12288, 151936, 36, 32, 8, 128, 32000
 ROWS = (1, 16, 64, 128, 256)
 KS = (0, 1, 3, 5, 7)
 
 
 def layer_shapes() -> list[tuple[int, int]]:
     """(in, out) of one decoder layer's matmuls."""
-    return [(H, HEADS * HD), (H, KV * HD), (H, KV * HD), (HEADS * HD, H), (H, I), (H, I), (I, H)]
+    return [(H, HEADS * HD), (H, KV * HD), (H, KV * HD), (HEADS * HD, H), (H, INTER), (H, INTER), (INTER, H)]
 
 
 def build(dev: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -46,7 +46,7 @@ def run(ws: list[torch.Tensor], x: torch.Tensor) -> None:
 
 
 def time_ms(ws: list[torch.Tensor], tokens: int, dev: str, warmup: int, reps: int) -> float:
-    x = torch.randn(tokens, 3 * I, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(tokens, 3 * INTER, device=dev, dtype=torch.bfloat16)
     for _ in range(warmup):
         run(ws, x)
     out = []
@@ -88,8 +88,8 @@ def main() -> None:
                 cell[name] = {"tokens": t, "ms": ms, "tflops": tflops, "peak_fraction": tflops / a.peak_tflops}
             per[str(k)] = cell
             print(
-                f"rows {rows:4d} k {k}: target {cell['target']['ms']:.3f} ms ({cell['target']['peak_fraction']:.2f} of peak), "
-                f"head {cell['head']['ms']:.3f} ms",
+                f"rows {rows:4d} k {k}: target {cell['target']['ms']:.3f} ms ({cell['target']['peak_fraction']:.2f} "
+                f"of peak), head {cell['head']['ms']:.3f} ms",
                 flush=True,
             )
         for k in KS:

@@ -133,7 +133,8 @@ def main() -> None:
         }
         print(
             f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"{platform.machine()}, n={args.n} per arm, temperature 1{', WITH the expand fix' if args.apply_fix else ''}"
+            f"{platform.machine()}, n={args.n} per arm, temperature "
+            f"1{', WITH the expand fix' if args.apply_fix else ''}"
         )
         print("| arm | position | two-sample chi-square p vs plain | total variation vs plain |")
         print("|---|---|---|---|")

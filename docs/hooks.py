@@ -47,7 +47,11 @@ def _param_type(p: Any) -> str:
     name = _type_name(ann).replace(" | null", "")
     lo, hi = getattr(p, "min", None), getattr(p, "max", None)
     if lo is not None or hi is not None:
-        name += f" ({'' if lo is None else f'≥ {lo}'}{', ' if lo is not None and hi is not None else ''}{'' if hi is None else f'≤ {hi}'})"
+        name += (
+            f" ({'' if lo is None else f'≥ {lo}'}"
+            f"{', ' if lo is not None and hi is not None else ''}"
+            f"{'' if hi is None else f'≤ {hi}'})"
+        )
     return name
 
 
@@ -185,7 +189,8 @@ def _model_rows(model: type, prefix: str, sections: list[tuple[str, type]]) -> l
         if _is_model(ann):
             sections.append((key, ann))
             rows.append(
-                f"| [`{key}`](#{key.replace('.', '')}) | section | | {_cell(field.description or 'the section below')} |"
+                f"| [`{key}`](#{key.replace('.', '')}) | section | | "
+                f"{_cell(field.description or 'the section below')} |"
             )
             continue
         desc = field.description or ""

@@ -6,8 +6,8 @@ to k) tokens that followed its earliest occurrence — vLLM v1's NgramProposer s
 (``_find_longest_matched_ngram_and_propose_tokens``: the longest n wins, then the earliest position;
 a test compares the two where vLLM is installed, so both engines draft the same tokens).
 Before 2026-11-26 the most recent occurrence won here: ngram results recorded before then drafted
-differently from vLLM where a suffix occurred more than once. No match -> no drafts for that row (it decodes one token that step). Drafts are
-deterministic, so verification uses q = one-hot(draft). Stateless: every ``propose`` searches
+differently from vLLM where a suffix occurred more than once. No match -> no drafts for that row (it decodes one token
+that step). Drafts are deterministic, so verification uses q = one-hot(draft). Stateless: every ``propose`` searches
 the tokens of its fresh context; ``start``/``accept`` do nothing.
 """
 

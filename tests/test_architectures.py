@@ -5,10 +5,10 @@ refusals by field name, bfloat16, and `wb run` end to end on a random Qwen3 chec
 
 Checkpoints: tests/arch_cases.py (sharp random weights: with transformers' init a skipped bias or
 q/k norm would change nothing). Float32 parity through the cache is atol 2e-5 (FP32_ATOL; measured
-on the 2-core CPU: 4.8e-6 to 7.2e-6 per family, 1.3e-5 for qwen3-yarn; 0 on a full prefill). The bfloat16 tolerance is transformers' own bfloat16 error: the engine in
-bfloat16 may differ from transformers in bfloat16 by no more than transformers in bfloat16 differs
-from transformers in float32 on the same tokens (measured there: 0.15-0.38 on logits of scale ~14,
-about 2^-8 relative per rounding through two layers), because a different but equally valid order
+on the 2-core CPU: 4.8e-6 to 7.2e-6 per family, 1.3e-5 for qwen3-yarn; 0 on a full prefill). The bfloat16 tolerance is
+transformers' own bfloat16 error: the engine in bfloat16 may differ from transformers in bfloat16 by no more than
+transformers in bfloat16 differs from transformers in float32 on the same tokens (measured there: 0.15-0.38 on logits of
+scale ~14, about 2^-8 relative per rounding through two layers), because a different but equally valid order
 of bfloat16 roundings (the cached, chunked steps) is all that separates the two.
 """
 
@@ -88,7 +88,8 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 # ---------------------------------------------------------------- float32 parity
 
-FP32_ATOL = 2e-5  # docs/architecture.md's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
+# docs/architecture.md's float32 claim (max |Δlogit| of the families) with a margin; was 1e-4 (issue #24, item 7)
+FP32_ATOL = 2e-5
 
 
 @pytest.mark.parametrize("case", list(CASES))

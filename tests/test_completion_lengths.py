@@ -89,7 +89,8 @@ def test_measured_lengths_resample_whole_groups_scaled_and_cut():
 
 
 def test_resample_to_another_group_size_keeps_levels_and_spreads_rows():
-    """G 2 -> 8: a prompt's level from one measured group, its rows' deviations from all groups' (two-level bootstrap)."""
+    """G 2 -> 8: a prompt's level from one measured group, its rows' deviations from all groups' (two-level
+    bootstrap)."""
     m = MeasuredLengths(2, 1000, [np.array([10, 20, 100, 300, 50, 55])])
     x = m.resample(4000, 8, np.random.default_rng(3)).reshape(4000, 8)
     levels = np.log([math.sqrt(200), math.sqrt(30000), math.sqrt(2750)])  # the measured groups' geometric means

@@ -103,7 +103,8 @@ def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, 
     from workbench.grpo import trainer as trainer_mod
     from workbench.grpo.online import OnlineAdaptation
 
-    # micro's rewards are all 0, a batch without signal (no backward at all): advantages +-1, so the policy gets gradients
+    # micro's rewards are all 0, a batch without signal (no backward at all): advantages +-1, so the policy gets
+    # gradients
     monkeypatch.setattr(
         trainer_mod, "group_advantages", lambda r, G, **kw: torch.tensor([1.0, -1.0]).repeat(len(r) // 2)
     )

@@ -98,8 +98,8 @@ def test_gpu_script_qwen3_sets_have_the_real_vocabulary():
     Qwen3's 151936 ids: both qwen3 sets (GPU and smoke) build their checkpoints at that size."""
     text = (ROOT / "benchmarks" / "gpu.sh").read_text()
     assert "QWEN3_VOCAB=151936" in text
-    inits = [l for l in text.splitlines() if l.strip().startswith("init_qwen3 qwen3")]
-    assert len(inits) == 4 and all('--vocab-size "$QWEN3_VOCAB"' in l for l in inits)
+    inits = [line for line in text.splitlines() if line.strip().startswith("init_qwen3 qwen3")]
+    assert len(inits) == 4 and all('--vocab-size "$QWEN3_VOCAB"' in line for line in inits)
 
 
 def test_master_adamw_reads_the_device_once_per_step(monkeypatch):

@@ -128,7 +128,7 @@ def test_engine_retirement_keeps_every_cache_in_place(target_lm, draft_lm, kind,
         )
 
 
-# ---------------------------------------------------------------- item 7: the audit reaches adaptive k, retire buckets, compile
+# -------------------------------------------------------- item 7: the audit reaches adaptive k, retire buckets, compile
 
 AUDIT_V = 12
 AUDIT_PROMPTS = [[1, 3, 4, 3, 4], [1, 5, 6]]

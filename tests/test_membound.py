@@ -44,8 +44,8 @@ def test_growing_tiny_into_membound_preserves_its_logits(tiny, jitter):
             a, b = src(**kw).logits, dst(**kw).logits
             keep = attn.bool() if "attention_mask" in kw else torch.ones_like(ids, dtype=torch.bool)
             assert (a - b)[keep].abs().max().item() < 1e-3 * a.abs().max().item()
-    for l in info["identity_blocks"]:
-        layer = dst.model.layers[l]
+    for i in info["identity_blocks"]:
+        layer = dst.model.layers[i]
         assert not layer.self_attn.o_proj.weight.any() and not layer.mlp.down_proj.weight.any()
 
 

@@ -63,8 +63,8 @@ def test_resolve_uses_shipped_without_building(name, monkeypatch):
 
 
 def test_shipped_accuracy_as_promised():
-    """tiny: sampled accuracy ~30 % (docs/getting-started.md, presets.py), so GRPO starts neither at 0 nor saturated: the
-    recorded held-out estimate (256 fresh prompts, temperature 1; std ~0.03) is within 0.20..0.45
+    """tiny: sampled accuracy ~30 % (docs/getting-started.md, presets.py), so GRPO starts neither at 0 nor saturated:
+    the recorded held-out estimate (256 fresh prompts, temperature 1; std ~0.03) is within 0.20..0.45
     (the build stops at 30 % on a 64-prompt check, or at its step limit); drafts: the recorded
     agreement is that of a useful drafter."""
     tiny = build_info(_shipped("tiny"))

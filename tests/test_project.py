@@ -1,4 +1,5 @@
-"""`wb project` (workbench.perf): Leviathan formulas, roofline, the published seeds (docs/design.md §6), async overlap, CLI."""
+"""`wb project` (workbench.perf): Leviathan formulas, roofline, the published seeds (docs/design.md §6), async overlap,
+CLI."""
 
 import json
 

@@ -70,7 +70,8 @@ def test_greedy_matches_transformers_generate_on_a_chat_prompt(smollm2):
     fmt = PromptFormat.resolve(tok, "auto")
     prompts = [
         fmt.encode(
-            "Mia has 7 apples. She buys 5 more apples. How many apples does Mia have now? Put the final answer in \\boxed{}."
+            "Mia has 7 apples. She buys 5 more apples. How many apples does Mia have now? Put the final answer in "
+            "\\boxed{}."
         ),
         fmt.encode("What is 3 + 4?"),
     ]

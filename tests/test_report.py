@@ -101,8 +101,8 @@ def test_decided_best_pooled_repeats_cis_and_no_reward_difference(store, monkeyp
     assert sum("★" in line for line in md.splitlines() if line.startswith("| ")) == 1
     assert "best speedup: eagle3 k=2" in md and "tie:" not in md
     assert (
-        "| drafter | k | acc.len | acc.rate | gen s | step s | gen× [95 % CI] | step× [95 % CI] | τ | reward | n | status | runs |"
-        in md
+        "| drafter | k | acc.len | acc.rate | gen s | step s | gen× [95 % CI] | step× [95 % CI] | τ | reward | n | "
+        "status | runs |" in md
     )
     assert "| none | - |" in md and "~" not in row
     assert "| **total** |" in md and "| gen |" in md and "| autoregressive (s) | eagle3 k=2 (s) | speedup |" in md
@@ -141,7 +141,8 @@ def test_tie_unpaired_fallback_baseline_rule_and_reward_difference(store):
     )
     assert "No speedup for ngram k=2 grpo.group_size=8: not paired and no FINISHED" in md
     ngram = [line for line in md.splitlines() if line.startswith("| ngram |")]
-    # unpaired: ~ against the seed-0 group_size=4 baseline (~1.25×, no CI); group_size=8 has no baseline: no other setting's
+    # unpaired: ~ against the seed-0 group_size=4 baseline (~1.25×, no CI); group_size=8 has no baseline: no other
+    # setting's
     assert "| ~1.2" in ngram[0] and "[" not in ngram[0] and "| 4 |" in ngram[0]
     assert "| 8 |" in ngram[1] and "| - | - |" in ngram[1]
     sig = md.split("## Training signal with and without speculation")[1].split("\n## ")[0]

@@ -31,7 +31,8 @@ def test_newcombe_hybrid_score_interval_published_example():
 
 
 def _with_evals(client, name, evals, last_number=False):
-    """fake_sweep's runs, then each run's held-out eval at step 0 and 4 (``evals``: kind -> [(first, last)] per seed)."""
+    """fake_sweep's runs, then each run's held-out eval at step 0 and 4 (``evals``: kind -> [(first, last)] per
+    seed)."""
     points = [
         {
             "kind": kind,

@@ -46,7 +46,8 @@ def test_cli_sweep_json_plot(store, tmp_path):
     assert len(rec["rows"]) == 4 and {r["point"]["speculation.k"] for r in rec["rows"]} == {"1", "2"}
     assert rec["rows"][0]["reference"]["gen_ar"]["reference"] == 1.0
     assert png.stat().st_size > 1000
-    # the MLflow record: one run in experiment "simulate", tagged, the scenario's fields as params, a metric per grid row
+    # the MLflow record: one run in experiment "simulate", tagged, the scenario's fields as params, a metric per grid
+    # row
     runs = store.search_runs([store.get_experiment_by_name("simulate").experiment_id])
     assert (
         len(runs) == 1

@@ -9,8 +9,8 @@ configuration both trainers have: TRL ``loss_type`` grpo / bnpo / dr_grpo / dapo
 (with old log-probs apart from the current ones, so the clip acts) and ``beta`` (k3 KL, a reference
 that differs from the policy; with and without ``use_bias_correction_kl``, TRL's default KL times the ratio).
 
-Where ours differs on purpose (docs/grpo-step.md, "The GRPO maths, checked against TRL"): the std's eps (ours 1e-6, as verl; TRL
-1e-4; here ours is called with TRL's), and an all-equal group's advantage (exactly 0 in ours; TRL's
+Where ours differs on purpose (docs/grpo-step.md, "The GRPO maths, checked against TRL"): the std's eps (ours 1e-6, as
+verl; TRL 1e-4; here ours is called with TRL's), and an all-equal group's advantage (exactly 0 in ours; TRL's
 is ~1e-3 when the mean is an ulp off), so the batches here have no all-equal group.
 """
 

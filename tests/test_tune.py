@@ -1,4 +1,5 @@
-"""`wb tune`: search-space checks, paired objectives, pruning, studies via the CLI, resume, several workers on one study."""
+"""`wb tune`: search-space checks, paired objectives, pruning, studies via the CLI, resume, several workers on one
+study."""
 
 import io
 import os
@@ -246,7 +247,7 @@ def test_unpaired_speedup_objective_is_refused_at_plan_time(workdir, overrides, 
     plan_tune(write_spec(workdir / "ok.yaml"), ["measure.paired=true"])
 
 
-# ----------------------------------------------------------------------------- studies (fake runs, real Optuna + MLflow)
+# ---------------------------------------------------------------------------- studies (fake runs, real Optuna + MLflow)
 
 JITTER = {
     1: 0.2,

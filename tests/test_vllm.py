@@ -107,7 +107,8 @@ def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
     )
     with pytest.raises(
         ValueError,
-        match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation",
+        match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart "
+        r"rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation",
     ):
         check_speculation_allowed(s, BUILD, user, none)
     tags = check_speculation_allowed(

@@ -58,7 +58,8 @@ def test_bench_vllm_rows_carry_the_transfer_prediction(tmp_path):
     assert t["plain_step_ms"] > 0 and t["spec_step_ms"] > 0 and t["plain_steps"] == 23 and t["ours_spec_steps"] >= 1
     md = (tmp_path / "t.md").read_text()
     assert "| vLLM predicted | inside CI |" in md and "### Transfer" in md
-    # --vllm-predict: suffix and adaptive ngram run in ours (groups of siblings, the spec's sampling), priced with vLLM's costs
+    # --vllm-predict: suffix and adaptive ngram run in ours (groups of siblings, the spec's sampling), priced with
+    # vLLM's costs
     preds = {p["setting"]: p for p in row["vllm_predicted_for"]}
     assert set(preds) == {"suffix", "adaptive ngram"}
     for p in preds.values():

@@ -87,10 +87,11 @@ def run_experiment(
 
     ``parent_run_id`` makes the MLflow run a child (one point of a sweep or one trial of a study);
     ``tags`` are added to the run; ``run_id`` logs into that existing RUNNING run (a sweep point's
-    claim, opened before the models are prepared) instead of a new one. ``on_step(step, metrics)`` is called after each step's metrics
-    are logged; if it raises, the run ends: :class:`EarlyStop` -> FINISHED with tag
-    ``workbench.stopped_early=true`` (then re-raised), anything else -> FAILED/KILLED. Raises whatever the trainer raises (ValueError for bad input
-    found while preparing: checkpoint, tokenizer, data file), after marking the run FAILED.
+    claim, opened before the models are prepared) instead of a new one. ``on_step(step, metrics)`` is called after each
+    step's metrics are logged; if it raises, the run ends: :class:`EarlyStop` -> FINISHED with tag
+    ``workbench.stopped_early=true`` (then re-raised), anything else -> FAILED/KILLED. Raises whatever the trainer
+    raises (ValueError for bad input found while preparing: checkpoint, tokenizer, data file), after marking the run
+    FAILED.
     """
     console = console or Console()
     progress = progress and os.environ.get("RANK", "0") == "0"  # data-parallel ranks: rank 0 shows progress
@@ -210,7 +211,8 @@ def _run(
         console.print(summary_table(spec, result))
         if result.run_id:
             console.print(
-                f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri {result.tracking_uri})"
+                f"MLflow run [bold]{result.run_id}[/] in {result.tracking_uri} (view: mlflow ui --backend-store-uri "
+                f"{result.tracking_uri})"
             )
     return result
 

@@ -42,7 +42,7 @@ Imports nothing of the project (the bottom layer).
 | ``completions/clipped_ratio``, ``completions/frac_stop`` | share stopped by the length cap, by a stop token | fraction |
 
 Artifacts: ``completions/lengths/step_<n>.json`` (``COMPLETION_LENGTHS_DIR``), every completion's length.
-"""
+"""  # noqa: E501 (a Markdown table: one row a line)
 
 # --- timing: seconds per stage (workbench.timing.StageTimer), shares of the step ---
 TIMING = "timing_s/"

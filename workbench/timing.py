@@ -19,12 +19,13 @@ billed to whichever later stage happens to block. On CUDA every boundary calls
 from ``time.perf_counter``.
 
 The same barrier times single calls for the instruments that measure forwards and engine steps
-(``wb bench``, the cost curves of ``speedup/gen_modeled`` and of ``wb simulate --from-sweep``), so they all measure alike:
+(``wb bench``, the cost curves of ``speedup/gen_modeled`` and of ``wb simulate --from-sweep``), so they all measure
+alike:
 
     seconds, out = timed(lambda: lm(x, start, cache), device)        # one call, device-synchronised
     seconds, _ = timed(fn, device, repeat=10)                         # mean of 10 back-to-back calls
     spent = TimeSpent(device); drafter.propose = spent.wrap(drafter.propose)   # time inside a callee
-"""
+"""  # noqa: E501 (a code example)
 
 from __future__ import annotations
 
@@ -151,8 +152,8 @@ class StageTimer:
         """Close the step and return its metrics.
 
         Keys: ``timing_s/<stage>`` for each stage and measurement run this step, ``timing_s/step``
-        (start_step to end_step, less the measurements), ``timing_s/other`` (step minus the sum of stages: time no stage covered),
-        ``timing_frac/<stage>`` and ``timing_frac/other`` (share of the step, 0 if the step took 0 s).
+        (start_step to end_step, less the measurements), ``timing_s/other`` (step minus the sum of stages: time no stage
+        covered), ``timing_frac/<stage>`` and ``timing_frac/other`` (share of the step, 0 if the step took 0 s).
         """
         if self._step_t0 is None:
             raise ValueError("end_step() without start_step()")

@@ -39,7 +39,10 @@ def base_url(host: str, port: int) -> str:
 def compare_url(base: str, run_ids: list[str], experiment_ids: list[str]) -> str:
     """MLflow 3's compare-runs view of ``run_ids`` (JSON lists, as the UI itself writes them)."""
     c = (",", ":")
-    return f"{base}/#/compare-runs?runs={json.dumps(list(run_ids), separators=c)}&experiments={json.dumps(sorted(set(experiment_ids)), separators=c)}"
+    return (
+        f"{base}/#/compare-runs?runs={json.dumps(list(run_ids), separators=c)}"
+        f"&experiments={json.dumps(sorted(set(experiment_ids)), separators=c)}"
+    )
 
 
 def experiment_url(base: str, experiment_id: str) -> str:

@@ -318,8 +318,8 @@ def run_audit(
             E = expected_counts(target, prompt, toks, lens, sampling).cpu()
             for t in range(T):
                 alive = lens > t
-                O = torch.bincount(toks[alive, t], minlength=V).double()
-                stat, df, p = goodness_of_fit(O, E[t])
+                observed = torch.bincount(toks[alive, t], minlength=V).double()
+                stat, df, p = goodness_of_fit(observed, E[t])
                 res.tests.append(
                     AuditTest(
                         name,
@@ -327,16 +327,16 @@ def run_audit(
                         pi,
                         p,
                         p > a,
-                        f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(O, E[t].double())}",
+                        f"chi2={stat:.1f} df={df} rows={int(alive.sum())} {deviation(observed, E[t].double())}",
                     )
                 )
             if joint is not None:
                 two = continued_past_first(toks, lens, sampling)
-                O = joint.observed(toks[two, 0], toks[two, 1])
+                observed = joint.observed(toks[two, 0], toks[two, 1])
                 Ej = joint.probs() * float(two.sum())
-                stat, df, p = goodness_of_fit(O, Ej)
+                stat, df, p = goodness_of_fit(observed, Ej)
                 res.tests.append(
-                    AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(O, Ej)}")
+                    AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(observed, Ej)}")
                 )
     ar_greedy = (
         WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens

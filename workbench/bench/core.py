@@ -142,7 +142,8 @@ class Bench:
         self.target = LeanLM.from_hf(self.hf_target, what="model.target")
         if self.cfg.cuda_graphs and self.device.type != "cuda":
             raise ValueError(
-                f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use --device cuda"
+                f"--cuda-graphs: CUDA graphs need a CUDA device, not {self.device}; drop --cuda-graphs or use "
+                "--device cuda"
             )
         if self.cfg.compile or self.cfg.cuda_graphs:
             self.target.enable_compile(self.cfg.cuda_graphs)

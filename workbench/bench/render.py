@@ -56,11 +56,15 @@ def _ar_table(r: dict) -> list[str]:
     errors = []
     for x in r.get("ar", []):
         line = (
-            f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(x.get('hf_generate_tok_s'), 0)} | {_f(x.get('hf_static_tok_s'), 0)} | "
+            f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(x.get('hf_generate_tok_s'), 0)} | "
+            f"{_f(x.get('hf_static_tok_s'), 0)} | "
             f"{_f(x.get('ratio'))} | {_f(x.get('ratio_generate'))} |"
         )
         if peaks:
-            line += f" {_f(x.get('ours_peak_mib'), 0)} | {_f(x.get('hf_generate_peak_mib'), 0)} | {_f(x.get('hf_static_peak_mib'), 0)} |"
+            line += (
+                f" {_f(x.get('ours_peak_mib'), 0)} | {_f(x.get('hf_generate_peak_mib'), 0)} | "
+                f"{_f(x.get('hf_static_peak_mib'), 0)} |"
+            )
         lines.append(line)
         errors += [f"- batch {x['batch']}, {name}: `{e}`" for name, e in (x.get("hf_errors") or {}).items()]
     if errors:
@@ -84,9 +88,12 @@ def to_markdown(r: dict) -> str:
         f"Command: `{r.get('command', '')}`",
         "",
         *([f"Machine: {meta['host']}.", ""] if meta.get("host") else []),
-        f"target `{meta.get('target')}`, draft `{meta.get('draft')}` in {meta.get('dtype', 'float32')}, {meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
-        f"median of {meta.get('repeats')} runs interleaved with the row's contender, torch {meta.get('torch')} with {meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
-        f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}{resident}.",
+        f"target `{meta.get('target')}`, draft `{meta.get('draft')}` in {meta.get('dtype', 'float32')}, "
+        f"{meta.get('max_new_tokens')} new tokens per sequence (EOS ignored), "
+        f"median of {meta.get('repeats')} runs interleaved with the row's contender, torch {meta.get('torch')} with "
+        f"{meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
+        f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}"
+        f"{resident}.",
         "",
     ]
     from workbench.bench.vllm import vllm_markdown
@@ -104,7 +111,8 @@ def to_markdown(r: dict) -> str:
     for x in r.get("assisted", []):
         assisted = _f(x.get("hf_assisted_tok_s"), 0) if not x.get("hf_assisted_error") else "error"
         lines.append(
-            f"| {x['k']} | {_f(x['ours_spec_tok_s'], 0)} | {_f(x['ours_ar_tok_s'], 0)} | {assisted} | {_f(x.get('ratio'))} | {_f(x['acceptance_length'])} |"
+            f"| {x['k']} | {_f(x['ours_spec_tok_s'], 0)} | {_f(x['ours_ar_tok_s'], 0)} | {assisted} | "
+            f"{_f(x.get('ratio'))} | {_f(x['acceptance_length'])} |"
             + (f" {_f(x.get('ours_spec_peak_mib'), 0)} | {_f(x.get('hf_assisted_peak_mib'), 0)} |" if peaks else "")
         )
     errors = sorted({x["hf_assisted_error"] for x in r.get("assisted", []) if x.get("hf_assisted_error")})
@@ -127,20 +135,22 @@ def to_markdown(r: dict) -> str:
             "[95 % CI] = geometric mean of the per-repeat ratios (each speculative run timed beside an "
             "autoregressive one) with a Student-t interval; efficiency = measured / predicted."
             + (
-                f" Our autoregressive engine at this batch: {_f(m.get('ar_tok_s'), 0)} tok/s, peak {_f(m.get('ar_peak_mib'), 0)} MiB."
+                f" Our autoregressive engine at this batch: {_f(m.get('ar_tok_s'), 0)} tok/s, peak "
+                f"{_f(m.get('ar_peak_mib'), 0)} MiB."
                 if peaks
                 else ""
             ),
             "",
-            "| drafter | k | α | c | verify cost | acc. length | predicted per row | predicted | measured | paired [95 % CI] | efficiency |"
-            + (" peak MiB |" if peaks else ""),
+            "| drafter | k | α | c | verify cost | acc. length | predicted per row | predicted | measured | paired "
+            "[95 % CI] | efficiency |" + (" peak MiB |" if peaks else ""),
             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if peaks else ""),
         ]
         for x in m["rows"]:
             lines.append(
-                f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | {_f(x['acceptance_length'])} | "
-                f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | {_ci(x)} | {_f(x['efficiency'])} |"
-                + (f" {_f(x.get('spec_peak_mib'), 0)} |" if peaks else "")
+                f"| {x['drafter']} | {x['k']} | {_f(x['alpha'])} | {_f(x['c'])} | {_f(x['verify_cost'])} | "
+                f"{_f(x['acceptance_length'])} | "
+                f"{_f(x.get('predicted_per_row'))} | {_f(x['predicted_speedup'])} | {_f(x['measured_speedup'])} | "
+                f"{_ci(x)} | {_f(x['efficiency'])} |" + (f" {_f(x.get('spec_peak_mib'), 0)} |" if peaks else "")
             )
     lines += vllm_markdown(r.get("vllm", []), meta)
     return "\n".join(lines) + "\n"
@@ -166,7 +176,8 @@ def summary_markdown(results: dict[str, dict], title: str = "GPU benchmark summa
             "",
             f"Command: `{r.get('command', '')}`",
             "",
-            "| batch | ours tok/s | best transformers tok/s | ours / best transformers | ours peak MiB | transformers peak MiB |",
+            "| batch | ours tok/s | best transformers tok/s | ours / best transformers | ours peak MiB | "
+            "transformers peak MiB |",
             "|---|---|---|---|---|---|",
         ]
         goal_ar = None
@@ -178,7 +189,8 @@ def summary_markdown(results: dict[str, dict], title: str = "GPU benchmark summa
             ]
             best = max(hf, key=lambda t: t[0], default=(None, None))
             lines.append(
-                f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(best[0], 0)} | {_f(x.get('ratio'))} | {_f(x.get('ours_peak_mib'), 0)} | {_f(best[1], 0)} |"
+                f"| {x['batch']} | {_f(x['ours_tok_s'], 0)} | {_f(best[0], 0)} | {_f(x.get('ratio'))} | "
+                f"{_f(x.get('ours_peak_mib'), 0)} | {_f(best[1], 0)} |"
             )
             if x["batch"] == GOAL_AR_BATCH:
                 goal_ar = x.get("ratio")
@@ -190,13 +202,15 @@ def summary_markdown(results: dict[str, dict], title: str = "GPU benchmark summa
         if best_k:
             lines += [
                 "",
-                f"Speculative at batch {m.get('batch')} (vs our autoregressive engine, {_f(m.get('ar_tok_s'), 0)} tok/s):",
+                f"Speculative at batch {m.get('batch')} (vs our autoregressive engine, {_f(m.get('ar_tok_s'), 0)} "
+                "tok/s):",
                 "",
                 "| drafter | best k | measured speedup | acceptance length | peak MiB |",
                 "|---|---|---|---|---|",
             ]
             lines += [
-                f"| {d} | {x['k']} | {_f(x['measured_speedup'])} | {_f(x['acceptance_length'])} | {_f(x.get('spec_peak_mib'), 0)} |"
+                f"| {d} | {x['k']} | {_f(x['measured_speedup'])} | {_f(x['acceptance_length'])} | "
+                f"{_f(x.get('spec_peak_mib'), 0)} |"
                 for d, x in best_k.items()
             ]
         eagle3 = best_k.get("eagle3", {}).get("measured_speedup")

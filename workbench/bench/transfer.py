@@ -245,15 +245,16 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
         "",
         "### Transfer: vLLM's speedup predicted from our engine's acceptance",
         "",
-        "Predicted = (F_plain + S_plain·t_v(b,0)) / (F_spec + Σ_s t(s)) over our engine's greedy steps, t(s) = t_v(b,0) + "
-        "(t_v(b,k) − t_v(b,0))·(share of the step's draft slots used); t_v and F (seconds outside the decode steps) from vLLM's "
-        "cost runs on periodic prompts of the task's lengths, interleaved with the measured arms (full steps 0: t_v(b,k) "
+        "Predicted = (F_plain + S_plain·t_v(b,0)) / (F_spec + Σ_s t(s)) over our engine's greedy steps, t(s) = "
+        "t_v(b,0) + (t_v(b,k) − t_v(b,0))·(share of the step's draft slots used); t_v and F (seconds outside the "
+        "decode steps) from vLLM's cost runs on periodic prompts of the task's lengths, interleaved with the measured "
+        "arms (full steps 0: t_v(b,k) "
         "fitted on the steps' draft counts, no step having every row drafting k); geometric mean and 95 % CI "
         "over the repeats (workbench.perf.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). From vLLM's "
         "acceptance: the same model with vLLM's own step counts (the cost model's error alone).",
         "",
-        "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / vLLM | "
-        "t_v(b,0) ms | t_v(b,k) ms | F plain / spec ms | full steps (min) | repeats used |",
+        "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / "
+        "vLLM | t_v(b,0) ms | t_v(b,k) ms | F plain / spec ms | full steps (min) | repeats used |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in rows:
@@ -261,7 +262,8 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
         lines.append(
             f"| {x['batch']} | {_ci_text(x.get('vllm_spec_speedup'))} | {_ci_text(x['vllm_predicted_speedup'])} | "
             f"{'-' if x.get('vllm_predicted_in_ci') is None else ('yes' if x['vllm_predicted_in_ci'] else 'no')} | "
-            f"{_ci_text(x.get('vllm_predicted_speedup_per_row'))} | {_ci_text(x.get('vllm_predicted_from_vllm_acceptance'))} | "
+            f"{_ci_text(x.get('vllm_predicted_speedup_per_row'))} | "
+            f"{_ci_text(x.get('vllm_predicted_from_vllm_acceptance'))} | "
             f"{t.get('ours_spec_steps', '-')} / {t.get('vllm_spec_steps', '-')} | {_f(t.get('plain_step_ms'), 2)} | "
             f"{_f(t.get('spec_step_ms'), 2)} | {_f(t.get('plain_fixed_ms'))} / {_f(t.get('spec_fixed_ms'))} | "
             f"{t.get('full_steps_min', '-')} | {t.get('repeats_used', '-')}/{t.get('repeats', '-')} |"
@@ -279,12 +281,13 @@ def predictions_markdown(rows: list[dict]) -> list[str]:
         "### vLLM's speedup predicted for settings vLLM cannot run",
         "",
         "Our engine runs each setting as GRPO rolls out (the batch as groups of grpo.group_size siblings, the spec's "
-        "sampling, in the rotation; suffix drafts from its own and its siblings' tokens only); its speedup over our plain "
-        "decoding of the same groups is paired per repeat; vLLM's is predicted from that run's steps and the cost runs above "
-        "(the proxy: vLLM's drafter at the spec's k; a step at k_t < k priced affine in its draft tokens). Unvalidated by "
-        "construction: vLLM cannot run these.",
+        "sampling, in the rotation; suffix drafts from its own and its siblings' tokens only); its speedup over our "
+        "plain decoding of the same groups is paired per repeat; vLLM's is predicted from that run's steps and the "
+        "cost runs above (the proxy: vLLM's drafter at the spec's k; a step at k_t < k priced affine in its draft "
+        "tokens). Unvalidated by construction: vLLM cannot run these.",
         "",
-        "| batch | setting | ours measured speedup | acc. length | tokens / row-step | vLLM predicted | steps | undrafted steps | k_t used | cost proxy |",
+        "| batch | setting | ours measured speedup | acc. length | tokens / row-step | vLLM predicted | steps | "
+        "undrafted steps | k_t used | cost proxy |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for b, p in items:

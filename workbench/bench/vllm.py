@@ -221,13 +221,14 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
         f"Plain decoding at the spec's sampling; speculative ({r0['drafter']}, k={r0['k']}) and its baselines greedy. "
         "tok/s are medians; ratios are geometric means of per-repeat paired ratios with 95 % CIs."
         + (
-            " vLLM predicted: its speculative speedup predicted from our engine's acceptance and vLLM's cost runs (below)."
+            " vLLM predicted: its speculative speedup predicted from our engine's acceptance and vLLM's cost runs "
+            "(below)."
             if pred
             else ""
         ),
         "",
-        "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / vLLM (spec) | "
-        "ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |"
+        "| batch | ours AR tok/s | vLLM AR tok/s | ours / vLLM (AR) | ours spec tok/s | vLLM spec tok/s | ours / "
+        "vLLM (spec) | ours spec speedup | vLLM spec speedup | acc. length ours / vLLM | greedy tokens equal |"
         + (" vLLM predicted | inside CI |" if pred else ""),
         "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if pred else ""),
     ]
@@ -240,9 +241,10 @@ def vllm_markdown(rows: list[dict], meta: dict) -> list[str]:
             )
         lines.append(
             f"| {x['batch']} | {x['ours_ar_tok_s']:.0f} | {x['vllm_ar_tok_s']:.0f} | {ci(x['ours_over_vllm_ar'])} | "
-            f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | {ci(x['ours_over_vllm_spec_greedy'])} | "
+            f"{x['ours_spec_greedy_tok_s']:.0f} | {x['vllm_spec_greedy_tok_s']:.0f} | "
+            f"{ci(x['ours_over_vllm_spec_greedy'])} | "
             f"{ci(x['ours_spec_speedup'])} | {ci(x['vllm_spec_speedup'])} | "
-            f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | {x['greedy_identical']} |"
-            + extra
+            f"{(x['ours_acceptance_length'] or 0):.2f} / {(x['vllm_acceptance_length'] or 0):.2f} | "
+            f"{x['greedy_identical']} |" + extra
         )
     return lines + transfer_markdown(rows) + predictions_markdown(rows)

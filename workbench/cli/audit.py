@@ -40,7 +40,8 @@ def audit(
         None,
         "--max-new-tokens",
         min=1,
-        help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole verification step.",
+        help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole "
+        "verification step.",
     ),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
     drafters_opt: Optional[str] = typer.Option(
@@ -49,7 +50,8 @@ def audit(
     adaptive: bool = typer.Option(
         False,
         "--adaptive",
-        help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on with drafter.adaptive.",
+        help="Choose k per step with the adaptive policy (drafter.adaptive's, over fixed roofline-shaped costs); on "
+        "with drafter.adaptive.",
     ),
     buckets: bool = typer.Option(
         False,
@@ -63,7 +65,8 @@ def audit(
         256,
         "--pilot-rows",
         min=8,
-        help="Rows of the autoregressive pilot that finds each prompt's first uncertain position (fewer: faster on a large model).",
+        help="Rows of the autoregressive pilot that finds each prompt's first uncertain position (fewer: faster on a "
+        "large model).",
     ),
     pilot_tokens: int = typer.Option(
         64, "--pilot-tokens", min=1, help="Completion tokens the pilot scans for an uncertain position."
@@ -71,7 +74,8 @@ def audit(
     verdicts_file: Optional[Path] = typer.Option(
         None,
         "--verdicts-file",
-        help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the workbench cache).",
+        help="rollout.backend=vllm: the JSON file the verdicts are recorded in (default: vllm-verdicts.json in the "
+        "workbench cache).",
     ),
     biased: bool = typer.Option(
         False,
@@ -140,8 +144,8 @@ def audit(
         f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
         f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}, engine: {opts.label()}"
         f"{' [red](biased sampler)[/]' if biased else ''}\n"
-        f"{m} chi-square tests against the target's exact law, Bonferroni: each at {a:.1e} (family-wise false-alarm rate {alpha:g}); "
-        f"n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per drafter and prompt; using n={n}",
+        f"{m} chi-square tests against the target's exact law, Bonferroni: each at {a:.1e} (family-wise false-alarm "
+        f"rate {alpha:g}); n for a 1 % shift at p=0.5, power 0.9: {n_req} rows per drafter and prompt; using n={n}",
         highlight=False,
     )
     with console.status("sampling") as status:

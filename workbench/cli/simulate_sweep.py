@@ -1,5 +1,5 @@
-"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.report.target.resolve ->
-workbench.perf.simulate.cpu -> Rich)."""
+"""`wb simulate --from-sweep NAME`: the simulator checked on a measured sweep (parse -> workbench.report.target.resolve
+-> workbench.perf.simulate.cpu -> Rich)."""
 
 from __future__ import annotations
 
@@ -84,10 +84,12 @@ def render(chk) -> None:
     h = chk.hardware
     how = "batched continuously in {} slots" if chk.workload.get("continuous") else "in batches of {}"
     console.print(
-        f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step {how.format(chk.workload['chunk'])}, completions "
-        f"{chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}; {chk.workload.get('lengths', 'lognormal fit')}), "
+        f"sweep [bold]{chk.sweep}[/]: {chk.workload['rows']} rows per step {how.format(chk.workload['chunk'])}, "
+        f"completions {chk.workload['mean_len']:.1f} tokens (cv {chk.workload['cv']:.2f}; "
+        f"{chk.workload.get('lengths', 'lognormal fit')}), "
         f"prompts {chk.workload['prompt_len']} tokens; "
-        f"hardware: {h.get('source', '?')} ({h.get('machine', '?')}, torch {h.get('torch', '?')}, {h.get('threads', '?')} threads)",
+        f"hardware: {h.get('source', '?')} ({h.get('machine', '?')}, torch {h.get('torch', '?')}, "
+        f"{h.get('threads', '?')} threads)",
         highlight=False,
     )
     fits = ", ".join(f"{k} {v * 1e3:+.3g} ms" for k, v in chk.fits.items())
@@ -134,9 +136,9 @@ def render(chk) -> None:
         else ""
     )
     console.print(
-        f"{sum(r.inside for r in pred)}/{len(pred)} predicted points inside their 95 % CI{tail}. n: runs (seeds); n ≥ 2: "
-        "random-effects CI over them (runs_ci), τ their between-run spread; n = 1: the run's per-step CI. counted model: "
-        "the runs' own speedup/gen_modeled (counted forwards × the same curves, no unknown).",
+        f"{sum(r.inside for r in pred)}/{len(pred)} predicted points inside their 95 % CI{tail}. n: runs (seeds); n "
+        "≥ 2: random-effects CI over them (runs_ci), τ their between-run spread; n = 1: the run's per-step CI. "
+        "counted model: the runs' own speedup/gen_modeled (counted forwards × the same curves, no unknown).",
         highlight=False,
     )
     for n in chk.notes:

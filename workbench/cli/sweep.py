@@ -37,7 +37,8 @@ def sweep(
         60.0,
         "--claim-timeout",
         min=5.0,
-        help="Seconds without a heartbeat after which another worker's claimed point counts as abandoned (its worker died) and is run again. Give every worker the same value.",
+        help="Seconds without a heartbeat after which another worker's claimed point counts as abandoned (its worker "
+        "died) and is run again. Give every worker the same value.",
     ),
 ) -> None:
     """Sweep a grid of experiments; each speculative point measures its speedup paired with autoregressive
@@ -46,7 +47,7 @@ def sweep(
     Workers: start several wb sweep with the same arguments and --name (one machine or several, one MLflow store: tracking.tracking_uri=http://host:5000 for an MLflow server with a database backend). Each point is claimed by one worker (a RUNNING child run with a heartbeat) and run once; a worker killed mid-point leaves a claim that goes stale after --claim-timeout and is run again by another worker or a re-run. Each worker waits for the others' points, then prints the same table, read from MLflow.
 
     Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
-    """
+    """  # noqa: E501 (`wb sweep --help`: Rich keeps a paragraph's line breaks)
     from workbench.sweep import plan_sweep, plan_table, results_table, run_sweep
 
     spec, items = _split_args(spec, axes)
@@ -61,13 +62,15 @@ def sweep(
         res = run_sweep(plan, name=name, console=console, progress=not quiet, claim_timeout=claim_timeout)
     except KeyboardInterrupt:
         err.print(
-            f"[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name {name or '<the sweep name above>'}[/]"
+            "[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name "
+            f"{name or '<the sweep name above>'}[/]"
         )
         raise typer.Exit(130)
     console.print(results_table(plan, res.outcomes, f"sweep {res.name} ({res.status})"))
     if res.parent_run_id:
         console.print(
-            f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name {res.name}"
+            f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name "
+            f"{res.name}"
         )
     if res.status != "FINISHED":
         raise typer.Exit(1)

@@ -23,7 +23,8 @@ def tune(
         "--trials",
         "-t",
         min=1,
-        help="Total COMPLETE+PRUNED trials the study should have, counted over all its workers (never overshot); a re-run tops up.",
+        help="Total COMPLETE+PRUNED trials the study should have, counted over all its workers (never overshot); a "
+        "re-run tops up.",
     ),
     study: Optional[str] = typer.Option(
         None,
@@ -34,7 +35,8 @@ def tune(
     storage: Optional[str] = typer.Option(
         None,
         "--storage",
-        help="Optuna storage URL (default: tune.storage, sqlite:///optuna.db); any SQLAlchemy URL lets several machines share a study.",
+        help="Optuna storage URL (default: tune.storage, sqlite:///optuna.db); any SQLAlchemy URL lets several "
+        "machines share a study.",
     ),
     out: Optional[str] = typer.Option(
         None, "--out", "-o", help="Where to write the best trial's spec YAML (default: ./best-<study>.yaml)."
@@ -50,7 +52,7 @@ def tune(
     Workers: start several wb tune with the same --study and --storage (one machine or several): they share the --trials total, each trial records its host, and each worker waits for the others, then prints the same table read from storage. A killed worker's trial is failed after its heartbeat stops (60 s).
 
     Examples: wb tune --trials 20 | wb tune micro.yaml --trials 5 --study s1 --storage postgresql://host/optuna
-    """
+    """  # noqa: E501 (`wb tune --help`: Rich keeps a paragraph's line breaks)
     spec, items = _split_args(spec, overrides)
     from workbench.tune import (
         best_trial,
@@ -69,7 +71,8 @@ def tune(
         _fail(str(e))
     except KeyboardInterrupt:
         err.print(
-            f"[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study {study or '<the study above>'})[/]"
+            "[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study "
+            f"{study or '<the study above>'})[/]"
         )
         raise typer.Exit(130)
     console.print(trials_table(plan, res.study))
@@ -82,6 +85,7 @@ def tune(
     path = write_best(plan, best, out)
     params = " ".join(f"{k}={v}" for k, v in best.params.items())
     console.print(
-        f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{fmt_score(trial_score(best))}[/] with {params}"
+        f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{fmt_score(trial_score(best))}[/] with "
+        f"{params}"
     )
     console.print(f"best spec written to [bold]{path}[/]; run it with: wb run {path}")

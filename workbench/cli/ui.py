@@ -64,7 +64,8 @@ def ui(
             console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
             console.print(url, highlight=False, soft_wrap=True)
             console.print(
-                "(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X and Y)",
+                "(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X "
+                "and Y)",
                 highlight=False,
             )
         if has_artifact(store, parent.run_id, PLOT_NAME):

@@ -376,7 +376,8 @@ class GRPOTrainer:
                 pass  # no backward, no optimiser step: nothing to learn, and AdamW's momentum would move the weights
             elif self.train_engine is None:
                 (loss * w).backward()
-            else:  # x world: DeepSpeed's mean over ranks then equals the whole batch's sum; step() acts at the last micro-batch
+            else:  # x world: DeepSpeed's mean over ranks then equals the whole batch's sum;
+                # step() acts at the last micro-batch
                 self.train_engine.backward(loss * w * world, scale_wrt_gas=False)
                 self.train_engine.step()
             loss_sum += loss.item() * float(w)

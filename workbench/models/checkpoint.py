@@ -84,7 +84,8 @@ def check_same_tokenizer(tok_a: PreTrainedTokenizerFast, tok_b: PreTrainedTokeni
         only_a, only_b = len(va.keys() - vb.keys()), len(vb.keys() - va.keys())
         moved = sum(1 for k in va.keys() & vb.keys() if va[k] != vb[k])
         diffs.append(
-            f"vocab differs (sizes {len(va)} vs {len(vb)}, {only_a}/{only_b} tokens only in one, {moved} with other ids)"
+            f"vocab differs (sizes {len(va)} vs {len(vb)}, {only_a}/{only_b} tokens only in one, {moved} with other "
+            "ids)"
         )
     for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
         a, b = getattr(tok_a, attr), getattr(tok_b, attr)

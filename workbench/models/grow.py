@@ -141,8 +141,8 @@ def grow_into(dst: nn.Module, src: nn.Module, jitter: float = 0.0, seed: int = 0
         new["lm_head.weight"] = _split_in(lm, m, 1, split)
         new["model.norm.weight"] = g.repeat_interleave(m)
     identity = []
-    for l in range(dst.config.num_hidden_layers):
-        pre, spre = f"model.layers.{l}.", f"model.layers.{l // d}."
+    for i in range(dst.config.num_hidden_layers):
+        pre, spre = f"model.layers.{i}.", f"model.layers.{i // d}."
         w = lambda n: s[spre + n]  # noqa: E731
         for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             new[pre + n] = w(n).repeat_interleave(m)  # per-channel scales of residual copies
@@ -152,10 +152,10 @@ def grow_into(dst: nn.Module, src: nn.Module, jitter: float = 0.0, seed: int = 0
         for n in ("gate_proj", "up_proj"):
             new[pre + f"mlp.{n}.weight"] = _split_in(_copy_out(w(f"mlp.{n}.weight"), mi, 1), m, 1, split)
         new[pre + "mlp.down_proj.weight"] = _split_in(_copy_out(w("mlp.down_proj.weight"), m, 1), mi, 1, split)
-        if l % d:  # an identity block after source layer l // d: adds nothing until trained
+        if i % d:  # an identity block after source layer i // d: adds nothing until trained
             new[pre + "self_attn.o_proj.weight"].zero_()
             new[pre + "mlp.down_proj.weight"].zero_()
-            identity.append(l)
+            identity.append(i)
     missing, unexpected = dst.load_state_dict(new, strict=False)
     missing = [
         k for k in missing if not (dst.config.tie_word_embeddings and k == "lm_head.weight") and "rotary" not in k

@@ -77,7 +77,8 @@ def gguf_path(p: PretrainedPreset) -> Path:
     f = Path(list(spec.submodule_search_locations)[0]) / p.filename
     if not f.is_file():
         raise ValueError(
-            f"model {p.name!r}: {f} is missing from the installed {p.package!r}; reinstall it: `{p.install} --force-reinstall`"
+            f"model {p.name!r}: {f} is missing from the installed {p.package!r}; reinstall it: `{p.install} "
+            "--force-reinstall`"
         )
     return f
 

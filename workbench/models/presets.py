@@ -172,7 +172,8 @@ PRESETS: dict[str, ModelPreset] = {
                 final_eval_prompts=128,
                 max_new_tokens=192,
             ),
-            "long-tail CPU target (issue #8): tiny's shape pretrained on arith_chain_long (1-16 steps) until ~15 % sampled accuracy",
+            "long-tail CPU target (issue #8): tiny's shape pretrained on arith_chain_long (1-16 steps) until ~15 % "
+            "sampled accuracy",
         ),
         ModelPreset(
             "tiny-long-draft",
@@ -205,7 +206,8 @@ PRESETS: dict[str, ModelPreset] = {
                 grow_from="tiny",
                 grow_jitter=0.1,
             ),
-            "memory-bound CPU target (issue #22, ~25 M params): tiny grown 4x wider, 2x deeper (Net2Net), then trained on",
+            "memory-bound CPU target (issue #22, ~25 M params): tiny grown 4x wider, 2x deeper (Net2Net), then "
+            "trained on",
         ),
         ModelPreset(
             "membound-draft",

@@ -52,8 +52,8 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
 
     name_or_path: a folder containing config.json (a Hugging Face checkpoint, e.g. your own Llama)
     or a preset name (see `list_presets`), or a pretrained preset (:mod:`workbench.models.imported`:
-    a real chat model converted from its installed package on first use). A preset resolves to its shipped folder if the package
-    has one at the preset's current hash, else to its cache folder, built there if missing (a
+    a real chat model converted from its installed package on first use). A preset resolves to its shipped folder if the
+    package has one at the preset's current hash, else to its cache folder, built there if missing (a
     draft resolves its target first). force: build the preset into the cache even if it is built
     or shipped (its target is resolved normally). `what` names the spec field in error messages.
     Raises ValueError if it is neither a checkpoint folder nor a preset, listing the preset names.

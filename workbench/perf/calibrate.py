@@ -78,8 +78,8 @@ def fit_knee(speedup: float, k: int, tokens: float, c: float, batch: int) -> flo
         )
     if need > k + 1 + 1e-9:
         raise ValueError(
-            f"gen speedup {speedup:.3f} at k={k} needs a verification of {need:.3f} decode steps, more than k+1 = {k + 1} "
-            f"(fully compute-bound) with c={c:g}: the drafter costs more; raise --c, or fit c (--unknown c)"
+            f"gen speedup {speedup:.3f} at k={k} needs a verification of {need:.3f} decode steps, more than k+1 = "
+            f"{k + 1} (fully compute-bound) with c={c:g}: the drafter costs more; raise --c, or fit c (--unknown c)"
         )
     return math.inf if need <= 1.0 + 1e-9 else batch * (k + 1) / min(need, k + 1.0)
 

@@ -116,7 +116,8 @@ class ModeledSpeedup:
 
 def build_modeled(spec, target_lm, drafter, prompts: list[list[int]], progress: bool = True) -> ModeledSpeedup | None:
     """Load or measure the target's and the drafter's costs for ``spec`` (None without a drafter, or
-    with ``measure.modeled: false`` unless ``drafter.adaptive`` needs them). Call it before the MLflow run opens: a miss measures (seconds)."""
+    with ``measure.modeled: false`` unless ``drafter.adaptive`` needs them). Call it before the MLflow run opens: a miss
+    measures (seconds)."""
     if drafter is None or spec.drafter.kind == "none" or not (spec.measure.modeled or spec.drafter.adaptive):
         return None
     from workbench.perf.cost_curve import drafter_cost, forward_curve

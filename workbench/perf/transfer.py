@@ -76,11 +76,13 @@ class VLLMCosts:
     def __post_init__(self) -> None:
         if not self.plain_step_s > 0 or not self.spec_step_s or any(not v > 0 for v in self.spec_step_s.values()):
             raise ValueError(
-                f"VLLMCosts: step costs must be > 0 s, got plain {self.plain_step_s}, speculative {dict(self.spec_step_s)}"
+                f"VLLMCosts: step costs must be > 0 s, got plain {self.plain_step_s}, speculative "
+                f"{dict(self.spec_step_s)}"
             )
         if self.plain_fixed_s < 0 or self.spec_fixed_s < 0:
             raise ValueError(
-                f"VLLMCosts: fixed seconds must be >= 0, got plain {self.plain_fixed_s}, speculative {self.spec_fixed_s}"
+                f"VLLMCosts: fixed seconds must be >= 0, got plain {self.plain_fixed_s}, speculative "
+                f"{self.spec_fixed_s}"
             )
 
     def step_s(self, k_t: int, share: float) -> float:

@@ -89,9 +89,9 @@ def eval_rise_md(t: Target) -> list[str]:
         ),
         "",
         f"Held-out accuracy (`{M.EVAL_ACCURACY}`: greedy; `{M.EVAL_SAMPLED}/accuracy`: at the rollouts' sampling; "
-        '"last number": the anchor-free check `*/last_number`, the completion\'s last number taken as its answer) at each '
-        "run's first and last eval, correct answers pooled over the group's FINISHED runs (seeds); Wilson 95 % intervals, "
-        "the rise with Newcombe's hybrid score interval (conservative here: the same prompts are scored before and after). "
-        '"yes": the interval excludes 0.',
+        '"last number": the anchor-free check `*/last_number`, the completion\'s last number taken as its answer) at '
+        "each run's first and last eval, correct answers pooled over the group's FINISHED runs (seeds); Wilson 95 % "
+        "intervals, the rise with Newcombe's hybrid score interval (conservative here: the same prompts are scored "
+        'before and after). "yes": the interval excludes 0.',
         "",
     ]

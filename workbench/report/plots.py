@@ -313,8 +313,8 @@ PLOTS = (
         "speedup_vs_k",
         "Speedup vs k",
         plot_speedup_vs_k,
-        "needs at least 2 speculative rows with a `drafter.k` param and a speedup (paired runs, or a `drafter.kind=none` "
-        "baseline of the same setting)",
+        "needs at least 2 speculative rows with a `drafter.k` param and a speedup (paired runs, or a "
+        "`drafter.kind=none` baseline of the same setting)",
     ),
     (
         "acceptance_per_position",

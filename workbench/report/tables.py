@@ -72,7 +72,8 @@ def md_table(header: list[str], rows: list[list[str]], right: set[int] | None = 
 
 
 def results_table_md(t: Target) -> str:
-    """One line per row: drafter, axes, acc.len, acc.rate, gen s, step s, gen×, step× (95 % CI), reward, n, status, runs."""
+    """One line per row: drafter, axes, acc.len, acc.rate, gen s, step s, gen×, step× (95 % CI), reward, n, status,
+    runs."""
     dec = t.decision
     axes = [a for a in t.axes if a not in ("drafter.kind", REPEAT_KEY)]
     header = [
@@ -138,8 +139,8 @@ def repeat_lines(t: Target) -> list[str]:
         pred = (
             f"a new run's gen× should read {re.pred_low:.2f}–{re.pred_high:.2f} (95 % prediction interval)"
             if re.pred_low is not None and re.n >= PREDICTION_MIN_RUNS
-            else f"no prediction interval for a new run below {PREDICTION_MIN_RUNS} runs (with {re.n}, t on n−2 df makes it "
-            "too wide to inform)"
+            else f"no prediction interval for a new run below {PREDICTION_MIN_RUNS} runs (with {re.n}, t on n−2 df "
+            "makes it too wide to inform)"
         )
         out.append(f"- {label(r)}: {re.n} runs, between-run spread τ = {fmt_tau(re)}; {pred}.")
     return (["Repeats (gen×):", ""] + out) if out else []

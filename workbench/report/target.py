@@ -8,8 +8,8 @@ means after the run's ``measure.warmup_steps``, the one baseline rule).
 
 Rows follow the sweep results table (:mod:`workbench.sweep.results`): runs that differ only in
 ``seed`` are one row; a row's gen/step speedup is the paired geometric mean with its 95 % CI (over
-2+ runs a random-effects interval, :func:`workbench.stats.runs_ci`; one run: its per-step CI), else ``~`` baseline s / point s against
-:func:`workbench.runs.baseline_for` (no CI, no other setting's baseline); ★ marks the best row
+2+ runs a random-effects interval, :func:`workbench.stats.runs_ci`; one run: its per-step CI), else ``~`` baseline s /
+point s against :func:`workbench.runs.baseline_for` (no CI, no other setting's baseline); ★ marks the best row
 only when :func:`workbench.stats.decide` separates it, otherwise the tie is named.
 """
 

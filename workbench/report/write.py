@@ -36,7 +36,8 @@ def header_md(t: Target) -> list[str]:
     elif t.kind == "experiment":
         states = sorted({r.status.lower() for r in t.runs}, key=lambda s: (s != "finished", s))
         meta.append(
-            f"- {len(t.runs)} top-level runs ({', '.join(f'{sum(r.status.lower() == s for r in t.runs)} {s}' for s in states)}): "
+            f"- {len(t.runs)} top-level runs "
+            f"({', '.join(f'{sum(r.status.lower() == s for r in t.runs)} {s}' for s in states)}): "
             + ", ".join(f"`{r.name}`" for r in t.runs)
         )
     else:

@@ -17,7 +17,7 @@ through ``generate_steps`` (:func:`workbench.rollout.paired.generate_interleaved
 Counters: every generation returns its own :class:`workbench.rollout.counters.SpecCounters` in
 ``RolloutOutput.counters`` (drafts, draft tokens, accepted tokens per position, rows per forward),
 the same fields from both backends, so ``spec/*`` means the same on both.
-"""
+"""  # noqa: E501 (a Markdown table: one row a line)
 
 from __future__ import annotations
 

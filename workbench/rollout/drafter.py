@@ -2,8 +2,8 @@
 
 It lives beside the engine (the bottom layer); ``drafters/`` implements it, one module per kind, and
 registers each kind by name (``drafters.registry``). The rollout engine owns the batch (token ids,
-lengths, the target's KV cache); a drafter sees it through a :class:`DraftContext` and returns a :class:`DraftProposal` per verification step.
-Drafters that read the target (``mtp``, ``eagle3``) declare ``hidden_layers``; the engine then
+lengths, the target's KV cache); a drafter sees it through a :class:`DraftContext` and returns a :class:`DraftProposal`
+per verification step. Drafters that read the target (``mtp``, ``eagle3``) declare ``hidden_layers``; the engine then
 returns those hidden states from the verification forward and hands them over in ``accept``.
 """
 

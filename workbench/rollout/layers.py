@@ -240,8 +240,8 @@ def mlp(x: torch.Tensor, w_gate_up: Weight, w_down: torch.Tensor) -> torch.Tenso
 
     w_gate_up: gate and up (2I, hidden) fused, or a tuple (w_gate, w_up); w_down (hidden, I).
     """
-    I = w_down.shape[1]
-    gate, up = project(x, w_gate_up, (I, I))  # 2 x (B, T, I)
+    inter = w_down.shape[1]
+    gate, up = project(x, w_gate_up, (inter, inter))  # 2 x (B, T, inter)
     return linear(F.silu(gate) * up, w_down)
 
 

@@ -120,7 +120,7 @@ class LeanLM(nn.Module):
         missing, unexpected = self.load_state_dict(hf_model.state_dict(), strict=False)
         fused = self.__dict__.get("_fused")
         if fused is not None and any(
-            _replaced(l, f, b) for l, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])
+            _replaced(layer, f, b) for layer, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])
         ):
             self._fuse_weights()  # something replaced the weights instead of copying into them
         if fused is not None:
@@ -128,7 +128,8 @@ class LeanLM(nn.Module):
         missing = [m for m in missing if not (self.cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or [u for u in unexpected if "rotary" not in u]:
             raise ValueError(
-                f"model: weights do not match the {self.cfg.model_type} layout (missing {missing[:4]}, unexpected {unexpected[:4]})"
+                f"model: weights do not match the {self.cfg.model_type} layout (missing {missing[:4]}, unexpected "
+                f"{unexpected[:4]})"
             )
 
     def _apply(self, fn, recurse=True):
@@ -287,8 +288,8 @@ class LeanLM(nn.Module):
         for layer in self.model.layers:
             a, m = layer.self_attn, layer.mlp
             qkv = [a.q_proj, a.k_proj, a.v_proj]
-            fused.append((_fuse([l.weight for l in qkv]), _fuse([m.gate_proj.weight, m.up_proj.weight])))
-            biases.append(_fuse([l.bias for l in qkv]) if a.q_proj.bias is not None else None)
+            fused.append((_fuse([proj.weight for proj in qkv]), _fuse([m.gate_proj.weight, m.up_proj.weight])))
+            biases.append(_fuse([proj.bias for proj in qkv]) if a.q_proj.bias is not None else None)
         self.__dict__["_fused"] = fused  # plain attributes: not parameters, not in state_dict
         self.__dict__["_fused_bias"] = biases
 

@@ -78,7 +78,8 @@ def rope_tables(cfg: Any, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 def rope_cos_sin(
     cos_table: torch.Tensor, sin_table: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tables' rows at positions ``pos`` (B, T) long -> cos, sin (B, T, 1, D) in ``dtype`` (broadcast over heads)."""
+    """The tables' rows at positions ``pos`` (B, T) long -> cos, sin (B, T, 1, D) in ``dtype`` (broadcast over
+    heads)."""
     return cos_table[pos][:, :, None, :].to(dtype), sin_table[pos][:, :, None, :].to(dtype)
 
 

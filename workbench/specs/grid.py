@@ -66,7 +66,8 @@ def parse_axis(item: str) -> Axis:
     name, raw = (s.strip() for s in item.split("=", 1))
     if not name or any(not p for p in name.split(".")):
         raise SweepError(
-            f"sweep argument {item!r}: empty key; use a dotted spec key such as drafter.k or an alias ({aliases_text()})"
+            f"sweep argument {item!r}: empty key; use a dotted spec key such as drafter.k or an alias "
+            f"({aliases_text()})"
         )
     key = resolve_key(name)
     if not raw:
@@ -77,8 +78,8 @@ def parse_axis(item: str) -> Axis:
         m = _RANGE.match(raw)
         if not m:
             raise SweepError(
-                f"axis {name!r}: bad range {raw!r}; a range is LOW..HIGH with integer ends, inclusive, e.g. {name}=1..7 "
-                "(list other values with commas: a,b,c)"
+                f"axis {name!r}: bad range {raw!r}; a range is LOW..HIGH with integer ends, inclusive, e.g. "
+                f"{name}=1..7 (list other values with commas: a,b,c)"
             )
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:

@@ -96,7 +96,8 @@ class VLLMSpec(_Section):
     cpu_expand_fix: bool = Field(
         False,
         description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
-        "of speculative verification uninitialised (the cause of its inexact sampled speculation; workbench/rollout/vllm/cpu_fix.py); "
+        "of speculative verification uninitialised (the cause of its inexact sampled speculation; "
+        "workbench/rollout/vllm/cpu_fix.py); "
         "audit verdicts are kept per build with and without it",
     )
     allow_unaudited_speculation: bool = Field(
@@ -121,7 +122,8 @@ class RolloutSpec(_Section):
     continuous_batching: bool = Field(
         True,
         description="with more rollouts than max_batch_size, waiting prompts join the batch as rows finish "
-        "(continuous batching, as vLLM schedules); false = consecutive chunks of max_batch_size, each decoded to its last row",
+        "(continuous batching, as vLLM schedules); false = consecutive chunks of max_batch_size, each decoded to its "
+        "last row",
     )
     compile: bool = Field(
         False,
@@ -137,8 +139,9 @@ class RolloutSpec(_Section):
     prepack_weights: bool = Field(
         False,
         description="CPU float32, eager forwards: pack the target's and draft model's linear weights once for "
-        "oneDNN (as vLLM-CPU does at load), packed again after each weight sync; on the 2-core CPU membound's plain decoding "
-        "at 16 rows 1.11x [1.03, 1.20] faster (paired); equal to F.linear up to float rounding (not bit for bit); one more copy of the weights in memory. "
+        "oneDNN (as vLLM-CPU does at load), packed again after each weight sync; on the 2-core CPU membound's plain "
+        "decoding at 16 rows 1.11x [1.03, 1.20] faster (paired); equal to F.linear up to float rounding (not bit for "
+        "bit); one more copy of the weights in memory. "
         "Not with compile / cuda_graphs",
     )
     fixed_attention_length: bool = Field(
@@ -164,8 +167,9 @@ class DrafterInitSpec(_Section):
 
     data: str = Field(
         "auto",
-        description="auto (draft_model: none, mtp/eagle3: in_domain) | none | in_domain (the target's sampled completions "
-        "of RL-task prompts) | chat (the target's completions of general-corpus prompts) | path to a jsonl/parquet of prompts",
+        description="auto (draft_model: none, mtp/eagle3: in_domain) | none | in_domain (the target's sampled "
+        "completions of RL-task prompts) | chat (the target's completions of general-corpus prompts) | path to a "
+        "jsonl/parquet of prompts",
     )
     num_prompts: int = Field(512, ge=1, description="prompts the target completes to make the init data")
     prompt_field: str = Field("prompt", description="prompt column of a user dataset")
@@ -236,7 +240,8 @@ class DrafterSpec(_Section):
     )
     model: str = Field(
         "tiny-draft",
-        description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head folder in vLLM's layout (wb drafter export)",
+        description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head "
+        "folder in vLLM's layout (wb drafter export)",
     )
     draft_layers: int | None = Field(
         None,
@@ -251,7 +256,8 @@ class DrafterSpec(_Section):
     )
     eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
         None,
-        description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped for shallow models",
+        description="eagle3: target layers whose inputs are fused (low, mid, high); default (2, L//2, L-3) mapped "
+        "for shallow models",
     )
     draft_vocab_size: int | None = Field(
         None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)"
@@ -340,7 +346,8 @@ class GRPOSpec(_Section):
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
         description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
-        "or not at all (none, Dr. GRPO); true/false mean group/none as in TRL. All-equal groups get advantage 0 in every mode",
+        "or not at all (none, Dr. GRPO); true/false mean group/none as in TRL. All-equal groups get advantage 0 in "
+        "every mode",
     )
     micro_batch_size: int = Field(64, ge=1, description="sequences per forward/backward in logprob and train")
     eval_every: int = Field(5, ge=0, description="greedy eval on held-out prompts every N steps; 0 = off")
@@ -398,8 +405,9 @@ class MeasureSpec(_Section):
         False,
         description="measure the drafter going stale as the policy learns: each step, the drafter's top-1 agreement "
         "and loss on the fresh rollouts before any drafter training (draft/top1_agreement, draft/heldout_loss; also "
-        "without drafter.online) and the policy's KL from its initial weights on them (policy/kl_from_init, k3, nats per "
-        "completion token; keeps a frozen copy of the initial policy). Costs a policy forward and the reference's per step",
+        "without drafter.online) and the policy's KL from its initial weights on them (policy/kl_from_init, k3, nats "
+        "per completion token; keeps a frozen copy of the initial policy). Costs a policy forward and the reference's "
+        "per step",
     )
 
 

@@ -64,7 +64,8 @@ class TuneSpec(_Section):
     )
     objective: Literal["gen_tokens_per_s", "speedup_gen", "speedup_step"] = Field(
         "speedup_gen",
-        description="gen/tokens_per_s, or the paired speedup (geometric mean of the per-step speedup/gen_per_step or speedup/step_per_step after warm-up)",
+        description="gen/tokens_per_s, or the paired speedup (geometric mean of the per-step speedup/gen_per_step or "
+        "speedup/step_per_step after warm-up)",
     )
     direction: Literal["maximize"] = "maximize"
     sampler: Literal["tpe", "random", "grid"] = Field("tpe", description="seeded by the spec's seed")

@@ -119,7 +119,8 @@ def claim_point(
     stale = st.stale
     for r in stale:
         r.tags[TAG_STALE] = (
-            f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker {r.tags.get(TAG_WORKER, '?')}"
+            f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker "
+            f"{r.tags.get(TAG_WORKER, '?')}"
         )
         store.fail(r.run_id, r.tags[TAG_STALE])
     if st.kind != "open":

@@ -198,8 +198,8 @@ def run_sweep(
     skipped. Several processes with one name share the sweep: each point is claimed by one worker
     (`workbench.sweep.claims`; a claim whose heartbeat is older than ``claim_timeout`` s is taken
     over), a worker with nothing left to claim waits for the others' live claims, then every worker
-    writes the same ``results.json`` (and ``speedup_vs_k.png``) read back from the store and ends the parent FINISHED if every
-    point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
+    writes the same ``results.json`` (and ``speedup_vs_k.png``) read back from the store and ends the parent FINISHED if
+    every point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
     parent KILLED (a worker still running later ends it again) and is re-raised. With
     ``tracking.enabled: false`` nothing is logged, claimed or resumable.
     """

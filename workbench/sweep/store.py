@@ -193,7 +193,8 @@ class SweepStore:
             self.client.log_batch(o.run_id, metrics=metrics)
 
     def close(self, status: str, results: dict[str, Any], plot: str | os.PathLike | None = None) -> None:
-        """Log ``results.json`` (and ``plot``, a PNG such as ``speedup_vs_k.png``) on the parent and end it ``status``."""
+        """Log ``results.json`` (and ``plot``, a PNG such as ``speedup_vs_k.png``) on the parent and end it
+        ``status``."""
         self.client.log_dict(self.parent_id, results, "results.json")
         if plot is not None:
             self.client.log_artifact(self.parent_id, os.fspath(plot))

@@ -87,8 +87,8 @@ def load_task_data(
     jsonl under cache_dir (default `cache_dir()/data`) and loaded with `datasets`.
     path given: a .jsonl/.json/.parquet file in one of the layouts of ``dataset_format``
     (task.dataset_format: gsm8k, dapo, fields = prompt_field/answer_field; auto detects), renamed
-    to prompt/answer (conversational prompts kept as their JSON messages); split "train" takes the first num rows, "eval" the last num rows (disjoint
-    when the file has at least num_train + num_eval rows).
+    to prompt/answer (conversational prompts kept as their JSON messages); split "train" takes the first num rows,
+    "eval" the last num rows (disjoint when the file has at least num_train + num_eval rows).
     Raises ValueError naming task.name / task.path / task.prompt_field / task.answer_field with
     the fix: unknown task or split, missing file, unknown extension, unreadable file, missing field.
     """
@@ -173,7 +173,8 @@ def _to_prompt_answer(
     for field, key in zip(fields, keys):
         if field not in ds.column_names:
             raise ValueError(
-                f"{key}: column {field!r} not in {path} (layout {layout}); columns there: {', '.join(ds.column_names)}. "
+                f"{key}: column {field!r} not in {path} (layout {layout}); columns there: "
+                f"{', '.join(ds.column_names)}. "
                 f"Fix: set {key} to match the file."
             )
     pf, af = fields
@@ -205,7 +206,8 @@ def _load_user_file(path: str, cache: Path) -> datasets.Dataset:
         return datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=str(cache / "hf_datasets"))
     except Exception as e:  # datasets/pyarrow raise many types (DatasetGenerationError, ArrowInvalid, ...)
         raise ValueError(
-            f"task.path: could not read {path} as {p.suffix} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}). "
+            f"task.path: could not read {path} as {p.suffix} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else ''}). "
             f"Fix: check the file is valid {'JSON lines (one object per line)' if fmt == 'json' else 'parquet'}."
         ) from None
 

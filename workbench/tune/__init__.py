@@ -12,8 +12,8 @@ Decisions (documented for users in ``wb tune --help``):
 - **Objective** (always maximized): ``speedup_gen`` / ``speedup_step`` are *paired* speedups: every
   GRPO step of a trial also times plain autoregressive generation of the same prompts, interleaved
   (``measure.paired``, on in studies), and logs the ratios ``speedup/gen_per_step`` /
-  ``speedup/step_per_step``. The trial's value is their geometric mean after ``measure.warmup_steps`` warm-up steps, with a 95 %
-  interval (`workbench.stats.ratio_ci`). There is no study-level baseline: a ratio of timings taken
+  ``speedup/step_per_step``. The trial's value is their geometric mean after ``measure.warmup_steps`` warm-up steps,
+  with a 95 % interval (`workbench.stats.ratio_ci`). There is no study-level baseline: a ratio of timings taken
   at different times (or by another worker) is mostly load noise, while both sides of a pair share
   the load. A trial with ``drafter.kind=none`` is plain decoding: speedup exactly 1.0, no interval.
   ``measure.paired: false`` with a speedup objective is refused before anything runs.

@@ -83,7 +83,8 @@ def plan_tune(
     if not base.tune.params:
         raise SpecError(
             f"spec {path.name} has no search space: add a tune section, e.g.\n"
-            "tune:\n  params:\n    drafter.kind: {type: categorical, choices: [ngram, draft_model]}\n    drafter.k: {type: int, low: 1, high: 6}"
+            "tune:\n  params:\n    drafter.kind: {type: categorical, choices: [ngram, draft_model]}\n    drafter.k: "
+            "{type: int, low: 1, high: 6}"
         )
     raw = {k: v for k, v in raw.items() if k != "tune"}
     check_params(raw, base.tune.params)

@@ -36,7 +36,8 @@ def check_params(raw: dict[str, Any], params: dict[str, Any]) -> None:
         where = f"tune.params.{key}"
         if key.split(".")[0] in UNTUNABLE:
             raise SpecError(
-                f"{where}: {key.split('.')[0]}.* cannot be tuned (it names or logs the experiment); remove it from tune.params"
+                f"{where}: {key.split('.')[0]}.* cannot be tuned (it names or logs the experiment); remove it from "
+                "tune.params"
             )
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)

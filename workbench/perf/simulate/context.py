@@ -49,8 +49,9 @@ def alpha_profile(alpha_ref: float, table: dict[int, float], k_table: int, ctx: 
     target = relative(table, ctx) * float(_accepted(np.array(alpha_ref), k_table))
     if (target > _accepted(_A[-1], k_table)).any():
         raise ValueError(
-            f"speculation.acceptance_vs_context rises above its first entry by more than α_ref = {alpha_ref:.3f} allows "
-            "(every draft would be accepted): give a table whose first entry is at its shortest, best-accepted context"
+            f"speculation.acceptance_vs_context rises above its first entry by more than α_ref = {alpha_ref:.3f} "
+            "allows (every draft would be accepted): give a table whose first entry is at its shortest, best-accepted "
+            "context"
         )
     a = np.interp(target, _accepted(_A, k_table), _A)  # then Newton steps on α + … + α^k = target
     for _ in range(3):

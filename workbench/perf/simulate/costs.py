@@ -43,7 +43,8 @@ ACT_BYTES = 2.0  # bf16 activations exchanged by collectives
 
 
 def attention_params(m: ModelShape) -> int:
-    """Per layer: q (hidden × heads·head_dim), k and v (hidden × kv_heads·head_dim each), o (heads·head_dim × hidden)."""
+    """Per layer: q (hidden × heads·head_dim), k and v (hidden × kv_heads·head_dim each), o (heads·head_dim ×
+    hidden)."""
     return 2 * m.hidden * m.heads * m.head_dim + 2 * m.hidden * m.kv_heads * m.head_dim
 
 
@@ -179,7 +180,8 @@ def allreduce_s(nbytes: float, gpus: int, bandwidth: float, latency: float) -> f
 
 
 def alltoall_s(nbytes: float, gpus: int, bandwidth: float, latency: float) -> float:
-    """All-to-all where each GPU holds 1/g of ``nbytes`` and keeps 1/g of it: (g−1)/g · bytes/g / bandwidth + latency."""
+    """All-to-all where each GPU holds 1/g of ``nbytes`` and keeps 1/g of it: (g−1)/g · bytes/g / bandwidth +
+    latency."""
     if gpus <= 1:
         return 0.0
     return (gpus - 1) / gpus * nbytes / gpus / bandwidth + latency

@@ -47,7 +47,8 @@ from workbench.perf.simulate.measured import MeasuredHardware
 from workbench.perf.simulate.rollout import replica_time
 
 UNKNOWNS = {
-    "verify_overhead_s": "seconds per verification step of the speculative arm beyond its forwards (rejection sampling, drafts' sampling, bookkeeping)",
+    "verify_overhead_s": "seconds per verification step of the speculative arm beyond its forwards (rejection "
+    "sampling, drafts' sampling, bookkeeping)",
     "step_overhead_s": "seconds per target forward of either arm, decode or verification (sampling, bookkeeping)",
     "draft_overhead_s": "seconds per draft position per verification step (k per step)",
 }
@@ -129,7 +130,8 @@ def fit_unknown(measured: float, ar: ArmTime, spec: ArmTime, unknown: str) -> fl
     den = measured * b - a
     if abs(den) < 1e-12:
         raise ValueError(
-            f"{unknown} cannot move the predicted speedup at k={spec.k} (it weighs both arms alike); fit another unknown"
+            f"{unknown} cannot move the predicted speedup at k={spec.k} (it weighs both arms alike); fit another "
+            "unknown"
         )
     return (ar.base - measured * spec.base) / den
 
@@ -235,7 +237,8 @@ def check(
         cal = next((p for p in pts if p.k == calibrate_k), None)
         if cal is None:
             notes.append(
-                f"{kind}: no point at k={calibrate_k} to calibrate on (has k={', '.join(str(p.k) for p in pts)}); not predicted"
+                f"{kind}: no point at k={calibrate_k} to calibrate on (has k={', '.join(str(p.k) for p in pts)}); "
+                "not predicted"
             )
             continue
         arms = {p.k: arm_time(wl, hw, lengths, p, seed) for p in pts}
@@ -243,9 +246,10 @@ def check(
         for p in [None, *pts]:
             if min_step_cost(hw, p, unknown, x) <= 0:
                 raise ValueError(
-                    f"{kind}: the measured {cal.measured.mean:.3f}× at k={calibrate_k} needs {unknown} = {x * 1e3:.3g} ms, "
-                    f"which makes a {'decode' if p is None else f'k={p.k} verification'} step cost ≤ 0: the cost curves do "
-                    "not describe that run (another machine, thread count or load); measure them where the sweep ran"
+                    f"{kind}: the measured {cal.measured.mean:.3f}× at k={calibrate_k} needs {unknown} = "
+                    f"{x * 1e3:.3g} ms, which makes a {'decode' if p is None else f'k={p.k} verification'} step cost ≤ "
+                    "0: the cost curves do not describe that run (another machine, thread count or load); measure "
+                    "them where the sweep ran"
                 )
         fits[kind] = x
         for p in pts:

@@ -13,12 +13,12 @@ gen speedup with its 95 % CI) and hands it over as a :class:`MeasuredSweep`; :fu
   own deterministic ``speedup/gen_modeled`` (their *counted* forwards × the same cost curves);
 - the workload, shared by every point: rows per GRPO step (prompts × G), rows decoded together
   (``rollout.max_batch_size``) and how (``rollout.continuous_batching``: true, waiting rows join the
-  slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``, the prompt length (tokens, from the task's
-  prompts and the target's tokenizer unless given), and the completion lengths: the steps the runs
-  logged, row by row and grouped by prompt (``completions/lengths/``, :mod:`workbench.grpo.completions`),
-  drawn whole (:meth:`workbench.perf.simulate.lengths.MeasuredLengths.step_draws`); runs from before they were
-  logged fall back to a lognormal (:func:`workbench.perf.simulate.rollout.lognormal_lengths`) fitted to two
-  logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the autoregressive
+  slots finished rows leave; false or not logged, as before the engine had it: consecutive chunks), ``max_new_tokens``,
+  the prompt length (tokens, from the task's prompts and the target's tokenizer unless given), and the completion
+  lengths: the steps the runs logged, row by row and grouped by prompt (``completions/lengths/``,
+  :mod:`workbench.grpo.completions`), drawn whole (:meth:`workbench.perf.simulate.lengths.MeasuredLengths.step_draws`);
+  runs from before they were logged fall back to a lognormal (:func:`workbench.perf.simulate.rollout.lognormal_lengths`)
+  fitted to two logged means pooled over the runs: tokens per row (``gen/num_tokens`` / rows) and the autoregressive
   arm's decode forwards per step (``gen_autoregressive/num_forwards``: chunks, Σ over batches of the
   longest row − 1; continuous, the end of the slot schedule; either sets the long tail:
   :func:`decode_forwards`): :func:`fit_length_cv`. Independent lognormal rows cannot express a group
@@ -186,7 +186,8 @@ def fit_length_cv(
 
 
 def row_steps_of(run: SweepRun) -> tuple[float, float]:
-    """(row-steps R, share of them without a draft) from the run's counters (module doc: undrafted row-steps from the token count)."""
+    """(row-steps R, share of them without a draft) from the run's counters (module doc: undrafted row-steps from the
+    token count)."""
     emitted = run.means[M.NUM_TOKENS] - run.rows  # the prefill emits each row's first token
     if run.is_baseline:
         return emitted, 1.0
@@ -245,7 +246,8 @@ def read_sweep(t: MeasuredSweep, prompt_len: int | None = None) -> SweepWorkload
         vals = sorted({r.params.get(key, "-") for r in runs})
         if len(vals) > 1:
             raise ValueError(
-                f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose points share it"
+                f"sweep {name!r} mixes {key} = {', '.join(vals)}: one workload per check; report a sweep whose "
+                "points share it"
             )
     rows = _int(p0, "grpo.prompts_per_step", 8) * _int(p0, "grpo.group_size", 8)
     chunk = min(rows, _int(p0, "rollout.max_batch_size", 256))

@@ -91,7 +91,8 @@ def log_scenario(
 
 
 def log_sweep_check(tr: Tracker, chk: Any, source_uri: str) -> None:
-    """Params, per-point metrics and the JSON record of a sweep check (:class:`workbench.perf.simulate.cpu.CpuCheck`)."""
+    """Params, per-point metrics and the JSON record of a sweep check
+    (:class:`workbench.perf.simulate.cpu.CpuCheck`)."""
     rec = chk.record()
     tr.log_params(
         {

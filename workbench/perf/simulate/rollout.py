@@ -222,7 +222,8 @@ _ALPHA_REF: dict[tuple, float] = {}
 def context_alpha_ref(s: Speculation, lengths: np.ndarray, prompt: int) -> float:
     """α at short context under ``acceptance_vs_context``: ``alpha`` as given, or fitted so the stage's mean
     acceptance length at the measured k nearest ``speculation.k`` is the measured one, one α for every k of a
-    scan (:func:`workbench.perf.simulate.context.fit_alpha_ref`; memoised: a fit or a grid simulates one stage often)."""
+    scan (:func:`workbench.perf.simulate.context.fit_alpha_ref`; memoised: a fit or a grid simulates one stage
+    often)."""
     if s.alpha is not None:
         return float(s.alpha)
     assert s.acceptance_length is not None  # the validator allows alpha or acceptance_length here

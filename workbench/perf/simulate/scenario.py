@@ -167,7 +167,8 @@ class Response(_Section):
             raise ValueError("kind: lengths needs a non-empty lengths list (a workbench run's completion lengths)")
         if self.kind == "run" and not self.run:
             raise ValueError(
-                "kind: run needs workload.response.run: the MLflow run id(s) of a `wb run` (it logs completions/lengths/)"
+                "kind: run needs workload.response.run: the MLflow run id(s) of a `wb run` (it logs "
+                "completions/lengths/)"
             )
         return self
 
@@ -205,8 +206,9 @@ class Speculation(_Section):
     )
     acceptance_vs_context: dict[int, float] | None = Field(
         None,
-        description="a drafter's acceptance length measured at each context length (tokens), at acceptance_vs_context_k "
-        "draft tokens: its long-context decay, shape only (workbench.perf.simulate.context); null = acceptance independent of context",
+        description="a drafter's acceptance length measured at each context length (tokens), at "
+        "acceptance_vs_context_k draft tokens: its long-context decay, shape only (workbench.perf.simulate.context); "
+        "null = acceptance independent of context",
     )
     acceptance_vs_context_k: int = Field(
         3, ge=1, description="draft tokens the acceptance_vs_context table was measured with"
@@ -227,7 +229,8 @@ class Speculation(_Section):
                 or any(not 1.0 <= v <= self.acceptance_vs_context_k + 1 for v in t.values())
             ):
                 raise ValueError(
-                    "speculation.acceptance_vs_context: {context tokens: acceptance length in [1, k+1]}, at least one entry"
+                    "speculation.acceptance_vs_context: {context tokens: acceptance length in [1, k+1]}, at least "
+                    "one entry"
                 )
             if self.per_position is not None:
                 raise ValueError(

@@ -27,7 +27,8 @@ from workbench.perf.simulate.scenario import ModelShape, Scenario
 
 
 def sequence_flops(m: ModelShape, seq: np.ndarray | float) -> np.ndarray | float:
-    """Forward FLOPs of causal sequences of ``seq`` tokens: 2 · matmul params · S + 2 · layers · heads · head_dim · S²."""
+    """Forward FLOPs of causal sequences of ``seq`` tokens: 2 · matmul params · S + 2 · layers · heads · head_dim ·
+    S²."""
     return 2.0 * matmul_params(m) * seq + 2.0 * m.layers * m.heads * m.head_dim * np.asarray(seq, dtype=float) ** 2
 
 

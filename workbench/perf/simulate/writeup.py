@@ -53,7 +53,8 @@ def _compact(h: Holdout) -> dict[str, Any]:
 def collect_8b(
     overrides: list[str] | None = None, needed: bool = True, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """Both calibration directions of the 8B scenario, the alternative model, and (``needed``) the per-drafter-forward bound."""
+    """Both calibration directions of the 8B scenario, the alternative model, and (``needed``) the per-drafter-forward
+    bound."""
     raw, base = load_scenario(SCENARIO_8B, overrides or [])
     out: dict[str, Any] = {"scenario": SCENARIO_8B, "overrides": overrides or [], "directions": {}}
     for variant, k in DIRECTIONS:
@@ -122,7 +123,8 @@ def _holdout_table(d: dict[str, Any]) -> str:
 
 def _cost_table(d: dict[str, Any]) -> str:
     lines = [
-        "| variant | k | AL | speedup predicted / published | step cost predicted / published (AR steps) | missing per draft position |",
+        "| variant | k | AL | speedup predicted / published | step cost predicted / published (AR steps) | missing "
+        "per draft position |",
         "|---|---|---|---|---|---|",
     ]
     for r in d["table"]:
@@ -130,8 +132,8 @@ def _cost_table(d: dict[str, Any]) -> str:
             continue
         gap = (r["cost_published"] - r["cost_predicted"]) / r["k"]
         lines.append(
-            f"| {r['variant']} | {r['k']} | {_f(r['acceptance_length'])} | {_f(r['predicted'])} / {_f(r['published'])} | "
-            f"{_f(r['cost_predicted'])} / {_f(r['cost_published'])} | {gap:+.2f} |"
+            f"| {r['variant']} | {r['k']} | {_f(r['acceptance_length'])} | {_f(r['predicted'])} / "
+            f"{_f(r['published'])} | {_f(r['cost_predicted'])} / {_f(r['cost_published'])} | {gap:+.2f} |"
         )
     return "\n".join(lines)
 
@@ -140,7 +142,8 @@ def _fits(d: dict[str, Any]) -> str:
     lines = []
     for name, h in d["directions"].items():
         lines.append(
-            f"- calibrated on **{name}** (gen {h['calibrated_on']['gen_s']:g} s): `{h['fit']['key']}` = {h['fit']['value']:.4f}"
+            f"- calibrated on **{name}** (gen {h['calibrated_on']['gen_s']:g} s): `{h['fit']['key']}` = "
+            f"{h['fit']['value']:.4f}"
         )
     return "\n".join(lines)
 
@@ -172,8 +175,8 @@ def render(data: dict[str, Any]) -> dict[str, str]:
         b = d8["bound"]
         out["8b-bound"] = (
             f"`{b['fit']['key']}` = {b['fit']['value'] * 1e3:.3f} ms per drafter forward with "
-            f"`hardware.flops_efficiency` = 1.0, calibrated on {b['calibrated_on']['variant']} k = {b['calibrated_on']['k']}\n\n"
-            + _holdout_table(b)
+            f"`hardware.flops_efficiency` = 1.0, calibrated on {b['calibrated_on']['variant']} k = "
+            f"{b['calibrated_on']['k']}\n\n" + _holdout_table(b)
         )
     out["235b"] = _235b_table(data["235b"])
     return out

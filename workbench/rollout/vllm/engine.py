@@ -88,7 +88,8 @@ class VLLMEngine:
         if self.expand_fix and not cpu_fix.apply():
             raise ValueError(
                 "rollout.vllm.cpu_expand_fix=true: this vLLM build does not route speculative verification's "
-                "expansion through the CPU wrapper the fix replaces (no vllm.utils.cpu_triton_utils._expand_kernel_impl, "
+                "expansion through the CPU wrapper the fix replaces (no "
+                "vllm.utils.cpu_triton_utils._expand_kernel_impl, "
                 "or Triton-CPU runs the kernel itself); set rollout.vllm.cpu_expand_fix=false and audit the build "
                 "as it is (wb audit rollout.backend=vllm)"
             )
@@ -116,7 +117,8 @@ class VLLMEngine:
         lm = self.llm.llm_engine.logger_manager
         if self.k and lm is None:
             raise ValueError(
-                "rollout.backend=vllm: the engine keeps no stats (disable_log_stats), so its spec-decode counters are lost"
+                "rollout.backend=vllm: the engine keeps no stats (disable_log_stats), so its spec-decode counters "
+                "are lost"
             )
         if lm is not None:
             record = lm.record
