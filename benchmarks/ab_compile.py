@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from workbench.models import load_model, resolve_model
-from workbench.rollout.model import LeanLM, rotate_half
+from workbench.rollout.model import LeanLM
+from workbench.rollout.rope import rotate_half
 
 hf, _ = load_model(resolve_model("tiny"))
 lm = LeanLM.from_hf(hf)

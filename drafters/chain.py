@@ -1,5 +1,5 @@
 """Shared machinery of the drafters that read the target (``mtp``, ``eagle3``): a chain of draft
-steps over one single-layer KV cache, and its training-time-test (TTT) loss. Each module is the
+steps over one single-layer KV cache (trained by :mod:`drafters.ttt`). Each module is the
 target's decoder layer (:func:`workbench.rollout.layers.decoder_layer`: its attention, RoPE, RMSNorm,
 MLP and KV cache class) fed the module's own input, in the target's shape (heads, head_dim, RoPE
 scaling) but Llama-style for every family: no q/k/v biases, no q/k norm, full attention
@@ -16,27 +16,23 @@ real; the entry at L-2 gives q for draft 1 (token L); draft step j writes a *dra
 position L-2+j. Like the target's cache, entries beyond a row's verified length are overwritten by
 the next ``accept`` before any query can read them (queries attend to positions <= their own).
 
-Training (TTT, EAGLE-3 arXiv 2503.01840; SpecForge): for every start position s, step j's query
-sits at position s+j, reads token s+j+1, attends to the real keys at positions <= s and to the
-draft keys of steps 1..j of the same start (what it would see at inference), and is trained with a
-soft cross-entropy against the target's distribution at position s+j+1, weighted ``decay**j``.
+Training: the training-time test, :func:`drafters.ttt.ttt_loss`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from drafters.pending import PendingSteps
-from drafters.targets import TopKLogits, extend_time, soft_ce, target_argmax, target_distribution
+from drafters.targets import DraftBatch
+from drafters.ttt import ttt_loss
 from workbench.rollout.drafter import DraftContext, Drafter, DraftProposal
+from workbench.rollout.kv_cache import KVCache
 from workbench.rollout.layers import (
     MLP,
     Attention,
-    KVCache,
     KVFn,
     RMSNorm,
     decoder_layer,
@@ -45,31 +41,6 @@ from workbench.rollout.layers import (
 )
 from workbench.rollout.model import LMConfig
 from workbench.rollout.sampling import probs_from_logits, sample
-
-
-@dataclass
-class DraftBatch:
-    """Training data for a drafter, one row per sequence (right-padded to L).
-
-    input_ids: (N, L) long prompt + completion.
-    loss_mask: (N, L) float; 1 at positions whose next-token distribution is learned.
-    target_logits: (N, L, V) float32 target logits (temperature 1) at every position, or their top K
-        (:class:`drafters.targets.TopKLogits` (N, L, K)) for a large vocabulary.
-    hidden: {layer: (N, L, H)} target hidden states (inputs of ``layer``; ``num_layers`` = last output).
-    """
-
-    input_ids: torch.Tensor
-    loss_mask: torch.Tensor
-    target_logits: "torch.Tensor | TopKLogits"
-    hidden: dict[int, torch.Tensor]
-
-    def index(self, rows: torch.Tensor) -> "DraftBatch":
-        return DraftBatch(
-            self.input_ids[rows],
-            self.loss_mask[rows],
-            self.target_logits[rows],
-            {i: h[rows] for i, h in self.hidden.items()},
-        )
 
 
 class ChainNet(nn.Module):
@@ -146,80 +117,6 @@ class ChainNet(nn.Module):
             sin,
             kv_fn,
         )
-
-
-def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device):
-    """kv_fn of TTT step j = len(step_keys): keys of step 0 (causal) and of steps 1..j (diagonal).
-
-    step_keys[i] = (k_i, v_i) (N, L, Hkv, D); the new step's k/v are appended by the call.
-    Mask (1, 1, L, L*(j+1)): block 0 [s, t] = t <= s; block i >= 1 [s, s'] = s' == s.
-    """
-
-    def fn(k, v):
-        step_keys.append((k, v))
-        causal = torch.ones(L, L, dtype=torch.bool, device=device).tril()
-        eye = torch.eye(L, dtype=torch.bool, device=device)
-        mask = torch.cat([causal] + [eye] * (len(step_keys) - 1), dim=1)  # (L, L*(j+1))
-        keys = torch.cat([kk for kk, _ in step_keys], dim=1)  # (N, L*(j+1), Hkv, D)
-        vals = torch.cat([vv for _, vv in step_keys], dim=1)
-        return keys, vals, mask[None, None]
-
-    return fn
-
-
-def ttt_loss(net: ChainNet, batch: DraftBatch, steps: int, decay: float, restrict=None) -> tuple[torch.Tensor, dict]:
-    """Training-time-test loss of a chain drafter on ``batch`` (see module doc).
-
-    Args:
-        steps: unroll depth S (EAGLE-3 uses 7); ``decay``: weight of step j is decay**j.
-        restrict: optional (d2t (Vd,) draft -> target ids, t2d (V,) target -> draft id or -1)
-            (eagle3's draft vocabulary): the target distribution is restricted to those ids and
-            renormalised (:func:`drafters.targets.target_distribution`).
-    Returns:
-        (scalar loss = sum_j decay**j * mean masked soft-CE of step j, stats with ``draft/loss_step_j``
-        and ``draft/top1_agreement`` of step 0: argmax draft (mapped to target ids) == argmax target).
-    """
-    ids, mask, tl = batch.input_ids, batch.loss_mask, batch.target_logits
-    N, L = ids.shape
-    dev = ids.device
-    feat = net.fuse(batch.hidden)  # (N, L, H)
-    step_keys: list = []
-    pos0 = torch.arange(L, device=dev)[None, :].expand(N, L)
-    total = torch.zeros((), device=dev)
-    stats: dict[str, float] = {}
-    pad = torch.zeros(N, steps + 1, dtype=ids.dtype, device=dev)
-    ids_p = torch.cat([ids, pad], 1)  # (N, L+S+1)
-    tl_p = extend_time(tl, steps + 1)  # (N, L+S+1, V) or top-K (N, L+S+1, K)
-    mask_p = torch.cat([mask, torch.zeros(N, steps + 1, device=dev, dtype=mask.dtype)], 1)
-    for j in range(steps):
-        tok = ids_p[:, j + 1 : j + 1 + L]  # (N, L) token s+j+1
-        out = net.block(
-            j,
-            feat,
-            net.embed(tok),
-            (pos0 + j).clamp_max(net.cfg.max_position_embeddings - 1),
-            ttt_kv_fn(step_keys, L, dev),
-        )
-        w = mask_p[:, j + 1 : j + 1 + L]  # (N, L)
-        # the head and the loss only where the step is scored (about half the positions are the
-        # prompt's): the head is most of a step's cost for a large draft vocabulary
-        at = w > 0  # (N, L) bool
-        logits = net.head(j, out[at])  # (M, Vd)
-        t_logits = tl_p[:, j + 1 : j + 1 + L][at]  # (M, V) / top-K (M, K): target at s+j+1
-        w = w[at]  # (M,)
-        probs, cols = target_distribution(t_logits, *(restrict or (None, None)))
-        ce = soft_ce(logits, probs, cols)  # (M,)
-        lj = (ce * w).sum() / w.sum().clamp_min(1)
-        total = total + decay**j * lj
-        stats[f"draft/loss_step_{j}"] = float(lj.detach())
-        if j == 0:
-            pred = logits.argmax(-1)
-            pred = pred if restrict is None else restrict[0][pred]
-            agree = (pred == target_argmax(t_logits)).float()
-            stats["draft/top1_agreement"] = float((agree * w).sum() / w.sum().clamp_min(1))
-        feat = out
-    stats["draft/loss"] = float(total.detach())
-    return total, stats
 
 
 MAX_PENDING = 1024  # plain steps whose chain entries may wait for the next propose ...

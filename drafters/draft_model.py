@@ -21,7 +21,8 @@ import torch
 
 from drafters.registry import register
 from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
-from workbench.rollout.model import KVCache, LeanLM
+from workbench.rollout.kv_cache import KVCache
+from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import probs_from_logits, sample
 
 
@@ -189,7 +190,7 @@ class DraftModelDrafter(Drafter):
         return list(self.hf.parameters())
 
     def draft_loss(self, batch) -> tuple[torch.Tensor, dict]:
-        """batch: :class:`drafters.chain.DraftBatch`; loss = mean masked KL(target || draft) (nats/token)."""
+        """batch: :class:`drafters.targets.DraftBatch`; loss = mean masked KL(target || draft) (nats/token)."""
         from drafters.targets import forward_kl, target_argmax
 
         self.hf.train()

@@ -7,7 +7,7 @@ shallow models); one decoder layer whose attention reads [RMSNorm(emb(token)) â€
 the fused feature. Its LM head covers a reduced draft vocabulary of ``draft_vocab_size`` ids, the
 most frequent in the init data (``d2t``: draft id -> target id; ``t2d``: target id -> draft id or
 -1). Proposals scatter q back to the target vocabulary (zero outside the draft vocabulary), so
-rejection sampling stays exact. Trained with the training-time test (:func:`drafters.chain.ttt_loss`).
+rejection sampling stays exact. Trained with the training-time test (:func:`drafters.ttt.ttt_loss`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3
 from drafters.mtp import _load, _save
 from drafters.registry import register
 from workbench.rollout.drafter import DrafterTarget
-from workbench.rollout.model import LMConfig, RMSNorm
+from workbench.rollout.layers import RMSNorm
+from workbench.rollout.model import LMConfig
 
 
 def default_layer_ids(num_layers: int) -> tuple[int, int, int]:

@@ -21,7 +21,8 @@ import torch.nn as nn
 from drafters.chain import ChainDrafter, ChainNet
 from drafters.registry import register
 from workbench.rollout.drafter import DrafterTarget
-from workbench.rollout.model import LMConfig, RMSNorm
+from workbench.rollout.layers import RMSNorm
+from workbench.rollout.model import LMConfig
 
 
 class MTPNet(ChainNet):

@@ -53,6 +53,31 @@ class TopKLogits:
         return out.scatter_(-1, self.indices, self.values)
 
 
+@dataclass
+class DraftBatch:
+    """Training data for a drafter, one row per sequence (right-padded to L).
+
+    input_ids: (N, L) long prompt + completion.
+    loss_mask: (N, L) float; 1 at positions whose next-token distribution is learned.
+    target_logits: (N, L, V) float32 target logits (temperature 1) at every position, or their top K
+        (:class:`drafters.targets.TopKLogits` (N, L, K)) for a large vocabulary.
+    hidden: {layer: (N, L, H)} target hidden states (inputs of ``layer``; ``num_layers`` = last output).
+    """
+
+    input_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    target_logits: torch.Tensor | TopKLogits
+    hidden: dict[int, torch.Tensor]
+
+    def index(self, rows: torch.Tensor) -> "DraftBatch":
+        return DraftBatch(
+            self.input_ids[rows],
+            self.loss_mask[rows],
+            self.target_logits[rows],
+            {i: h[rows] for i, h in self.hidden.items()},
+        )
+
+
 def compact(logits: torch.Tensor) -> torch.Tensor | TopKLogits:
     """Logits (..., V) as stored: whole for small vocabularies, top-K above ``TOPK_MIN_VOCAB``."""
     return TopKLogits.of(logits) if logits.shape[-1] > TOPK_MIN_VOCAB else logits

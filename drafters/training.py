@@ -12,8 +12,7 @@ from typing import Callable
 
 import torch
 
-from drafters.chain import DraftBatch
-from drafters.targets import TopKLogits, compact, pad_rows  # noqa: F401 (TopKLogits: docs/drafters.md names it here)
+from drafters.targets import DraftBatch, TopKLogits, compact, pad_rows  # noqa: F401 (TopKLogits: docs/drafters.md names it here)
 from workbench.models.schedule import warmup_cosine
 from workbench.rollout.drafter import Drafter
 

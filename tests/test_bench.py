@@ -208,7 +208,7 @@ def test_paired_speedup_ci_over_the_interleaved_repeats():
 
 def test_draft_label_names_the_draft_the_bench_runs():
     # a draft built from the target's own layers is not drafter.model (which is then not read)
-    from workbench.bench.core import draft_label
+    from workbench.bench.machine import draft_label
     from workbench.specs import load_spec
 
     d = load_spec("quickstart").drafter

@@ -326,8 +326,7 @@ def test_sparse_losses_equal_the_dense_ones_on_the_densified_logits(restricted):
 
 
 def test_rows_of_a_large_vocabulary_are_kept_compact_and_collated_as_top_k():
-    from drafters.chain import DraftBatch
-    from drafters.targets import TOPK, TOPK_MIN_VOCAB, TopKLogits
+    from drafters.targets import TOPK, TOPK_MIN_VOCAB, DraftBatch, TopKLogits
 
     V, L = TOPK_MIN_VOCAB + 1, 6
     logits = torch.randn(2, L, V)

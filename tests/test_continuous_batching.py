@@ -12,7 +12,7 @@ from drafters.suffix import SuffixDrafter
 from workbench.perf.modeled import ar_rows_per_forward
 from workbench.perf.steps import batch_steps, simulate_steps, simulate_steps_continuous, slot_schedule
 from workbench.rollout.engine import RolloutEngine
-from workbench.rollout.layers import KVCache
+from workbench.rollout.kv_cache import KVCache
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 

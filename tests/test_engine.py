@@ -285,7 +285,7 @@ def test_spec_counters_count_only_drafts_that_were_emitted(target_lm):
 
 
 def test_compact_order_moves_only_the_tail_into_the_holes():
-    from workbench.rollout.engine import compact_order
+    from workbench.rollout.batch import compact_order
 
     assert compact_order([0, 2, 3, 5, 6]) == [0, 5, 2, 3, 6]  # holes 1 and 4 take rows 5 and 6
     assert compact_order([0, 1, 2]) == [0, 1, 2] and compact_order([4, 5]) == [4, 5] and compact_order([]) == []
@@ -298,7 +298,7 @@ def test_compact_order_moves_only_the_tail_into_the_holes():
 def test_kv_cache_select_with_moved_rows_equals_a_whole_copy(rows):
     from types import SimpleNamespace
 
-    from workbench.rollout.layers import KVCache
+    from workbench.rollout.kv_cache import KVCache
 
     cfg = SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=3)
     a = KVCache(cfg, 7, 5, "cpu", torch.float32)

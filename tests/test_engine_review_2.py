@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from workbench.rollout.engine import RolloutEngine
-from workbench.rollout.layers import KVCache
+from workbench.rollout.kv_cache import KVCache
 from workbench.rollout.model import LeanLM
 
 from conftest import PROMPTS, greedy, random_llama

@@ -1,4 +1,4 @@
-"""rollout.prepack_weights: linear weights packed once for oneDNN (workbench.rollout.layers.prepack).
+"""rollout.prepack_weights: linear weights packed once for oneDNN (workbench.rollout.packing.prepack).
 
 Each test builds its own model: the packed registry is process-wide, and the session's shared
 models must keep F.linear's numerics for the other tests.
@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from drafters.draft_model import DraftModelDrafter
-from workbench.rollout import layers
-from workbench.rollout.layers import linear, prepack, unpack
+from workbench.rollout import layers, packing
 from workbench.rollout.model import LeanLM
+from workbench.rollout.packing import linear, prepack, unpack
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs.load import load_spec
@@ -39,7 +39,7 @@ def test_packed_linear_equals_f_linear(rows):
 
 def test_in_place_write_is_packed_again():
     """The weight sync copies into the weight: the next call must use the new values, not the packed old ones."""
-    w, x = torch.randn(32, 16), torch.randn(layers.PACKED_MIN_ROWS + 3, 16)
+    w, x = torch.randn(32, 16), torch.randn(packing.PACKED_MIN_ROWS + 3, 16)
     prepack(w)
     try:
         linear(x, w)
@@ -57,11 +57,11 @@ def test_few_rows_take_f_linear_bit_for_bit(monkeypatch):
     w = torch.randn(64, 64)
     prepack(w)
     try:
-        x = torch.randn(layers.PACKED_MIN_ROWS - 1, 64)
+        x = torch.randn(packing.PACKED_MIN_ROWS - 1, 64)
         assert torch.equal(linear(x, w), F.linear(x, w))
         calls = []
         monkeypatch.setattr(F, "linear", lambda *a: calls.append(1) or torch.zeros(()))
-        linear(torch.randn(layers.PACKED_MIN_ROWS, 64), w)
+        linear(torch.randn(packing.PACKED_MIN_ROWS, 64), w)
         assert not calls  # at the threshold the packed kernel runs
     finally:
         unpack(w)
@@ -75,7 +75,7 @@ def test_autograd_calls_take_f_linear():
     w = torch.randn(16, 8, generator=g).requires_grad_(True)
     prepack(w)
     try:
-        x = torch.randn(layers.PACKED_MIN_ROWS * 2, 8, generator=g)
+        x = torch.randn(packing.PACKED_MIN_ROWS * 2, 8, generator=g)
         linear(x, w).sum().backward()
         assert torch.allclose(w.grad, x.sum(0).expand(16, 8))
     finally:
@@ -83,15 +83,15 @@ def test_autograd_calls_take_f_linear():
 
 
 def test_registry_forgets_freed_weights_and_unpacked_ones():
-    n = len(layers._PACKED)
+    n = len(packing._PACKED)
     w, v = torch.randn(8, 8), torch.randn(8, 8)
     prepack(w), prepack(v)
-    assert len(layers._PACKED) == n + 2
+    assert len(packing._PACKED) == n + 2
     del w
     gc.collect()
-    assert len(layers._PACKED) == n + 1
+    assert len(packing._PACKED) == n + 1
     unpack(v)
-    assert len(layers._PACKED) == n
+    assert len(packing._PACKED) == n
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -126,7 +126,7 @@ def test_packed_engine_greedy_speculative_equals_plain():
     plain = WorkbenchBackend(target, prepack=True)
     sp = greedy(24)
     assert spec.generate(PROMPTS, sp).tokens == plain.generate(PROMPTS, sp).tokens
-    assert id(draft.lm_head.weight) in layers._PACKED  # the draft model's weights were packed too
+    assert id(draft.lm_head.weight) in packing._PACKED  # the draft model's weights were packed too
 
 
 def test_packed_engine_sampled_speculative_rollouts_follow_target():
@@ -147,10 +147,10 @@ def test_from_spec_and_bench_pass_the_option():
     spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
     lm = LeanLM.from_hf(random_llama(seed=7))
     WorkbenchBackend.from_spec(lm, None, spec)
-    assert id(lm.lm_head.weight) in layers._PACKED
+    assert id(lm.lm_head.weight) in packing._PACKED
     b = Bench(spec, BenchConfig(batch_sizes=(1,), max_new_tokens=4, repeats=1, model_batch=1, hf=False))
     b._ar_engine()
-    assert id(b.target.model.layers[0].mlp.down_proj.weight) in layers._PACKED
+    assert id(b.target.model.layers[0].mlp.down_proj.weight) in packing._PACKED
 
 
 def test_spec_refuses_prepack_with_compile_and_with_vllm():
@@ -237,7 +237,7 @@ def test_packed_model_runs_four_gemms_a_layer_with_fused_weights(monkeypatch):
     lm = LeanLM.from_hf(hf)
     lm.enable_prepack(8, min_rows=1)
     a = lm.model.layers[0].self_attn
-    assert layers.packed_min_rows(lm.__dict__["_fused"][0][0]) == 1
+    assert packing.packed_min_rows(lm.__dict__["_fused"][0][0]) == 1
     assert a.q_proj.weight.data_ptr() == lm.__dict__["_fused"][0][0].data_ptr()
     calls = []
     real = layers.linear
@@ -288,10 +288,10 @@ def test_wb_builds_engines_with_measured_thresholds(monkeypatch):
     lm = LeanLM.from_hf(random_llama(seed=11))
     drafters = type("D", (), {"target": lm, "drafter": None})()
     build.build_backend(spec, None, drafters, None)
-    assert seen and layers.packed_min_rows(lm.lm_head.weight) == 3
+    assert seen and packing.packed_min_rows(lm.lm_head.weight) == 3
     plain = LeanLM.from_hf(random_llama(seed=12))
     WorkbenchBackend(plain, prepack=True)
-    assert layers.packed_min_rows(plain.lm_head.weight) == layers.PACKED_MIN_ROWS
+    assert packing.packed_min_rows(plain.lm_head.weight) == packing.PACKED_MIN_ROWS
 
 
 def test_measured_min_rows_remeasures_a_damaged_cache(monkeypatch, tmp_path):

@@ -1,6 +1,6 @@
 """Where oneDNN's packed GEMM starts to beat ``F.linear``, measured once per weight shape and machine.
 
-The rollout engine runs a packed weight (``rollout.prepack_weights``, :func:`workbench.rollout.layers.prepack`)
+The rollout engine runs a packed weight (``rollout.prepack_weights``, :func:`workbench.rollout.packing.prepack`)
 through ``F.linear`` below a number of rows (tokens) per call. That crossing depends on the shape: on the
 2-core CPU VM SmolLM2's fused q/k/v (960 x 576) ran 1.6-2.2x faster packed from 4 rows, its down
 projection (576 x 1536) 0.7-0.8x *slower* packed at 4-8 rows and 1.9x faster at 16

@@ -26,10 +26,7 @@ results, not their values.
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -37,6 +34,7 @@ import torch
 
 from workbench import metrics as M
 from workbench.bench.hf import COMPILE_SETTINGS, first_working, hf_generate, setting_name, static_kwargs
+from workbench.bench.machine import draft_label, machine_info
 from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
@@ -46,12 +44,11 @@ from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
-from workbench.rollout.vllm.preload import preloaded
 from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs import ExperimentSpec
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
-from workbench.timing import TimeSpent, Timing, host_description, measure, timed  # noqa: F401 (Timing: part of the bench API)
+from workbench.timing import TimeSpent, Timing, measure, timed  # noqa: F401 (Timing: part of the bench API)
 
 
 @dataclass
@@ -65,17 +62,14 @@ class BenchConfig:
     hf: bool = True  # include transformers contenders
     compile: bool = False  # torch.compile our engine's forwards (WorkbenchBackend's compile)
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
-    cuda_graphs: bool = (
-        False  # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
-    )
+    # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
+    cuda_graphs: bool = False
     vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
-    transfer: bool = (
-        True  # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
-    )
-    vllm_predict: tuple[
-        str, ...
-    ] = ()  # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
+    # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
+    transfer: bool = True
+    # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
+    vllm_predict: tuple[str, ...] = ()
 
 
 def _paired_median(
@@ -434,41 +428,3 @@ class Bench:
             **vllm_meta,
         }
         return self.results
-
-
-def device_slug(device: torch.device | str) -> str:
-    """A file-name-safe name of ``device``: ``cpu``, or the CUDA device's name (e.g. ``nvidia-h100-80gb-hbm3``)."""
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return dev.type
-    name = torch.cuda.get_device_name(dev).lower()
-    return "-".join("".join(ch if ch.isalnum() else " " for ch in name).split())
-
-
-def machine_info(device: torch.device | str = "cpu") -> dict:
-    """Where the bench ran: ``device`` (``cpu`` or ``cuda: <name>``), CPU, thread count, versions, date."""
-    dev = torch.device(device)
-    name = f"cuda: {torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type
-    import transformers
-
-    return {
-        "device": name,
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.machine(),
-        "host": host_description(dev),  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "ld_preload": preloaded(),  # tcmalloc / Intel OpenMP (vLLM-CPU's setup) change both engines' timings
-    }
-
-
-def draft_label(d) -> str:
-    """What the bench's draft model is, for its header: ``drafter.model``, or with
-    ``drafter.draft_layers`` the target's own first N layers (``drafter.model`` is then not read)."""
-    if d.draft_layers is not None:
-        return f"the target's first {d.draft_layers} layers, distilled (drafter.draft_layers)"
-    return d.model

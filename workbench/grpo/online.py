@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from drafters.chain import DraftBatch
+from drafters.targets import DraftBatch
 from drafters.training import DraftBuffer, DraftOptimizer, evaluate
 from workbench import metrics as M
 

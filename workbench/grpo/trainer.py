@@ -15,13 +15,12 @@ options (arXiv 2503.14476, 2503.20783).
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 from typing import Callable
 
 import torch
 
-from drafters.chain import DraftBatch
+from drafters.targets import DraftBatch
 from drafters.training import capture_hidden
 from drafters.training import evaluate as evaluate_drafter
 from workbench import metrics as M
@@ -33,6 +32,7 @@ from workbench.grpo.completions import completion_metrics
 from workbench.grpo.distributed import shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
 from workbench.grpo.mismatch import logprob_gaps
+from workbench.grpo.optim_step import optimiser_step
 from workbench.grpo.rewards import score
 from workbench.models.tokenizer import decode_completion
 from workbench.rollout.engine import RolloutOutput
@@ -315,7 +315,8 @@ class GRPOTrainer:
         A * grad log p, as TRL does with one iteration per batch; the policy is not run twice.
 
         A batch without learning signal (every advantage 0, no KL term) runs no backward and takes no
-        optimiser step, nor does a non-finite gradient (``train/step_skipped`` = 1; :meth:`_optimiser_step`).
+        optimiser step, nor does a non-finite gradient (``train/step_skipped`` = 1;
+        :func:`workbench.grpo.optim_step.optimiser_step`).
 
         Returns the loss stats and, from the same forward's logits (no extra forward),
         ``gen/logprob_abs_diff`` and ``gen/logprob_truncation_abs_diff`` (workbench.grpo.mismatch;
@@ -344,9 +345,8 @@ class GRPOTrainer:
         gap_sum, trunc_sum = torch.zeros((), device=ids.device), torch.zeros((), device=ids.device)
         for i in range(0, ids.shape[0], g.micro_batch_size):
             sl = slice(i, i + g.micro_batch_size)
-            with (
-                contextlib.nullcontext() if has_signal else torch.no_grad()
-            ):  # no signal: the forward for the metrics only
+            # no signal: the forward for the metrics only
+            with contextlib.nullcontext() if has_signal else torch.no_grad():
                 full = self.forward(ids[sl]).logits  # (n, L, V)
                 logp = token_logprobs(full[:, :-1], ids[sl, 1:], temp)  # (n, L-1), the gradient flows through it
             old = logp.detach() if old_logp is None else old_logp[sl]
@@ -384,12 +384,13 @@ class GRPOTrainer:
             w_tok = float(mask[sl].sum() / total_tok)  # clip_frac and kl are means over the batch's tokens, as TRL's
             acc["clip_frac"] += st["clip_frac"] * w_tok
             acc["kl"] += st["kl"] * w_tok
-            gap, trunc = logprob_gaps(
-                full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling
-            )  # (n, L-1) each
+            # (n, L-1) each
+            gap, trunc = logprob_gaps(full[:, :-1], ids[sl, 1:], logp, rollout_logp[sl], mask[sl], self.sampling)
             gap_sum += gap.sum()
             trunc_sum += trunc.sum()
-        grad_norm, skipped = self._optimiser_step(has_signal)
+        grad_norm, skipped = optimiser_step(
+            has_signal, self.optimizer, self.train_engine, self.policy.parameters(), g.max_grad_norm
+        )
         gap_sum, trunc_sum = float(gap_sum), float(trunc_sum)
         if self.dp is not None:  # each rank's shares of the whole batch's aggregates, summed
             loss_sum, acc["kl"], acc["clip_frac"], gap_sum, trunc_sum, is_sum, is_capped = self.dp.sum(
@@ -407,31 +408,6 @@ class GRPOTrainer:
         if use_is:  # mean truncated IS weight and the share of tokens at the cap, over completion tokens
             out.update({M.IS_WEIGHT_MEAN: is_sum / float(total_tok), M.IS_CAPPED_FRAC: is_capped / float(total_tok)})
         return out
-
-    def _optimiser_step(self, has_signal: bool) -> tuple[float, float]:
-        """The step after the batch's backward passes: (grad_norm, ``train/step_skipped``).
-
-        No optimiser step is taken, and 1.0 is returned as skipped, when the batch has no learning
-        signal (every group's rewards equal and no KL term: the gradient is exactly 0, yet AdamW would
-        still move every weight by its momentum, lr * m_hat / sqrt(v_hat), O(lr) for ~10-20 steps after
-        the last signal; with sparse rewards such batches come in runs and that drift, measured to
-        flatten the policy, made the quickstart unlearn; DAPO's dynamic sampling never steps on such
-        groups either), or when the gradient is not finite (an inf norm would make clipping multiply
-        by 0 and inf by 0 is NaN). Under DeepSpeed (ZeRO >= 1) the engine itself declines a
-        non-finite step (its overflow check, every rank agreeing) and ``was_step_applied`` says so.
-        """
-        g = self.spec.grpo
-        if not has_signal:
-            return 0.0, 1.0
-        if self.train_engine is not None:  # stepped at the last micro-batch, clipped at gradient_clipping
-            norm = self.train_engine.get_global_grad_norm()
-            return float(norm if norm is not None else 0.0), 0.0 if self.train_engine.was_step_applied() else 1.0
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), g.max_grad_norm))
-        # NaN fails both comparisons; MasterAdamW also declines non-finite half-precision gradients
-        if math.isfinite(grad_norm) and grad_norm > 0.0 and self.optimizer.step() is not False:
-            return grad_norm, 0.0
-        self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm, 1.0
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -43,7 +43,7 @@ from workbench.cache import cache_dir
 from workbench.perf.analytic import CostModel
 from workbench.perf.steps import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
-from workbench.rollout.layers import is_packed
+from workbench.rollout.packing import is_packed
 from workbench.timing import TimeSpent, device_name, timed  # noqa: F401 (device_name: re-exported, it lived here)
 
 CURVE_VERSION = 1

@@ -73,3 +73,17 @@ def collect(finished: list) -> dict[int, tuple[list[int], list[float], str]]:
         orig[i]: (toks[i][p0s[i] : ls[i]], lps[i][p0s[i] : ls[i]], "stop" if eos[i] else "length")
         for i in range(len(orig))
     }
+
+
+def compact_order(live: list[int]) -> list[int]:
+    """The kept rows' order after a retirement: ``out[j]`` = the old row that becomes row j.
+
+    Live rows already below ``len(live)`` stay where they are; the holes there are filled by the
+    live rows above, in order (swap-remove). So a retirement moves only as many rows as left,
+    which is what a cache's ``select`` then copies (the rows' order carries no meaning: every
+    per-row state is selected with the same indices, and results are keyed by ``orig``).
+    """
+    m = len(live)
+    stay = {i for i in live if i < m}
+    tail = iter(i for i in live if i >= m)
+    return [i if i in stay else next(tail) for i in range(m)]

@@ -154,7 +154,7 @@ class Drafter:
         raise NotImplementedError(f"drafter {self.kind!r} has no trainable parameters")
 
     def draft_loss(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        """Differentiable loss on a :class:`drafters.chain.DraftBatch` and its stats
+        """Differentiable loss on a :class:`drafters.targets.DraftBatch` and its stats
         (``draft/loss``, ``draft/top1_agreement``)."""
         raise NotImplementedError(f"drafter {self.kind!r} cannot be trained")
 

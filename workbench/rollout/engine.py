@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from workbench.rollout.batch import BatchState, collect, to_device
+from workbench.rollout.batch import BatchState, collect, compact_order, to_device
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.graphs import capture_sizes, round_cache_len
 from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
-from workbench.rollout.prefix import PromptStore
+from workbench.rollout.prefix import PromptStore, prefill_shared
 from workbench.rollout.rejection import rejection_sample
 from workbench.rollout.sampling import SamplingParams, is_stop, probs_from_logits, sample
 
@@ -286,8 +286,8 @@ class RolloutEngine:
         # Prefill: right-padded prompts; each row's next-token logits sit at column len-1. Identical
         # prompts (a GRPO group, an audit) are prefilled once and their cache rows copied (prefix
         # sharing, as vLLM's prefix caching does for a group's common prompt).
-        logits, hidden, cache, prompt_rows, prompt_index = self._prefill(
-            rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store
+        logits, hidden, cache, prompt_rows, prompt_index = prefill_shared(
+            self.target, rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store
         )
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
         first = sample(p, gen)
@@ -310,80 +310,6 @@ class RolloutEngine:
             P + 1,
         )
         return state, cache, hidden, prompt_rows, prompt_index
-
-    def _prefill(
-        self,
-        prompts,
-        tokens: torch.Tensor,
-        prompt_lens: torch.Tensor,
-        t_max: int,
-        layers,
-        capacity: int,
-        store: PromptStore | None = None,
-    ):
-        """Prefill (B, P) right-padded prompts into a new (B, t_max) KV cache of ``capacity`` rows.
-
-        Distinct prompts only (prefix sharing): U rows are computed once (or copied from ``store``,
-        prompts prefilled earlier in this generation) and their cache rows copied to all B rows.
-        Returns next-token logits (B, 1, V), hidden states {layer: (U, P, H)} of the distinct
-        prompts, the cache, ``prompt_rows`` (U,) (a row holding each distinct prompt) and
-        ``prompt_index`` (B,) (each row's distinct prompt).
-        """
-        B, P, dev = tokens.shape[0], tokens.shape[1], tokens.device
-        first: dict[tuple[int, ...], int] = {}  # prompt -> its first row
-        for b, p in enumerate(prompts):
-            first.setdefault(tuple(p), b)
-        keys, U = list(first), len(first)
-        order = {row: u for u, row in enumerate(first.values())}
-        uniq = torch.tensor(list(first.values()), device=dev)  # (U,)
-        inv = torch.tensor([order[first[tuple(p)]] for p in prompts], device=dev)  # (B,)
-        miss = [u for u in range(U) if store is None or keys[u] not in store]  # distinct prompts to compute
-        cache = self.target.new_cache(U, t_max, capacity=max(B, capacity))
-        zeros = torch.zeros(len(miss), dtype=torch.long, device=dev)
-        if len(miss) == U:  # nothing stored: the distinct prompts straight into the cache
-            logits, hidden = self.target(
-                tokens[uniq], zeros, cache, hidden_layers=layers, logits_col=prompt_lens[uniq] - 1, max_start=0
-            )
-            fresh, fresh_row = cache, list(range(U))
-        else:
-            fresh = self.target.new_cache(len(miss), t_max) if miss else None
-            out_l, out_h = (
-                self.target(
-                    tokens[uniq[miss]],
-                    zeros,
-                    fresh,
-                    hidden_layers=layers,
-                    logits_col=prompt_lens[uniq[miss]] - 1,
-                    max_start=0,
-                )
-                if miss
-                else (None, {})
-            )
-            fresh_row = {u: j for j, u in enumerate(miss)}
-            rows_l, rows_h = [], {i: [] for i in layers}  # per distinct prompt: (1, V) logits, (P, H) hidden
-            for u, key in enumerate(keys):
-                if u in fresh_row:
-                    j = fresh_row[u]
-                    for dst, src in ((cache.k, fresh.k), (cache.v, fresh.v)):
-                        for t, s in zip(dst, src):
-                            t[u] = s[j]
-                    rows_l.append(out_l[j])
-                    for i in layers:
-                        rows_h[i].append(out_h[i][j])
-                else:
-                    e = store.write(key, cache, u)
-                    rows_l.append(e.logits)
-                    for i in layers:  # right-padded to P (padding is never read)
-                        rows_h[i].append(torch.nn.functional.pad(e.hidden[i], (0, 0, 0, P - len(key))))
-            logits = torch.stack(rows_l)  # (U, 1, V)
-            hidden = {i: torch.stack(h) for i, h in rows_h.items()}  # (U, P, H)
-        if store is not None:
-            for u in miss:
-                store.keep(keys[u], fresh, fresh_row[u], logits[u], hidden, u)
-        if U < B:
-            cache.select(inv)  # (U, ...) -> (B, ...)
-            logits = logits[inv]
-        return logits, hidden, cache, uniq, inv
 
     def _refill(
         self,
@@ -469,20 +395,6 @@ class RolloutEngine:
         if self.drafter is not None:
             self.drafter.select(keep, moved)
         return state.select(keep, live)
-
-
-def compact_order(live: list[int]) -> list[int]:
-    """The kept rows' order after a retirement: ``out[j]`` = the old row that becomes row j.
-
-    Live rows already below ``len(live)`` stay where they are; the holes there are filled by the
-    live rows above, in order (swap-remove). So a retirement moves only as many rows as left,
-    which is what a cache's ``select`` then copies (the rows' order carries no meaning: every
-    per-row state is selected with the same indices, and results are keyed by ``orig``).
-    """
-    m = len(live)
-    stay = {i for i in live if i < m}
-    tail = iter(i for i in live if i >= m)
-    return [i if i in stay else next(tail) for i in range(m)]
 
 
 def drain(steps: Generator[None, None, Any]) -> Any:

