@@ -168,17 +168,25 @@ def main() -> None:
         for arm in arms[rep % len(arms) :] + arms[: rep % len(arms)]:
             runs.append({"repeat": rep, **run_arm(arm, a.spec, a.overrides, a)})
             print(json.dumps({k: runs[-1][k] for k in ("repeat", "arm", "step_s", "gen_s")}), flush=True)
-    runs.sort(key=lambda r: (r["repeat"], arms.index(r["arm"])))
-    result = {
-        "command": "python " + " ".join(sys.argv),
-        "host": host_description(torch.device("cpu")),
-        "torch": torch.__version__,
-        "summary": summarise(runs, arms),
-        "runs": runs,
-    }
+            if a.out:  # written after every run, so a stopped measurement keeps what it measured
+                a.out.write_text(json.dumps(result_of(runs, arms), indent=1) + "\n")
+    result = result_of(runs, arms)
     print(json.dumps(result["summary"], indent=1))
     if a.out:
         a.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def result_of(runs: list[dict], arms: list[str]) -> dict:
+    """The JSON written to ``--out``: command, host, per-arm summary over complete repeats, every run."""
+    runs = sorted(runs, key=lambda r: (r["repeat"], arms.index(r["arm"])))
+    done = [r for r in runs if sum(q["repeat"] == r["repeat"] for q in runs) == len(arms)]
+    return {
+        "command": "python " + " ".join(sys.argv),
+        "host": host_description(torch.device("cpu")),
+        "torch": torch.__version__,
+        "summary": summarise(done, arms),
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":
