@@ -5,7 +5,7 @@ of one spec's prompts, in one process (issue #32 part 2: "profile both engines .
         --out benchmarks/profile-engines-membound-cpu
 
 Per batch size: (1) both engines generate the same prompts (the spec's sampling, EOS ignored),
-interleaved ``--repeats`` times, each engine step timed (``workbench.bench.transfer.timed_steps``):
+interleaved ``--repeats`` times, each engine step timed (``workbench.vllm.measure.timed_steps``):
 wall tok/s, the median decode-step seconds (steps after the prefill) and the fixed rest (wall minus
 the steps); (2) one more generation of each under ``torch.profiler`` (CPU activity): self CPU time
 per op name, divided by the engine's decode steps, the top ``--top`` ops each, and the op calls per
@@ -34,11 +34,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from workbench.bench.core import Bench, BenchConfig
-from workbench.bench.transfer import timed_steps
-from workbench.bench.vllm import vllm_bench_spec
 from workbench.prepack_rows import measured_min_rows
 from workbench.specs.load import load_spec
 from workbench.stats import paired_ratios, ratio_ci
+from workbench.vllm.measure import timed_steps, vllm_bench_spec
 
 MATMUL = (
     "aten::mm",
@@ -107,7 +106,7 @@ def main() -> None:
     )
     ap.add_argument("overrides", nargs="*", help="dotted spec overrides, e.g. model.device=cpu")
     a = ap.parse_args()
-    from workbench.rollout.vllm.backend import VLLMBackend
+    from workbench.vllm.runtime import VLLMBackend
 
     bs = [int(x) for x in a.batch_sizes.split(",")]
     spec = load_spec(a.spec, a.overrides)
@@ -116,7 +115,7 @@ def main() -> None:
     vspec = vllm_bench_spec(b.spec, kind, b.spec.drafter.k, bs)
     if a.speculative:  # a (k+1)-token verification step and its drafts in each engine, greedy
         from workbench.rollout.sampling import SamplingParams
-        from workbench.vllm.build import vllm_backend
+        from workbench.vllm import vllm_backend
 
         b.sp = SamplingParams(0.0, 1.0, 0, a.max_new_tokens, None)
         ours = b._engine(kind, b.spec.drafter.k)

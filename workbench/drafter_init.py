@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from drafters import build_drafter
-from drafters.eagle3_vllm import is_eagle3_folder
 from drafters.training import completion_loss_mask, evaluate_rows, fit, lean_target_states, split_rows
 from workbench.cache import atomic_dir, cache_dir, short_hash
 from workbench.models.chat import generation_config_of, run_prompt_format
@@ -33,6 +32,7 @@ from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
+from workbench.vllm import is_eagle3_folder
 
 ARCH_FIELDS = {
     "draft_model": ("model",),

@@ -276,7 +276,7 @@ def run_audit(
     """Audit every drafter in ``drafters`` (name -> instance) against the target (a LeanLM).
 
     A value that is a rollout backend (:class:`workbench.rollout.backend.RolloutBackend`, e.g. a
-    vLLM engine: ``workbench.audit.vllm_arms``) is audited as it generates; a drafter is run in the
+    vLLM engine: ``workbench.vllm.measure.audit``) is audited as it generates; a drafter is run in the
     workbench engine at ``k`` (:func:`workbench.audit.engines.build_engine`).
 
     n: rows per drafter and prompt (None: :func:`required_samples` for a 1 % shift, capped by

@@ -64,9 +64,10 @@ class BenchConfig:
     hf_compile: bool | None = None  # compile transformers' static-cache generate(); None: on CUDA only
     # our forwards as CUDA graphs (implies compile; rollout.cuda_graphs, workbench.rollout.graphs)
     cuda_graphs: bool = False
-    vllm: str | None = None  # drafter kind of the vLLM table (workbench.bench.vllm); None = no vLLM contenders
+    vllm: str | None = None  # drafter kind of the vLLM table (workbench.vllm.measure.bench); None = no vLLM contenders
     only_vllm: bool = False  # the vLLM table alone
-    # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance (workbench.bench.transfer)
+    # with vllm: vLLM's cost runs and its speedup predicted from ours' acceptance
+    # (workbench.vllm.measure.bench_transfer)
     transfer: bool = True
     # with vllm: settings vLLM cannot run (suffix, adaptive), predicted from its cost runs
     vllm_predict: tuple[str, ...] = ()
@@ -404,8 +405,8 @@ class Bench:
             self.results["model"] = self.run_model()
         vllm_meta = {}
         if self.cfg.vllm:
-            from workbench.bench.vllm import run_vllm
-            from workbench.rollout.vllm.env import build_id
+            from workbench.vllm.measure import run_vllm
+            from workbench.vllm.runtime import build_id
 
             progress(f"ours vs vLLM (plain; greedy speculative {self.cfg.vllm})")
             self.results["vllm"] = run_vllm(

@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from workbench.rollout.vllm.preload import preloaded
 from workbench.timing import host_description
+from workbench.vllm.runtime import preloaded
 
 
 def device_slug(device: torch.device | str) -> str:

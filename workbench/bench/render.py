@@ -96,7 +96,7 @@ def to_markdown(r: dict) -> str:
         f"{resident}.",
         "",
     ]
-    from workbench.bench.vllm import vllm_markdown
+    from workbench.vllm.measure import vllm_markdown
 
     lines += _ar_table(r) if r.get("ar") else []
     peaks = _has_peaks(r)

@@ -24,7 +24,7 @@ __all__ = ["app", "console", "err", "main", "_load"]
 
 def main() -> None:  # pragma: no cover
     """``python -m workbench.cli``: as ``wb`` (:func:`workbench.wb.main`), the preload decided after the imports."""
-    from workbench.rollout.vllm.preload import reexec_if_needed
+    from workbench.vllm.runtime import reexec_if_needed
 
     reexec_if_needed()
     app()

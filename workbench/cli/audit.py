@@ -166,7 +166,7 @@ def audit(
             engine=opts,
         )
         if on_vllm:
-            from workbench.audit.vllm_arms import hf_greedy_tests
+            from workbench.vllm.measure import hf_greedy_tests
 
             status.update("greedy: vLLM against transformers generate()")
             res.tests += hf_greedy_tests(s, drafters, all_ids, max(max_new_tokens, 16), sp.stop_ids, setup.device)
@@ -199,7 +199,7 @@ def audit(
             highlight=False,
         )
     if on_vllm:
-        from workbench.audit.vllm_arms import record_verdicts
+        from workbench.vllm.measure import record_verdicts
 
         for method, key in record_verdicts(
             res,
@@ -227,8 +227,8 @@ def audit(
 
 def _vllm_arms(s, setup, kinds: list[str], k: int):
     """rollout.backend=vllm: one vLLM backend per method (plain sampling included) -> (arms, skipped)."""
-    from workbench.audit.vllm_arms import vllm_arms
-    from workbench.rollout.vllm.env import vllm_missing_reason
+    from workbench.vllm.measure import vllm_arms
+    from workbench.vllm.runtime import vllm_missing_reason
 
     why = vllm_missing_reason()
     if why:

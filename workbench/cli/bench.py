@@ -133,7 +133,7 @@ def bench(
         _fail("--no-transfer needs --vllm DRAFTER")
     predict = tuple(x.strip() for x in (vllm_predict or "").split(",") if x.strip())
     if predict:
-        from workbench.bench.vllm import check_predict
+        from workbench.vllm.measure import check_predict
 
         try:
             check_predict(vllm_, predict, not no_transfer)

@@ -74,11 +74,11 @@ def drafter_export(
     """
     from pathlib import Path
 
-    from drafters.eagle3_vllm import export_eagle3
     from workbench.drafter_init import drafter_as_run
     from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
+    from workbench.vllm import export_eagle3
 
     if spec is not None and "=" in spec:
         overrides, spec = [spec, *(overrides or [])], None

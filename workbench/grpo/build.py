@@ -41,7 +41,7 @@ from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
-from workbench.vllm.build import DRAFTER_MODELS, admit, vllm_backend
+from workbench.vllm import DRAFTER_MODELS, admit, vllm_backend
 
 PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
 

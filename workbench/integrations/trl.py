@@ -46,7 +46,7 @@ from workbench.grpo.build import DrafterParts, Policy, Ranks, build_backend, bui
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec, load_spec
-from workbench.vllm.build import admit
+from workbench.vllm import admit
 
 __all__ = ["WorkbenchRolloutFunc", "workbench_rollout_func", "group_ids_of"]
 

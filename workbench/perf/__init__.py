@@ -12,11 +12,12 @@ One concept per module; pure maths apart from what measures or reads runs:
 - :mod:`~workbench.perf.sweep_runs`: runs read through :mod:`workbench.runs` (the one MLflow reader);
 - :mod:`~workbench.perf.cost_curve`, :mod:`~workbench.perf.modeled`: cached forward-cost curves and
   the deterministic ``speedup/gen_modeled`` every speculative run logs (docs/design.md §8);
-- :mod:`~workbench.perf.transfer`: vLLM's speculative speedup predicted from the workbench's
-  counted steps and vLLM's measured step costs (``wb bench --vllm``'s transfer columns, docs/vllm.md);
 - :mod:`workbench.perf.simulate`: ``wb simulate``, the cluster simulator, and the one check of the
   model against a measured sweep (``wb simulate --from-sweep``; ``wb project --sweep`` is its alias).
   Not imported here; its command resolves the sweep with the report (:mod:`workbench.report`) and hands it over.
+
+vLLM's speculative speedup predicted from the workbench's counted steps (``wb bench --vllm``'s transfer
+columns) lives with everything vLLM: :mod:`workbench.vllm.measure.transfer`.
 
 The names below are re-exported; :mod:`~workbench.perf.cost_curve` (which imports torch) is loaded
 on first use of one of its names, so ``wb project --seeds`` does not pay for torch.

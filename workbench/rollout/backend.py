@@ -1,12 +1,12 @@
 """The rollout-backend interface: what the GRPO trainer, the paired timer, `wb audit` and `wb bench`
 call to generate rollouts, whichever engine generates them (``rollout.backend``).
 
-Two implementations, each in its own place under the rollout layer:
+Two implementations, each in its own place on the rollout layer's floor:
 
 | ``rollout.backend`` | class | where |
 |---|---|---|
 | ``workbench`` | :class:`workbench.rollout.workbench_backend.WorkbenchBackend` | the workbench's own speculative engine (:mod:`workbench.rollout.engine`) over a ``LeanLM`` copy of the policy |
-| ``vllm`` | :class:`workbench.rollout.vllm.backend.VLLMBackend` | vLLM's offline engine in this process (:mod:`workbench.rollout.vllm`) |
+| ``vllm`` | :class:`workbench.vllm.runtime.VLLMBackend` | vLLM's offline engine in this process (:mod:`workbench.vllm.runtime`) |
 
 A step (docs/design.md §3): ``load_policy_weights(policy)`` in `prepare` (and
 ``load_drafter_weights(drafter)`` after online adaptation changed the drafter), then

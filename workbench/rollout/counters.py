@@ -29,7 +29,7 @@ class SpecCounters:
     # decode step): k unless a KPolicy chooses (workbench.rollout.kpolicy)
     k_per_step: list[int] = field(default_factory=list)
     # draft tokens verified in each batched forward after prefill (0 = no row drafted: an ngram or
-    # suffix step without a match): which steps vLLM would run as plain ones (workbench.perf.transfer)
+    # suffix step without a match): which steps vLLM would run as plain ones (workbench.vllm.measure.transfer)
     draft_tokens_per_step: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:

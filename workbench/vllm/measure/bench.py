@@ -9,13 +9,16 @@ repeat and summarised as a geometric mean with a 95 % CI (``workbench.stats.rati
 docs/design.md §8): ``ours / vLLM`` (plain), and each engine's speculative speedup over its own plain
 greedy decoding. With ``transfer`` (the default) two more contenders join the rotation, vLLM's cost
 runs, and each row gains vLLM's speedup predicted from our engine's acceptance
-(:mod:`workbench.bench.transfer`).
+(:mod:`workbench.vllm.measure.bench_transfer`).
 """
 
 from __future__ import annotations
 
 from workbench import metrics as M
-from workbench.bench.transfer import (
+from workbench.rollout.sampling import SamplingParams
+from workbench.stats import paired_ratios, ratio_ci
+from workbench.timing import measure
+from workbench.vllm.measure.bench_transfer import (
     COST_NAMES,
     cost_prompts,
     predict_setting,
@@ -24,9 +27,6 @@ from workbench.bench.transfer import (
     transfer_markdown,
     transfer_row,
 )
-from workbench.rollout.sampling import SamplingParams
-from workbench.stats import paired_ratios, ratio_ci
-from workbench.timing import measure
 
 
 def _ci(num: list[float], den: list[float]) -> dict:
@@ -105,17 +105,17 @@ def group_prompts(prompts: list[list[int]], group_size: int) -> list[list[int]]:
 def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ...] = ()) -> list[dict]:
     """Rows of the vLLM table for ``b`` (a :class:`workbench.bench.core.Bench`): per batch size, tok/s
     of each contender (medians) and the paired ratios with CIs; with ``transfer``, the predicted
-    speedup's keys (:func:`workbench.bench.transfer.transfer_row`); with ``predict`` (settings of
+    speedup's keys (:func:`workbench.vllm.measure.bench_transfer.transfer_row`); with ``predict`` (settings of
     :data:`PREDICT_SETTINGS`), our engine runs each too and the row's ``vllm_predicted_for`` lists
-    our measured speedup and vLLM's predicted one (:func:`workbench.bench.transfer.predict_setting`).
+    our measured speedup and vLLM's predicted one (:func:`workbench.vllm.measure.bench_transfer.predict_setting`).
 
     Raises:
         ImportError: vLLM is not installed (names the install command); ValueError: a drafter vLLM
             cannot run (names drafter.kind), or a ``predict`` setting without a cost proxy.
     """
     check_predict(kind, predict, transfer)
-    from workbench.rollout.vllm.backend import VLLMBackend
-    from workbench.vllm.build import vllm_backend
+    from workbench.vllm import vllm_backend
+    from workbench.vllm.runtime import VLLMBackend
 
     spec = vllm_bench_spec(b.spec, kind, k, b.cfg.batch_sizes)
     dev = b.device.type
@@ -138,7 +138,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
                 "ours_spec_greedy": lambda p=prompts: ours_spec.generate(p, greedy),
                 "vllm_spec_greedy": lambda p=prompts: v_spec.generate(p, greedy),
             }
-            if transfer:  # vLLM's cost runs, each engine step timed (workbench.bench.transfer)
+            if transfer:  # vLLM's cost runs, each engine step timed (workbench.vllm.measure.bench_transfer)
                 cp = cost_prompts(prompts)
                 fns[COST_NAMES[0]] = lambda p=cp: timed_steps(v_ar, p, greedy, b.device)
                 fns[COST_NAMES[1]] = lambda p=cp: timed_steps(v_spec, p, greedy, b.device)

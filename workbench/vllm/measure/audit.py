@@ -18,9 +18,8 @@ import torch
 from workbench.audit.joint import stop_tuple
 from workbench.audit.law import AuditResult, AuditTest
 from workbench.rollout.backend import RolloutBackend
-from workbench.rollout.vllm.env import build_id
-from workbench.vllm.build import vllm_backend
-from workbench.vllm.verdicts import record_verdict, sampling_settings, target_id
+from workbench.vllm import record_verdict, sampling_settings, target_id, vllm_backend
+from workbench.vllm.runtime import build_id
 
 METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
 

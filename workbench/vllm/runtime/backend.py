@@ -24,7 +24,7 @@ import torch
 
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.sampling import SamplingParams
-from workbench.rollout.vllm.engine import VLLMEngine
+from workbench.vllm.runtime.engine import VLLMEngine
 
 
 class VLLMBackend:
@@ -34,7 +34,7 @@ class VLLMBackend:
         target_path: the policy's folder (vLLM's model; weights replaced every `prepare`).
         spec: the experiment spec (``rollout.vllm.*``, ``model.dtype``, ``rollout.max_batch_size``).
         device_type: "cpu" | "cuda".
-        speculative: vLLM's ``speculative_config`` (``workbench.rollout.vllm.config.speculative_config``),
+        speculative: vLLM's ``speculative_config`` (``workbench.vllm.runtime.config.speculative_config``),
             None for plain decoding.
         seed: the engine's sampling seed.
         drafter_weights: the workbench drafter -> its weights under vLLM's checkpoint names, for
