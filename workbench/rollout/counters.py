@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-K_BY_ROWS = "spec/k_mean_rows_le_"  # + b: mean k_t over forwards with b/2 < rows <= b (b a power of two)
+from workbench import metrics as M
 
 
 @dataclass
@@ -68,28 +68,28 @@ class SpecCounters:
         n = len(self.k_per_step)
         if n == 0:
             return {}
-        out = {"spec/k_mean": sum(self.k_per_step) / n}
+        out = {M.K_MEAN: sum(self.k_per_step) / n}
         for j in range(self.k + 1):
-            out[f"spec/k_frac_{j}"] = self.k_per_step.count(j) / n
+            out[M.k_frac(j)] = self.k_per_step.count(j) / n
         # mean k_t by live batch size, in power-of-two bins (rows in (b/2, b]): k against batch size
         bins: dict[int, list[int]] = {}
         for rows, k_t in zip(self.rows_per_forward, self.k_per_step):
             bins.setdefault(1 << max(rows - 1, 0).bit_length(), []).append(k_t)
         for b, ks in bins.items():
-            out[f"{K_BY_ROWS}{b}"] = sum(ks) / len(ks)
+            out[f"{M.K_MEAN_BY_ROWS}{b}"] = sum(ks) / len(ks)
         return out
 
     def metrics(self) -> dict[str, float]:
         """``spec/*`` metrics: acceptance length = 1 + accepted / drafts (vLLM's mean acceptance length)."""
         if self.k == 0 or self.num_drafts == 0:
-            return {"spec/num_drafts": float(self.num_drafts)} if self.k else {}
+            return {M.NUM_DRAFTS: float(self.num_drafts)} if self.k else {}
         out = {
-            "spec/acceptance_length": 1.0 + self.num_accepted_tokens / self.num_drafts,
-            "spec/acceptance_rate": self.num_accepted_tokens / max(self.num_draft_tokens, 1),
-            "spec/num_drafts": float(self.num_drafts),
-            "spec/num_draft_tokens": float(self.num_draft_tokens),
-            "spec/num_accepted_tokens": float(self.num_accepted_tokens),
+            M.ACCEPTANCE_LENGTH: 1.0 + self.num_accepted_tokens / self.num_drafts,
+            M.ACCEPTANCE_RATE: self.num_accepted_tokens / max(self.num_draft_tokens, 1),
+            M.NUM_DRAFTS: float(self.num_drafts),
+            M.NUM_DRAFT_TOKENS: float(self.num_draft_tokens),
+            M.NUM_ACCEPTED_TOKENS: float(self.num_accepted_tokens),
         }
         for i, n in enumerate(self.num_accepted_tokens_per_pos):
-            out[f"spec/acceptance_rate_pos_{i}"] = n / self.num_drafts
+            out[M.acceptance_rate_pos(i)] = n / self.num_drafts
         return out

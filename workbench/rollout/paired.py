@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from workbench import metrics as M
 from workbench.rollout.counters import SpecCounters
 
 
@@ -72,11 +73,11 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
     (workbench.stats.step_ratios). The run's estimates ``speedup/gen`` / ``speedup/step`` are
     computed from these by the run loop (workbench.stats.running_speedups).
     """
-    gen, ar_s, step = m["timing_s/gen"], m["timing_s/gen_autoregressive"], m["timing_s/step"]
+    gen, ar_s, step = m[M.GEN_S], m[M.GEN_AR_S], m[M.STEP_S]
     return {
-        "speedup/gen_per_step": ar_s / max(gen, 1e-9),
-        "speedup/step_per_step": (step - gen + ar_s) / max(step, 1e-9),
-        "gen_autoregressive/num_tokens": float(ar.num_generated_tokens),
-        "gen_autoregressive/num_forwards": float(ar.num_verify_steps),
-        "gen_autoregressive/first": float(ar_first),
+        M.SPEEDUP_GEN_PER_STEP: ar_s / max(gen, 1e-9),
+        M.SPEEDUP_STEP_PER_STEP: (step - gen + ar_s) / max(step, 1e-9),
+        M.AR_NUM_TOKENS: float(ar.num_generated_tokens),
+        M.AR_NUM_FORWARDS: float(ar.num_verify_steps),
+        M.AR_FIRST: float(ar_first),
     }
