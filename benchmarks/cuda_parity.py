@@ -86,9 +86,8 @@ def stepped_logits(lm: LeanLM, seqs: list[list[int]], chunks=(4, 5)) -> list[tor
         ids[b, : starts[b]] = torch.tensor(s[: starts[b]])
     cache = lm.new_cache(B, max(len(s) for s in seqs))
     pre, _ = lm(ids, torch.zeros(B, dtype=torch.long, device=dev), cache)  # (B, P, V)
-    out = [
-        [pre[b, : starts[b]].float().clone()] for b in range(B)
-    ]  # clone: a CUDA graph's output is overwritten by its next replay
+    # clone: a CUDA graph's output is overwritten by its next replay
+    out = [[pre[b, : starts[b]].float().clone()] for b in range(B)]
     for n in chunks:
         step = torch.stack([torch.tensor(s[st : st + n]) for s, st in zip(seqs, starts.tolist())]).to(dev)  # (B, n)
         logits, _ = lm(step, starts, cache)
@@ -225,10 +224,11 @@ def check_law(dev: torch.device, n_all: int) -> None:
         ("eagle3", "T=0.7 top-k 6 top-p 0.9", _trained_chain("eagle3", target, dev)),
     ]
     for name, sp_name, drafter in cases:
+        # suffix's trees are host-side Python per row
         sp, n = (
             sps[sp_name],
             min(n_all, 30_000) if name == "suffix" else n_all,
-        )  # suffix's trees are host-side Python per row
+        )
         out = RolloutEngine(target, drafter, k=2, max_batch_size=n).generate(
             [prompt] * n, sp, torch.Generator(device=dev).manual_seed(1)
         )

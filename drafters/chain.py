@@ -58,9 +58,8 @@ class ChainNet(nn.Module):
         # for Qwen3 targets too; DeepSeek-V3's MTP block is the target's, a Llama-style one here).
         cfg = cfg.llama_layer()
         self.cfg = cfg
-        self.attn = nn.ModuleList(
-            Attention(cfg, in_dim) for _ in range(num_modules)
-        )  # the target's attention, q/k/v reading in_dim
+        # the target's attention, q/k/v reading in_dim
+        self.attn = nn.ModuleList(Attention(cfg, in_dim) for _ in range(num_modules))
         self.post_attention_layernorm = nn.ModuleList(
             RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(num_modules)
         )

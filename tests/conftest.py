@@ -61,10 +61,11 @@ def exact_joint(lm, prompt, sp, n_tokens):
     """Exact law of the first n_tokens completion tokens by enumeration: (V**n_tokens,) tensor."""
     from workbench.rollout.sampling import probs_from_logits
 
+    # on the model's device (benchmarks/cuda_parity.py runs it on CUDA)
     V, dev = (
         lm.cfg.vocab_size,
         lm.lm_head.weight.device,
-    )  # on the model's device (benchmarks/cuda_parity.py runs it on CUDA)
+    )
     seqs = torch.tensor([prompt], device=dev)
     logp = torch.zeros(1, device=dev)
     for _ in range(n_tokens):

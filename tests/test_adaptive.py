@@ -82,11 +82,12 @@ def test_probes_back_off_while_speculation_does_not_pay_and_plain_steps_keep_the
     before = p.survival()
     chosen = _plays(p, 1, 40)
     probes = [i for i, k in enumerate(chosen) if k]
+    # intervals 2, 4, 8 (capped) plain steps + the probe
     assert [b - a for a, b in zip(probes, probes[1:])][:3] == [
         5,
         9,
         9,
-    ]  # intervals 2, 4, 8 (capped) plain steps + the probe
+    ]
     assert max(p.survival()) < 0.02 and max(before) < 0.02  # the probes brought no acceptance
     now = p.survival()
     p.update(0, 1, 0, [])

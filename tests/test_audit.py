@@ -131,9 +131,8 @@ def test_a_second_stop_id_ends_rows_in_the_exact_law_too(models):
     it; a joint law that continued past it expected pairs (stop, x1) that no row can show."""
     target, draft = models
     prompt = PROMPTS[1]
-    p0 = expected_counts(target, prompt, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), SP)[
-        0
-    ]  # (V,) p(x0)
+    # (V,) p(x0)
+    p0 = expected_counts(target, prompt, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), SP)[0]
     p0[SP.eos_token_id] = 0.0
     stop = int(p0.argmax())
     assert p0[stop] > 0.2

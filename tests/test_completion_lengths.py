@@ -96,6 +96,7 @@ def test_resample_to_another_group_size_keeps_levels_and_spreads_rows():
     levels = np.log([math.sqrt(200), math.sqrt(30000), math.sqrt(2750)])  # the measured groups' geometric means
     off = np.abs(np.log(x).mean(axis=1)[:, None] - levels[None, :]).min(axis=1)
     assert np.median(off) < 0.15  # each prompt sits near one measured group's level
+    # rows spread past the measured
     assert (x.std(axis=1) > 0).mean() > 0.95 and not set(x.ravel()) <= {
         10,
         20,
@@ -103,7 +104,7 @@ def test_resample_to_another_group_size_keeps_levels_and_spreads_rows():
         300,
         50,
         55,
-    }  # rows spread past the measured
+    }
     assert 0.5 < icc_log(x) < 0.99
 
 

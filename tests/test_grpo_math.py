@@ -250,9 +250,8 @@ def _gaps(sp, engine=None, mask=GAP_MASK):
 
 @pytest.mark.parametrize("sp", [SamplingParams(top_k=2), SamplingParams(top_p=0.65)])
 def test_logprob_gaps_truncation_hand_values(sp):
-    engine = torch.log(
-        torch.tensor([[4 / 7 + 0.01, 3 / 7, 123.0]])
-    )  # engine off by a little at token 0; junk off the mask
+    # engine off by a little at token 0; junk off the mask
+    engine = torch.log(torch.tensor([[4 / 7 + 0.01, 3 / 7, 123.0]]))
     mismatch, trunc = _gaps(sp, engine)
     torch.testing.assert_close(trunc, torch.tensor([[-math.log(0.7), -math.log(0.7), 0.0]]))
     torch.testing.assert_close(

@@ -72,9 +72,8 @@ def test_sweep_runs_and_metrics_are_served(server):
         assert "reward/mean" in latest
         if params["drafter.kind"] == "ngram":  # paired speedup: speculative points only (the baseline has none)
             assert latest["speedup/gen"] > 0 and latest["speedup/gen_n"] >= 1 and latest["speedup/gen_per_step"] > 0
-            assert latest["speedup/gen"] == pytest.approx(
-                latest["speedup/gen_mean"]
-            )  # the shown value: the run's estimate
+            # the shown value: the run's estimate
+            assert latest["speedup/gen"] == pytest.approx(latest["speedup/gen_mean"])
             assert params["drafter.k"] == "2" and "spec/acceptance_length" in latest
             acc = api(base, "metrics/get-history", run_id=rid, metric_key="spec/acceptance_length")["metrics"]
             assert len(acc) == 2 and all(m["value"] >= 1.0 for m in acc)

@@ -36,7 +36,6 @@ def _one_run(held, n, g):
 def test_add_says_when_the_step_or_byte_limit_is_reached():
     by_steps = PendingSteps(max_steps=3, max_bytes=1 << 30)
     assert [by_steps.add({"x": torch.zeros(4, 1)}) for _ in range(3)] == [False, False, True]
-    by_bytes = PendingSteps(
-        max_steps=1000, max_bytes=4 * 16 * 8 * 4
-    )  # (4 rows, 16 columns, 8) float32 = the first buffer
+    # (4 rows, 16 columns, 8) float32 = the first buffer
+    by_bytes = PendingSteps(max_steps=1000, max_bytes=4 * 16 * 8 * 4)
     assert by_bytes.add({"x": torch.zeros(4, 1, 8)})

@@ -69,9 +69,8 @@ def test_few_rows_take_f_linear_bit_for_bit(monkeypatch):
 
 def test_autograd_calls_take_f_linear():
     """A drafter trained online runs its forward under autograd: the packed kernel has no backward."""
-    g = torch.Generator().manual_seed(
-        0
-    )  # fixed inputs: the comparison below has float32 sums of both orders on each side
+    # fixed inputs: the comparison below has float32 sums of both orders on each side
+    g = torch.Generator().manual_seed(0)
     w = torch.randn(16, 8, generator=g).requires_grad_(True)
     prepack(w)
     try:
@@ -197,9 +196,8 @@ def test_choose_min_rows_is_the_start_of_the_packed_kernels_winning_run():
     assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 5.0}) == 1
     # a win below a loss does not count: the run must reach the largest row count
     assert choose_min_rows(plain, {1: 0.5, 2: 2.0, 4: 3.0, 8: 6.0, 16: 5.0}) == 16
-    assert (
-        choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 10.0}) == 32
-    )  # lost at the largest: never packed below 32
+    # lost at the largest: never packed below 32
+    assert choose_min_rows(plain, {1: 0.5, 2: 0.5, 4: 3.0, 8: 4.0, 16: 10.0}) == 32
     with pytest.raises(ValueError, match="same row counts"):
         choose_min_rows({1: 1.0}, {2: 1.0})
 

@@ -230,9 +230,8 @@ def test_sweep_report_has_table_plots_and_html(micro):
         assert f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG", png
         assert f"]({png}.png)" in md  # relative link
     skipped = [line for line in md.splitlines() if "Skipped" in line]
-    assert (
-        all("drafter.adaptive" in line for line in skipped) and len(skipped) == 2
-    )  # only the adaptive plots: no such run
+    # only the adaptive plots: no such run
+    assert all("drafter.adaptive" in line for line in skipped) and len(skipped) == 2
     results = md.split("## Results")[1].split("\n## ")[0]
     rows = [line for line in results.splitlines() if line.startswith("| ngram | ")]
     assert len(rows) == 2 and all("× [" in r for r in rows) and "| none | - |" in md  # paired: 2 ratios after warm-up
@@ -275,9 +274,8 @@ def test_ui_print_url_compares_the_last_sweep(micro):
     line = next(x for x in res.output.splitlines() if "compare-runs" in x)
     assert line.startswith('http://127.0.0.1:5123/#/compare-runs?runs=["') and "&experiments=[" in line
     assert line.count(",") >= 2  # 3 child runs
-    plot = next(
-        x for x in res.output.splitlines() if x.startswith("k vs speedup: ")
-    )  # the sweep's k=1,2 plot on its parent
+    # the sweep's k=1,2 plot on its parent
+    plot = next(x for x in res.output.splitlines() if x.startswith("k vs speedup: "))
     assert plot.startswith("k vs speedup: http://127.0.0.1:5123/#/experiments/") and plot.endswith(
         "/artifactPath/speedup_vs_k.png"
     )

@@ -36,9 +36,8 @@ def test_cli_models_init(tmp_path):
     r = CliRunner().invoke(app, ["models", "init", "qwen3", "--layers", "1", "--hidden", "32", str(tmp_path / "q")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "q" / "config.json").is_file()
-    r = CliRunner().invoke(
-        app, ["models", "init", "qwen3", str(tmp_path / "q")]
-    )  # not empty: refused, nothing overwritten
+    # not empty: refused, nothing overwritten
+    r = CliRunner().invoke(app, ["models", "init", "qwen3", str(tmp_path / "q")])
     assert r.exit_code == 2 and "not empty" in " ".join(r.output.split())
 
 

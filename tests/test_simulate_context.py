@@ -86,19 +86,19 @@ def test_scenario_validation():
 
 
 def test_decay_slows_only_the_speculative_arm_and_more_at_large_k():
+    # the context fit takes one measured k
     one_k = [
         "workload.prompts=64",
         "speculation.acceptance_length={3: 2.47}",
         "variants={}",
-    ]  # the context fit takes one measured k
+    ]
     _, flat = load_scenario("qwen3-8b-gb200", one_k)
     _, same = load_scenario("qwen3-8b-gb200", [*one_k, "speculation.acceptance_vs_context={0: 2.47}"])
     _, decay = load_scenario("qwen3-8b-gb200", [*one_k, "speculation.acceptance_vs_context={2048: 2.295, 16384: 1.09}"])
     ar = gen_stage(flat, 0).seconds
     assert gen_stage(same, 0).seconds == ar == gen_stage(decay, 0).seconds
-    assert gen_stage(same, 3).seconds == pytest.approx(
-        gen_stage(flat, 3).seconds, rel=5e-3
-    )  # flat table: the same stage
+    # flat table: the same stage
+    assert gen_stage(same, 3).seconds == pytest.approx(gen_stage(flat, 3).seconds, rel=5e-3)
     assert gen_stage(decay, 3).tokens_per_step == pytest.approx(2.47, abs=0.02)  # fitted to the measured mean
     speedup = {k: ar / gen_stage(decay, k).seconds for k in (3, 7)}
     flat_speedup = {k: ar / gen_stage(flat, k).seconds for k in (3, 7)}

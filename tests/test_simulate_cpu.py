@@ -83,9 +83,8 @@ def test_arm_time_continuous_slots_by_hand():
         assert (spec.base, spec.forwards) == pytest.approx((sp_s * MS, sp_n)), continuous
     assert decode_forwards(L[0], 2) == 14 and decode_forwards(L[0], 2, continuous=True) == 9
     cv_c = fit_length_cv(20.0, 4 * 19, rows=16, chunk=4, max_len=96, continuous=True)  # constant lengths: 4 waves of 19
-    assert (
-        cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4
-    )  # 84.5 at cv 0.3
+    # 84.5 at cv 0.3
+    assert cv_c == 0.0 and 0.2 < fit_length_cv(20.0, 84.5, rows=16, chunk=4, max_len=96, continuous=True) < 0.4
     # the param, as logged (MLflow strings), and runs logged before it existed (no param: chunks)
     assert continuous_of({"rollout.continuous_batching": "True"}, 16, 4) and not continuous_of({}, 16, 4)
     assert not continuous_of({"rollout.continuous_batching": "True"}, 4, 4)  # one batch: nothing waits

@@ -192,9 +192,8 @@ def test_proposals_equal_the_brute_force_reference(source):
             script.batch(prompts, random_completions(rng, len(prompts), V), k, check=True)
         assert len(d.history) == min(cap, 3 * len(prompts))
         drafted += script.drafted
-    assert (
-        drafted[0] > 0 and sum(n for c, n in drafted.items() if c >= 2) > 20
-    )  # empty and multi-token drafts were checked
+    # empty and multi-token drafts were checked
+    assert drafted[0] > 0 and sum(n for c, n in drafted.items() if c >= 2) > 20
 
 
 def test_siblings_are_read_only_up_to_what_they_generated():

@@ -204,9 +204,8 @@ def test_micro_sweep_logs_parent_children_speedups_and_resumes(store):
     assert res.exit_code == 0, res.output
     parent, children = _sweep_runs(store, "s1")
     assert parent.info.status == "FINISHED" and parent.data.tags["workbench.axis.drafter.k"] == "1,2"
-    assert {"results.json", "speedup_vs_k.png"} <= {
-        a.path for a in store.list_artifacts(parent.info.run_id)
-    }  # k=1,2: a curve
+    # k=1,2: a curve
+    assert {"results.json", "speedup_vs_k.png"} <= {a.path for a in store.list_artifacts(parent.info.run_id)}
     assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
     by_k = {c.data.tags["workbench.axis.drafter.k"]: c for c in children}
     assert set(by_k) == {"-", "1", "2"} and by_k["-"].data.params["drafter.kind"] == "none"
@@ -340,9 +339,8 @@ def test_speedup_vs_k_plot_of_the_sweep_rows(tmp_path):
     assert lines["draft_model"][1][1].mean == pytest.approx((1.1 * 1.12 * 1.11) ** (1 / 3) * 2)
     assert speedup_vs_k_png(rows, tmp_path / "p.png") == tmp_path / "p.png" and (tmp_path / "p.png").stat().st_size > 0
     one = sweep_rows(_outcomes(plan_sweep("micro", ["k=2"]), lambda p: [9, 1.1, 1.2, 1.3]))
-    assert (
-        speedup_vs_k_png(one, tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
-    )  # one point: no curve
+    # one point: no curve
+    assert speedup_vs_k_png(one, tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
 
 
 def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
@@ -374,6 +372,5 @@ def test_repeats_add_a_seed_axis_and_pool_into_one_row(tmp_path):
     con.print(results_table(plan, outcomes, "t"))
     text = con.export_text()
     assert "1.30× [" in text and "tie for best" not in text  # one speculative row: nothing to tie with
-    assert f"{math.expm1(rows[1].gen_runs.tau) * 100:.1f} %" in text and "not of a repeat" in " ".join(
-        text.split()
-    )  # τ column, caption
+    # τ column, caption
+    assert f"{math.expm1(rows[1].gen_runs.tau) * 100:.1f} %" in text and "not of a repeat" in " ".join(text.split())

@@ -130,9 +130,8 @@ def test_step_costs_reads_full_steps_at_the_full_batch_and_the_fixed_rest():
     assert t == pytest.approx(0.013) and used == 2
     assert fixed == pytest.approx(0.2 - (0.010 + 0.016 + 0.011 + 0.020))
     t0, _, used0 = step_costs(step_s, rows, None, 0, wall_s=0.2)  # plain: every decode step at 4 rows
-    assert (
-        t0 == pytest.approx((0.010 + 0.016 + 0.011) / 3) and used0 == 3
-    )  # the mean (wall times add up), not the median
+    # the mean (wall times add up), not the median
+    assert t0 == pytest.approx((0.010 + 0.016 + 0.011) / 3) and used0 == 3
     assert step_costs([0.05, 0.01], [4, 4], [0, 6], 3, 0.1)[0] is None  # no step drafted k on every row
     with pytest.raises(ValueError, match="decode step"):
         step_costs([0.05], [4], [0], 3, 0.1)
@@ -442,9 +441,8 @@ def test_t_v_is_fitted_on_draft_counts_where_no_step_had_every_row_drafting():
     step_s = [0.03] + [0.010, 0.012, 0.014, 0.012, 0.010]
     rows, drafts = [4] * 6, [0, 0, 4, 8, 4, 0]
     assert fitted_step_cost(step_s, rows, drafts, 3) == pytest.approx(0.016)
-    assert fitted_step_cost(step_s, [4, 2, 4, 4, 4, 4], drafts, 3) == pytest.approx(
-        0.016
-    )  # tail steps (fewer rows) left out
+    # tail steps (fewer rows) left out
+    assert fitted_step_cost(step_s, [4, 2, 4, 4, 4, 4], drafts, 3) == pytest.approx(0.016)
     assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 6, 6], 3) is None  # one draft count: no slope
     assert fitted_step_cost([0.03, 0.01, 0.01], [4, 4, 4], [0, 0, 0], 3) is None  # no drafts at all
     plain = _run([30] + [10] * 8, [4] * 9, [0] * 9)

@@ -249,6 +249,7 @@ def test_unpaired_speedup_objective_is_refused_at_plan_time(workdir, overrides, 
 
 # ---------------------------------------------------------------------------- studies (fake runs, real Optuna + MLflow)
 
+# per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
 JITTER = {
     1: 0.2,
     2: 1.1,
@@ -256,7 +257,7 @@ JITTER = {
     4: 1.0,
     5: 1.0,
     6: 1.0,
-}  # per-step factor: step 1 (warm-up) is off; steps 2-3 multiply to 1
+}
 
 
 def fake_runner(calls, slow_after=None, delay=0.0, fail_first=None):
@@ -344,9 +345,8 @@ def test_cli_study_paired_objective_resume_no_baseline(workdir, fake):
         and best.drafter.kind == study.best_trial.params["drafter.kind"]
     )
     assert best.tune.params == {} and "tune" not in out.read_text().split("\n", 3)[3]
-    assert (
-        set(study.user_attrs) == {"objective", "spec"} and study.user_attrs["objective"] == "speedup_gen"
-    )  # no baseline
+    # no baseline
+    assert set(study.user_attrs) == {"objective", "spec"} and study.user_attrs["objective"] == "speedup_gen"
     for t in study.trials:
         k, a = t.params["drafter.k"], t.user_attrs
         assert t.value == pytest.approx(1 + k)  # geometric mean of (1+k)*1.1 and (1+k)/1.1
@@ -414,11 +414,12 @@ def test_median_pruner_prunes_slow_trial(workdir, fake):
     assert res.exit_code == 0, res.output
     study = optuna.load_study(study_name="pr", storage=f"sqlite:///{workdir}/optuna.db")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"] and study.trials[1].last_step == 4
+    # reports from after the warm-up step; pruned at the 3rd
     assert list(study.trials[1].intermediate_values) == [
         2,
         3,
         4,
-    ]  # reports from after the warm-up step; pruned at the 3rd
+    ]
     assert "pruned at step 4" in res.output and (workdir / "sub/b.yaml").is_file()
     roles = _runs(MlflowClient(f"sqlite:///{workdir}/mlflow.db"), "pr")
     pruned = [r for r in roles["trial"] if r.data.tags.get("workbench.pruned") == "true"]

@@ -115,9 +115,8 @@ def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
         spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none
     )
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
-    record_verdict(
-        BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model")
-    )  # a later audit that passed
+    # a later audit that passed
+    record_verdict(BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model"))
     assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
 
 
@@ -168,9 +167,8 @@ def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
     record_verdict(BUILD, "ngram", True, {"n": 100, "detectable_shift": 0.26}, user, settings=st)  # --samples 100
     with pytest.raises(ValueError, match=r"FAILED.*less power.*does not override"):
         check_speculation_allowed(s, BUILD, user, shipped)
-    record_verdict(
-        BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st
-    )  # as strong or stronger: wins
+    # as strong or stronger: wins
+    record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)
     assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
 
 

@@ -106,9 +106,8 @@ def expected_counts(
         return E
     lens = lens.clamp_max(T)
     chunk = rows_per_forward(V, T - 1, chunk)
-    key = torch.cat(
-        [torch.where(torch.arange(T - 1)[None, :] < lens[:, None], toks[:, : T - 1], -1), lens[:, None]], 1
-    )  # (n, T)
+    # (n, T)
+    key = torch.cat([torch.where(torch.arange(T - 1)[None, :] < lens[:, None], toks[:, : T - 1], -1), lens[:, None]], 1)
     uniq, counts = torch.unique(key, dim=0, return_counts=True)  # (U, T), (U,)
     for i in range(0, uniq.shape[0], chunk):
         u = uniq[i : i + chunk]
@@ -311,9 +310,8 @@ def run_audit(
             acc = res.acceptance.setdefault(name, 0.0)
             res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / len(prompts)
             lens = torch.tensor([len(x) for x in out.tokens])
-            toks = torch.tensor(
-                [x + [-1] * (T - len(x)) for x in out.tokens], dtype=torch.long
-            )  # (n, T), -1 past a row's end
+            # (n, T), -1 past a row's end
+            toks = torch.tensor([x + [-1] * (T - len(x)) for x in out.tokens], dtype=torch.long)
             say(f"prompt {pi}: {name}: exact conditionals of the sampled rows")
             E = expected_counts(target, prompt, toks, lens, sampling).cpu()
             for t in range(T):

@@ -329,9 +329,8 @@ class Bench:
         for kind in self.cfg.drafters:
             for k in self.cfg.ks:
                 eng = self._engine(kind, k)
-                t = _paired_median(
-                    {"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device
-                )  # speedup side by side
+                # speedup side by side
+                t = _paired_median({"spec": self._ours(eng, prompts), "ar": ar}, self.cfg.repeats, self.device)
                 t_spec, out, t_ar = t["spec"].seconds, t["spec"].out, t["ar"].seconds
                 ar_times.append(t_ar)
                 ar_peaks.append(t["ar"].peak_mib)
@@ -342,9 +341,8 @@ class Bench:
                 # accept, every kind alike), per draft token, in target steps
                 c = self._drafter_cost(eng, prompts) / t1 / k
                 verify = costs["target_curve_s"][k + 1] / t1
-                per_row = (
-                    gen_speedup(alpha, k, c, verify) if alpha is not None else None
-                )  # Leviathan E[N] / (k·c + verify cost)
+                # Leviathan E[N] / (k·c + verify cost)
+                per_row = gen_speedup(alpha, k, c, verify) if alpha is not None else None
                 pred = batch_predicted_speedup(out.counters, rates, B, self.cfg.max_new_tokens, k, c, verify)
                 meas = t_ar / t_spec
                 ci = paired_speedup_ci(t["ar"], t["spec"])

@@ -230,9 +230,8 @@ def project(
             sum(shared.values()) - shared["gen"],
             f"shared cores, stages of run {async_run}",
         )
-        spec_gens = {
-            d: g * gen_a / stages["gen"] for d, g in spec_gens.items()
-        }  # each drafter's gen speedup, carried over
+        # each drafter's gen speedup, carried over
+        spec_gens = {d: g * gen_a / stages["gen"] for d, g in spec_gens.items()}
     overlap = perf.async_overlap(gen_a, side_a, spec_gens, staleness, cv)
     render.projection(console, stages, cost_desc, batch, rows, best, overlap, cv, async_sides=(gen_a, side_a, where))
 

@@ -128,12 +128,13 @@ class GRPOTrainer:
                     logits: list[torch.Tensor] = []
                     with capture_hidden(self.policy, self.drafter.hidden_layers) as cap:
                         old_logp = sequence_logprobs(self.forward, ids, temp, g.micro_batch_size, keep_logits=logits)
+                    # loss mask (N, L): position p's next token is a completion token
                     draft_batch = DraftBatch(
                         ids,
                         torch.nn.functional.pad(mask, (0, 1)),
                         torch.cat(logits),
                         {i: torch.cat(h) for i, h in cap.hidden.items()},
-                    )  # loss mask (N, L): position p's next token is a completion token
+                    )
                 ref_logp = sequence_logprobs(self.ref, ids, temp, g.micro_batch_size) if self.ref is not None else None
 
         with stage("train"):

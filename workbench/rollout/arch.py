@@ -148,9 +148,8 @@ def read_rope(cfg: Any, what: str = "model") -> tuple[float, dict | None]:
         value = getattr(cfg, name, None)
         if isinstance(value, dict):
             params.update(value)
-    src = (
-        "rope_parameters" if isinstance(getattr(cfg, "rope_parameters", None), dict) else "rope_scaling"
-    )  # the field's name in this version
+    # the field's name in this version
+    src = "rope_parameters" if isinstance(getattr(cfg, "rope_parameters", None), dict) else "rope_scaling"
     if any(isinstance(v, dict) for v in params.values()):
         raise _refuse(what, mt, src, params, "RoPE parameters per layer type are not implemented")
     theta = float(params.pop("rope_theta", None) or getattr(cfg, "rope_theta", None) or 10000.0)

@@ -171,9 +171,8 @@ class RolloutEngine:
             t_max = round_cache_len(t_max, self.target.cfg.max_position_embeddings)  # few distinct cache shapes
         queue = deque(idx[self.max_batch_size :])
         first = idx[: self.max_batch_size]
-        store = (
-            PromptStore(Counter(tuple(prompts[i]) for i in queue)) if queue else None
-        )  # prefix sharing across admissions
+        # prefix sharing across admissions
+        store = PromptStore(Counter(tuple(prompts[i]) for i in queue)) if queue else None
         counters = SpecCounters(k=k)
         layers = self.drafter.hidden_layers if self.drafter is not None else ()
         # capacity: admitted rows fill the slots finished rows left, in the same buffers
@@ -184,9 +183,8 @@ class RolloutEngine:
         if self.drafter is not None:
             ctx = state.context(sp, gen)
             ctx.prompt_rows, ctx.prompt_index = prompt_rows, prompt_index
-            self.drafter.start(
-                ctx, hidden
-            )  # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
+            # hidden: {layer: (U, P, H)} per distinct prompt, empty unless it reads the target
+            self.drafter.start(ctx, hidden)
         state = self._refill(
             state, state.done.tolist(), cache, finished, queue, prompts, sp, gen, group_ids, t_max, store
         )
@@ -199,9 +197,8 @@ class RolloutEngine:
             last = state.tokens.gather(1, (state.lens - 1)[:, None])  # (n, 1) not yet in the cache
             start = state.lens - 1
             if k_t == 0:  # plain decode step (no drafter, or the policy chose not to speculate)
-                logits, hidden = self.target(
-                    last, start, cache, hidden_layers=layers, max_start=state.max_len - 1
-                )  # (n, 1, V)
+                # (n, 1, V)
+                logits, hidden = self.target(last, start, cache, hidden_layers=layers, max_start=state.max_len - 1)
                 p = probs_from_logits(logits, sp)  # (n, 1, V)
                 out = sample(p[:, 0], gen)[:, None]  # (n, 1)
                 n_acc = num_draft = torch.zeros(n, dtype=torch.long, device=dev)

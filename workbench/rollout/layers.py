@@ -80,13 +80,14 @@ def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.
     and a symbolic bool here would break the graph (the whole forward would silently run eager).
     """
     B, T, H, D = q.shape
+    # (B, H, T, D)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2),
         keys.transpose(1, 2),
         vals.transpose(1, 2),
         attn_mask=mask,
         enable_gqa=gqa,
-    )  # (B, H, T, D)
+    )
     return out.transpose(1, 2).reshape(B, T, H * D)
 
 

@@ -66,9 +66,8 @@ def rope_tables(cfg: Any, device=None) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq, scale = hf_inv_freq(cfg, device)
     else:
         inv_freq, scale = default_inv_freq(cfg.rope_theta, cfg.head_dim, device), 1.0
-    freqs = (
-        torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv_freq
-    )  # (P, D/2)
+    # (P, D/2)
+    freqs = torch.arange(cfg.max_position_embeddings, dtype=torch.float32, device=device)[:, None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
     if scale == 1.0:
         return emb.cos(), emb.sin()

@@ -58,9 +58,8 @@ class _Worker:
     since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     mine: set[str] = field(default_factory=set)  # run ids this worker ran
     errors: dict[str, str] = field(default_factory=dict)  # point key -> what it raised here
-    first_seen: dict[str, str] = field(
-        default_factory=dict
-    )  # point key -> skipped (started before this worker) | other
+    # point key -> skipped (started before this worker) | other
+    first_seen: dict[str, str] = field(default_factory=dict)
 
     def tags(self, p: Point) -> dict[str, str]:
         tags = {

@@ -138,9 +138,8 @@ class SweepStore:
                 self.resumed = True
         from mlflow.entities import RunTag
 
-        retried(
-            self.client.log_batch, self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()]
-        )  # every worker writes them
+        # every worker writes them
+        retried(self.client.log_batch, self.parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     # ------------------------------------------------------------------ claims (workbench.sweep.claims)
 

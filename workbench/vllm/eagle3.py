@@ -145,9 +145,8 @@ def vllm_config(cfg, layer_ids: tuple[int, ...], draft_vocab_size: int, dtype: t
         "draft_vocab_size": int(draft_vocab_size),
         "eagle_aux_hidden_state_layer_ids": list(layer_ids),
         "torch_dtype": str(dtype).removeprefix("torch."),
-        **(
-            {"rope_scaling": dict(cfg.rope_scaling)} if getattr(cfg, "rope_scaling", None) else {}
-        ),  # e.g. a Llama 3.1 target's llama3 RoPE
+        # e.g. a Llama 3.1 target's llama3 RoPE
+        **({"rope_scaling": dict(cfg.rope_scaling)} if getattr(cfg, "rope_scaling", None) else {}),
     }
 
 

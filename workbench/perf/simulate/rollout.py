@@ -162,9 +162,8 @@ def _run_lengths(runs: tuple[str, ...], uri: str) -> MeasuredLengths:
 
     reader, ids = RunReader(uri), []
     for name in runs:
-        kind, _, named = reader.named(
-            name, histories=False
-        )  # one run as named (whatever its status), or a sweep's FINISHED runs
+        # one run as named (whatever its status), or a sweep's FINISHED runs
+        kind, _, named = reader.named(name, histories=False)
         ids += [r.run_id for r in named if kind == "run" or r.status == "FINISHED"]
     ids = list(dict.fromkeys(ids))
     if not ids:
@@ -194,9 +193,8 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
         bytes_per_param=m.bytes_per_param,
         kv_bytes=m.kv_bytes,
     )
-    fc = (
-        3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden
-    )  # eagle3 fc 3H→H; mtp eh_proj 2H→H
+    # eagle3 fc 3H→H; mtp eh_proj 2H→H
+    fc = 3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden
     n = active_params(base) + fc
     return base.model_copy(update={"total_params": n, "active_params": n})
 

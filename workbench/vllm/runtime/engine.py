@@ -177,9 +177,8 @@ class VLLMEngine:
                 nxt += 1
             if not eng.has_unfinished_requests():
                 break
-            rows.append(
-                min(eng.get_num_unfinished_requests(), self.window // 4)
-            )  # rows scheduled (at most max_num_seqs)
+            # rows scheduled (at most max_num_seqs)
+            rows.append(min(eng.get_num_unfinished_requests(), self.window // 4))
             d0 = self._totals["num_draft_tokens"]
             with cpu_fix.scope(self.expand_fix):  # the expand kernel this engine asked for (stock or fixed)
                 finished = [o for o in eng.step() if o.finished]
