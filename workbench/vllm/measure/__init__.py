@@ -13,8 +13,9 @@ Each module is loaded on first use of one of its names (``__getattr__``), as the
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.measure.audit import hf_greedy_tests, record_verdicts, vllm_arms
@@ -40,14 +41,7 @@ _LAZY = {
     ),
     "workbench.vllm.measure.transfer": ("VLLMCosts", "predicted_speedup", "prediction_ci", "step_costs"),
 }
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str):
-    # not cached: a test that patches the defining module's attribute reaches every later lookup here
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

