@@ -8,8 +8,9 @@ import torch
 from drafters.draft_model import DraftModelDrafter
 from drafters.ngram import NgramDrafter
 from drafters.suffix import SuffixDrafter
+from workbench.rollout.cost import best_k, expected_emitted
 from workbench.rollout.engine import RolloutEngine
-from workbench.rollout.kpolicy import AdaptiveK, best_k, expected_emitted
+from workbench.rollout.kpolicy import AdaptiveK
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 

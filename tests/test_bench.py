@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.perf.analytic import expected_tokens, fit_alpha
-from workbench.perf.analytic import gen_speedup as predicted_speedup
 from workbench.perf.steps import batch_predicted_speedup
+from workbench.rollout.cost import expected_tokens, fit_alpha
+from workbench.rollout.cost import gen_speedup as predicted_speedup
 
 
 def test_expected_tokens_matches_leviathan():

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from workbench.perf import calibrate as cal
 from workbench.perf import cost_curve as cc
 from workbench.perf import modeled as md
-from workbench.perf.analytic import CostModel, expected_tokens
+from workbench.perf.analytic import CostModel
+from workbench.rollout.cost import expected_tokens, knee_verify_ratio
 
 # ------------------------------------------------------------------ the modeled speedup
 
@@ -95,9 +96,9 @@ def test_calibration_hand_values():
     assert r.predictions[3] == pytest.approx(1.5)  # the measured point is reproduced exactly
     assert r.predictions[1] == pytest.approx(1.5 / (1 / 12 + 1))  # E[N](0.5, 1) = 1.5
     assert r.best_k == max(r.predictions, key=r.predictions.get)
-    assert cal.verify_ratio(3, 64, None) == 1.0
-    assert cal.verify_ratio(3, 64, 100) == pytest.approx(2.56)  # 256 tokens / 100, the decode step memory-bound
-    assert cal.verify_ratio(3, 64, 32) == pytest.approx(4.0)  # both compute-bound: k+1
+    assert knee_verify_ratio(3, 64, None) == 1.0
+    assert knee_verify_ratio(3, 64, 100) == pytest.approx(2.56)  # 256 tokens / 100, the decode step memory-bound
+    assert knee_verify_ratio(3, 64, 32) == pytest.approx(4.0)  # both compute-bound: k+1
 
 
 @pytest.mark.parametrize("c,knee", [(0.1, 100.0), (0.02, 200.0), (0.3, math.inf)])

@@ -116,7 +116,7 @@ def test_best_k_and_project():
         pm.CostModel("roofline", params=8e9, flops=989e12, bandwidth=3.35e12),
         batch=64,
     )
-    best = pm.best_k(rows)["d"]
+    best = pm.best_per_drafter(rows)["d"]
     assert 2 <= best.k <= 5 and best.gen_speedup == max(r.gen_speedup for r in rows)
 
 

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from workbench.perf.analytic import alpha_from_acceptance_length, expected_tokens
 from workbench.perf.simulate.context import (
     alpha_profile,
     fit_alpha_ref,
@@ -17,6 +16,7 @@ from workbench.perf.simulate.context import (
 )
 from workbench.perf.simulate.rollout import gen_stage, row_steps, tokens_per_step_var
 from workbench.perf.simulate.scenario import Speculation, load_scenario
+from workbench.rollout.cost import alpha_from_acceptance_length, expected_tokens
 
 
 def test_relative_interpolates_and_is_flat_outside():

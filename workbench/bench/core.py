@@ -38,9 +38,9 @@ from workbench.bench.machine import draft_label, machine_info
 from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
-from workbench.perf.analytic import fit_alpha, gen_speedup
 from workbench.perf.steps import batch_predicted_speedup
 from workbench.prepack_rows import measured_min_rows
+from workbench.rollout.cost import fit_alpha, gen_speedup
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample

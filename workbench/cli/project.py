@@ -217,7 +217,7 @@ def project(
         cost = perf.CostModel()
         cost_desc = "memory-bound (verification = 1 target step)"
     rows = perf.project(stages, alphas, cs, k_list, cost, batch)
-    best = perf.best_k(rows)
+    best = perf.best_per_drafter(rows)
     gen_a, side_a, where = stages["gen"], sum(stages.values()) - stages["gen"], "a device per side"
     spec_gens = {d: r.gen_s for d, r in best.items()}
     if async_run:  # worker and trainer share the machine: each side's stage times on its share of it

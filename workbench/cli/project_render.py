@@ -7,9 +7,10 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from workbench.perf.analytic import Projection, expected_tokens
-from workbench.perf.calibrate import Calibration, verify_ratio
+from workbench.perf.analytic import Projection
+from workbench.perf.calibrate import Calibration
 from workbench.perf.seeds import GEN_FRACTION_RANGE, LOGPROB_TRAIN_RANGE, SeedCheck
+from workbench.rollout.cost import expected_tokens, knee_verify_ratio
 
 
 def projection(
@@ -150,7 +151,7 @@ def calibration(console: Console, cal: Calibration, alpha_how: str) -> None:
             f"{k}{mark}",
             f"{expected_tokens(cal.alpha, k):.3f}",
             f"{k * cal.c:.3f}",
-            f"{verify_ratio(k, cal.batch, cal.knee):.3f}",
+            f"{knee_verify_ratio(k, cal.batch, cal.knee):.3f}",
             f"{s:.3f}",
         )
     console.print(t)

@@ -1,8 +1,10 @@
 """The performance model of speculative rollouts in a GRPO step (``wb project``, ``speedup/gen_modeled``).
 
-One concept per module; pure maths apart from what measures or reads runs:
+One concept per module; pure maths apart from what measures or reads runs. E[N], the α fits, the
+step cost n·(k+1) + drafter, the gen speedup and the best k are :mod:`workbench.rollout.cost`'s, the one
+module of the cost maths, shared with the engine's adaptive k (its names are re-exported here).
 
-- :mod:`~workbench.perf.analytic`: acceptance (E[N], α fits), the cost of a target forward
+- :mod:`~workbench.perf.analytic`: the cost of a target forward
   (constant, roofline, measured curve), Leviathan gen speedup, synchronous and asynchronous step
   (``wb project --gen ...`` / ``--run``);
 - :mod:`~workbench.perf.seeds`: the model against docs/design.md §6's published stage times (``--seeds``);
@@ -30,14 +32,9 @@ import importlib
 from workbench.perf.analytic import (
     CostModel,
     Projection,
-    alpha_from_acceptance_length,
-    alpha_from_per_position,
     async_overlap,
     async_step_time,
-    best_k,
-    expected_tokens,
-    fit_alpha,
-    gen_speedup,
+    best_per_drafter,
     load_cost_curve,
     project,
     roofline_time,
@@ -52,9 +49,16 @@ from workbench.perf.steps import (
     emit_pmf,
     fit_affine,
     simulate_steps,
-    tokens_per_step,
 )
 from workbench.perf.sweep_runs import SweepRun, spec_from_params, stages_from_mlflow
+from workbench.rollout.cost import (
+    alpha_from_acceptance_length,
+    alpha_from_per_position,
+    expected_tokens,
+    fit_alpha,
+    gen_speedup,
+    tokens_per_step,
+)
 
 _LAZY = {
     name: "workbench.perf.cost_curve"
@@ -76,7 +80,7 @@ __all__ = [
     "fit_alpha",
     "async_overlap",
     "async_step_time",
-    "best_k",
+    "best_per_drafter",
     "expected_tokens",
     "gen_speedup",
     "load_cost_curve",

@@ -1,4 +1,4 @@
-"""The analytic performance model: acceptance, the cost of a target forward, gen, step and async speedups.
+"""The analytic performance model: the cost of a target forward, the projected gen, step and async speedups.
 
 Pure functions and small dataclasses; every assumption is named here. Seconds throughout.
 
@@ -25,8 +25,8 @@ the mean step time falls from E[max(gen_t, train)] (s = 1) towards max(E[gen], t
 :func:`async_step_time` simulates the max-plus recursion with common random numbers, so it is
 non-increasing in s. Speculation helps an async step only while gen is the longer stage.
 
-Acceptance: α from per-position acceptance rates r_i ≈ α^(i+1) (least squares in log space), or
-from the mean acceptance length at k by inverting E[N].
+E[N], the α fits and S are :mod:`workbench.rollout.cost`'s (the one module of the cost maths, shared
+with the engine's adaptive k and ``wb simulate``); this module adds the forward's cost and the stages.
 """
 
 from __future__ import annotations
@@ -39,38 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-# ------------------------------------------------------------------ acceptance
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E[N] = (1 − α^(k+1)) / (1 − α): tokens per verification step (bonus included)."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def alpha_from_per_position(rates: list[float]) -> float:
-    """α fitting r_i ≈ α^(i+1): log α = Σ (i+1) log r_i / Σ (i+1)^2 (zero rates are skipped)."""
-    pts = [(i + 1, math.log(r)) for i, r in enumerate(rates) if r > 0]
-    if not pts:
-        return 0.0
-    return min(math.exp(sum(w * lr for w, lr in pts) / sum(w * w for w, _ in pts)), 1.0)
-
-
-def fit_alpha(rates_per_pos: list[float]) -> float | None:
-    """α fitted to per-position acceptance rates r_i ≈ α^(i+1) (:func:`alpha_from_per_position`);
-    None when no position was ever accepted."""
-    return alpha_from_per_position(rates_per_pos) if any(r > 0 for r in rates_per_pos) else None
-
-
-def alpha_from_acceptance_length(length: float, k: int) -> float:
-    """α with E[N](α, k) = ``length`` (bisection; length in [1, k+1])."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens(mid, k) < length else (lo, mid)
-    return (lo + hi) / 2
-
+from workbench.rollout.cost import expected_tokens, gen_speedup
 
 # ------------------------------------------------------------------ cost of a target forward
 
@@ -141,12 +110,6 @@ def load_cost_curve(path: str | Path) -> CostModel:
 
 
 # ------------------------------------------------------------------ speedups
-
-
-def gen_speedup(alpha: float, k: int, c: float, verify_ratio: float = 1.0) -> float:
-    """S = E[N] / (k·c + verify_ratio) (Leviathan et al. 2023): the gen speedup, c and verify_ratio in
-    units of one target decode step."""
-    return expected_tokens(alpha, k) / (k * c + verify_ratio)
 
 
 def step_speedup(step: float, gen: float, s_gen: float) -> float:
@@ -253,7 +216,7 @@ def project(
     return out
 
 
-def best_k(rows: list[Projection]) -> dict[str, Projection]:
+def best_per_drafter(rows: list[Projection]) -> dict[str, Projection]:
     """Per drafter, the row with the largest gen speedup (the step speedup is monotone in it)."""
     best: dict[str, Projection] = {}
     for r in rows:

@@ -34,19 +34,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
-
-
-def verify_ratio(k: int, batch: int, knee: float | None) -> float:
-    """v(k) = max(1, B·(k+1)/T_knee) / max(1, B/T_knee); ``knee`` None or ∞: 1 (memory-bound)."""
-    if knee is None or math.isinf(knee):
-        return 1.0
-    return max(1.0, batch * (k + 1) / knee) / max(1.0, batch / knee)
+from workbench.rollout.cost import (
+    alpha_from_acceptance_length,
+    alpha_from_per_position,
+    best_of,
+    expected_tokens,
+    gen_speedup,
+    knee_verify_ratio,
+)
 
 
 def predict_speedup(alpha: float, k: int, c: float, batch: int = 256, knee: float | None = None) -> float:
-    """S(k) = E[N](α, k) / (k·c + v(k))."""
-    return expected_tokens(alpha, k) / (k * c + verify_ratio(k, batch, knee))
+    """S(k) = E[N](α, k) / (k·c + v(k)), v(k) the knee's verification ratio (:func:`knee_verify_ratio`)."""
+    return gen_speedup(alpha, k, c, knee_verify_ratio(k, batch, knee))
 
 
 def fit_c(speedup: float, k: int, tokens: float, verify: float = 1.0) -> float:
@@ -97,7 +97,7 @@ class Calibration:
 
     @property
     def best_k(self) -> int:
-        return max(self.predictions, key=lambda k: self.predictions[k])
+        return best_of(self.predictions)
 
 
 def calibrate(
@@ -117,7 +117,7 @@ def calibrate(
     tokens = expected_tokens(alpha, k)
     if unknown == "c":
         knee = math.inf if knee is None else knee
-        c = fit_c(speedup, k, tokens, verify_ratio(k, batch, knee))
+        c = fit_c(speedup, k, tokens, knee_verify_ratio(k, batch, knee))
     elif unknown == "knee":
         if c is None:
             raise ValueError("--unknown knee: give the drafter cost ratio --c (drafter step / target step)")

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 from workbench import metrics as M
 from workbench.perf.analytic import CostModel
+from workbench.rollout.cost import modeled_step_s
 
 
 def ar_rows_per_forward(lengths: Sequence[int], chunk: int, continuous: bool = False) -> list[int]:
@@ -73,7 +74,7 @@ def modeled_spec_seconds(
     """Σ over verification forwards of cost(n·(k_t+1)) + drafter(n, k_t) (seconds); ``k``: one k for
     every forward, or each forward's k_t (adaptive speculation; k_t = 0: no drafter cost)."""
     ks = [k] * len(rows_per_forward) if isinstance(k, int) else list(k)
-    return float(sum(cost(n * (kt + 1)) + (drafter(n, kt) if kt else 0.0) for n, kt in zip(rows_per_forward, ks)))
+    return float(sum(modeled_step_s(n, kt, cost, drafter) for n, kt in zip(rows_per_forward, ks)))
 
 
 def modeled_metrics(

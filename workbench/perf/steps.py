@@ -21,12 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.perf.analytic import CostModel
-
-
-def tokens_per_step(per_pos: list[float]) -> float:
-    """E[N] = 1 + Σ_i r_i: expected tokens one verification step emits for a drafted row (bonus or
-    correction token included), from per-position acceptance rates r_i = P(draft position i accepted)."""
-    return 1.0 + float(sum(per_pos))
+from workbench.rollout.cost import tokens_per_step
 
 
 def emit_pmf(per_pos: list[float], no_draft: float = 0.0) -> np.ndarray:

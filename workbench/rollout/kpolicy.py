@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from workbench.rollout.cost import best_k, expected_emitted, modeled_step_s
+
 
 @runtime_checkable
 class KPolicy(Protocol):
@@ -29,46 +31,6 @@ class KPolicy(Protocol):
 
     # Optional: ``observe(k_t, num_rows, seconds)``, the step's measured wall time (the engine calls
     # it when the policy has it; seconds from the step's start to its end, host read included).
-
-
-def expected_emitted(survival: list[float], k_t: int, draft_share: float = 1.0) -> float:
-    """Expected tokens a row emits in a step at k_t: 1 + share · Σ_{i<k_t} survival[i].
-
-    survival[i] = P(drafts 0..i all accepted) for a row that drafted (Leviathan et al. 2023, arXiv
-    2211.17192: E[N] = 1 + α + ... + α^k with survival[i] = α^(i+1)); ``draft_share``: the share of
-    rows that drafted at all (an n-gram or suffix drafter may find no match)."""
-    return 1.0 + draft_share * sum(survival[:k_t])
-
-
-def modeled_step_s(
-    n: int, k_t: int, target_s: Callable[[float], float], drafter_s: Callable[[int, int], float]
-) -> float:
-    """Seconds of one step of n rows at k_t from the cost curves: the target's forward with
-    n · (k_t + 1) tokens in flight plus the drafter's k_t steps (none at k_t = 0)."""
-    return target_s(n * (k_t + 1)) + (drafter_s(n, k_t) if k_t else 0.0)
-
-
-def best_k(
-    n: int,
-    survival: list[float],
-    draft_share: float,
-    target_s: Callable[[float], float],
-    drafter_s: Callable[[int, int], float],
-    k_max: int,
-    scale: Callable[[int, int], float] | None = None,
-    margin: float = 0.0,
-) -> int:
-    """The k_t in 0..k_max with the most expected tokens per second for a batch of n rows:
-    n · E[N(k_t)] / step_s(n, k_t), k_t = 0 being a plain decode step; step_s is
-    :func:`modeled_step_s` times ``scale(n, k_t)`` (measured / modeled, 1 without it). A k_t > 0
-    must beat plain decoding by ``margin`` (a share: 0.1 = 10 %) to be chosen. Ties go to the
-    smaller k_t."""
-
-    def rate(k_t: int) -> float:
-        secs = modeled_step_s(n, k_t, target_s, drafter_s) * (scale(n, k_t) if scale else 1.0)
-        return n * expected_emitted(survival, k_t, draft_share) / max(secs, 1e-12) / (1.0 + margin if k_t else 1.0)
-
-    return max(range(k_max + 1), key=lambda k_t: (rate(k_t), -k_t))
 
 
 def size_bin(n: int) -> int:

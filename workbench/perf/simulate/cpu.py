@@ -45,6 +45,7 @@ import numpy as np
 from workbench.perf.simulate.from_sweep import SweepPoint, SweepWorkload
 from workbench.perf.simulate.measured import MeasuredHardware
 from workbench.perf.simulate.rollout import replica_time
+from workbench.rollout.cost import modeled_step_s
 
 UNKNOWNS = {
     "verify_overhead_s": "seconds per verification step of the speculative arm beyond its forwards (rejection "
@@ -106,7 +107,7 @@ def arm_time(
     P = wl.prompt_len
 
     def step_s(rows: float, _context: float) -> float:
-        return hw.target.time(rows * (k + 1)) + (d.step(rows) if d is not None else 0.0)
+        return modeled_step_s(rows, k, hw.target.time, lambda n, _k: d.step(n) if d is not None else 0.0)
 
     def prefill_s(n: int) -> float:
         return (hw.target.time(n * P) + (draft_curve.time(n * P) if draft_curve is not None else 0.0)) if P else 0.0
@@ -140,8 +141,9 @@ def min_step_cost(hw: MeasuredHardware, point: SweepPoint | None, unknown: str, 
     """The cheapest step of an arm (one live row) with the unknown added: must stay > 0."""
     k = point.k if point else 0
     one = ArmTime(k, 0.0, 1.0)
-    drafter = hw.drafter(point.kind, k).step(1) if point else 0.0
-    return hw.target.time(k + 1) + drafter + x * one.weight(unknown)
+    return modeled_step_s(1, k, hw.target.time, lambda n, _k: hw.drafter(point.kind, k).step(n)) + x * one.weight(
+        unknown
+    )
 
 
 @dataclass

@@ -35,8 +35,9 @@ from workbench import metrics as M
 from workbench.perf.simulate.lengths import MeasuredLengths, NoLengthsLogged, read_run_lengths
 from workbench.perf.simulate.rollout import lognormal_lengths
 from workbench.perf.simulate.run import solve_monotone
-from workbench.perf.steps import emit_pmf, slot_schedule, tokens_per_step
+from workbench.perf.steps import emit_pmf, slot_schedule
 from workbench.perf.sweep_runs import SweepRun
+from workbench.rollout.cost import tokens_per_step
 from workbench.runs import RunRecord
 from workbench.stats import RatioCI, RunsCI
 

@@ -34,7 +34,6 @@ from typing import Callable
 
 import numpy as np
 
-from workbench.perf.analytic import alpha_from_acceptance_length, alpha_from_per_position, expected_tokens
 from workbench.perf.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
 from workbench.perf.simulate.costs import (
     active_params,
@@ -47,7 +46,12 @@ from workbench.perf.simulate.costs import (
 )
 from workbench.perf.simulate.lengths import MeasuredLengths, grouped_lognormal, read_run_lengths
 from workbench.perf.simulate.scenario import ModelShape, Scenario, Speculation
-from workbench.perf.steps import tokens_per_step
+from workbench.rollout.cost import (
+    alpha_from_acceptance_length,
+    alpha_from_per_position,
+    expected_tokens,
+    tokens_per_step,
+)
 
 # ------------------------------------------------------------------ acceptance
 

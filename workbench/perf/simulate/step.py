@@ -24,6 +24,7 @@ from workbench.perf.analytic import async_step_time
 from workbench.perf.simulate.costs import matmul_params
 from workbench.perf.simulate.rollout import GenResult, gen_stage, response_lengths
 from workbench.perf.simulate.scenario import ModelShape, Scenario
+from workbench.rollout.cost import best_of
 
 
 def sequence_flops(m: ModelShape, seq: np.ndarray | float) -> np.ndarray | float:
@@ -114,7 +115,7 @@ class StepResult:
 
     @property
     def best_k(self) -> int | None:
-        return max(self.gen_speedup_by_k, key=self.gen_speedup_by_k.__getitem__) if self.gen_speedup_by_k else None
+        return best_of(self.gen_speedup_by_k) if self.gen_speedup_by_k else None
 
     def record(self) -> dict:
         """A flat JSON-able record: the fields and the derived speedups."""
