@@ -6,7 +6,7 @@ maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``suffix``, ``draft_mode
 its class.
 """
 
-from drafters.registry import DRAFTERS, build_drafter, register
+from drafters.registry import DRAFTERS, build_drafter, drafter_class, register
 from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 
 # Import for registration side effects (one module per drafter kind), in this order: DRAFTERS lists the kinds
@@ -19,4 +19,13 @@ from drafters import mtp as _mtp  # noqa: F401,E402
 from drafters import eagle3 as _eagle3  # noqa: F401,E402
 # isort: on
 
-__all__ = ["DRAFTERS", "Drafter", "DraftContext", "DraftProposal", "DrafterTarget", "build_drafter", "register"]
+__all__ = [
+    "DRAFTERS",
+    "Drafter",
+    "DraftContext",
+    "DraftProposal",
+    "DrafterTarget",
+    "build_drafter",
+    "drafter_class",
+    "register",
+]

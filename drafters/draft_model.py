@@ -66,8 +66,19 @@ def first_layers(target: DrafterTarget, n: int, device, dtype):
 @register
 class DraftModelDrafter(Drafter):
     kind = "draft_model"
-
     trainable = True
+    arch_fields = ("model",)
+    vllm_weights = True  # vLLM's draft_model method loads the checkpoint
+
+    @classmethod
+    def initialised_by_default(cls, spec) -> bool:
+        """A given draft model drafts as it is; a truncated copy of the target (``draft_layers``) is trained first."""
+        return spec.draft_layers is not None
+
+    @classmethod
+    def arch_key(cls, spec) -> dict:
+        """``model``, and ``draft_layers`` when set."""
+        return super().arch_key(spec) | ({"draft_layers": spec.draft_layers} if spec.draft_layers else {})
 
     def __init__(self, model: LeanLM, hf=None, tokenizer=None):
         self.model = model

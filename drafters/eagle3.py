@@ -80,6 +80,8 @@ class Eagle3Net(ChainNet):
 @register
 class Eagle3Drafter(ChainDrafter):
     kind = "eagle3"
+    arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay")
+    vllm_weights = True  # exported in vLLM's EAGLE-3 layout (workbench.vllm.eagle3)
 
     @classmethod
     def from_spec(cls, spec, target: DrafterTarget, device=None) -> "Eagle3Drafter":

@@ -50,6 +50,7 @@ class MTPNet(ChainNet):
 @register
 class MTPDrafter(ChainDrafter):
     kind = "mtp"
+    arch_fields = ("num_nextn_predict_layers", "ttt_steps", "ttt_decay")
 
     @classmethod
     def from_spec(cls, spec, target: DrafterTarget, device=None) -> "MTPDrafter":

@@ -17,6 +17,20 @@ def register(cls: type[Drafter]) -> type[Drafter]:
     return cls
 
 
+def drafter_class(kind: str) -> type[Drafter] | None:
+    """The class registered for ``kind`` (its capabilities: ``trainable``, ``arch_fields``, ``vllm_weights``);
+    None for ``none`` (plain decoding).
+
+    Raises:
+        ValueError: unknown kind, listing the registered ones.
+    """
+    if kind == "none":
+        return None
+    if kind not in DRAFTERS:
+        raise ValueError(f"drafter.kind: unknown drafter {kind!r}; allowed values: none, {', '.join(DRAFTERS)}")
+    return DRAFTERS[kind]
+
+
 def build_drafter(kind: str, spec: Any, target: DrafterTarget, device: torch.device) -> Drafter | None:
     """Drafter instance for ``spec`` (a ``DrafterSpec``) drafting for ``target``; None for kind ``none``.
 
@@ -24,10 +38,9 @@ def build_drafter(kind: str, spec: Any, target: DrafterTarget, device: torch.dev
         ValueError: unknown kind, listing the registered ones.
         TypeError: ``target`` is not a :class:`DrafterTarget`.
     """
-    if kind == "none":
+    cls = drafter_class(kind)
+    if cls is None:
         return None
-    if kind not in DRAFTERS:
-        raise ValueError(f"drafter.kind: unknown drafter {kind!r}; allowed values: none, {', '.join(DRAFTERS)}")
     if not isinstance(target, DrafterTarget):
         raise TypeError(f"build_drafter: target must be a DrafterTarget, got {type(target).__name__}")
-    return DRAFTERS[kind].from_spec(spec, target=target, device=device)
+    return cls.from_spec(spec, target=target, device=device)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import build_drafter
+from drafters import build_drafter, drafter_class
 from drafters.training import completion_loss_mask, evaluate_rows, fit, lean_target_states, split_rows
 from workbench.cache import atomic_dir, cache_dir, short_hash
 from workbench.models.chat import generation_config_of, run_prompt_format
@@ -34,11 +34,6 @@ from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
 from workbench.vllm import is_eagle3_folder
 
-ARCH_FIELDS = {
-    "draft_model": ("model",),
-    "mtp": ("num_nextn_predict_layers", "ttt_steps", "ttt_decay"),
-    "eagle3": ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay"),
-}
 HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
 
 
@@ -53,7 +48,8 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
     (``init.data`` none, or a drafter kind without weights)."""
     d = spec.drafter
     data = d.init_data()
-    if data == "none" or d.kind not in ARCH_FIELDS:
+    cls = drafter_class(d.kind)
+    if data == "none" or cls is None or not cls.trainable:
         return None
     if d.kind == "eagle3" and is_eagle3_folder(d.model):  # a trained head given as drafter.model: nothing to initialise
         return None
@@ -62,8 +58,7 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "target": str(Path(target_path).resolve()),
         "target_config": target_cfg,
         "kind": d.kind,
-        "arch": {f: getattr(d, f) for f in ARCH_FIELDS[d.kind]}
-        | ({"draft_layers": d.draft_layers} if d.kind == "draft_model" and d.draft_layers else {}),
+        "arch": cls.arch_key(d),
         "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
         "task": spec.task.model_dump(include={"name", "path", "prompt_field"}),

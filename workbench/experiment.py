@@ -219,9 +219,11 @@ def _run(
 
 def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrainer) -> None:
     """Params ``drafter.init.resolved_data`` / ``drafter.init.checkpoint`` and the init's held-out stats."""
+    from drafters import drafter_class
     from workbench.drafter_init import init_info
 
-    if spec.drafter.kind in ("none", "ngram", "suffix"):
+    cls = drafter_class(spec.drafter.kind)
+    if cls is None or not cls.trainable:
         return
     path = trainer.drafter_init_path
     tracker.log_params(

@@ -23,7 +23,10 @@ def drafter_init(
     """Train the spec's drafter on its init data (in_domain | chat | a dataset) and cache the checkpoint."""
     resolved = _load(spec, overrides)
     d = resolved.drafter
-    if d.init_data() == "none" or d.kind in ("none", "ngram", "suffix"):
+    from drafters import drafter_class
+
+    cls = drafter_class(d.kind)
+    if d.init_data() == "none" or cls is None or not cls.trainable:
         _fail(
             f"drafter.init.data: nothing to initialise for drafter.kind={d.kind} with init.data={d.init_data()}; "
             "use drafter.kind=draft_model|mtp|eagle3 and drafter.init.data=in_domain|chat|<file>"

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from drafters import DrafterTarget, build_drafter
+from drafters import DrafterTarget, build_drafter, drafter_class
 from drafters.chain import ChainDrafter
 from drafters.training import MasterAdamW
 from workbench.drafter_init import build_init
@@ -41,7 +41,7 @@ from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
-from workbench.vllm import DRAFTER_MODELS, admit, vllm_backend
+from workbench.vllm import admit, vllm_backend
 
 PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
 
@@ -156,8 +156,9 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
     """
     d = spec.drafter
     on_vllm = spec.rollout.backend == "vllm"
-    if on_vllm and d.kind not in DRAFTER_MODELS:  # vLLM drafts itself (ngram, suffix) or not at all
-        if d.online.enabled and d.kind != "none":
+    cls = drafter_class(d.kind)
+    if on_vllm and not (cls is not None and cls.vllm_weights):  # vLLM drafts itself (ngram, suffix) or not at all
+        if d.online.enabled and cls is not None:
             raise ValueError(
                 f"drafter.online.enabled: drafter kind {d.kind!r} cannot be adapted; "
                 "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false"

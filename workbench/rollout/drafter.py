@@ -104,9 +104,24 @@ class Drafter:
     :class:`DraftContext`; what a drafter keeps between calls is its own state (caches).
     """
 
+    # What the rest of the workbench asks of a kind (capabilities, not name switches): a new kind sets these in
+    # its own module and registers itself, and init, online adaptation and the vLLM backend follow.
     kind: ClassVar[str] = ""
-    trainable: ClassVar[bool] = False  # has draft_loss/train_parameters (init and online adaptation)
+    trainable: ClassVar[bool] = False  # has weights: draft_loss/train_parameters (init and online adaptation)
+    arch_fields: ClassVar[tuple[str, ...]] = ()  # DrafterSpec fields that shape the weights (the init cache key)
+    vllm_weights: ClassVar[bool] = False  # vLLM serves this drafter's own weights (exported, reloaded when adapted)
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
+
+    @classmethod
+    def initialised_by_default(cls, spec) -> bool:
+        """Whether ``drafter.init.data: auto`` trains this kind before the first step (``spec``: a
+        ``DrafterSpec``): every trainable kind, unless a subclass knows better."""
+        return cls.trainable
+
+    @classmethod
+    def arch_key(cls, spec) -> dict:
+        """The spec's weight-shaping settings (``arch_fields``), part of the init checkpoint's cache key."""
+        return {f: getattr(spec, f) for f in cls.arch_fields}
 
     def start(self, ctx: DraftContext, hidden: dict[int, torch.Tensor]) -> None:
         """After the target's prefill; ``hidden`` = {layer: (U, P, H)} of the U distinct prompts

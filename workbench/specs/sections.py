@@ -280,8 +280,10 @@ class DrafterSpec(_Section):
         """``init.data`` with ``auto`` resolved for this kind."""
         if self.init.data != "auto":
             return self.init.data
-        trained = self.kind in ("mtp", "eagle3") or (self.kind == "draft_model" and self.draft_layers is not None)
-        return "in_domain" if trained else "none"
+        from drafters import drafter_class
+
+        cls = drafter_class(self.kind)
+        return "in_domain" if cls is not None and cls.initialised_by_default(self) else "none"
 
     @field_validator("kind")
     @classmethod

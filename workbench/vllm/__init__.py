@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
-    from workbench.vllm.build import DRAFTER_MODELS, admit, vllm_backend
+    from workbench.vllm.build import admit, vllm_backend
     from workbench.vllm.eagle3 import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
     from workbench.vllm.verdicts import (
         check_speculation_allowed,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the same names for readers and static tools; at run time __
     )
 
 _LAZY = {
-    "workbench.vllm.build": ("DRAFTER_MODELS", "admit", "vllm_backend"),
+    "workbench.vllm.build": ("admit", "vllm_backend"),
     "workbench.vllm.eagle3": ("export_eagle3", "from_vllm_state", "is_eagle3_folder", "read_eagle3", "to_vllm_state"),
     "workbench.vllm.verdicts": (
         "check_speculation_allowed",
@@ -61,7 +61,6 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
-    "DRAFTER_MODELS",
     "admit",
     "vllm_backend",
     "export_eagle3",

@@ -13,13 +13,9 @@ from pathlib import Path
 
 import torch
 
+from drafters import drafter_class
 from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process, check_vllm_spec, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed
-
-DRAFTER_MODELS = (
-    "draft_model",
-    "eagle3",
-)  # the kinds whose workbench drafter vLLM loads (and reloads after adaptation)
 
 
 def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
@@ -97,7 +93,8 @@ def vllm_backend(
         folder = drafter_folder(spec, drafter, init_path, target_cfg, Path(work.name))
         sc = speculative_config(spec.drafter, folder, spec.rollout.vllm.draft_sample_method)
         kind = spec.drafter.kind
-        reload = (lambda d: drafter_weights(kind, d)) if kind in DRAFTER_MODELS else None
+        cls = drafter_class(kind)
+        reload = (lambda d: drafter_weights(kind, d)) if cls is not None and cls.vllm_weights else None
         return VLLMBackend(
             target_path,
             spec,
