@@ -17,6 +17,7 @@ from drafters import suffix as _suffix  # noqa: F401,E402
 from drafters import draft_model as _draft_model  # noqa: F401,E402
 from drafters import mtp as _mtp  # noqa: F401,E402
 from drafters import eagle3 as _eagle3  # noqa: F401,E402
+from drafters import dflash as _dflash  # noqa: F401,E402
 # isort: on
 
 __all__ = [

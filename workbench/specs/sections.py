@@ -203,7 +203,8 @@ class DrafterSpec(_Section):
     """vLLM speculative_config vocabulary, flat, so switching `kind` by override keeps the rest valid."""
 
     kind: str = Field(
-        "draft_model", description="none | ngram | suffix | draft_model | mtp | eagle3 (see `drafters.DRAFTERS`)"
+        "draft_model",
+        description="none | ngram | suffix | draft_model | mtp | eagle3 | dflash (see `drafters.DRAFTERS`)",
     )
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens: draft tokens per verification step")
     adaptive: bool = Field(
@@ -263,7 +264,19 @@ class DrafterSpec(_Section):
         None, ge=1, description="eagle3: reduced draft vocabulary; default vocab/4 (full vocab without init data)"
     )
     ttt_steps: int = Field(7, ge=1, le=16, description="mtp/eagle3: training-time-test unroll steps")
-    ttt_decay: float = Field(0.8, gt=0.0, le=1.0, description="mtp/eagle3: weight of unroll step j is ttt_decay**j")
+    ttt_decay: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="mtp/eagle3: weight of unroll step j is ttt_decay**j; dflash: of slot i, **(i-1)",
+    )
+    dflash_block_size: int = Field(
+        8,
+        ge=2,
+        le=17,
+        description="dflash: query slots of the one draft forward (the last emitted token, then block_size - 1 "
+        "masks; z-lab's block_size); k <= dflash_block_size - 1",
+    )
     init: DrafterInitSpec = Field(default_factory=DrafterInitSpec)
     online: DrafterOnlineSpec = Field(default_factory=DrafterOnlineSpec)
 

@@ -105,6 +105,12 @@ def speculative_config(
         if draft_sample_method is not None:
             cfg["draft_sample_method"] = draft_sample_method
         return cfg
+    if d.kind == "dflash":
+        raise ValueError(
+            "drafter.kind=dflash with rollout.backend=vllm: vLLM serves DFlash heads in z-lab's layout "
+            "(DFlashDraftModel: Qwen3 layers with q/k norm, a mask token id), which the workbench's dflash head "
+            "is not exported to yet; use rollout.backend=workbench"
+        )
     raise ValueError(f"drafter.kind={d.kind!r} has no vLLM speculative method; use rollout.backend=workbench")
 
 

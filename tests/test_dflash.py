@@ -1,0 +1,176 @@
+"""dflash, the one-pass block drafter: one draft forward per verification step, exact (greedy token for
+token, the sampled joint law), its context cache equal to a fresh start after many steps, its loss, its
+checkpoint and its refusals."""
+
+import pytest
+import torch
+
+from drafters import DraftContext, Drafter, DrafterTarget, build_drafter
+from drafters.dflash import DFlashDrafter, dflash_loss
+from drafters.training import collate, completion_loss_mask, fit, lean_target_states, split_rows
+from workbench.rollout.engine import RolloutEngine
+from workbench.rollout.model import LeanLM
+from workbench.rollout.sampling import SamplingParams
+from workbench.specs import DrafterSpec
+
+from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
+
+LAYERS = (0, 1, 2)  # the layers a dflash head over a 2-layer target reads
+
+
+def _make(lm, counts=None, **fields) -> DFlashDrafter:
+    spec = DrafterSpec(kind="dflash", **fields)
+    return build_drafter("dflash", spec, DrafterTarget(lm, token_counts=counts), torch.device("cpu"))
+
+
+def _rows(lm, n=96, max_new=30, seed=0):
+    """The target's own sampled completions of random 3-token prompts, as DraftBatch rows."""
+    g = torch.Generator().manual_seed(seed)
+    V = lm.cfg.vocab_size
+    prompts = [[1, int(a), int(b)] for a, b in torch.randint(3, V, (n, 2), generator=g)]
+    out = RolloutEngine(lm).generate(prompts, SamplingParams(max_new_tokens=max_new, eos_token_id=2), g)
+    seqs = [p + c for p, c in zip(prompts, out.tokens)]
+    L = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), L, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    mask = completion_loss_mask([3] * n, list(map(len, seqs)), L)
+    counts = torch.bincount(ids.flatten(), minlength=V).float()
+    return split_rows(lean_target_states(lm, ids, mask, LAYERS)), counts
+
+
+@pytest.fixture(scope="module")
+def trained(target_lm):
+    """A briefly trained dflash head (draft vocabulary 24 of 48): its drafts get accepted, so exactness bites."""
+    rows, counts = _rows(target_lm)
+    d = _make(target_lm, counts, draft_vocab_size=24, k=3)
+    torch.manual_seed(0)
+    fit(d, rows, steps=80, lr=3e-3, batch_size=16)
+    return d
+
+
+def test_loss_decreases_on_a_fixed_batch(target_lm):
+    rows, counts = _rows(target_lm, n=32)
+    d = _make(target_lm, counts, draft_vocab_size=24)
+    batch = collate(rows)
+    params = d.train_parameters()
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=3e-3)
+    torch.manual_seed(0)
+    first = None
+    for _ in range(40):
+        loss, stats = dflash_loss(d.net, batch, d.block_size, 0.8, restrict=(d.net.d2t, d.net.t2d))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else float(loss)
+    assert float(loss) < 0.8 * first
+    assert {"draft/loss", "draft/loss_pos_1", "draft/top1_agreement"} <= set(stats)
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_greedy_speculative_equals_greedy_autoregressive(target_lm, trained, k):
+    ar = RolloutEngine(target_lm).generate(PROMPTS, greedy())
+    sv = RolloutEngine(target_lm, trained, k=k).generate(PROMPTS, greedy())
+    assert sv.tokens == ar.tokens and sv.finish_reasons == ar.finish_reasons
+    assert sv.counters.num_accepted_tokens > 0  # trained drafts do get accepted
+
+
+def test_one_draft_forward_per_verification_step(target_lm, trained):
+    """k drafts cost one forward of the head, whatever k (the chain drafters run k)."""
+    for k in (2, 5):
+        before = trained.forwards
+        out = RolloutEngine(target_lm, trained, k=k).generate(PROMPTS[:2], greedy(max_new=20))
+        assert trained.forwards - before == out.counters.num_verify_steps
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=1.0, max_new_tokens=3),
+        SamplingParams(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3),
+    ],
+    ids=["T1", "T0.7-topk-topp"],
+)
+def test_sampled_speculative_rollouts_follow_target(sp):
+    """5 of 8 ids in the draft vocabulary: q is zero outside it, and k = 3 < block - 1."""
+    target = LeanLM.from_hf(random_llama(vocab=SMALL_V, hidden=32, seed=20, lm_head_std=0.6))
+    rows, counts = _rows(target, n=64, max_new=8)
+    d = _make(target, counts, draft_vocab_size=5, k=3, dflash_block_size=5)
+    torch.manual_seed(0)
+    fit(d, rows, steps=30, lr=3e-3, batch_size=16)
+    assert_rollouts_follow_target(target, d, [1, 3, 4, 3, 4], sp, k=3)
+
+
+class _AgainstFresh(Drafter):
+    """Runs ``inner`` for the engine and at every step checks its proposal against a drafter over the
+    same head started from scratch on each row's sequence so far (one teacher-forced target forward)."""
+
+    def __init__(self, inner, target):
+        self.inner, self.target = inner, target
+        self.hidden_layers = inner.hidden_layers
+        self.steps, self.emitted = 0, []
+
+    def start(self, ctx, hidden):
+        self.inner.start(ctx, hidden)
+
+    def propose(self, ctx, k):
+        rng = ctx.generator.get_state() if ctx.generator is not None else None
+        prop = self.inner.propose(ctx, k)
+        d = self.inner
+        fresh = DFlashDrafter(d.net, d.hidden_layers, d.vocab_size, d.block_size, d.ttt_decay)
+        B, t_max = ctx.tokens.shape
+        plens = ctx.lens - 1
+        P = int(plens.max())
+        _, hidden = self.target(
+            ctx.tokens[:, :P], torch.zeros(B, dtype=torch.long), self.target.new_cache(B, t_max), hidden_layers=LAYERS
+        )
+        fresh.start(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling), hidden)
+        gen = None
+        if rng is not None:
+            gen = torch.Generator()
+            gen.set_state(rng)
+        ref = fresh.propose(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling, gen), k)
+        assert torch.equal(prop.tokens, ref.tokens), f"step {self.steps}: incremental drafts differ from a fresh start"
+        torch.testing.assert_close(prop.probs, ref.probs, atol=1e-5, rtol=1e-4)
+        self.steps += 1
+        return prop
+
+    def accept(self, ctx, num_emitted, hidden):
+        self.emitted.append(num_emitted.clone())
+        self.inner.accept(ctx, num_emitted, hidden)
+
+    def select(self, rows, moved=None):
+        self.inner.select(rows, moved)
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],
+    ids=["greedy", "sampled"],
+)
+def test_incremental_context_equals_a_fresh_start_at_every_step(target_lm, trained, sp):
+    """The context cache after many ragged accept()s (rows accept different numbers of drafts, rows
+    leave, prompts shared) gives the same drafts and q as a start() on the same sequences."""
+    spy = _AgainstFresh(trained, target_lm)
+    prompts = PROMPTS + [PROMPTS[0], PROMPTS[3]]
+    RolloutEngine(target_lm, spy, k=3).generate(prompts, sp, torch.Generator().manual_seed(3))
+    assert spy.steps >= 5
+    assert sum(len(set(e.tolist())) > 1 for e in spy.emitted) >= 3
+
+
+def test_checkpoint_round_trip(tmp_path, target_lm, trained):
+    trained.save(tmp_path / "d")
+    spec = DrafterSpec(kind="dflash", draft_vocab_size=24, k=3)
+    back = build_drafter("dflash", spec, DrafterTarget(target_lm, init_path=tmp_path / "d"), torch.device("cpu"))
+    for (n, a), (_, b) in zip(trained.net.state_dict().items(), back.net.state_dict().items()):
+        assert torch.equal(a, b), n
+    with pytest.raises(ValueError, match="another target"):
+        spec8 = DrafterSpec(kind="dflash", draft_vocab_size=24, k=3, dflash_block_size=6)
+        build_drafter("dflash", spec8, DrafterTarget(target_lm, init_path=tmp_path / "d"), torch.device("cpu"))
+
+
+def test_k_beyond_the_block_is_a_clear_error(target_lm):
+    with pytest.raises(ValueError, match="dflash_block_size=8"):
+        _make(target_lm, k=7, dflash_block_size=7)
