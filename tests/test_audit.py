@@ -153,8 +153,8 @@ def test_cli_micro(monkeypatch):
     """`wb audit` end to end on the micro presets, on any machine (the presets are built on first use
     into the test session's cache, or taken from the shipped ones), with adaptive k and retire buckets.
 
-    Power: 4000 rows per drafter (was 300, which could only see a ~15 % shift): 5 drafters x 4
-    tests at a family-wise 1e-3 detect a 4.2 % shift of one token's probability near 0.5 with
+    Power: 4000 rows per drafter (was 300, which could only see a ~15 % shift): 6 drafters x 4
+    tests at a family-wise 1e-3 detect a 4.3 % shift of one token's probability near 0.5 with
     power 0.9 (the CLI prints it); the audit's sampling is ~2 s of the test on one core, the rest
     is loading and building the drafters. The biased sampler below is caught at 2000 rows (its
     shift is tens of percent)."""
@@ -169,9 +169,9 @@ def test_cli_micro(monkeypatch):
         ["audit", "micro", "--samples", "4000", "--max-new-tokens", "3", "--prompts", "1", "--adaptive", "--buckets"],
     )
     assert r.exit_code == 0, r.output
-    assert "detectable shift at n=4000: 4.2 %" in r.output and "engine: adaptive+buckets" in r.output
+    assert "detectable shift at n=4000: 4.3 %" in r.output and "engine: adaptive+buckets" in r.output
     assert "engine paths: " in r.output and "k_t [0, 1]" in r.output  # adaptive k reached (plain steps and drafts)
-    assert "draft_model" in r.output and "ngram" in r.output and "pass" in r.output
+    assert "draft_model" in r.output and "ngram" in r.output and "dflash" in r.output and "pass" in r.output
     assert "skipped" not in r.output, r.output  # every drafter kind audited, none skipped for a missing preset
     r = CliRunner().invoke(
         cli.app, ["audit", "micro", "--samples", "2000", "--max-new-tokens", "3", "--prompts", "1", "--biased"]
