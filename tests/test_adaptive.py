@@ -214,7 +214,7 @@ def _drafter(kind, target_lm, draft_lm):
     return build_drafter(kind, DrafterSpec(kind=kind), target=DrafterTarget(target_lm), device=torch.device("cpu"))
 
 
-@pytest.mark.parametrize("kind", ["draft_model", "ngram", "suffix", "mtp", "eagle3"])
+@pytest.mark.parametrize("kind", ["draft_model", "ngram", "suffix", "mtp", "eagle3", "dflash"])
 def test_greedy_with_k_varying_per_step_equals_autoregressive(target_lm, draft_lm, kind):
     ar = RolloutEngine(target_lm).generate(PROMPTS * 2, greedy())
     out = RolloutEngine(target_lm, _drafter(kind, target_lm, draft_lm), k=3, k_policy=Scripted(SCRIPT)).generate(

@@ -81,7 +81,23 @@ def test_engine_runs_the_slot_schedule():
         assert out.counters.rows_per_forward == ar_rows_per_forward(lengths, 4, continuous)
 
 
-def _drafter(kind, target_hf, trained):  # noqa: F811 (the argument: the value of the imported fixture)
+@pytest.fixture(scope="module")
+def dflash_trained(target_lm):
+    """A briefly trained dflash head (tests/test_dflash.py's recipe)."""
+    from drafters.training import fit
+
+    from test_dflash import _make, _rows
+
+    rows, counts = _rows(target_lm)
+    d = _make(target_lm, counts, draft_vocab_size=24, k=3)
+    torch.manual_seed(0)
+    fit(d, rows, steps=80, lr=3e-3, batch_size=16)
+    return d
+
+
+def _drafter(kind, target_hf, trained, dflash=None):  # noqa: F811 (the argument: the value of the imported fixture)
+    if kind == "dflash":
+        return dflash
     if kind == "draft_model":
         return DraftModelDrafter(perturbed_draft(target_hf, 0.5))
     if kind == "ngram":
@@ -93,8 +109,16 @@ def _drafter(kind, target_hf, trained):  # noqa: F811 (the argument: the value o
 
 @pytest.mark.parametrize("eos", [2, 19])
 @pytest.mark.parametrize("adaptive", [False, True])
-@pytest.mark.parametrize("kind", ["none", "ngram", "suffix", "draft_model", "mtp", "eagle3"])
-def test_greedy_continuous_equals_one_batch(target_hf, target_lm, trained, kind, adaptive, eos):  # noqa: F811
+@pytest.mark.parametrize("kind", ["none", "ngram", "suffix", "draft_model", "mtp", "eagle3", "dflash"])
+def test_greedy_continuous_equals_one_batch(
+    target_hf,
+    target_lm,
+    trained,  # noqa: F811
+    dflash_trained,
+    kind,
+    adaptive,
+    eos,
+):
     """Token for token what one batch of every prompt gives, with rows admitted into a running batch
     (the drafter's state extended: lazy prompt entries, held plain steps, caches); adaptive: k_t
     cycles 0..3 so rows join between plain steps and speculative ones. EOS 19 ends rows at the
@@ -104,7 +128,7 @@ def test_greedy_continuous_equals_one_batch(target_hf, target_lm, trained, kind,
     # repeated prompts: prefix sharing within and across admissions; with EOS 19 the first batch's
     # rows end at their prefill, so rows join before anything else ran (the drafters' lazy state merged)
     prompts = [PROMPTS[3]] * 3 + PROMPTS * 2 + [[1, 9]]
-    drafter = None if kind == "none" else _drafter(kind, target_hf, trained)
+    drafter = None if kind == "none" else _drafter(kind, target_hf, trained, dflash_trained)
     one = RolloutEngine(target_lm, drafter, k=3).generate(prompts, greedy(max_new=30, eos=eos))
     eng = RolloutEngine(target_lm, drafter, k=3, max_batch_size=3, k_policy=CountingK(3) if adaptive else None)
     out = eng.generate(prompts, greedy(max_new=30, eos=eos))
