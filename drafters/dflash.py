@@ -29,7 +29,6 @@ soft cross-entropy against the target's distribution of token a+i, weighted ``tt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -37,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from drafters.chain import ChainDrafter, ChainNet
-from drafters.eagle3 import default_layer_ids, vocab_map
+from drafters.eagle3 import aux_layer_ids, draft_vocab
 from drafters.mtp import _load, _save
 from drafters.registry import register
 from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution
@@ -134,21 +133,10 @@ class DFlashDrafter(ChainDrafter):
                 f"drafter.k: {spec.k} drafts need a block of at least k+1 slots; drafter.dflash_block_size is "
                 f"{spec.dflash_block_size} (set drafter.dflash_block_size={spec.k + 1} or more)"
             )
-        ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(cfg.num_layers))
-        if max(ids) > cfg.num_layers:
-            raise ValueError(
-                f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
-                f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}"
-            )
-        path, counts = target.init_path, target.token_counts
-        if path is not None:
-            vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
-            counts = torch.zeros(V)
-        else:
-            vd = spec.draft_vocab_size or (max(1, V // 4) if counts is not None else V)
-            counts = counts if counts is not None else torch.zeros(V)
-        d2t, t2d = vocab_map(counts, vd)
+        ids = aux_layer_ids(spec, cfg.num_layers)
+        d2t, t2d = draft_vocab(spec, target)
         net = DFlashNet(cfg, ids, d2t, t2d)
+        path = target.init_path
         expect = {"hidden_size": cfg.hidden_size, "vocab_size": V, "layer_ids": list(ids)}
         if path is not None:
             _load(net, Path(path), "dflash", expect | {"block_size": spec.dflash_block_size})

@@ -12,6 +12,7 @@ rejection sampling stays exact. Trained with the training-time test (:func:`draf
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -77,6 +78,34 @@ class Eagle3Net(ChainNet):
         return self.lm_head(self.norm(out)).float()  # (B, T, Vd) draft vocabulary
 
 
+def aux_layer_ids(spec, num_layers: int) -> tuple[int, ...]:
+    """The target layers a head over its hidden states reads (eagle3, dflash): the spec's
+    ``eagle_aux_hidden_state_layer_ids`` or :func:`default_layer_ids`.
+
+    Raises:
+        ValueError: an id beyond the target's ``num_layers`` (names the field and a valid choice).
+    """
+    ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(num_layers))
+    if max(ids) > num_layers:
+        raise ValueError(
+            f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {num_layers} layers "
+            f"(valid ids 0..{num_layers}); e.g. {list(default_layer_ids(num_layers))}"
+        )
+    return ids
+
+
+def draft_vocab(spec, target: DrafterTarget) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t (Vd,), t2d (V,)) of a head's reduced vocabulary: a checkpoint's size (its ids come with its
+    weights), else ``draft_vocab_size`` (default V/4 with token counts, else V) most frequent ids of
+    ``target.token_counts`` (:func:`vocab_map`)."""
+    V, path, counts = target.lm.cfg.vocab_size, target.init_path, target.token_counts
+    if path is not None:
+        vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
+        return vocab_map(torch.zeros(V), vd)
+    vd = spec.draft_vocab_size or (max(1, V // 4) if counts is not None else V)
+    return vocab_map(counts if counts is not None else torch.zeros(V), vd)
+
+
 @register
 class Eagle3Drafter(ChainDrafter):
     kind = "eagle3"
@@ -98,24 +127,10 @@ class Eagle3Drafter(ChainDrafter):
         cfg, V = lm.cfg, lm.cfg.vocab_size
         if spec.model and is_eagle3_folder(spec.model):  # a head in vLLM's layout (`wb drafter export`, public heads)
             return cls._from_vllm_folder(spec, target, device)
-        ids = tuple(spec.eagle_aux_hidden_state_layer_ids or default_layer_ids(cfg.num_layers))
-        if max(ids) > cfg.num_layers:
-            raise ValueError(
-                f"drafter.eagle_aux_hidden_state_layer_ids: {list(ids)} exceeds the target's {cfg.num_layers} layers "
-                f"(valid ids 0..{cfg.num_layers}); e.g. {list(default_layer_ids(cfg.num_layers))}"
-            )
-        path = target.init_path
-        counts = target.token_counts
-        if path is not None:
-            import json
-
-            vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
-            counts = torch.zeros(V)
-        else:
-            vd = spec.draft_vocab_size or (max(1, V // 4) if counts is not None else V)
-            counts = counts if counts is not None else torch.zeros(V)
-        d2t, t2d = vocab_map(counts, vd)
+        ids = aux_layer_ids(spec, cfg.num_layers)
+        d2t, t2d = draft_vocab(spec, target)
         net = Eagle3Net(cfg, ids, d2t, t2d)
+        path = target.init_path
         if path is not None:
             _load(net, Path(path), "eagle3", {"hidden_size": cfg.hidden_size, "vocab_size": V, "layer_ids": list(ids)})
         else:

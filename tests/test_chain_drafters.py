@@ -220,8 +220,10 @@ class _AgainstFresh(Drafter):
     whole sequence so far (all but its last token as the prompt, the last as the first sampled
     token), with the hidden states of one teacher-forced target forward, then ``propose``."""
 
-    def __init__(self, inner, target):
+    def __init__(self, inner, target, rebuild=None):
         self.inner, self.target = inner, target
+        # a new drafter over the same net (default: a chain drafter's constructor)
+        self.rebuild = rebuild or (lambda d: type(d)(d.net, d.hidden_layers, d.vocab_size))
         self.hidden_layers = inner.hidden_layers
         self.steps, self.emitted = 0, []
 
@@ -239,7 +241,7 @@ class _AgainstFresh(Drafter):
 
     def _fresh(self, ctx, k, rng):
         d = self.inner
-        fresh = type(d)(d.net, d.hidden_layers, d.vocab_size)
+        fresh = self.rebuild(d)
         B, t_max = ctx.tokens.shape
         plens = ctx.lens - 1  # (B,) the sequence so far, but its last token, as the prompt
         P = int(plens.max())

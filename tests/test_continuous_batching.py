@@ -83,16 +83,9 @@ def test_engine_runs_the_slot_schedule():
 
 @pytest.fixture(scope="module")
 def dflash_trained(target_lm):
-    """A briefly trained dflash head (tests/test_dflash.py's recipe)."""
-    from drafters.training import fit
+    from test_dflash import train_dflash
 
-    from test_dflash import _make, _rows
-
-    rows, counts = _rows(target_lm)
-    d = _make(target_lm, counts, draft_vocab_size=24, k=3)
-    torch.manual_seed(0)
-    fit(d, rows, steps=80, lr=3e-3, batch_size=16)
-    return d
+    return train_dflash(target_lm)
 
 
 def _drafter(kind, target_hf, trained, dflash=None):  # noqa: F811 (the argument: the value of the imported fixture)

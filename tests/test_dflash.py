@@ -5,15 +5,16 @@ checkpoint and its refusals."""
 import pytest
 import torch
 
-from drafters import DraftContext, Drafter, DrafterTarget, build_drafter
+from drafters import DrafterTarget, build_drafter
 from drafters.dflash import DFlashDrafter, dflash_loss
-from drafters.training import collate, completion_loss_mask, fit, lean_target_states, split_rows
+from drafters.training import collate, fit
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import DrafterSpec
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
+from test_chain_drafters import _AgainstFresh, _rollout_rows
 
 LAYERS = (0, 1, 2)  # the layers a dflash head over a 2-layer target reads
 
@@ -24,29 +25,22 @@ def _make(lm, counts=None, **fields) -> DFlashDrafter:
 
 
 def _rows(lm, n=96, max_new=30, seed=0):
-    """The target's own sampled completions of random 3-token prompts, as DraftBatch rows."""
-    g = torch.Generator().manual_seed(seed)
-    V = lm.cfg.vocab_size
-    prompts = [[1, int(a), int(b)] for a, b in torch.randint(3, V, (n, 2), generator=g)]
-    out = RolloutEngine(lm).generate(prompts, SamplingParams(max_new_tokens=max_new, eos_token_id=2), g)
-    seqs = [p + c for p, c in zip(prompts, out.tokens)]
-    L = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), L, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-    mask = completion_loss_mask([3] * n, list(map(len, seqs)), L)
-    counts = torch.bincount(ids.flatten(), minlength=V).float()
-    return split_rows(lean_target_states(lm, ids, mask, LAYERS)), counts
+    """The target's own sampled completions of random 3-token prompts, with the layers dflash reads."""
+    return _rollout_rows(lm, n, max_new, seed, LAYERS)
+
+
+def train_dflash(lm) -> DFlashDrafter:
+    """A briefly trained dflash head (draft vocabulary 24 of 48, k 3): its drafts get accepted."""
+    rows, counts = _rows(lm)
+    d = _make(lm, counts, draft_vocab_size=24, k=3)
+    torch.manual_seed(0)
+    fit(d, rows, steps=80, lr=3e-3, batch_size=16)
+    return d
 
 
 @pytest.fixture(scope="module")
 def trained(target_lm):
-    """A briefly trained dflash head (draft vocabulary 24 of 48): its drafts get accepted, so exactness bites."""
-    rows, counts = _rows(target_lm)
-    d = _make(target_lm, counts, draft_vocab_size=24, k=3)
-    torch.manual_seed(0)
-    fit(d, rows, steps=80, lr=3e-3, batch_size=16)
-    return d
+    return train_dflash(target_lm)
 
 
 def test_loss_decreases_on_a_fixed_batch(target_lm):
@@ -103,48 +97,6 @@ def test_sampled_speculative_rollouts_follow_target(sp):
     assert_rollouts_follow_target(target, d, [1, 3, 4, 3, 4], sp, k=3)
 
 
-class _AgainstFresh(Drafter):
-    """Runs ``inner`` for the engine and at every step checks its proposal against a drafter over the
-    same head started from scratch on each row's sequence so far (one teacher-forced target forward)."""
-
-    def __init__(self, inner, target):
-        self.inner, self.target = inner, target
-        self.hidden_layers = inner.hidden_layers
-        self.steps, self.emitted = 0, []
-
-    def start(self, ctx, hidden):
-        self.inner.start(ctx, hidden)
-
-    def propose(self, ctx, k):
-        rng = ctx.generator.get_state() if ctx.generator is not None else None
-        prop = self.inner.propose(ctx, k)
-        d = self.inner
-        fresh = DFlashDrafter(d.net, d.hidden_layers, d.vocab_size, d.block_size, d.ttt_decay)
-        B, t_max = ctx.tokens.shape
-        plens = ctx.lens - 1
-        P = int(plens.max())
-        _, hidden = self.target(
-            ctx.tokens[:, :P], torch.zeros(B, dtype=torch.long), self.target.new_cache(B, t_max), hidden_layers=LAYERS
-        )
-        fresh.start(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling), hidden)
-        gen = None
-        if rng is not None:
-            gen = torch.Generator()
-            gen.set_state(rng)
-        ref = fresh.propose(DraftContext(ctx.tokens, ctx.lens, plens, ctx.group_ids, ctx.sampling, gen), k)
-        assert torch.equal(prop.tokens, ref.tokens), f"step {self.steps}: incremental drafts differ from a fresh start"
-        torch.testing.assert_close(prop.probs, ref.probs, atol=1e-5, rtol=1e-4)
-        self.steps += 1
-        return prop
-
-    def accept(self, ctx, num_emitted, hidden):
-        self.emitted.append(num_emitted.clone())
-        self.inner.accept(ctx, num_emitted, hidden)
-
-    def select(self, rows, moved=None):
-        self.inner.select(rows, moved)
-
-
 @pytest.mark.parametrize(
     "sp",
     [greedy(max_new=24), SamplingParams(temperature=1.0, max_new_tokens=24, eos_token_id=2)],
@@ -153,7 +105,9 @@ class _AgainstFresh(Drafter):
 def test_incremental_context_equals_a_fresh_start_at_every_step(target_lm, trained, sp):
     """The context cache after many ragged accept()s (rows accept different numbers of drafts, rows
     leave, prompts shared) gives the same drafts and q as a start() on the same sequences."""
-    spy = _AgainstFresh(trained, target_lm)
+    spy = _AgainstFresh(
+        trained, target_lm, lambda d: DFlashDrafter(d.net, d.hidden_layers, d.vocab_size, d.block_size, d.ttt_decay)
+    )
     prompts = PROMPTS + [PROMPTS[0], PROMPTS[3]]
     RolloutEngine(target_lm, spy, k=3).generate(prompts, sp, torch.Generator().manual_seed(3))
     assert spy.steps >= 5
