@@ -198,7 +198,7 @@ def test_sampled_continuous_rollouts_follow_target(kind):
 
 def test_spec_field_and_vllm_refusal():
     from workbench.specs import load_spec
-    from workbench.vllm.runtime.config import check_vllm_spec
+    from workbench.vllm import check_vllm_spec
 
     assert load_spec("micro", []).rollout.continuous_batching is True
     spec = load_spec("micro", ["rollout.backend=vllm", "rollout.continuous_batching=false"])

@@ -133,7 +133,7 @@ def test_k_beyond_the_block_is_a_clear_error(target_lm):
 def test_vllm_backend_refuses_dflash_naming_the_kind():
     """vLLM serves DFlash heads in z-lab's layout only; the workbench's head is refused before anything is built."""
     from workbench.specs import load_spec
-    from workbench.vllm.runtime.config import check_vllm_spec
+    from workbench.vllm import check_vllm_spec
 
     with pytest.raises(ValueError, match="drafter.kind=dflash with rollout.backend=vllm"):
         check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "rollout.backend=vllm"]))

@@ -92,7 +92,7 @@ def test_rollout_engine_is_the_bottom_layer():
     bad = {
         (m, d)
         for m, deps in graph().items()
-        if m.startswith("workbench.rollout")
+        if within(m, "workbench.rollout")
         for d in deps
         if not within(d, "workbench.rollout", NAMES)
     }
@@ -132,6 +132,7 @@ LAYERS = {
         "workbench.progress",
         "workbench.console",
         "workbench.drafter_init",
+        "workbench.rollout_builder",
         "workbench.vllm",
     ),
     3: (
@@ -182,7 +183,7 @@ def test_drafters_do_not_import_instruments():
         "workbench.cache",
         "workbench.vllm.eagle3",  # EAGLE-3 heads in vLLM's checkpoint layout (torch and safetensors only)
     )
-    bad = {(m, d) for m, deps in graph().items() if m.startswith("drafters") for d in deps if not d.startswith(allowed)}
+    bad = {(m, d) for m, deps in graph().items() if within(m, "drafters") for d in deps if not within(d, *allowed)}
     assert not bad, f"drafters import from above their layer: {sorted(bad)}"
 
 
@@ -279,3 +280,66 @@ def test_the_preload_imports_nothing_heavy():
                 heavy |= {(name, d) for d in deps if d.split(".")[0] in ("torch", "vllm")}
                 todo += [d for d in deps if d in mods]
     assert len(seen) >= 4 and not heavy, f"importing the preload loads {sorted(heavy)} (modules loaded: {sorted(seen)})"
+
+
+# One way to build a rollout (workbench.rollout_builder): the engines' constructors are called there, and
+# inside their own classes (a backend's plain twin) or the vLLM half of the builder, nowhere else.
+ENGINES = ("RolloutEngine", "WorkbenchBackend", "VLLMBackend", "VLLMEngine", "vllm_backend")
+BUILDS_ENGINES = {
+    "workbench.rollout_builder": ENGINES,
+    "workbench.rollout.workbench_backend": ("RolloutEngine", "WorkbenchBackend"),
+    "workbench.vllm.runtime.backend": ("VLLMEngine", "VLLMBackend"),
+    "workbench.vllm.build": ("VLLMBackend",),
+}
+
+
+def engine_calls(path: Path) -> set[str]:
+    """The engine constructors (ENGINES) that ``path`` calls, by name or as an attribute."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in ENGINES:
+                out.add(name)
+    return out
+
+
+def test_engine_calls_reads_calls(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import x\nx.RolloutEngine(1)\nWorkbenchBackend\nvllm_backend(cfg)\n")
+    assert engine_calls(f) == {"RolloutEngine", "vllm_backend"}
+
+
+def test_engines_are_built_in_one_builder():
+    bad = {(m, c) for m, p in modules().items() for c in engine_calls(p) if c not in BUILDS_ENGINES.get(m, ())}
+    assert not bad, f"build engines with workbench.rollout_builder, not directly: {sorted(bad)}"
+
+
+# The experiment spec's sections: the ground floor reads the rollout description (workbench.rollout.config) instead.
+SPEC_SECTIONS = ("rollout", "grpo", "measure", "tracking", "task")
+
+
+def spec_reads(path: Path) -> set[str]:
+    """``x.<section>`` attribute reads of an experiment spec's sections, and the name ``ExperimentSpec``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in SPEC_SECTIONS:
+            out.add(node.attr)
+        elif isinstance(node, ast.Name) and node.id == "ExperimentSpec":
+            out.add(node.id)
+    return out
+
+
+def test_spec_reads_finds_sections(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f(spec):\n    return spec.rollout.vllm.enforce_eager, spec.model.dtype\n")
+    assert spec_reads(f) == {"rollout"}
+
+
+def test_the_ground_floor_never_reads_the_experiment_spec():
+    ground = [m for m in modules() if layer_of(m) == 1]
+    bad = {(m, r) for m in ground for r in spec_reads(modules()[m])}
+    assert not bad, (
+        f"the ground floor reads the experiment spec (resolve it in workbench.rollout_builder): {sorted(bad)}"
+    )

@@ -16,6 +16,7 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout.packing import linear, prepack, unpack
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout_builder import rollout_config
 from workbench.specs.load import load_spec
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
@@ -140,12 +141,13 @@ def test_packed_engine_sampled_speculative_rollouts_follow_target():
     )
 
 
-def test_from_spec_and_bench_pass_the_option():
+def test_the_builder_and_bench_pass_the_option():
     from workbench.bench import Bench, BenchConfig
+    from workbench.rollout_builder import build_backend, rollout_config
 
     spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
     lm = LeanLM.from_hf(random_llama(seed=7))
-    WorkbenchBackend.from_spec(lm, None, spec)
+    build_backend(rollout_config(spec), lm)
     assert id(lm.lm_head.weight) in packing._PACKED
     b = Bench(spec, BenchConfig(batch_sizes=(1,), max_new_tokens=4, repeats=1, model_batch=1, hf=False))
     b._ar_engine()
@@ -155,7 +157,7 @@ def test_from_spec_and_bench_pass_the_option():
 def test_spec_refuses_prepack_with_compile_and_with_vllm():
     with pytest.raises(Exception, match="rollout.prepack_weights"):
         load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])
-    from workbench.vllm.runtime.config import check_vllm_spec
+    from workbench.vllm import check_vllm_spec
 
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
         check_vllm_spec(load_spec("membound", ["rollout.prepack_weights=true"]))
@@ -276,16 +278,16 @@ def test_enable_prepack_refuses_before_fusing_anything():
 
 
 def test_wb_builds_engines_with_measured_thresholds(monkeypatch):
-    """The CLI's paths (GRPO's backend, the bench) pass workbench.prepack_rows.measured_min_rows; the
-    rollout layer itself defaults to PACKED_MIN_ROWS (it imports nothing above it)."""
-    from workbench.grpo import build
+    """The builder every CLI path builds through (GRPO's backend, the bench) passes
+    workbench.prepack_rows.measured_min_rows; the rollout layer itself defaults to PACKED_MIN_ROWS (it
+    imports nothing above it)."""
+    from workbench import rollout_builder
 
     seen = []
-    monkeypatch.setattr(build, "measured_min_rows", lambda o, i, hint: seen.append((o, i)) or 3)
+    monkeypatch.setattr(rollout_builder, "measured_min_rows", lambda o, i, hint: seen.append((o, i)) or 3)
     spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
     lm = LeanLM.from_hf(random_llama(seed=11))
-    drafters = type("D", (), {"target": lm, "drafter": None})()
-    build.build_backend(spec, None, drafters, None)
+    rollout_builder.build_backend(rollout_config(spec), lm)
     assert seen and packing.packed_min_rows(lm.lm_head.weight) == 3
     plain = LeanLM.from_hf(random_llama(seed=12))
     WorkbenchBackend(plain, prepack=True)

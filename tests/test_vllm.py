@@ -12,8 +12,10 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli.common import _load
-from workbench.vllm.runtime.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config, vllm_config
+from workbench.vllm.runtime.config import engine_kwargs, sampling_kwargs
 from workbench.vllm.runtime.env import vllm_missing_reason
+from workbench.vllm.speculative import check_vllm_spec, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
 pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
@@ -70,10 +72,10 @@ def test_suffix_needs_arctic_inference(monkeypatch):
 
 def test_engine_and_sampling_kwargs():
     s = spec("rollout.vllm.cpu_kvcache_space_gib=0.5", "rollout.max_batch_size=32", "rollout.top_k=5")
-    kw = engine_kwargs(s, "cpu", seed=3)
+    kw = engine_kwargs(vllm_config(s), "cpu", seed=3)
     assert kw["kv_cache_memory_bytes"] == 1 << 29 and kw["max_num_seqs"] == 32 and kw["seed"] == 3
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["disable_log_stats"] is False
-    assert "gpu_memory_utilization" in engine_kwargs(s, "cuda", seed=0)
+    assert "gpu_memory_utilization" in engine_kwargs(vllm_config(s), "cuda", seed=0)
     from workbench.rollout.sampling import SamplingParams
 
     sk = sampling_kwargs(SamplingParams(0.7, 0.9, 5, 11, 2), seed=None)
@@ -356,7 +358,7 @@ def test_weight_sync_matches_the_trainer_logprobs(tiny):
     from workbench.vllm.runtime.engine import VLLMEngine
 
     path, hf, tok = tiny
-    eng = VLLMEngine(path, spec(), "cpu", None, seed=0)
+    eng = VLLMEngine(path, vllm_config(spec()), "cpu", None, seed=0)
     try:
         opt = torch.optim.SGD(hf.parameters(), lr=0.5)
         ids = torch.tensor([[1, 5, 9, 12, 7, 8, 9]])
@@ -387,13 +389,13 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
     from workbench.rollout.model import LeanLM
     from workbench.rollout.paired import generate_interleaved
     from workbench.rollout.sampling import SamplingParams
-    from workbench.vllm.build import vllm_backend
+    from workbench.vllm import admit
 
     path, hf, tok = tiny
     s = spec(f"drafter.kind={kind}", "rollout.temperature=0")
     lm = LeanLM.from_hf(hf)
     drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False) if kind != "ngram" else None
-    be = vllm_backend(s, path, "cpu", drafter, None, lm.cfg)
+    be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
     plain_be = be.plain_twin()  # the paired arm: a second instance of the same backend
     try:
         assert isinstance(be, RolloutBackend) and isinstance(plain_be, RolloutBackend) and plain_be.owns_weights
@@ -478,13 +480,13 @@ def test_drafter_reload_matches_the_workbench_engine(tiny):
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.model import LeanLM
     from workbench.rollout.sampling import SamplingParams
-    from workbench.vllm.build import vllm_backend
+    from workbench.vllm import admit
 
     path, hf, tok = tiny
     s = spec("drafter.kind=draft_model", "rollout.temperature=0", "drafter.k=2")
     lm = LeanLM.from_hf(hf)
     drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False)
-    be = vllm_backend(s, path, "cpu", drafter, None, lm.cfg)
+    be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
     try:
         sp = SamplingParams(0.0, 1.0, 0, 32, tok.eos_token_id)
         prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22], [1, 4, 4, 4, 40]] * 4
@@ -692,8 +694,8 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
     from workbench.vllm.runtime.env import build_id
 
     path, _, _ = tiny
-    fixed = VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)
-    stock = VLLMEngine(path, spec(), "cpu", None, seed=0)  # started after: re-binds vLLM's CPU kernels
+    fixed = VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
+    stock = VLLMEngine(path, vllm_config(spec()), "cpu", None, seed=0)  # started after: re-binds vLLM's CPU kernels
     try:
         assert fixed.expand_fix and not stock.expand_fix
         assert cpu_fix.expansion_ok(fixed.expand_fix)  # the fixed engine's scope: right
@@ -704,7 +706,7 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
         stock.close()
     monkeypatch.setattr(cpu_fix, "expansion_ok", lambda on: False)
     with pytest.raises(RuntimeError, match="did not take"):
-        VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)
+        VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
     monkeypatch.setattr(cpu_fix, "apply", lambda: False)
     with pytest.raises(ValueError, match=r"cpu_expand_fix=false"):
-        VLLMEngine(path, spec("rollout.vllm.cpu_expand_fix=true"), "cpu", None, seed=0)
+        VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)

@@ -29,8 +29,8 @@ from workbench.cache import atomic_dir, cache_dir, short_hash
 from workbench.models.chat import generation_config_of, run_prompt_format
 from workbench.progress import progress_bar
 from workbench.rollout.drafter import Drafter, DrafterTarget
-from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.sampling import SamplingParams
+from workbench.rollout_builder import eager, engine_config, plain_backend, rollout_config
 from workbench.specs import ExperimentSpec
 from workbench.vllm import is_eagle3_folder
 
@@ -129,9 +129,8 @@ def init_completions(
     if file.is_file():
         return json.loads(file.read_text())
     gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
-    out = RolloutEngine(lm, None, max_batch_size=r.max_batch_size, continuous=r.continuous_batching).generate(
-        prompts, sp, gen
-    )
+    # the cache key holds the batch settings only: eager, unpacked decoding, so a cached file is what this would write
+    out = plain_backend(lm, eager(engine_config(spec))).generate(prompts, sp, gen)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     tmp.write_text(json.dumps(out.tokens))
@@ -155,9 +154,7 @@ def build_init(
     if console is not None:
         console.print(f"[bold]drafter init[/]: {d.kind} on {d.init_data()} data -> {folder}")
     prompts = init_prompts(spec, tokenizer)
-    r = spec.rollout
-    stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config_of(target_path))
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens, tokenizer.eos_token_id, stops)
+    sp = rollout_config(spec, tokenizer, generation_config_of(target_path)).sampling  # the run's sampling and stops
     completions = init_completions(spec, lm, prompts, sp, target_path, device)
     seqs = [p + c for p, c in zip(prompts, completions)]
 

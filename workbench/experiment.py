@@ -20,11 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench import metrics as M
+from workbench.grpo.build import DrafterParts, TrainerParts, build_parts
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.perf.modeled import build_modeled
 from workbench.rollout.kpolicy import AdaptiveK
-from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
 from workbench.tags import TAG_MACHINE
@@ -95,15 +95,40 @@ def run_experiment(
     """
     console = console or Console()
     progress = progress and os.environ.get("RANK", "0") == "0"  # data-parallel ranks: rank 0 shows progress
-    trainer = GRPOTrainer(spec, progress=progress)  # builds missing models before the run opens
+    parts = build_parts(spec, progress)  # builds missing models before the run opens
+    trainer = None
     try:
-        return _run(trainer, spec, console, progress, parent_run_id, tags, summary, on_step, run_id)
+        costs = _modeled_costs(spec, parts, progress)
+        k_policy = (  # adaptive speculation chooses k_t from the same measured costs
+            AdaptiveK(
+                spec.drafter.k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps
+            )
+            if spec.drafter.adaptive and costs is not None
+            else None
+        )
+        trainer = GRPOTrainer(spec, parts=parts, modeled=costs if spec.measure.modeled else None, k_policy=k_policy)
+        return _run(trainer, parts, spec, console, progress, parent_run_id, tags, summary, on_step, run_id)
     finally:
-        trainer.close()  # the rollout worker of asynchronous GRPO, if any
+        if trainer is not None:
+            trainer.close()  # the rollout worker of asynchronous GRPO, if any, and the rollout backends
+        else:
+            parts.close()
+
+
+def _modeled_costs(spec: ExperimentSpec, parts: TrainerParts, progress: bool):
+    """speedup/gen_modeled's cost curves (docs/design.md §8), loaded or measured before any run opens;
+    the workbench engine's own (they say nothing of vLLM's): None on another backend. Data-parallel
+    ranks: rank 0 measures into the cache, the others then load them."""
+    if parts.rollout.backend != "workbench":
+        return None
+    with parts.ranks.main_first():
+        prompts = [parts.prompt_format.encode(p) for p in parts.train_data["prompt"][:64]]
+        return build_modeled(spec, parts.drafter.target, parts.drafter.drafter, prompts, progress)
 
 
 def _run(
     trainer: GRPOTrainer,
+    parts: TrainerParts,
     spec: ExperimentSpec,
     console: Console,
     progress: bool,
@@ -113,41 +138,21 @@ def _run(
     on_step: Callable[[int, dict[str, float]], None] | None,
     run_id: str | None = None,
 ) -> RunResult:
-    # speedup/gen_modeled (docs/design.md §8): cost curves loaded or measured here, before any run opens
-    # (data-parallel ranks: rank 0 measures into the cache, the others then load them)
-    with trainer.main_first():  # the workbench engine's own cost curves (they say nothing of vLLM's)
-        costs = (
-            None
-            if not isinstance(trainer.backend, WorkbenchBackend)
-            else build_modeled(
-                spec,
-                trainer.backend.target,
-                trainer.drafter,
-                [trainer.prompt_format.encode(p) for p in trainer.train_data["prompt"][:64]],
-                progress,
-            )
-        )
-    if trainer.dp is not None and not trainer.dp.is_main:  # rank 0 alone logs and shows the run
+    dp = parts.ranks.dp
+    if dp is not None and not dp.is_main:  # rank 0 alone logs and shows the run
         progress, summary, t_enabled = False, False, False
     else:
         t_enabled = spec.tracking.enabled
-    trainer.modeled = costs if spec.measure.modeled else None
-    if spec.drafter.adaptive and costs is not None:  # adaptive speculation chooses k_t from the same measured costs
-        trainer.set_k_policy(
-            AdaptiveK(
-                spec.drafter.k, costs.target.time, costs.drafter.step_at, measured=spec.drafter.adaptive_measured_steps
-            )
-        )
     t = spec.tracking
     tags = {
         "workbench.drafter": spec.drafter.kind,
         "workbench.spec": spec.name,
-        TAG_MACHINE: host_description(trainer.device),
-        **trainer.backend.tags,
+        TAG_MACHINE: host_description(parts.ranks.device),
+        **parts.backend.tags,
         **(tags or {}),
     }
-    if trainer.dp is not None:
-        tags["workbench.world_size"] = str(trainer.dp.world_size)
+    if dp is not None:
+        tags["workbench.world_size"] = str(dp.world_size)
     tracker = Tracker(
         t.tracking_uri,
         t.experiment,
@@ -162,7 +167,7 @@ def _run(
         result.run_id = tracker.run_id
         tracker.log_params(spec.flat_params())
         tracker.log_text(spec.to_yaml(), "spec.yaml")
-        _log_drafter_init(tracker, spec, trainer)
+        _log_drafter_init(tracker, spec, parts.drafter)
         cols = (
             TextColumn("[bold]GRPO"),
             BarColumn(),
@@ -206,7 +211,7 @@ def _run(
         # Run-level paired speedups (means and 95 % CIs after warm-up), at the last step.
         result.paired = paired_summary(result.history, spec.measure.warmup_steps)
         tracker.log_metrics(result.paired, step=spec.grpo.steps)
-        _log_drafter_checkpoint(tracker, trainer)
+        _log_drafter_checkpoint(tracker, parts.drafter)
     if progress and summary:
         console.print(summary_table(spec, result))
         if result.run_id:
@@ -217,7 +222,7 @@ def _run(
     return result
 
 
-def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrainer) -> None:
+def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, drafter: DrafterParts) -> None:
     """Params ``drafter.init.resolved_data`` / ``drafter.init.checkpoint`` and the init's held-out stats."""
     from drafters import drafter_class
     from workbench.drafter_init import init_info
@@ -225,7 +230,7 @@ def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrain
     cls = drafter_class(spec.drafter.kind)
     if cls is None or not cls.trainable:
         return
-    path = trainer.drafter_init_path
+    path = drafter.init_path
     tracker.log_params(
         {"drafter.init.resolved_data": spec.drafter.init_data(), "drafter.init.checkpoint": str(path or "")}
     )
@@ -236,15 +241,10 @@ def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, trainer: GRPOTrain
         tracker.log_metrics({f"draft_init/{k.split('/')[-1]}": v for k, v in after.items()}, step=0)
 
 
-def _log_drafter_checkpoint(tracker: Tracker, trainer: GRPOTrainer) -> None:
+def _log_drafter_checkpoint(tracker: Tracker, parts: DrafterParts) -> None:
     """The drafter as it ends the run (adapted online, or as initialised) as run artifacts ``drafter/``."""
-    d = trainer.drafter
-    if (
-        d is None
-        or not d.trainable
-        or not tracker.enabled
-        or (trainer.online is None and trainer.drafter_init_path is None)
-    ):
+    d = parts.drafter
+    if d is None or not d.trainable or not tracker.enabled or (parts.online is None and parts.init_path is None):
         return
     with tempfile.TemporaryDirectory() as tmp:
         d.save(Path(tmp))

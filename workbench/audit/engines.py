@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from workbench.rollout.graphs import capture_sizes
 from workbench.rollout.kpolicy import AdaptiveK
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout_builder import EngineConfig, workbench_backend
 
 DRAFT_STEP_COST = 0.05  # a draft step's cost, in memory-bound target steps
 KNEE_PER_ROW = 1.5  # tokens in flight past which the modeled target is compute-bound, per row of the batch
@@ -52,14 +53,10 @@ def audit_k_policy(k: int, rows: int) -> AdaptiveK:
 def build_engine(target, drafter, k: int, batch: int, rows: int, options: EngineOptions) -> WorkbenchBackend:
     """The workbench engine (as a rollout backend) for ``drafter`` at ``k``, ``batch`` rows decoded
     together, for a generation of ``rows`` rows (the adaptive costs' knee), with ``options`` on."""
-    backend = WorkbenchBackend(
-        target,
-        drafter,
-        k=k,
-        max_batch_size=batch,
-        retire_buckets=capture_sizes(batch) if options.buckets else None,
-        compile=options.compile,
+    engine = EngineConfig(
+        max_batch_size=batch, retire_buckets=capture_sizes(batch) if options.buckets else None, compile=options.compile
     )
+    backend = workbench_backend(target, drafter, k, engine)
     if options.adaptive:
         backend.k_policy = audit_k_policy(k, min(rows, batch))
     return backend

@@ -19,7 +19,7 @@ from workbench.rollout import engine as engine_mod
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.sampling import SamplingParams, is_stop, probs_from_logits, sample
-from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout_builder import EngineConfig, plain_backend
 
 END = -1  # category: the row finished (at eos or another stop id) before this position
 
@@ -218,7 +218,7 @@ def informative_prompts(
     unchanged if no position within ``scan`` is uncertain. The pilot stops at every stop id of
     ``sampling`` (as the audited engines do), and no stop id is put into a context."""
     sp = replace(sampling, max_new_tokens=scan)  # keeps the stop ids: a pilot row ends where an audited one would
-    eng = WorkbenchBackend(target, None, max_batch_size=pilot)
+    eng = plain_backend(target, EngineConfig(max_batch_size=pilot))
     stops = set(sampling.stop_ids)
     out = []
     for i, p in enumerate(prompts):
@@ -337,7 +337,7 @@ def run_audit(
                     AuditTest(name, "joint 0..1", pi, p, p > a, f"chi2={stat:.1f} df={df} {deviation(observed, Ej)}")
                 )
     ar_greedy = (
-        WorkbenchBackend(target, None, max_batch_size=batch).generate(greedy_prompts or prompts, greedy_sp).tokens
+        plain_backend(target, EngineConfig(max_batch_size=batch)).generate(greedy_prompts or prompts, greedy_sp).tokens
     )
     for name, drafter in drafters.items():
         eng = _engine(target, drafter, k, batch, len(greedy_prompts or prompts), opts)

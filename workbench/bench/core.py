@@ -39,12 +39,12 @@ from workbench.grpo.build import resolve_device
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import run_prompt_format
 from workbench.perf.steps import batch_predicted_speedup
-from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.cost import fit_alpha, gen_speedup
 from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
-from workbench.rollout.sampling import SamplingParams, probs_from_logits, sample
+from workbench.rollout.sampling import probs_from_logits, sample
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout_builder import EngineConfig, plain_backend, rollout_config, workbench_backend
 from workbench.specs import ExperimentSpec
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
@@ -145,8 +145,7 @@ class Bench:
         self.hf_draft, _ = load_model(
             resolve_model(self.spec.drafter.model, what="drafter.model"), device=dev, dtype=dtype
         )
-        r = self.spec.rollout
-        self.sp = SamplingParams(r.temperature, r.top_p, r.top_k, self.cfg.max_new_tokens, None)  # EOS ignored
+        self.sp = rollout_config(self.spec, max_new_tokens=self.cfg.max_new_tokens).sampling  # no tokenizer: EOS off
         n = max(max(self.cfg.batch_sizes), self.cfg.model_batch)
         rows = list(load_task_data(self.spec.task.name, "eval", n, self.spec.seed)["prompt"])
         fmt = run_prompt_format(self.spec.task, self.tok)  # as a run feeds them: chat-templated for a chat model
@@ -160,11 +159,12 @@ class Bench:
     def _ar_engine(self) -> WorkbenchBackend:
         """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes; with
         ``rollout.prepack_weights``, as every engine of the bench, its weights packed for oneDNN)."""
-        return WorkbenchBackend(
+        return plain_backend(
             self.target,
-            retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
-            prepack=self.spec.rollout.prepack_weights,
-            prepack_min_rows=measured_min_rows,
+            EngineConfig(
+                retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
+                prepack=self.spec.rollout.prepack_weights,
+            ),
         )
 
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
@@ -175,15 +175,12 @@ class Bench:
         drafter = drafter_as_run(
             self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device
         )
-        return WorkbenchBackend(
-            self.target,
-            drafter,
-            k=k,
+        engine = EngineConfig(
             compile=self.cfg.compile or self.cfg.cuda_graphs,
             cuda_graphs=self.cfg.cuda_graphs,
             prepack=self.spec.rollout.prepack_weights,
-            prepack_min_rows=measured_min_rows,
         )
+        return workbench_backend(self.target, drafter, k, engine)
 
     def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))

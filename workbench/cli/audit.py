@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -102,7 +103,7 @@ def audit(
     )
     from workbench.audit.setup import audit_setup
     from workbench.grpo.build import resolve_device
-    from workbench.rollout.sampling import SamplingParams
+    from workbench.rollout_builder import rollout_config
 
     s = _load(spec, overrides)
     kinds = [x.strip() for x in drafters_opt.split(",")] if drafters_opt else list(DRAFTERS)
@@ -134,7 +135,9 @@ def audit(
     if on_vllm:
         drafters, skipped = _vllm_arms(s, setup, kinds, kk)
     max_new_tokens = max_new_tokens or kk + 2
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens, tok.eos_token_id, setup.stop_token_ids)
+    # the run's sampling (rollout.*) at the audit's length, ending where the run's rows end
+    sampling = rollout_config(s, max_new_tokens=max_new_tokens).sampling
+    sp = replace(sampling, eos_token_id=tok.eos_token_id, stop_token_ids=setup.stop_token_ids)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
     opts = EngineOptions(

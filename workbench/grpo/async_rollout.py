@@ -52,9 +52,15 @@ def check_async_spec(spec: Any) -> None:
     """Refuse what asynchronous GRPO does not support yet, naming the fields.
 
     Raises:
-        ValueError: measure.paired on (the paired baseline runs in the trainer), or online drafter
-            adaptation (its updates would have to reach the worker).
+        ValueError: measure.paired on (the paired baseline runs in the trainer), online drafter
+            adaptation (its updates would have to reach the worker), or rollout.backend=vllm (the
+            worker builds the workbench engine).
     """
+    if spec.rollout.backend != "workbench":
+        raise ValueError(
+            f"grpo.async.enabled: the rollout worker runs the workbench engine, not rollout.backend="
+            f"{spec.rollout.backend}; set rollout.backend=workbench or grpo.async.enabled=false"
+        )
     if spec.paired:
         raise ValueError(
             "grpo.async.enabled: the paired autoregressive measurement runs in the trainer, not in the rollout "
@@ -144,19 +150,18 @@ def _worker_main(
         torch.set_num_threads(max(1, threads))
         from drafters import build_drafter
         from workbench.models import load_model
-        from workbench.models.chat import run_prompt_format
         from workbench.rollout.drafter import DrafterTarget
-        from workbench.rollout.engine import RolloutEngine
-        from workbench.rollout.model import LeanLM
-        from workbench.rollout.sampling import SamplingParams
+        from workbench.rollout_builder import build_backend, rollout_config, rollout_target
         from workbench.specs import ExperimentSpec
         from workbench.timing import timed
 
         spec = ExperimentSpec.model_validate(spec_dict)
         device = torch.device(device_name)
         policy, tok = load_model(Path(target_path), device=device, dtype=getattr(torch, spec.model.dtype))
-        lm = LeanLM.from_hf(policy, what="model.target")
-        lm.fixed_attention_length = spec.rollout.fixed_attention_length
+        # the trainer's rollout description: the same sampling and stop ids, the same engine options
+        # (packed weights, compile, CUDA graphs), built by the same builder
+        cfg = rollout_config(spec, tok, policy.generation_config)
+        lm = rollout_target(policy, cfg)
         drafter = build_drafter(
             spec.drafter.kind,
             spec.drafter,
@@ -165,25 +170,7 @@ def _worker_main(
             ),
             device=device,
         )
-        engine = RolloutEngine(
-            lm,
-            drafter,
-            k=spec.drafter.k,
-            max_batch_size=spec.rollout.max_batch_size,
-            continuous=spec.rollout.continuous_batching,
-        )
-        if spec.rollout.compile:
-            engine.enable_compile()
-        r = spec.rollout
-        fmt = run_prompt_format(spec.task, tok)  # the trainer's: the same stop ids end a completion
-        sp = SamplingParams(
-            r.temperature,
-            r.top_p,
-            r.top_k,
-            r.max_new_tokens,
-            tok.eos_token_id,
-            fmt.stop_token_ids(policy.generation_config),
-        )
+        backend = build_backend(cfg, lm, drafter)
         gen = torch.Generator(device).manual_seed(spec.seed)  # the same stream a synchronous run samples from
         version = 0
         while True:
@@ -193,12 +180,10 @@ def _worker_main(
             if msg[0] == "weights":
                 version, state = msg[1], msg[2]
                 policy.load_state_dict(state)
-                lm.load_weights(policy)
-                if drafter is not None:
-                    drafter.sync(lm)
+                backend.load_policy_weights(policy)  # into the LeanLM (repacked if packed); the drafter synced
             elif msg[0] == "gen":
                 _, step, prompts, group_ids = msg
-                seconds, out = timed(lambda: engine.generate(prompts, sp, gen, group_ids), device)
+                seconds, out = timed(lambda: backend.generate(prompts, cfg.sampling, gen, group_ids), device)
                 results.put(WorkerResult(step, version, out, seconds))
     except Exception:  # reported to the trainer, which raises it with this traceback
         results.put(("error", traceback.format_exc()))

@@ -33,15 +33,15 @@ from workbench.grpo.distributed import DataParallel, check_distributed_spec, lau
 from workbench.grpo.online import OnlineAdaptation
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import PromptFormat, run_prompt_format
-from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.backend import RolloutBackend
+from workbench.rollout.config import RolloutConfig
 from workbench.rollout.model import LeanLM
-from workbench.rollout.sampling import SamplingParams
-from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.rollout_builder import VLLMTarget, rollout_config, rollout_target
+from workbench.rollout_builder import build_backend as build_rollout_backend
 from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
-from workbench.vllm import admit, vllm_backend
+from workbench.vllm import admit
 
 PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
 
@@ -110,13 +110,19 @@ class TrainerParts:
     backend: RolloutBackend
     paired: RolloutBackend | None  # measure.paired: a second instance of the backend, plain decoding
     optimiser: Optimiser
-    sampling: SamplingParams
+    rollout: RolloutConfig  # the rollout description the backends were built from (its sampling: the rollouts')
     generator: torch.Generator  # the rollouts' sampling stream: seed + rank
     paired_generator: torch.Generator  # the paired arm's: seed + PAIRED_SEED_OFFSET + rank
     task: Any
     train_data: Any
     eval_data: Any
-    prompt_format: PromptFormat  # plain text or the model's chat template; its stop ids are in ``sampling``
+    prompt_format: PromptFormat  # plain text or the model's chat template; its stop ids are in ``rollout.sampling``
+
+    def close(self) -> None:
+        """Free the rollout backends (idempotent)."""
+        for b in (self.backend, self.paired):
+            if b is not None:
+                b.close()
 
 
 def start_ranks(spec: ExperimentSpec) -> Ranks:
@@ -164,8 +170,7 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
                 "use drafter.kind=draft_model|mtp|eagle3 or drafter.online.enabled=false"
             )
         return DrafterParts(None, None, None, None)
-    lm = LeanLM.from_hf(policy.model, what="model.target")
-    lm.fixed_attention_length = spec.rollout.fixed_attention_length
+    lm = rollout_target(policy.model, rollout_config(spec))
     init_path = build_init(spec, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
     drafter = build_drafter(
         d.kind,
@@ -183,24 +188,31 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
 
 
 def build_backend(
-    spec: ExperimentSpec, policy: Policy, drafters: DrafterParts, ranks: Ranks, vllm_tags: dict[str, str] | None = None
+    spec: ExperimentSpec,
+    policy: Policy,
+    drafters: DrafterParts,
+    ranks: Ranks,
+    vllm_tags: dict[str, str] | None = None,
+    cfg: RolloutConfig | None = None,
 ) -> RolloutBackend:
-    """The rollout backend ``rollout.backend`` names, speculating with the run's drafter."""
-    if spec.rollout.backend == "vllm":
+    """The rollout backend ``rollout.backend`` names, speculating with the run's drafter
+    (:func:`workbench.rollout_builder.build_backend` on the spec's rollout description ``cfg``,
+    resolved here when None)."""
+    cfg = cfg or rollout_config(spec, policy.tokenizer, policy.model.generation_config)
+    vllm = None
+    if cfg.backend == "vllm":
         # the drafter's target copy stays current only where its online training reads it (an EAGLE-3
         # head's embedding and LM head are the target's); nothing else of it is synced
         shared = drafters.target if drafters.online is not None and isinstance(drafters.drafter, ChainDrafter) else None
-        return vllm_backend(
-            spec,
+        vllm = VLLMTarget(
             policy.path,
             ranks.device.type,
-            drafters.drafter,
+            vllm_tags if vllm_tags is not None else admit(spec),
             drafters.init_path,
             drafters.target.cfg if drafters.target is not None else None,
             drafter_target=shared,
-            tags=vllm_tags,
         )
-    return WorkbenchBackend.from_spec(drafters.target, drafters.drafter, spec, prepack_min_rows=measured_min_rows)
+    return build_rollout_backend(cfg, drafters.target, drafters.drafter, vllm)
 
 
 def build_optimiser(spec: ExperimentSpec, policy: torch.nn.Module, dp: DataParallel | None) -> Optimiser:
@@ -236,17 +248,17 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
     with ranks.main_first():  # rank 0 builds missing models and drafter inits into the cache
         policy = load_policy(spec, ranks.device, progress)
         drafters = build_drafter_parts(spec, policy, ranks, progress)
-    backend = build_backend(spec, policy, drafters, ranks, vllm_tags)
+    # the rollout description, resolved once: sampling (eos and the prompt format's stop ids), engine options
+    cfg = rollout_config(spec, policy.tokenizer, policy.model.generation_config)
+    backend = build_backend(spec, policy, drafters, ranks, vllm_tags, cfg)
     # Paired measurement (docs/design.md §8): plain decoding of the same prompts with the same target
     # weights, on its own RNG stream so the speculative arm (and so training) sees the same draws
     paired = backend.plain_twin() if spec.paired else None
-    r = spec.rollout
     optimiser = build_optimiser(spec, policy.model, ranks.dp)
     task, train, evals = load_data(spec)
     # Prompts in the model's chat template when it has one (task.chat_template); its end-of-turn
-    # token ends a completion in every engine (SamplingParams.stop_token_ids)
+    # token ends a completion in every engine (cfg.sampling.stop_token_ids)
     fmt = run_prompt_format(spec.task, policy.tokenizer)
-    stops = fmt.stop_token_ids(policy.model.generation_config)
     return TrainerParts(
         ranks,
         policy,
@@ -254,9 +266,7 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
         backend,
         paired,
         optimiser,
-        sampling=SamplingParams(
-            r.temperature, r.top_p, r.top_k, r.max_new_tokens, policy.tokenizer.eos_token_id, stops
-        ),
+        rollout=cfg,
         generator=torch.Generator(ranks.device).manual_seed(spec.seed + ranks.rank),
         paired_generator=torch.Generator(ranks.device).manual_seed(spec.seed + PAIRED_SEED_OFFSET + ranks.rank),
         task=task,

@@ -47,30 +47,26 @@ EVAL_SEED_OFFSET = 2_000_003  # evaluation's RNG stream (a fresh one per evaluat
 
 class GRPOTrainer:
     """GRPO steps on built parts (:class:`workbench.grpo.build.TrainerParts`; built from ``spec``
-    by :func:`workbench.grpo.build.build_parts` when not given)."""
+    by :func:`workbench.grpo.build.build_parts` when not given).
 
-    def __init__(self, spec: ExperimentSpec, progress: bool = True, parts: TrainerParts | None = None):
+    ``modeled``: the instrument behind ``speedup/gen_modeled`` (``metrics(out) -> dict``,
+    :mod:`workbench.perf.modeled`), None = not logged; ``k_policy``: adaptive speculation's k policy
+    (:meth:`set_k_policy`), None = the drafter's fixed k.
+    """
+
+    def __init__(
+        self, spec: ExperimentSpec, progress=True, parts: TrainerParts | None = None, modeled=None, k_policy=None
+    ):
         parts = parts if parts is not None else build_parts(spec, progress)
         self.spec, self.parts = spec, parts
         self.device, self.dp = parts.ranks.device, parts.ranks.dp
-        self.policy, self.tokenizer, self.ref, self.target_path = (
-            parts.policy.model,
-            parts.policy.tokenizer,
-            parts.policy.ref,
-            parts.policy.path,
-        )
-        self.drafter, self.drafter_init_path, self.online = (
-            parts.drafter.drafter,
-            parts.drafter.init_path,
-            parts.drafter.online,
-        )
+        pol, dr, opt = parts.policy, parts.drafter, parts.optimiser
+        self.policy, self.tokenizer, self.ref, self.target_path = pol.model, pol.tokenizer, pol.ref, pol.path
+        self.drafter, self.drafter_init_path, self.online = dr.drafter, dr.init_path, dr.online
         self.backend, self.paired = parts.backend, parts.paired  # paired: the plain twin of measure.paired, or None
-        self.optimizer, self.train_engine, self.forward = (
-            parts.optimiser.optimizer,
-            parts.optimiser.train_engine,
-            parts.optimiser.forward,
-        )
-        self.sampling, self.generator, self.paired_generator = parts.sampling, parts.generator, parts.paired_generator
+        self.optimizer, self.train_engine, self.forward = opt.optimizer, opt.train_engine, opt.forward
+        self.sampling, self.generator = parts.rollout.sampling, parts.generator
+        self.paired_generator = parts.paired_generator
         self.task, self.train_data, self.eval_data = parts.task, parts.train_data, parts.eval_data
         self.prompt_format = parts.prompt_format  # plain text, or the model's chat template (task.chat_template)
         self.completion_lengths: list[int] = []  # the last step's tokens per completion (N,), grouped by prompt
@@ -82,13 +78,11 @@ class GRPOTrainer:
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
         self.is_async = spec.grpo.async_.enabled
         self.worker: RolloutWorker | None = None  # started with the first step (not while cost curves are measured)
-        self._requested: dict[
-            int, tuple[list[dict], list[list[int]], list[int]]
-        ] = {}  # step -> (rows, prompts, group ids)
+        self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> rows, prompts, groups
         self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
-        # speedup/gen_modeled (docs/design.md §8): an instrument with ``metrics(out) -> dict`` attached by
-        # the caller (workbench.experiment attaches workbench.perf.modeled's); None = not logged.
-        self.modeled = None
+        self.modeled = modeled  # speedup/gen_modeled (docs/design.md §8)
+        if k_policy is not None:
+            self.set_k_policy(k_policy)
 
     def main_first(self):
         """Rank 0 first, then the others (building into the shared cache); a no-op in one process."""
@@ -294,9 +288,7 @@ class GRPOTrainer:
         """Stop the rollout worker of asynchronous GRPO and free the rollout backends (idempotent)."""
         if self.worker is not None:
             self.worker.close()
-        for b in (self.backend, self.paired):
-            if b is not None:
-                b.close()
+        self.parts.close()
 
     def _next_prompts(self) -> list[dict]:
         rows = []

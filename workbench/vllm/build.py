@@ -1,9 +1,11 @@
-"""A vLLM rollout backend as `wb run`, `wb audit` and `wb bench` build it from a spec: the spec
-checked against what vLLM can run, the guard (:mod:`workbench.vllm.verdicts`), and the workbench
+"""A vLLM rollout backend from the rollout description: the spec checked against what vLLM can run and
+the guard (:mod:`workbench.vllm.verdicts`) in :func:`admit`, before anything is built; then the workbench
 drafter handed to vLLM (a draft model's folder, an EAGLE-3 head exported in vLLM's layout).
 
 The engine itself is :class:`workbench.vllm.runtime.VLLMBackend` (the ground floor, beside the
-rollout layer); this module is what the workbench adds around it and therefore sits above it.
+rollout layer); this module is what the workbench adds around it and therefore sits above it. Every
+instrument builds its vLLM backend through :func:`workbench.rollout_builder.build_backend`, which calls
+:func:`vllm_backend` here.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from pathlib import Path
 import torch
 
 from drafters import drafter_class
-from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process, check_vllm_spec, speculative_config
+from workbench.rollout.config import RolloutConfig
+from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process
+from workbench.vllm.speculative import check_vllm_spec, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed
 
 
-def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
-    """The folder vLLM loads the drafter from: a draft model's checkpoint (its init when trained,
-    else ``drafter.model``); an EAGLE-3 head exported in vLLM's layout into ``work``; None otherwise."""
-    kind = spec.drafter.kind
+def drafter_folder(d, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
+    """The folder vLLM loads the drafter (section ``d``, a ``DrafterSpec``) from: a draft model's
+    checkpoint (its init when trained, else ``drafter.model``); an EAGLE-3 head exported in vLLM's
+    layout into ``work``; None otherwise."""
+    kind = d.kind
     if kind == "draft_model":
         if init_path is not None:
             return str(init_path)
@@ -30,7 +35,7 @@ def drafter_folder(spec, drafter, init_path: Path | None, target_cfg, work: Path
             return str(work / "draft_model")
         from workbench.models import resolve_model
 
-        return str(resolve_model(spec.drafter.model, what="drafter.model"))
+        return str(resolve_model(d.model, what="drafter.model"))
     if kind == "eagle3":
         from workbench.vllm.eagle3 import export_eagle3
 
@@ -69,38 +74,36 @@ def admit(spec) -> dict[str, str]:
 
 
 def vllm_backend(
-    spec,
+    cfg: RolloutConfig,
     target_path,
     device_type: str,
+    tags: dict[str, str],
     drafter=None,
     init_path: Path | None = None,
     target_cfg=None,
     drafter_target=None,
-    tags: dict[str, str] | None = None,
-    seed: int | None = None,
 ) -> VLLMBackend:
-    """The speculative (or plain, for drafter.kind none) vLLM backend of ``spec``.
+    """The speculative (or plain, for drafter.kind none) vLLM backend that ``cfg`` describes.
 
     Args:
+        tags: the run's tags from :func:`admit` (called first, on the spec ``cfg`` was resolved from).
         drafter: the workbench drafter built for this run (draft_model, eagle3), or None.
         init_path: its init checkpoint folder, if any. target_cfg: the target's ``LMConfig`` (an
             EAGLE-3 head's export needs its shape). drafter_target: see ``VLLMBackend``.
-        tags: the run's tags from :func:`admit` (computed here when None). seed: default spec.seed.
     """
-    tags = admit(spec) if tags is None else tags
     work = tempfile.TemporaryDirectory(prefix="wb-vllm-")
     try:
-        folder = drafter_folder(spec, drafter, init_path, target_cfg, Path(work.name))
-        sc = speculative_config(spec.drafter, folder, spec.rollout.vllm.draft_sample_method)
-        kind = spec.drafter.kind
-        cls = drafter_class(kind)
-        reload = (lambda d: drafter_weights(kind, d)) if cls is not None and cls.vllm_weights else None
+        d = cfg.drafter
+        folder = drafter_folder(d, drafter, init_path, target_cfg, Path(work.name))
+        sc = speculative_config(d, folder, cfg.vllm.draft_sample_method)
+        cls = drafter_class(d.kind)
+        reload = (lambda x: drafter_weights(d.kind, x)) if cls is not None and cls.vllm_weights else None
         return VLLMBackend(
             target_path,
-            spec,
+            cfg.vllm,
             device_type,
             sc,
-            seed=spec.seed if seed is None else seed,
+            seed=cfg.seed,
             drafter_weights=reload,
             drafter_target=drafter_target,
             tags=tags,

