@@ -55,6 +55,8 @@ def test_paired_metrics_by_hand():
     assert out["speedup/gen_per_step"] == pytest.approx(1.5)
     assert out["speedup/step_per_step"] == pytest.approx((5.0 - 2.0 + 3.0) / 5.0)
     assert "speedup/gen" not in out  # the run's estimate is the run loop's (workbench.stats.running_speedups)
+    m["timing_s/draft_train"] = 1.5  # online adaptation: speculation's cost, not the plain step's
+    assert paired_metrics(m, c, ar_first=True)["speedup/step_per_step"] == pytest.approx((5.0 - 2.0 - 1.5 + 3.0) / 5.0)
     assert (
         out["gen_autoregressive/num_tokens"],
         out["gen_autoregressive/num_forwards"],

@@ -68,6 +68,7 @@ def test_identical_ratios_give_a_zero_width_interval():
 def test_step_ratios_swap_the_gen_stage():
     # step 10 s of which gen 6 s; the paired autoregressive gen took 9 s -> (10 - 6 + 9) / 10
     assert step_ratios([10.0], [6.0], [9.0]) == [pytest.approx(1.3)]
+    assert step_ratios([10.0], [6.0], [9.0], [2.0]) == [pytest.approx(1.1)]  # online drafter training charged
     with pytest.raises(ValueError):
         step_ratios([1.0], [1.0, 2.0], [1.0])
 

@@ -64,6 +64,7 @@ STEP_S = timing("step")
 OTHER_S = timing("other")
 EVAL_S = timing("eval")
 GEN_AR_S = timing("gen_autoregressive")
+DRAFT_TRAIN_S = timing("draft_train")  # online drafter adaptation: speculation's cost, which a plain run does not pay
 GEN_MAX_S = timing("gen_max")
 GEN_MIN_S = timing("gen_min")
 GEN_FRAC = timing_frac("gen")

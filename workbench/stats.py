@@ -110,17 +110,28 @@ def ratio_ci(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioCI
     return RatioCI(math.exp(m), math.exp(m - h), math.exp(m + h), n, math.exp(h) - 1.0)
 
 
-def step_ratios(step_s: Sequence[float], gen_s: Sequence[float], gen_autoregressive_s: Sequence[float]) -> list[float]:
-    """Per-step step speedups from the paired generation times and the run's own other stages.
+def step_ratios(
+    step_s: Sequence[float],
+    gen_s: Sequence[float],
+    gen_autoregressive_s: Sequence[float],
+    draft_train_s: Sequence[float] | None = None,
+) -> list[float]:
+    """Per-step step speedups from the paired generation times and the run's own other stages (seconds).
 
     The autoregressive step is estimated as the speculative step with its gen stage replaced by
-    the paired autoregressive generation: (step - gen + gen_ar) / step. Every other stage is the
+    the paired autoregressive generation and without online drafter training (``draft_train_s``; a
+    plain run trains no drafter): (step - gen - draft_train + gen_ar) / step. Every other stage is the
     run's own measurement, taken in the same step (speculation does not touch them, and their
     expected cost is the same because both arms sample from the same law).
+
+    Raises:
+        ValueError: series of different lengths.
     """
-    if not (len(step_s) == len(gen_s) == len(gen_autoregressive_s)):
-        raise ValueError("step_ratios needs equal-length step, gen and gen_autoregressive series")
-    return paired_ratios([s - g + a for s, g, a in zip(step_s, gen_s, gen_autoregressive_s)], step_s)
+    train = list(draft_train_s) if draft_train_s is not None else [0.0] * len(step_s)
+    if not (len(step_s) == len(gen_s) == len(gen_autoregressive_s) == len(train)):
+        raise ValueError("step_ratios needs equal-length step, gen, gen_autoregressive and draft_train series")
+    plain = [s - g - t + a for s, g, t, a in zip(step_s, gen_s, train, gen_autoregressive_s)]
+    return paired_ratios(plain, step_s)
 
 
 def after_warmup(values: Sequence[float], warmup: int = 1) -> list[float]:
