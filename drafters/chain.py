@@ -21,6 +21,8 @@ Training: the training-time test, :func:`drafters.ttt.ttt_loss`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -51,12 +53,13 @@ class ChainNet(nn.Module):
     -> draft-vocabulary logits); ``embed`` is the target's embedding, shared by reference.
     """
 
-    def __init__(self, cfg: LMConfig, in_dim: int, num_modules: int):
+    def __init__(self, cfg: LMConfig, in_dim: int, num_modules: int, qk_norm: bool = False):
         super().__init__()
         # The target's shape and RoPE in a plain Llama layer: no q/k/v bias, no q/k norm, full
         # attention, whatever the target's family (vLLM's llama_eagle3 builds its EAGLE-3 layer so
         # for Qwen3 targets too; DeepSeek-V3's MTP block is the target's, a Llama-style one here).
-        cfg = cfg.llama_layer()
+        # ``qk_norm``: a Qwen3 layer's per-head q/k RMSNorm instead (vLLM's DFlash draft layer has it).
+        cfg = dataclasses.replace(cfg.llama_layer(), qk_norm=qk_norm)
         self.cfg = cfg
         # the target's attention, q/k/v reading in_dim
         self.attn = nn.ModuleList(Attention(cfg, in_dim) for _ in range(num_modules))

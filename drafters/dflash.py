@@ -8,8 +8,9 @@ feature enters the draft layer as keys and values only (the *context*, DFlash's 
 block of ``dflash_block_size`` = b query slots sits at positions L-1 .. L+b-2 of a row of length L:
 slot 0 is the last emitted token's embedding (its hidden state is not known yet), slots 1..b-1 a
 learned mask embedding; the slots attend to every context position (<= L-2) and to each other
-(bidirectional), and slot i's output predicts the token at its own position, draft i. One target
-decoder layer (the target's shape, Llama-style as ``drafters.chain``), final norm, a reduced draft
+(bidirectional), and slot i's output predicts the token at its own position, draft i. One decoder
+layer of the target's shape in Qwen3's form (per-head q/k RMSNorm before RoPE, on the context's keys
+too: the layer of vLLM's ``DFlashDraftModel``, so a head exports as is), final norm, a reduced draft
 vocabulary (``draft_vocab_size``, eagle3's ``d2t``) and the target's embedding by reference.
 
 Exactness: draft i is sampled from q_i, which depends on the context and not on drafts < i, so q_i is
@@ -41,7 +42,7 @@ from drafters.mtp import _load, _save
 from drafters.registry import register
 from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution
 from workbench.rollout.drafter import DraftContext, DrafterTarget, DraftProposal
-from workbench.rollout.layers import RMSNorm, apply_rope, cache_kv, decoder_layer, rope_cos_sin
+from workbench.rollout.layers import RMSNorm, apply_rope, cache_kv, decoder_layer, rms_norm, rope_cos_sin
 from workbench.rollout.model import LMConfig
 from workbench.rollout.sampling import probs_from_logits, sample
 
@@ -52,7 +53,7 @@ class DFlashNet(ChainNet):
     """The dflash head: fuse, context keys/values, one bidirectional block layer, the draft-vocabulary head."""
 
     def __init__(self, cfg: LMConfig, layer_ids: tuple[int, ...], d2t: torch.Tensor, t2d: torch.Tensor):
-        super().__init__(cfg, cfg.hidden_size, 1)
+        super().__init__(cfg, cfg.hidden_size, 1, qk_norm=True)
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.layer_ids = tuple(layer_ids)
         self.fc = nn.Linear(len(layer_ids) * H, H, bias=False)
@@ -69,11 +70,12 @@ class DFlashNet(ChainNet):
         return self.hidden_norm(self.fc(torch.cat([hidden[i] for i in self.layer_ids], -1)))
 
     def ctx_kv(self, feat: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Context keys (RoPE at ``pos`` (B, T)) and values (B, T, Hkv, D) of features (B, T, H): the
-        layer's k/v projections only (the context never runs through the layer)."""
+        """Context keys (k-normed, then RoPE at ``pos`` (B, T)) and values (B, T, Hkv, D) of features
+        (B, T, H): the layer's k/v projections only (the context never runs through the layer)."""
         a, D = self.attn[0], self.rope_cos.shape[-1]
         B, T, _ = feat.shape
         k = F.linear(feat, a.k_proj.weight).reshape(B, T, -1, D)  # (B, T, Hkv, D)
+        k = rms_norm(k, a.k_norm.weight, a.k_norm.eps)  # per head, as the block's own keys
         v = F.linear(feat, a.v_proj.weight).reshape(B, T, -1, D)
         cos, sin = rope_cos_sin(self.rope_cos, self.rope_sin, pos, feat.dtype)  # (B, T, 1, D)
         return apply_rope(k, cos, sin), v
@@ -100,6 +102,7 @@ class DFlashNet(ChainNet):
             cos,
             sin,
             kv_fn,
+            qk_norm=a.qk_norm_weight(),
         )
 
     def logits(self, m: int, out: torch.Tensor) -> torch.Tensor:
@@ -110,7 +113,13 @@ class DFlashNet(ChainNet):
 class DFlashDrafter(ChainDrafter):
     kind = "dflash"
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "dflash_block_size", "ttt_decay")
-    vllm_weights = False  # vLLM 0.32 has DFlashDraftModel (Qwen3 layers, q/k norm); no export of this head yet
+    vllm_weights = True  # exported as vLLM's DFlashDraftModel (workbench.vllm.dflash), reloaded when adapted
+    LAYER = "qwen3"  # the draft layer's form (q/k norm), in the checkpoint and the init cache key
+
+    @classmethod
+    def arch_key(cls, spec) -> dict:
+        """:meth:`Drafter.arch_key` plus the layer's form: heads made before the q/k norm get another key."""
+        return super().arch_key(spec) | {"layer": cls.LAYER}
 
     def __init__(self, net: DFlashNet, hidden_layers, vocab_size: int, block_size: int, decay: float):
         super().__init__(net, hidden_layers, vocab_size, ttt_steps=1, ttt_decay=decay)
@@ -137,7 +146,7 @@ class DFlashDrafter(ChainDrafter):
         d2t, t2d = draft_vocab(spec, target)
         net = DFlashNet(cfg, ids, d2t, t2d)
         path = target.init_path
-        expect = {"hidden_size": cfg.hidden_size, "vocab_size": V, "layer_ids": list(ids)}
+        expect = {"hidden_size": cfg.hidden_size, "vocab_size": V, "layer_ids": list(ids), "layer": cls.LAYER}
         if path is not None:
             _load(net, Path(path), "dflash", expect | {"block_size": spec.dflash_block_size})
         else:
@@ -156,6 +165,7 @@ class DFlashDrafter(ChainDrafter):
             "layer_ids": list(n.layer_ids),
             "draft_vocab_size": int(n.d2t.shape[0]),
             "block_size": self.block_size,
+            "layer": self.LAYER,
         }
         _save(n, Path(folder), config)
 

@@ -32,8 +32,8 @@ def _rows(lm, n=96, max_new=30, seed=0):
 def train_dflash(lm) -> DFlashDrafter:
     """A briefly trained dflash head (draft vocabulary 24 of 48, k 3): its drafts get accepted."""
     rows, counts = _rows(lm)
+    torch.manual_seed(0)  # the head's random init too: the same head whichever tests ran before
     d = _make(lm, counts, draft_vocab_size=24, k=3)
-    torch.manual_seed(0)
     fit(d, rows, steps=80, lr=3e-3, batch_size=16)
     return d
 
@@ -130,10 +130,12 @@ def test_k_beyond_the_block_is_a_clear_error(target_lm):
         _make(target_lm, k=7, dflash_block_size=7)
 
 
-def test_vllm_backend_refuses_dflash_naming_the_kind():
-    """vLLM serves DFlash heads in z-lab's layout only; the workbench's head is refused before anything is built."""
+def test_vllm_backend_refuses_a_k_that_leaves_the_block_part_empty():
+    """vLLM runs a block of k + 1 slots, the head its trained dflash_block_size: refused before anything is
+    built unless they agree (tests/test_dflash_vllm.py: the export itself)."""
     from workbench.specs import load_spec
     from workbench.vllm import check_vllm_spec
 
-    with pytest.raises(ValueError, match="drafter.kind=dflash with rollout.backend=vllm"):
-        check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "rollout.backend=vllm"]))
+    with pytest.raises(ValueError, match="drafter.dflash_block_size=8; set drafter.k=7"):
+        check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "rollout.backend=vllm"]))
+    check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=7", "rollout.backend=vllm"]))

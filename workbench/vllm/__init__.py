@@ -17,6 +17,7 @@ library itself is imported only inside this package.
 | ``speculative.py`` | 2 | pure: the spec checked against what vLLM runs (refusals naming the field), ``speculative_config`` |
 | ``build.py`` | 2 | a ``VLLMBackend`` built from the rollout description: the guard, the workbench drafter handed to vLLM |
 | ``eagle3.py`` | 2 | EAGLE-3 heads in vLLM's checkpoint layout: export for vLLM, read back (``drafter.model`` a vLLM head) |
+| ``dflash.py`` | 2 | DFlash heads in vLLM's checkpoint layout (``DFlashDraftModel``): export for vLLM, weights to reload |
 | ``measure/`` | 3 | what measures vLLM: ``wb bench --vllm``, its transfer prediction, ``wb audit rollout.backend=vllm`` |
 | ``measure/bench.py`` | 3 | ``wb bench --vllm``: our engine against vLLM's, in one process, paired |
 | ``measure/bench_transfer.py`` | 3 | its transfer columns: the cost runs, each engine step timed, and the predicted speedup's rows |

@@ -22,10 +22,12 @@ from workbench.vllm.speculative import check_vllm_spec, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed
 
 
-def drafter_folder(d, drafter, init_path: Path | None, target_cfg, work: Path) -> str | None:
+def drafter_folder(
+    d, drafter, init_path: Path | None, target_cfg, work: Path, stop_ids: tuple[int, ...] = ()
+) -> str | None:
     """The folder vLLM loads the drafter (section ``d``, a ``DrafterSpec``) from: a draft model's
-    checkpoint (its init when trained, else ``drafter.model``); an EAGLE-3 head exported in vLLM's
-    layout into ``work``; None otherwise."""
+    checkpoint (its init when trained, else ``drafter.model``); an EAGLE-3 or DFlash head exported in
+    vLLM's layout into ``work`` (``stop_ids``: ids DFlash's mask token must not be); None otherwise."""
     kind = d.kind
     if kind == "draft_model":
         if init_path is not None:
@@ -40,6 +42,10 @@ def drafter_folder(d, drafter, init_path: Path | None, target_cfg, work: Path) -
         from workbench.vllm.eagle3 import export_eagle3
 
         return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
+    if kind == "dflash":
+        from workbench.vllm.dflash import export_dflash
+
+        return str(export_dflash(drafter.net, target_cfg, work / "dflash", drafter.block_size, stop_ids))
     return None
 
 
@@ -47,8 +53,11 @@ def drafter_weights(kind: str, drafter) -> list[tuple[str, torch.Tensor]]:
     """The workbench drafter's current weights under its vLLM checkpoint's names."""
     if kind == "draft_model":
         return [(n, t.detach()) for n, t in drafter.hf.state_dict().items()]
-    if kind == "eagle3":
-        from workbench.vllm.eagle3 import to_vllm_state
+    if kind in ("eagle3", "dflash"):
+        if kind == "eagle3":
+            from workbench.vllm.eagle3 import to_vllm_state
+        else:
+            from workbench.vllm.dflash import to_vllm_state
 
         return list(to_vllm_state({n: t.detach() for n, t in drafter.net.state_dict().items()}).items())
     raise ValueError(f"drafter.kind={kind}: no drafter model to reload into vLLM")
@@ -87,14 +96,14 @@ def vllm_backend(
 
     Args:
         tags: the run's tags from :func:`admit` (called first, on the spec ``cfg`` was resolved from).
-        drafter: the workbench drafter built for this run (draft_model, eagle3), or None.
+        drafter: the workbench drafter built for this run (draft_model, eagle3, dflash), or None.
         init_path: its init checkpoint folder, if any. target_cfg: the target's ``LMConfig`` (an
-            EAGLE-3 head's export needs its shape). drafter_target: see ``VLLMBackend``.
+            EAGLE-3 or DFlash head's export needs its shape). drafter_target: see ``VLLMBackend``.
     """
     work = tempfile.TemporaryDirectory(prefix="wb-vllm-")
     try:
         d = cfg.drafter
-        folder = drafter_folder(d, drafter, init_path, target_cfg, Path(work.name))
+        folder = drafter_folder(d, drafter, init_path, target_cfg, Path(work.name), cfg.sampling.stop_ids)
         sc = speculative_config(d, folder, cfg.vllm.draft_sample_method)
         cls = drafter_class(d.kind)
         reload = (lambda x: drafter_weights(d.kind, x)) if cls is not None and cls.vllm_weights else None

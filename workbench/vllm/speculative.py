@@ -63,11 +63,13 @@ def speculative_config(
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
-    trained; eagle3: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``).
+    trained; eagle3, dflash: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``,
+    ``workbench.vllm.dflash.export_dflash``).
 
     Raises:
         ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without
-            ``arctic-inference`` installed; each names drafter.kind.
+            ``arctic-inference`` installed, dflash at a k other than its block size - 1 or with online
+            adaptation; each names the field.
     """
     k = d.k
     if d.kind == "none":
@@ -106,9 +108,19 @@ def speculative_config(
             cfg["draft_sample_method"] = draft_sample_method
         return cfg
     if d.kind == "dflash":
-        raise ValueError(
-            "drafter.kind=dflash with rollout.backend=vllm: vLLM serves DFlash heads in z-lab's layout "
-            "(DFlashDraftModel: Qwen3 layers with q/k norm, a mask token id), which the workbench's dflash head "
-            "is not exported to yet; use rollout.backend=workbench"
-        )
+        # vLLM's block is k + 1 slots; ours is always the trained dflash_block_size (two-way attention: the
+        # block's length shapes every q_i), so the two propose alike only at k = dflash_block_size - 1
+        if d.online.enabled:
+            raise ValueError(
+                "drafter.online.enabled=true with drafter.kind=dflash and rollout.backend=vllm: vLLM 0.32 cannot "
+                "reload a DFlash head in place (its fused context projection is built once, at load); set "
+                "drafter.online.enabled=false, or rollout.backend=workbench"
+            )
+        if k != d.dflash_block_size - 1:
+            raise ValueError(
+                f"drafter.k={k} with drafter.kind=dflash and rollout.backend=vllm: vLLM runs a block of k + 1 slots "
+                f"and the head was trained on drafter.dflash_block_size={d.dflash_block_size}; set "
+                f"drafter.k={d.dflash_block_size - 1} or drafter.dflash_block_size={k + 1}"
+            )
+        return {"method": "dflash", "model": draft_folder, "num_speculative_tokens": k}
     raise ValueError(f"drafter.kind={d.kind!r} has no vLLM speculative method; use rollout.backend=workbench")

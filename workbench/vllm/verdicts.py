@@ -1,9 +1,9 @@
 """Exactness verdicts of vLLM builds, and the guard that uses them (docs/design.md §11).
 
 `wb audit rollout.backend=vllm` tests a vLLM build's rollouts against the target's exact law, per
-method (``none`` = plain sampling, ``ngram``, ``draft_model``, ``eagle3``, ``suffix``), and records
+method (``none`` = plain sampling, ``ngram``, ``draft_model``, ``eagle3``, ``dflash``, ``suffix``), and records
 one verdict per (vLLM version, platform, machine, method, *audited settings*): the target (a preset's
-name, or a checkpoint folder's content hash), its dtype, the draft vocabulary (eagle3), and the
+name, or a checkpoint folder's content hash), its dtype, the draft vocabulary (eagle3, dflash), and the
 sampling: temperature, top_p, top_k, ``draft_sample_method`` and k. A verdict holds only there: at
 temperature 1 / top-p 1 / top-k 0 a truncated or unexpanded temperature does no harm, so a pass there
 says nothing of temperature 0.7 with top-p 0.9; a pass on ``tiny`` with one prompt says nothing of
@@ -35,7 +35,8 @@ from workbench.cache import cache_dir
 
 SHIPPED = Path(__file__).with_name("verdicts.json")
 AUDIT_CMD = "wb audit rollout.backend=vllm"
-DRAFT_MODEL_METHODS = ("draft_model", "eagle3")  # the methods vLLM's draft_sample_method applies to
+DRAFT_MODEL_METHODS = ("draft_model", "eagle3", "dflash")  # the methods vLLM's draft_sample_method applies to
+DRAFT_VOCAB_METHODS = ("eagle3", "dflash")  # the heads with a reduced draft vocabulary (drafter.draft_vocab_size)
 
 
 def user_file() -> Path:
@@ -69,8 +70,8 @@ def sampling_settings(
     draft_vocab: int | None = None,
 ) -> dict:
     """The settings a verdict holds at, normalised: the target (:func:`target_id`) and its dtype;
-    top_k 0 = off; ``draft_sample_method`` only for draft_model/eagle3 (vLLM ignores it otherwise); k
-    only for speculative methods (0 for none); the draft vocabulary only for eagle3 (None: its default)."""
+    top_k 0 = off; ``draft_sample_method`` only for the model drafters (vLLM ignores it otherwise); k
+    only for speculative methods (0 for none); the draft vocabulary only for eagle3/dflash (None: its default)."""
     spec_method = method != "none"
     return {
         "target": target,
@@ -80,7 +81,7 @@ def sampling_settings(
         "top_k": int(top_k or 0),
         "draft_sample_method": draft_sample_method if method in DRAFT_MODEL_METHODS else None,
         "k": int(k) if spec_method else 0,
-        "draft_vocab": draft_vocab if method == "eagle3" else None,
+        "draft_vocab": draft_vocab if method in DRAFT_VOCAB_METHODS else None,
     }
 
 
@@ -212,7 +213,7 @@ def audit_command(spec, method: str) -> str:
         f"rollout.top_k={r.top_k or 0}",
         f"drafter.k={spec.drafter.k}",
     ]
-    if method == "eagle3" and spec.drafter.draft_vocab_size is not None:
+    if method in DRAFT_VOCAB_METHODS and spec.drafter.draft_vocab_size is not None:
         parts.append(f"drafter.draft_vocab_size={spec.drafter.draft_vocab_size}")
     if method in DRAFT_MODEL_METHODS and r.vllm.draft_sample_method is not None:
         parts.append(f"rollout.vllm.draft_sample_method={r.vllm.draft_sample_method}")

@@ -23,7 +23,7 @@ from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
 from workbench.vllm import record_verdict, sampling_settings, target_id
 from workbench.vllm.runtime import build_id
 
-METHODS = ("none", "ngram", "draft_model", "eagle3", "suffix", "mtp")
+METHODS = ("none", "ngram", "draft_model", "eagle3", "dflash", "suffix", "mtp")
 
 
 def vllm_arms(spec, setup, kinds: list[str], k: int) -> tuple[dict[str, RolloutBackend], dict[str, str]]:

