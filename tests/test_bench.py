@@ -130,6 +130,8 @@ def test_wb_bench_qwen3_on_cpu_writes_results(tmp_path, qwen3_pair):
     md = (tmp_path / "b.md").read_text()
     assert "ours / best transformers" in md and "peak MiB" not in md  # no memory columns off CUDA
     assert meta["host"] and f"Machine: {meta['host']}." in md  # the CPU model and its instruction sets
+    assert meta["engine_path"] == "eager, packed weights"  # rollout.prepack_weights left null: CPU float32 packs
+    assert "Workbench engine: eager, packed weights" in md
 
 
 def test_bench_records_a_failing_transformers_setting_and_keeps_the_dtype(qwen3_pair, monkeypatch):

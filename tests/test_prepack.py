@@ -154,6 +154,26 @@ def test_the_builder_and_bench_pass_the_option():
     assert id(b.target.model.layers[0].mlp.down_proj.weight) in packing._PACKED
 
 
+def test_packed_weights_are_the_default_wherever_they_apply_and_the_path_is_tagged():
+    from workbench.rollout_builder import EngineConfig, build_backend, packs_weights, rollout_config
+    from workbench.tags import TAG_ENGINE_PATH
+
+    lm = LeanLM.from_hf(random_llama(seed=7))
+    spec = load_spec("quickstart", ["model.device=cpu"])
+    assert spec.rollout.prepack_weights is None  # null: decided from the engine and the weights
+    backend = build_backend(rollout_config(spec), lm)
+    assert packing.is_packed(lm.lm_head.weight)
+    assert backend.tags[TAG_ENGINE_PATH] == "eager, packed weights"
+    assert packs_weights(EngineConfig(prepack=None), lm)
+    assert not packs_weights(EngineConfig(prepack=None, compile=True), lm)  # inductor packs compiled graphs itself
+    assert not packs_weights(EngineConfig(prepack=False), lm)
+    assert not packs_weights(EngineConfig(prepack=None), LeanLM.from_hf(random_llama(seed=7)).to(torch.bfloat16))
+    off = load_spec("quickstart", ["model.device=cpu", "rollout.prepack_weights=false"])
+    lm2 = LeanLM.from_hf(random_llama(seed=7))
+    assert build_backend(rollout_config(off), lm2).tags[TAG_ENGINE_PATH] == "eager"
+    assert not packing.is_packed(lm2.lm_head.weight)
+
+
 def test_spec_refuses_prepack_with_compile_and_with_vllm():
     with pytest.raises(Exception, match="rollout.prepack_weights"):
         load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])

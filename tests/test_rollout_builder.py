@@ -48,7 +48,8 @@ def test_the_description_carries_every_rollout_field():
     cfg = rollout_config(s)
     sp = cfg.sampling
     assert (sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.eos_token_id) == (0.7, 0.9, 5, 33, None)
-    assert cfg.engine == EngineConfig(max_batch_size=12, continuous=False, fixed_attention_length=True)
+    # prepack None: rollout.prepack_weights left null, resolved against the weights by the builder
+    assert cfg.engine == EngineConfig(max_batch_size=12, continuous=False, fixed_attention_length=True, prepack=None)
     assert (cfg.backend, cfg.k, cfg.drafter.kind, cfg.seed) == ("workbench", 4, "ngram", 9)
     assert rollout_config(s, max_new_tokens=5).sampling.max_new_tokens == 5
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from workbench.models.chat import run_prompt_format
 from workbench.prepack_rows import measured_min_rows
 from workbench.rollout.backend import RolloutBackend
@@ -26,6 +28,7 @@ from workbench.rollout.config import EngineConfig, RolloutConfig, VLLMConfig
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.tags import TAG_ENGINE_PATH
 
 __all__ = [
     "EngineConfig",
@@ -35,6 +38,8 @@ __all__ = [
     "build_backend",
     "eager",
     "engine_config",
+    "engine_path",
+    "packs_weights",
     "plain_backend",
     "rollout_config",
     "rollout_target",
@@ -113,7 +118,8 @@ def workbench_backend(
         ValueError: CUDA graphs off a CUDA device, packed weights off CPU float32 or with compile
             (each names the field).
     """
-    return WorkbenchBackend(
+    packed = packs_weights(engine, target)
+    backend = WorkbenchBackend(
         target,
         drafter,
         k=k,
@@ -122,9 +128,38 @@ def workbench_backend(
         retire_buckets=engine.retire_buckets,
         compile=engine.compile,
         cuda_graphs=engine.cuda_graphs,
-        prepack=engine.prepack,
+        prepack=packed,
         prepack_min_rows=measured_min_rows,
     )
+    backend.tags = {**backend.tags, TAG_ENGINE_PATH: engine_path(engine, packed)}
+    return backend
+
+
+def packs_weights(engine: EngineConfig, target: LeanLM) -> bool:
+    """Whether the workbench engine runs ``target`` with packed weights: ``engine.prepack`` where set;
+    None (``rollout.prepack_weights`` left at its default) = wherever packing applies: eager forwards
+    of CPU float32 weights with oneDNN. Each packed weight still takes ``F.linear`` below the row count
+    at which it measured faster (:func:`workbench.prepack_rows.measured_min_rows`), so on a machine
+    where packing never wins nothing changes but the one-off measurement (under a second a shape)."""
+    if engine.prepack is not None:
+        return engine.prepack
+    w = target.lm_head.weight
+    return (
+        not (engine.compile or engine.cuda_graphs)
+        and w.device.type == "cpu"
+        and w.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+def engine_path(engine: EngineConfig, packed: bool) -> str:
+    """The forward path the workbench engine runs, as logged and printed: ``cuda graphs``,
+    ``compiled``, ``eager, packed weights`` or ``eager``."""
+    if engine.cuda_graphs:
+        return "cuda graphs"
+    if engine.compile:
+        return "compiled"
+    return "eager, packed weights" if packed else "eager"
 
 
 def plain_backend(target: LeanLM, engine: EngineConfig = EngineConfig()) -> WorkbenchBackend:

@@ -23,4 +23,5 @@ TAG_TUNE_ROLE = "workbench.tune.role"  # "parent" | "trial" | "duplicate"
 TAG_TRIAL = "workbench.tune.trial"  # Optuna trial number
 TAG_HOST = "workbench.host"  # the machine that ran the trial
 TAG_MACHINE = "workbench.machine"  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU: every run
+TAG_ENGINE_PATH = "workbench.engine_path"  # the workbench engine's forward: eager / eager, packed weights / compiled
 TAG_PARAM = "workbench.param."  # + dotted key: the trial's value

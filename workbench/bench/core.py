@@ -47,6 +47,7 @@ from workbench.rollout.workbench_backend import WorkbenchBackend
 from workbench.rollout_builder import EngineConfig, plain_backend, rollout_config, workbench_backend
 from workbench.specs import ExperimentSpec
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
+from workbench.tags import TAG_ENGINE_PATH
 from workbench.tasks.loading import load_task_data
 from workbench.timing import TimeSpent, Timing, measure, timed  # noqa: F401 (Timing: part of the bench API)
 
@@ -159,13 +160,20 @@ class Bench:
     def _ar_engine(self) -> WorkbenchBackend:
         """Our autoregressive engine (with CUDA graphs: the batch shrinking only to capture sizes; with
         ``rollout.prepack_weights``, as every engine of the bench, its weights packed for oneDNN)."""
-        return plain_backend(
-            self.target,
-            EngineConfig(
-                retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
-                prepack=self.spec.rollout.prepack_weights,
-            ),
+        return self._noted(
+            plain_backend(
+                self.target,
+                EngineConfig(
+                    retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
+                    prepack=self.spec.rollout.prepack_weights,
+                ),
+            )
         )
+
+    def _noted(self, backend: WorkbenchBackend) -> WorkbenchBackend:
+        """``backend``, its forward path (eager / packed weights / compiled) noted for the header."""
+        self.__dict__.setdefault("engine_paths", set()).add(backend.tags.get(TAG_ENGINE_PATH, "?"))
+        return backend
 
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
         """Our speculative engine with drafter ``kind`` at ``k`` (other ``drafter.*`` fields: ``fields``)."""
@@ -180,7 +188,7 @@ class Bench:
             cuda_graphs=self.cfg.cuda_graphs,
             prepack=self.spec.rollout.prepack_weights,
         )
-        return workbench_backend(self.target, drafter, k, engine)
+        return self._noted(workbench_backend(self.target, drafter, k, engine))
 
     def _ours(self, engine: WorkbenchBackend, prompts):
         return lambda: engine.generate(prompts, self.sp, torch.Generator(self.device).manual_seed(0))
@@ -416,6 +424,7 @@ class Bench:
             "repeats": self.cfg.repeats,
             "compile": self.cfg.compile,
             "cuda_graphs": self.cfg.cuda_graphs,
+            "engine_path": "; ".join(sorted(self.__dict__.get("engine_paths", ()))) or None,
             "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None,
             "hf_compile": self.hf_compile,
             "dtype": self.spec.model.dtype,

@@ -82,6 +82,7 @@ def to_markdown(r: dict) -> str:
         if meta.get("resident_mib") is not None
         else ""
     )
+    path = meta.get("engine_path")
     lines = [
         f"# wb bench — {meta.get('device', '?')} ({meta.get('date', '')})",
         "",
@@ -94,6 +95,7 @@ def to_markdown(r: dict) -> str:
         f"{meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
         f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}"
         f"{resident}.",
+        *(["", f"Workbench engine: {meta['engine_path']} (rollout.prepack_weights, rollout.compile)."] * bool(path)),
         "",
     ]
     from workbench.vllm.measure import vllm_markdown

@@ -12,7 +12,7 @@ from workbench.report.learning import eval_rise_md
 from workbench.report.plots import NOTES, PLOTS
 from workbench.report.tables import RESULTS_NOTE, fmt_ci, results_table_md, stage_table_md, training_signal_md, verdict
 from workbench.report.target import Target, label, resolve
-from workbench.tags import TAG_MACHINE
+from workbench.tags import TAG_ENGINE_PATH, TAG_MACHINE
 
 
 @dataclass
@@ -59,6 +59,9 @@ def header_md(t: Target) -> list[str]:
     hosts = sorted({r.tags[TAG_MACHINE] for r in t.runs if r.tags.get(TAG_MACHINE)})
     if hosts:  # where speculation pays depends on the host's instruction sets (AVX-512, AMX)
         meta.append("- machine: " + "; ".join(hosts))
+    paths = sorted({r.tags[TAG_ENGINE_PATH] for r in t.runs if r.tags.get(TAG_ENGINE_PATH)})
+    if paths:  # packed weights (rollout.prepack_weights) or not changes where speculation pays on a CPU
+        meta.append("- workbench engine: " + "; ".join(paths))
     meta.append(f"- generated {time.strftime('%Y-%m-%d %H:%M:%S')} by `wb report`")
     return md + meta + [""]
 

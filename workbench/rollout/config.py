@@ -29,8 +29,8 @@ class EngineConfig:
     (``rollout.continuous_batching``); retire_buckets: shrink the batch only to these sizes (CUDA
     graphs' capture sizes; None = retire rows at once); compile, cuda_graphs: ``torch.compile`` the
     forwards, as CUDA graphs; prepack: CPU float32, eager: oneDNN-packed weights
-    (``rollout.prepack_weights``); fixed_attention_length: attention over the whole cache length
-    every step (``rollout.fixed_attention_length``).
+    (``rollout.prepack_weights``; None = wherever they apply, resolved by the builder);
+    fixed_attention_length: attention over the whole cache length every step (``rollout.fixed_attention_length``).
     """
 
     max_batch_size: int = 256
@@ -38,7 +38,7 @@ class EngineConfig:
     retire_buckets: tuple[int, ...] | None = None
     compile: bool = False
     cuda_graphs: bool = False
-    prepack: bool = False
+    prepack: bool | None = False
     fixed_attention_length: bool = False
 
 

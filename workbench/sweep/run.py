@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from workbench.console import make_console
+from workbench.grpo.build import resolve_device
 from workbench.sweep.claims import (
     CLAIM_TIMEOUT_S,
     POLL_S,
@@ -26,6 +27,7 @@ from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
 from workbench.sweep.results import Outcome, results_json, sweep_rows
 from workbench.sweep.store import SweepStore
 from workbench.tags import TAG_AXIS, TAG_ERROR, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP, TAG_WORKER
+from workbench.timing import host_description
 
 
 def default_sweep_name(plan: SweepPlan) -> str:
@@ -224,7 +226,7 @@ def run_sweep(
     console.print(
         f"sweep [bold]{name}[/]: {len(plan.points)} points"
         + (f", resuming ({done} already finished)" if store.resumed else "")
-        + f"; worker {w.id}"
+        + f"; worker {w.id}; {_machine(plan)}"
     )
     status, outcomes = "FAILED", []
     try:
@@ -241,6 +243,15 @@ def run_sweep(
         with tempfile.TemporaryDirectory() as tmp:
             store.close(status, results_json(name, plan, outcomes), _plot(outcomes, Path(tmp), name, console))
     return SweepResult(name, store.parent_id, outcomes, status, store.tracking_uri, len(w.mine))
+
+
+def _machine(plan: SweepPlan) -> str:
+    """Where the sweep runs, for its first line: the CPU model and its instruction sets (AVX-512, AMX)
+    or the GPU; each point's run tags it again, with the engine's forward path (packed weights or not)."""
+    try:
+        return f"on {host_description(resolve_device(plan.base.model.device))}"
+    except ValueError as e:  # an unavailable device: the points will say so themselves
+        return f"device: {e}"
 
 
 def _plot(outcomes: list[Outcome], folder: Path, name: str, console: Console) -> Path | None:
