@@ -160,3 +160,17 @@ def test_prediction_interval_shown_only_from_enough_runs():
     assert "should read" not in few_line and f"below {PREDICTION_MIN_RUNS} runs (with 3," in few_line
     pred = _row("many", many).gen_runs
     assert f"should read {pred.pred_low:.2f}–{pred.pred_high:.2f} (95 % prediction interval)" in many_line
+
+
+def test_a_sweep_names_its_machine_in_its_first_line():
+    """`wb sweep`'s first line names where it runs (the CPU model and its instruction sets): where
+    speculation pays on a CPU depends on the host, so every sweep's output says which one it was."""
+    import torch
+
+    from workbench.sweep import plan_sweep
+    from workbench.sweep.run import _machine
+    from workbench.timing import host_description
+
+    line = _machine(plan_sweep("micro", ["k=1,2", "model.device=cpu"]))
+    assert line == f"on {host_description(torch.device('cpu'))}"
+    assert host_description(torch.device("cpu")) not in _machine(plan_sweep("micro", ["k=1,2", "model.device=cuda"]))
