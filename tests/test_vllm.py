@@ -307,6 +307,22 @@ def test_the_shipped_verdicts_admit_smollm2_at_the_settings_its_docs_show(tmp_pa
         check_speculation_allowed(_load("smollm2", [*run, "model.dtype=bfloat16"]), build, tmp_path / "n.json", SHIPPED)
 
 
+def test_the_shipped_verdicts_admit_sampled_dflash_on_the_quickstart_at_its_audited_settings(tmp_path):
+    """docs/vllm.md: vLLM-CPU's sampled DFlash passed its audit on `tiny` at the quickstart's settings (T 1,
+    k = dflash_block_size - 1 = 7, float32), so that runs; T 0.7 (not audited for dflash) is refused."""
+    from workbench.vllm.verdicts import SHIPPED
+
+    build = {"vllm": "0.32.0", "platform": "cpu+expand_fix", "machine": "x86_64"}
+    run = ["rollout.backend=vllm", "rollout.vllm.cpu_expand_fix=true", "drafter.kind=dflash", "drafter.k=7"]
+    run += ["drafter.online.enabled=false"]
+    ok = check_speculation_allowed(_load("quickstart", run), build, tmp_path / "none.json", SHIPPED)
+    assert ok["workbench.vllm.verdict"] == "pass" and "method=dflash target=tiny" in ok["workbench.vllm.build"]
+    with pytest.raises(ValueError, match="refused as unaudited"):
+        check_speculation_allowed(
+            _load("quickstart", [*run, "rollout.temperature=0.7"]), build, tmp_path / "n.json", SHIPPED
+        )
+
+
 def test_expand_into_writes_float_outputs_in_place():
     """The fix of vLLM-CPU's expand wrapper: per-request values expanded to their tokens, written
     into the given (uninitialised) float tensor, GREEDY-style replacement applied."""
