@@ -127,6 +127,7 @@ class Bench:
     spec: ExperimentSpec
     cfg: BenchConfig
     results: dict = field(default_factory=dict)
+    engine_paths: set[str] = field(default_factory=set)  # our engines' forward paths (TAG_ENGINE_PATH), for the header
 
     def __post_init__(self) -> None:
         torch.manual_seed(self.spec.seed)
@@ -172,7 +173,7 @@ class Bench:
 
     def _noted(self, backend: WorkbenchBackend) -> WorkbenchBackend:
         """``backend``, its forward path (eager / packed weights / compiled) noted for the header."""
-        self.__dict__.setdefault("engine_paths", set()).add(backend.tags.get(TAG_ENGINE_PATH, "?"))
+        self.engine_paths.add(backend.tags.get(TAG_ENGINE_PATH, "?"))
         return backend
 
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
@@ -424,7 +425,7 @@ class Bench:
             "repeats": self.cfg.repeats,
             "compile": self.cfg.compile,
             "cuda_graphs": self.cfg.cuda_graphs,
-            "engine_path": "; ".join(sorted(self.__dict__.get("engine_paths", ()))) or None,
+            "engine_path": "; ".join(sorted(self.engine_paths)) or None,
             "cudagraph_skips": cudagraph_skips() if self.cfg.cuda_graphs else None,
             "hf_compile": self.hf_compile,
             "dtype": self.spec.model.dtype,

@@ -95,7 +95,7 @@ def to_markdown(r: dict) -> str:
         f"{meta.get('torch_threads')} threads on {meta.get('cpu_count')} cores"
         f"{'; our engine torch.compile-d (compilation in the untimed warm-up)' if meta.get('compile') else ''}"
         f"{resident}.",
-        *(["", f"Workbench engine: {meta['engine_path']} (rollout.prepack_weights, rollout.compile)."] * bool(path)),
+        *(["", f"Workbench engine: {path} (rollout.prepack_weights, rollout.compile)."] if path else []),
         "",
     ]
     from workbench.vllm.measure import vllm_markdown
