@@ -159,3 +159,22 @@ def test_evaluate_leaves_later_rollouts_unchanged():
         second = tr.backend.generate(prompts, tr.sampling, tr.generator)
         runs.append((first.tokens, second.tokens, second.counters.k_per_step, policy.updates))
     assert runs[0] == runs[1]
+
+
+def test_evaluate_logs_held_out_acceptance():
+    """evaluate() reports the drafter's acceptance on the held-out prompts (eval/, eval_sampled/), the
+    counters of the very generations it scores; a run without a drafter reports none."""
+    from workbench.grpo.trainer import GRPOTrainer
+    from workbench.specs import load_spec
+
+    base = ["tracking.enabled=false", "task.num_eval=4", "rollout.max_new_tokens=12", "grpo.eval_sampled=true"]
+    tr = GRPOTrainer(load_spec("micro", ["drafter.kind=draft_model", "drafter.k=3", *base]), progress=False)
+    ev = tr.evaluate()
+    for prefix in ("eval", "eval_sampled"):
+        assert 1.0 <= ev[f"{prefix}/acceptance_length"] <= 4.0
+        rates = [ev[f"{prefix}/acceptance_rate_pos_{i}"] for i in range(3)]
+        assert rates == sorted(rates, reverse=True)  # a later position is accepted only after the earlier
+        assert ev[f"{prefix}/acceptance_length"] == pytest.approx(1.0 + sum(rates))
+        assert f"{prefix}/num_drafts" not in ev
+    plain = GRPOTrainer(load_spec("micro", ["drafter.kind=none", *base]), progress=False).evaluate()
+    assert "eval/accuracy" in plain and not any("acceptance" in k for k in plain)

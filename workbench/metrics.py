@@ -24,6 +24,7 @@ Imports nothing of the project (the bottom layer).
 | ``reward/final`` | a sweep point's summary: the last step's ``reward/mean`` | reward |
 | ``eval/accuracy`` (+ ``_ci95_low``, ``_ci95_high``) | greedy accuracy on the held-out prompts, Wilson 95 % | fraction |
 | ``eval_sampled/accuracy`` (+ the same) | held-out accuracy at the rollouts' sampling settings | fraction |
+| ``eval/acceptance_length``, ``eval_sampled/acceptance_length`` (+ ``acceptance_rate``, ``acceptance_rate_pos_<i>``) | the ``spec/*`` counters of the eval's generation: acceptance on held-out prompts, which no drafter init trains on | tokens per draft, fraction |
 | ``gen/tokens_per_s`` | generated tokens / ``timing_s/gen`` | tokens/s |
 | ``gen/num_tokens`` | tokens generated in the step | count |
 | ``gen/modeled_s``, ``gen_autoregressive/modeled_s`` | counted forwards × the cached cost curve (``perf/modeled.py``) | s |
@@ -107,6 +108,14 @@ REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"
 REWARD_FINAL = "reward/final"
 EVAL_ACCURACY = "eval/accuracy"
+
+
+def held_out_spec(prefix: str, spec_metrics: dict[str, float]) -> dict[str, float]:
+    """``<prefix>/acceptance_length``, ``<prefix>/acceptance_rate(_pos_<i>)``: the acceptance entries of
+    ``spec/*`` metrics (``SpecCounters.metrics``) renamed under an eval prefix (``eval``, ``eval_sampled``);
+    the raw counts are left out."""
+    keep = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE)  # ACCEPTANCE_RATE also prefixes the per-position rates
+    return {f"{prefix}/{k[len(SPEC) :]}": v for k, v in spec_metrics.items() if k.startswith(keep)}
 
 
 def reward_key(prefix: str, name: str) -> str:

@@ -406,9 +406,11 @@ class GRPOTrainer:
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used), with
         its Wilson 95 % interval; with ``grpo.eval_sampled`` also at the rollouts' sampling settings
-        (``eval_sampled/*``). Training's later rollouts stay as without it: its own generator (fresh,
-        seed + EVAL_SEED_OFFSET) and the drafter's fixed k, so held-out acceptance stays out of the
-        adaptive-k policy's estimates."""
+        (``eval_sampled/*``). The drafter's acceptance on these prompts rides along
+        (``eval/acceptance_length``, ...): the eval split is hash-partitioned away from the train split
+        that in_domain drafter inits draw from. Training's later rollouts stay as without it: its own
+        generator (fresh, seed + EVAL_SEED_OFFSET) and the drafter's fixed k, so held-out acceptance stays
+        out of the adaptive-k policy's estimates."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
         self._load_weights()
@@ -427,6 +429,7 @@ class GRPOTrainer:
                 out = self.backend.generate(prompts, arm_sp, gen)
                 texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
                 m.update(score(self.task, texts, answers).metrics(prefix, ci=True))
+                m.update(M.held_out_spec(prefix, out.counters.metrics()))
         finally:
             self.backend.k_policy = policy
         return m
