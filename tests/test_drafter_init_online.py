@@ -177,6 +177,27 @@ def test_init_seed_shares_one_drafter_across_run_seeds():
     )
 
 
+def test_in_domain_init_prompts_are_not_a_run_seeds_prompts():
+    """An init shared across run seeds (drafter.init.seed=0) once drew the train stream of run seed 1, so
+    that run's rollouts were the init's own prompts; no run seed's first prompts (nor any eval prompt) are
+    init prompts now."""
+    from workbench.drafter_init import init_prompts
+    from workbench.grpo.build import load_data
+    from workbench.models import resolve_model
+    from workbench.models.chat import run_prompt_format
+    from workbench.models.checkpoint import load_tokenizer
+
+    spec = load_spec("micro", ["drafter.kind=eagle3", "drafter.init.seed=0", "drafter.init.num_prompts=64"])
+    tok = load_tokenizer(resolve_model("micro", what="model.target"))
+    init = {tuple(p) for p in init_prompts(spec, tok)}
+    assert len(init) > 32
+    for seed in range(4):
+        _, train, evals = load_data(load_spec("micro", [f"seed={seed}", "task.num_train=64", "task.num_eval=64"]))
+        fmt = run_prompt_format(spec.task, tok)
+        assert sum(tuple(fmt.encode(p)) in init for p in train["prompt"]) <= 1, seed  # chance repeats only
+        assert not any(tuple(fmt.encode(p)) in init for p in evals["prompt"]), seed
+
+
 def test_draft_model_from_the_targets_first_layers(store):
     """drafter.draft_layers: the draft model is the target's embeddings + first N layers + norm + head,
     distilled by the init (auto in_domain); its weights are the target's before training."""

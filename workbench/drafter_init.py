@@ -3,7 +3,8 @@ GRPO starts, save it as a checkpoint folder, cached like the model presets.
 
 Init data (the in-domain vs chat question of docs/design.md §5):
 - ``in_domain``: the target's sampled completions (the rollout sampling parameters) of RL-task
-  train prompts;
+  train prompts, drawn from a generator stream no run seed uses (``INIT_SEED_OFFSET``); the eval
+  split, hash-partitioned from train, never enters them, so ``eval/acceptance_length`` is held out;
 - ``chat``: the target's completions of prompts from the generated general corpus;
 - a path: the target's completions of the prompts in a user's jsonl/parquet (``init.prompt_field``).
 The drafter learns from the target's teacher-forced logits and hidden states over those sequences
@@ -35,6 +36,7 @@ from workbench.specs import ExperimentSpec
 from workbench.vllm import is_eagle3_folder
 
 HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
+INIT_SEED_OFFSET = 104729  # in_domain init prompts: train-partition generator seed = init seed + this
 
 
 def init_seed(spec: ExperimentSpec) -> int:
@@ -70,7 +72,7 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
             else {}
         ),
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
-        "v": 2,  # 2: transformers' lr schedule in drafters.training (other weights than v1)
+        "v": 3,  # 2: transformers' lr schedule in drafters.training; 3: init prompts from INIT_SEED_OFFSET
     }
     if spec.model.dtype != "float32":  # trained on the target's outputs in that precision (float32 keys unchanged)
         key["dtype"] = spec.model.dtype
@@ -89,8 +91,9 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     d, t, n = spec.drafter, spec.task, spec.drafter.init.num_prompts
     data = d.init_data()
     if data == "in_domain":
-        # seed+1: other prompts than the GRPO run's first ones, from the same (train) split
-        prompts = spec_task_data(t, "train", n, init_seed(spec) + 1)["prompt"]
+        # the train partition from a generator stream of its own: a run at any seed below the offset draws
+        # other prompts (an init shared across run seeds, init.seed=0, once drew run seed 1's prompts)
+        prompts = spec_task_data(t, "train", n, init_seed(spec) + INIT_SEED_OFFSET)["prompt"]
     elif data == "chat":
         prompts = load_general_prompts(n, init_seed(spec))["prompt"]
     else:
