@@ -4,6 +4,13 @@ fraction c of a target decode step at the same rows.
 
     python benchmarks/membound_cost.py                                   # membound + membound-draft, eagle3, mtp
     python benchmarks/membound_cost.py --target tiny --draft tiny-draft --heads ""
+    python benchmarks/membound_cost.py --target smollm2-135m-instruct --draft "" --heads "" --prepack
+
+--prepack: also the target with packed weights (``rollout.prepack_weights``, what `wb` runs by default on a
+CPU: :meth:`LeanLM.enable_prepack` laid out for 64 rows x (k + 1) tokens, each shape's threshold from
+:func:`workbench.prepack_rows.measured_min_rows`), a second copy loaded from the same checkpoint and timed in
+the same interleaved rounds: a second table gives its ms, its verification cost in its own decode steps,
+and packed / unpacked per cell (median of the per-round ratios: paired).
 
 Target and draft forwards: the rollout engine's own LeanLM (eager, float32), over a KV cache holding
 --ctx tokens, interleaved rounds (a load spike hits one round of one cell), each timing >= ~5 ms of
@@ -86,6 +93,30 @@ def head_costs(
     return out
 
 
+def print_packed(grid: dict, rows: list[int], tokens: list[int]) -> None:
+    """The packed target's table: ms per forward (median [min] over rounds), verification cost in its own
+    decode steps (t-token / 1-token forward), and packed / unpacked per cell as the median of per-round
+    ratios (the two copies ran back to back in every round)."""
+    pk, un = grid["target_packed"], grid["target"]
+    med = {key: statistics.median(v) for key, v in pk.items()}
+    print("\nPacked weights (the default on a CPU):\n")
+    print(
+        "| rows | "
+        + " | ".join(f"packed ms t={t}" for t in tokens)
+        + " | "
+        + " | ".join(f"ratio t={t}" for t in tokens if t > 1)
+        + " | "
+        + " | ".join(f"packed / unpacked t={t}" for t in tokens)
+        + " |"
+    )
+    print("|" + "---|" * (1 + 2 * len(tokens) + len([t for t in tokens if t > 1])))
+    for r in rows:
+        cols = [f"{1e3 * med[(r, t)]:.2f} [{1e3 * min(pk[(r, t)]):.2f}]" for t in tokens]
+        cols += [f"{med[(r, t)] / med[(r, 1)]:.2f}" for t in tokens if t > 1]
+        cols += [f"{statistics.median(p / u for p, u in zip(pk[(r, t)], un[(r, t)])):.2f}" for t in tokens]
+        print(f"| {r} | " + " | ".join(cols) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="membound")
@@ -98,6 +129,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--k", type=int, default=3, help="heads: draft steps per verification step while timing")
     ap.add_argument("--json", default=None, help="also write the raw numbers here")
+    ap.add_argument("--prepack", action="store_true", help="also time the target with packed weights (paired)")
     a = ap.parse_args()
     rows, tokens = [int(x) for x in a.rows.split(",")], [int(x) for x in a.tokens.split(",")]
     t0 = time.time()
@@ -106,6 +138,11 @@ def main() -> None:
     lms = {"target": LeanLM.from_hf(hf)}
     if a.draft:
         lms["draft"] = LeanLM.from_hf(load_model(resolve_model(a.draft))[0])
+    if a.prepack:
+        from workbench.prepack_rows import measured_min_rows
+
+        lms["target_packed"] = LeanLM.from_hf(load_model(tpath)[0])  # its own copy: packing fuses the weights
+        lms["target_packed"].enable_prepack(64 * (a.k + 1), measured_min_rows)
     params = {n: sum(p.numel() for p in {id(p): p for p in lm.parameters()}.values()) for n, lm in lms.items()}
     grid = forward_grid(lms, rows, tokens, a.ctx, a.rounds)
     heads = {
@@ -140,6 +177,8 @@ def main() -> None:
             cols += [f"{1e3 * d:.2f} [{1e3 * low['draft'][(r, 1)]:.2f}]", f"{d / tgt[(r, 1)]:.2f}"]
         cols += [f"{statistics.median(h[r]) / tgt[(r, 1)]:.2f}" for h in heads.values()]
         print(f"| {r} | " + " | ".join(cols) + " |")
+    if a.prepack:
+        print_packed(grid, rows, tokens)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(
