@@ -1,4 +1,5 @@
-"""benchmarks/profile_verify.py: one decode forward against one verification forward, op by op."""
+"""benchmarks/profile_verify.py (one decode forward against one verification forward, op by op) and
+benchmarks/membound_cost.py --prepack (the packed target timed beside the unpacked one)."""
 
 import json
 import subprocess
@@ -29,3 +30,29 @@ def test_profile_verify_writes_a_cell_per_forward_shape(tmp_path):
         )
     md = out.with_suffix(".md").read_text()
     assert "packed weights" in md and "| 2x3 |" in md and "## GEMMs by input shape" in md
+
+
+def test_membound_cost_prepack_times_both_copies_in_the_same_rounds(tmp_path):
+    out = tmp_path / "cost.json"
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "membound_cost.py"),
+            "--target",
+            "tiny",
+            "--draft",
+            "",
+            "--heads",
+            "",
+        ]
+        + ["--prepack", "--rows", "1,2", "--tokens", "1,2", "--rounds", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    fwd = json.loads(out.read_text())["forward_s"]
+    assert set(fwd) == {"target", "target_packed"}
+    for name in fwd:  # every cell timed once per round in both copies: the per-round ratios are paired
+        assert set(fwd[name]) == {"1x1", "1x2", "2x1", "2x2"} and all(len(v) == 2 for v in fwd[name].values())
+    assert "Packed weights (the default on a CPU)" in res.stdout and "packed / unpacked t=2" in res.stdout

@@ -786,3 +786,26 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
     monkeypatch.setattr(cpu_fix, "apply", lambda: False)
     with pytest.raises(ValueError, match=r"cpu_expand_fix=false"):
         VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
+
+
+@needs_vllm
+def test_vllm_evaluate_logs_held_out_acceptance():
+    """rollout.backend=vllm: evaluate() reports vLLM's acceptance on the held-out prompts as the workbench
+    engine's does (eval/acceptance_length = 1 + the per-position rates), from the eval's own generation."""
+    from workbench.grpo.trainer import GRPOTrainer
+    from workbench.specs import load_spec
+
+    s = load_spec(
+        "quickstart",
+        ["rollout.backend=vllm", "drafter.kind=ngram", "drafter.k=3", "rollout.temperature=0", "task.num_eval=8"]
+        + ["rollout.max_new_tokens=24", "measure.paired=false", "tracking.enabled=false"],
+    )
+    tr = GRPOTrainer(s, progress=False)
+    try:
+        ev = tr.evaluate()
+    finally:
+        tr.close()
+    rates = [ev[f"eval/acceptance_rate_pos_{i}"] for i in range(3)]
+    assert 1.0 < ev["eval/acceptance_length"] <= 4.0
+    assert ev["eval/acceptance_length"] == pytest.approx(1.0 + sum(rates))
+    assert "eval/num_drafts" not in ev and "eval_sampled/acceptance_length" not in ev  # eval_sampled off
