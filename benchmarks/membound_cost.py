@@ -5,12 +5,15 @@ fraction c of a target decode step at the same rows.
     python benchmarks/membound_cost.py                                   # membound + membound-draft, eagle3, mtp
     python benchmarks/membound_cost.py --target tiny --draft tiny-draft --heads ""
     python benchmarks/membound_cost.py --target smollm2-135m-instruct --draft "" --heads "" --prepack
+    python benchmarks/membound_cost.py --target smollm2-135m-instruct --draft "" --heads "" --prepack --compiled
 
 --prepack: also the target with packed weights (``rollout.prepack_weights``, what `wb` runs by default on a
 CPU: :meth:`LeanLM.enable_prepack` laid out for 64 rows x (k + 1) tokens, each shape's threshold from
 :func:`workbench.prepack_rows.measured_min_rows`), a second copy loaded from the same checkpoint and timed in
 the same interleaved rounds: a second table gives its ms, its verification cost in its own decode steps,
-and packed / unpacked per cell (median of the per-round ratios: paired).
+and packed / unpacked per cell (median of the per-round ratios: paired). --compiled (with --prepack): a
+third copy, torch.compile-d with packed weights (``rollout.compile=true``: inductor fuses the ops between the
+packed GEMMs), against the packed eager one in the same rounds.
 
 Target and draft forwards: the rollout engine's own LeanLM (eager, float32), over a KV cache holding
 --ctx tokens, interleaved rounds (a load spike hits one round of one cell), each timing >= ~5 ms of
@@ -93,20 +96,24 @@ def head_costs(
     return out
 
 
-def print_packed(grid: dict, rows: list[int], tokens: list[int]) -> None:
-    """The packed target's table: ms per forward (median [min] over rounds), verification cost in its own
-    decode steps (t-token / 1-token forward), and packed / unpacked per cell as the median of per-round
-    ratios (the two copies ran back to back in every round)."""
-    pk, un = grid["target_packed"], grid["target"]
+def print_packed(
+    grid: dict, rows: list[int], tokens: list[int], name: str = "target_packed", base: str = "target"
+) -> None:
+    """A variant's table (``name``: the packed target, or the compiled packed one): ms per forward (median
+    [min] over rounds), verification cost in its own decode steps (t-token / 1-token forward), and
+    variant / ``base`` per cell as the median of per-round ratios (the copies ran back to back in every round)."""
+    pk, un = grid[name], grid[base]
+    label, vs = {"target_packed": ("packed", "unpacked"), "target_compiled": ("compiled", "eager packed")}[name]
     med = {key: statistics.median(v) for key, v in pk.items()}
-    print("\nPacked weights (the default on a CPU):\n")
+    title = "Packed weights (the default on a CPU)" if name == "target_packed" else "Compiled, packed weights"
+    print(f"\n{title}:\n")
     print(
         "| rows | "
-        + " | ".join(f"packed ms t={t}" for t in tokens)
+        + " | ".join(f"{label} ms t={t}" for t in tokens)
         + " | "
         + " | ".join(f"ratio t={t}" for t in tokens if t > 1)
         + " | "
-        + " | ".join(f"packed / unpacked t={t}" for t in tokens)
+        + " | ".join(f"{label} / {vs} t={t}" for t in tokens)
         + " |"
     )
     print("|" + "---|" * (1 + 2 * len(tokens) + len([t for t in tokens if t > 1])))
@@ -130,7 +137,14 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=3, help="heads: draft steps per verification step while timing")
     ap.add_argument("--json", default=None, help="also write the raw numbers here")
     ap.add_argument("--prepack", action="store_true", help="also time the target with packed weights (paired)")
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="with --prepack: also a copy compiled with packed weights (rollout.compile=true), in the same rounds",
+    )
     a = ap.parse_args()
+    if a.compiled and not a.prepack:
+        ap.error("--compiled compares against the packed eager target: add --prepack")
     rows, tokens = [int(x) for x in a.rows.split(",")], [int(x) for x in a.tokens.split(",")]
     t0 = time.time()
     tpath = resolve_model(a.target)
@@ -143,6 +157,10 @@ def main() -> None:
 
         lms["target_packed"] = LeanLM.from_hf(load_model(tpath)[0])  # its own copy: packing fuses the weights
         lms["target_packed"].enable_prepack(64 * (a.k + 1), measured_min_rows)
+        if a.compiled:  # compiled in the untimed first round (each new shape class compiles once)
+            lms["target_compiled"] = LeanLM.from_hf(load_model(tpath)[0])
+            lms["target_compiled"].enable_compile()
+            lms["target_compiled"].enable_prepack(64 * (a.k + 1), measured_min_rows)
     params = {n: sum(p.numel() for p in {id(p): p for p in lm.parameters()}.values()) for n, lm in lms.items()}
     grid = forward_grid(lms, rows, tokens, a.ctx, a.rounds)
     heads = {
@@ -179,6 +197,8 @@ def main() -> None:
         print(f"| {r} | " + " | ".join(cols) + " |")
     if a.prepack:
         print_packed(grid, rows, tokens)
+    if a.compiled:
+        print_packed(grid, rows, tokens, "target_compiled", "target_packed")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(

@@ -165,7 +165,7 @@ def test_packed_weights_are_the_default_wherever_they_apply_and_the_path_is_tagg
     assert packing.is_packed(lm.lm_head.weight)
     assert backend.tags[TAG_ENGINE_PATH] == "eager, packed weights"
     assert packs_weights(EngineConfig(prepack=None), lm)
-    assert not packs_weights(EngineConfig(prepack=None, compile=True), lm)  # inductor packs compiled graphs itself
+    assert not packs_weights(EngineConfig(prepack=None, compile=True), lm)  # compiled: packed only when asked
     assert not packs_weights(EngineConfig(prepack=False), lm)
     assert not packs_weights(EngineConfig(prepack=None), LeanLM.from_hf(random_llama(seed=7)).to(torch.bfloat16))
     off = load_spec("quickstart", ["model.device=cpu", "rollout.prepack_weights=false"])
@@ -174,20 +174,63 @@ def test_packed_weights_are_the_default_wherever_they_apply_and_the_path_is_tagg
     assert not packing.is_packed(lm2.lm_head.weight)
 
 
-def test_spec_refuses_prepack_with_compile_and_with_vllm():
+def test_spec_refuses_prepack_with_cuda_graphs_and_with_vllm():
+    load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])  # compiled + packed: allowed
     with pytest.raises(Exception, match="rollout.prepack_weights"):
-        load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])
+        load_spec("membound", ["rollout.prepack_weights=true", "rollout.cuda_graphs=true"])
     from workbench.vllm import check_vllm_spec
 
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
         check_vllm_spec(load_spec("membound", ["rollout.prepack_weights=true"]))
 
 
-def test_enable_prepack_after_compile_is_refused():
-    lm = LeanLM.from_hf(random_llama(seed=6))
+def _ops(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()}
+
+
+def test_compiled_step_runs_the_packed_gemms_and_follows_the_weight_sync():
+    """rollout.compile with packed weights: the compiled graph calls workbench::packed_linear, which runs oneDNN's
+    packed kernel (not F.linear), gives eager's logits, and repacks after an in-place weight sync."""
+    hf = random_llama(seed=8)
+    ref, lm = LeanLM.from_hf(hf), LeanLM.from_hf(hf)
     lm.enable_compile()
-    with pytest.raises(ValueError, match="rollout.prepack_weights"):
-        lm.enable_prepack()
+    lm.enable_prepack(8, min_rows=1)
+    # one shape for both calls, so the test pays one compilation
+    prompt = torch.randint(3, 48, (3, 4), generator=torch.Generator().manual_seed(0))
+    ids, start = torch.randint(3, 48, (3, 4)), torch.full((3,), 4, dtype=torch.long)
+
+    def step(model):
+        cache = model.new_cache(3, 16)
+        model(prompt, torch.zeros(3, dtype=torch.long), cache)
+        return model(ids, start, cache)[0]  # (3, 4, V): a verification-shaped step, compiled
+
+    with torch.no_grad():
+        a = step(ref)
+        ops = _ops(lambda: step(lm))
+        assert "workbench::packed_linear" in ops and "mkldnn::_linear_pointwise" in ops
+        assert torch.allclose(step(lm), a, atol=1e-4)
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        ref.load_weights(hf), lm.load_weights(hf)
+        b = step(lm)
+        assert torch.allclose(b, step(ref), atol=1e-4) and not torch.allclose(b, a, atol=1e-3)
+
+
+def test_a_graph_alias_of_a_packed_weight_finds_its_packed_copy():
+    """A compiled graph may pass its custom op another tensor object over the registered storage."""
+    w = torch.randn(32, 16)
+    prepack(w, min_rows=1)
+    try:
+        alias = w.detach()
+        assert alias is not w and packing._entry(alias) is packing._entry(w) is not None
+        assert packing._entry(w[:16]) is None  # another shape over the same storage is not it
+        x = torch.randn(4, 16)
+        assert torch.allclose(packing.packed_linear(x, alias), F.linear(x, w), atol=1e-4)
+    finally:
+        unpack(w)
+    assert packing._entry(w.detach()) is None
 
 
 def test_cost_curves_of_packed_weights_are_cached_apart():
@@ -328,3 +371,22 @@ def test_measured_min_rows_remeasures_a_damaged_cache(monkeypatch, tmp_path):
     prepack_rows._path().write_text(__import__("json").dumps(data))
     assert prepack_rows.measured_min_rows(96, 64, 16) == 4
     assert prepack_rows._read()[key]["min_rows"] == 4
+
+
+def test_a_compiled_target_builds_its_plain_and_speculative_engines():
+    """`wb bench --compile` compiles the target, then builds its engines with rollout.prepack_weights left null:
+    that used to raise (packing was refused after compiling); now compiled engines are tagged as such."""
+    from workbench.rollout_builder import EngineConfig, plain_backend, workbench_backend
+    from workbench.tags import TAG_ENGINE_PATH
+
+    target = LeanLM.from_hf(random_llama(seed=9))
+    target.enable_compile()
+    plain = plain_backend(target, EngineConfig(compile=True))
+    spec = workbench_backend(
+        target,
+        DraftModelDrafter(LeanLM.from_hf(random_llama(layers=1, seed=5))),
+        2,
+        EngineConfig(compile=True, prepack=True),
+    )
+    assert plain.tags[TAG_ENGINE_PATH] == "compiled"
+    assert spec.tags[TAG_ENGINE_PATH] == "compiled, packed weights" and packing.is_packed(target.lm_head.weight)

@@ -115,8 +115,7 @@ def workbench_backend(
     row counts (:func:`workbench.prepack_rows.measured_min_rows`).
 
     Raises:
-        ValueError: CUDA graphs off a CUDA device, packed weights off CPU float32 or with compile
-            (each names the field).
+        ValueError: CUDA graphs off a CUDA device, packed weights off CPU float32 (each names the field).
     """
     packed = packs_weights(engine, target)
     backend = WorkbenchBackend(
@@ -154,11 +153,11 @@ def packs_weights(engine: EngineConfig, target: LeanLM) -> bool:
 
 def engine_path(engine: EngineConfig, packed: bool) -> str:
     """The forward path the workbench engine runs, as logged and printed: ``cuda graphs``,
-    ``compiled``, ``eager, packed weights`` or ``eager``."""
+    ``compiled`` (``, packed weights``), ``eager, packed weights`` or ``eager``."""
     if engine.cuda_graphs:
         return "cuda graphs"
     if engine.compile:
-        return "compiled"
+        return "compiled, packed weights" if packed else "compiled"
     return "eager, packed weights" if packed else "eager"
 
 

@@ -166,6 +166,8 @@ class Bench:
                 self.target,
                 EngineConfig(
                     retire_buckets=capture_sizes(256) if self.cfg.cuda_graphs else None,
+                    compile=self.cfg.compile or self.cfg.cuda_graphs,
+                    cuda_graphs=self.cfg.cuda_graphs,
                     prepack=self.spec.rollout.prepack_weights,
                 ),
             )

@@ -196,15 +196,12 @@ class LeanLM(nn.Module):
         :func:`workbench.prepack_rows.measured_min_rows`, measured on this machine and cached); None =
         :data:`~workbench.rollout.packing.PACKED_MIN_ROWS`.
 
+        With :meth:`enable_compile` too, the compiled step runs the packed GEMMs as opaque ops
+        (:func:`workbench.rollout.packing.packed_linear`) and inductor fuses what lies between them.
+
         Raises:
-            ValueError: weights not CPU float32, or :meth:`enable_compile` was called (inductor packs
-                compiled graphs' weights itself): names rollout.prepack_weights.
+            ValueError: weights not CPU float32: names rollout.prepack_weights.
         """
-        if "_compiled" in self.__dict__:
-            raise ValueError(
-                "rollout.prepack_weights: the compiled forward (rollout.compile) does not use packed weights; "
-                "set one of rollout.prepack_weights / rollout.compile to false"
-            )
         check_packable(self.lm_head.weight)  # before fusing anything
         if "_fused" not in self.__dict__:
             self._fuse_weights()

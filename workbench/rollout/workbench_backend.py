@@ -30,14 +30,14 @@ class WorkbenchBackend:
         max_batch_size, continuous, retire_buckets: as :class:`RolloutEngine`.
         compile, cuda_graphs: ``torch.compile`` the forwards, as CUDA graphs (``rollout.compile``,
             ``rollout.cuda_graphs``).
-        prepack: CPU float32: the eager forwards' weights packed for oneDNN (``rollout.prepack_weights``,
+        prepack: CPU float32: the weights packed for oneDNN (``rollout.prepack_weights``,
             :meth:`RolloutEngine.enable_prepack`); ``prepack_min_rows``: its row thresholds
             (:meth:`LeanLM.enable_prepack`'s ``min_rows``).
         owns_weights: False for a twin sharing another backend's ``target``.
 
     Raises:
-        ValueError: ``cuda_graphs`` on a target that is not on a CUDA device, ``prepack`` off CPU float32 or
-            with ``compile`` (each names the field).
+        ValueError: ``cuda_graphs`` on a target that is not on a CUDA device, ``prepack`` off CPU float32
+            (each names the field).
     """
 
     tags: dict[str, str] = {}

@@ -138,9 +138,10 @@ class RolloutSpec(_Section):
     )
     prepack_weights: bool | None = Field(
         None,
-        description="CPU float32, eager forwards: pack the target's and draft model's linear weights once for "
+        description="CPU float32: pack the target's and draft model's linear weights once for "
         "oneDNN (as vLLM-CPU does at load), each weight run packed only from the row count at which it measured "
-        "faster on this machine (measured once per shape and CPU, cached), packed again after each weight sync. "
+        "faster on this machine (measured once per shape and CPU, cached), packed again after each weight sync; "
+        "with rollout.compile the compiled graph calls the packed GEMMs as opaque ops. "
         "null (default) = on wherever it applies (the workbench engine, eager, CPU float32), off elsewhere; "
         "true = on (refused where it cannot apply), false = off. Equal to F.linear up to float rounding (not bit "
         "for bit); one more copy of the weights in memory",
@@ -155,10 +156,9 @@ class RolloutSpec(_Section):
 
     @model_validator(mode="after")
     def _prepack_eager_only(self) -> "RolloutSpec":
-        if self.prepack_weights and (self.compile or self.cuda_graphs):
+        if self.prepack_weights and self.cuda_graphs:
             raise ValueError(
-                "rollout.prepack_weights packs the eager forward's weights; the compiled forward "
-                "(rollout.compile / rollout.cuda_graphs) does not use them: set one of them to false"
+                "rollout.prepack_weights packs CPU weights; rollout.cuda_graphs runs on CUDA: set one of them to false"
             )
         return self
 
