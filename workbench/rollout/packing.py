@@ -125,8 +125,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     packed the call is :func:`packed_linear`, an opaque op that makes the same choice when it runs."""
     if not _ANY or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
         return F.linear(x, w, b)  # nothing packed, or training (a drafter's online step): no backward there
-    if torch.compiler.is_compiling():
-        return packed_linear(x, w, b)
+    if torch.compiler.is_compiling():  # the op has a CPU kernel only (packed weights are CPU float32)
+        return packed_linear(x, w, b) if x.device.type == "cpu" else F.linear(x, w, b)
     return _run(x, w, b)
 
 
