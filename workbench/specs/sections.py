@@ -155,7 +155,7 @@ class RolloutSpec(_Section):
     )
 
     @model_validator(mode="after")
-    def _prepack_eager_only(self) -> "RolloutSpec":
+    def _prepack_not_with_cuda_graphs(self) -> "RolloutSpec":
         if self.prepack_weights and self.cuda_graphs:
             raise ValueError(
                 "rollout.prepack_weights packs CPU weights; rollout.cuda_graphs runs on CUDA: set one of them to false"
