@@ -40,7 +40,7 @@ from drafters.chain import ChainDrafter, ChainNet
 from drafters.eagle3 import aux_layer_ids, draft_vocab
 from drafters.mtp import _load, _save
 from drafters.registry import register
-from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution
+from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution, temper
 from workbench.rollout.drafter import DraftContext, DrafterTarget, DraftProposal
 from workbench.rollout.layers import RMSNorm, apply_rope, cache_kv, decoder_layer, rms_norm, rope_cos_sin
 from workbench.rollout.model import LMConfig
@@ -214,13 +214,27 @@ class DFlashDrafter(ChainDrafter):
         return DraftProposal(torch.stack(tokens, 1), num, torch.stack(probs, 1))
 
     def draft_loss(self, batch: DraftBatch) -> tuple[torch.Tensor, dict]:
-        return dflash_loss(self.net, batch, self.block_size, self.ttt_decay, restrict=(self.net.d2t, self.net.t2d))
+        return dflash_loss(
+            self.net,
+            batch,
+            self.block_size,
+            self.ttt_decay,
+            restrict=(self.net.d2t, self.net.t2d),
+            temperature=self.distill_temperature,
+        )
 
 
 def dflash_loss(
-    net: DFlashNet, batch: DraftBatch, b: int, decay: float, restrict=None, anchors: int = ANCHORS
+    net: DFlashNet,
+    batch: DraftBatch,
+    b: int,
+    decay: float,
+    restrict=None,
+    anchors: int = ANCHORS,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict]:
-    """Block-drafting loss of a :class:`DFlashNet` on ``batch`` (module doc).
+    """Block-drafting loss of a :class:`DFlashNet` on ``batch`` (module doc); draft and target logits
+    divided by the distillation ``temperature`` (``drafter.distill_temperature``).
 
     Anchors a (N, M) are drawn per sequence among positions whose next token is learned
     (``loss_mask[a] > 0``, so slot 1 is scored), with the generator of ``torch``'s global RNG. Each
@@ -255,8 +269,8 @@ def dflash_loss(
     at = w > 0
     logits = net.logits(0, out[:, :, 1:][at])  # (S, Vd)
     t_logits = extend_time(tl, b)[torch.arange(N, device=dev)[:, None, None].expand_as(src)[at], src[at]]  # (S, V|K)
-    probs, cols = target_distribution(t_logits, *(restrict or (None, None)))
-    ce = soft_ce(logits, probs, cols)  # (S,)
+    probs, cols = target_distribution(temper(t_logits, temperature), *(restrict or (None, None)))
+    ce = soft_ce(temper(logits, temperature), probs, cols)  # (S,)
     ws = w[at]
     loss = (ce * ws).sum() / ws.sum().clamp_min(1e-9)
     stats = {"draft/loss": float(loss.detach())}

@@ -196,7 +196,7 @@ class DraftModelDrafter(Drafter):
         elif self._prompts is not None:  # not prefilled yet: the rows keep their distinct prompts
             self._index = self._index[rows]
 
-    # -- training: forward KL(target || draft) at temperature 1 on the target's logits
+    # -- training: forward KL(target || draft) at drafter.distill_temperature on the target's logits
     def train_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.hf.parameters())
 
@@ -206,7 +206,7 @@ class DraftModelDrafter(Drafter):
 
         self.hf.train()
         logits = self.hf(input_ids=batch.input_ids).logits  # (N, L, V)
-        loss = forward_kl(logits, batch.target_logits, batch.loss_mask)
+        loss = forward_kl(logits, batch.target_logits, batch.loss_mask, self.distill_temperature)
         m = batch.loss_mask
         agree = (logits.argmax(-1) == target_argmax(batch.target_logits)).float()
         top1 = float((agree * m).sum() / m.sum().clamp_min(1))

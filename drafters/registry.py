@@ -43,4 +43,6 @@ def build_drafter(kind: str, spec: Any, target: DrafterTarget, device: torch.dev
         return None
     if not isinstance(target, DrafterTarget):
         raise TypeError(f"build_drafter: target must be a DrafterTarget, got {type(target).__name__}")
-    return cls.from_spec(spec, target=target, device=device)
+    drafter = cls.from_spec(spec, target=target, device=device)
+    drafter.distill_temperature = float(getattr(spec, "distill_temperature", 1.0))
+    return drafter

@@ -104,6 +104,17 @@ def extend_time(t: torch.Tensor | TopKLogits, n: int) -> torch.Tensor | TopKLogi
     return torch.cat([t, t[:, :1].expand(t.shape[0], n, *t.shape[2:])], 1)
 
 
+def temper(t: torch.Tensor | TopKLogits, temperature: float) -> torch.Tensor | TopKLogits:
+    """Logits (..., V) or TopKLogits (..., K) divided by ``temperature`` (> 0): the distribution a
+    drafter learns at the distillation temperature (Hinton et al. 2015; TRL's GKD divides student
+    and teacher alike). The top-K order and argmax are unchanged."""
+    if temperature == 1.0:
+        return t
+    if isinstance(t, TopKLogits):
+        return TopKLogits(t.values / temperature, t.indices, t.vocab_size)
+    return t / temperature
+
+
 def target_argmax(t: torch.Tensor | TopKLogits) -> torch.Tensor:
     """(...) long: the target's most likely id at each position."""
     return t.indices[..., 0] if isinstance(t, TopKLogits) else t.argmax(-1)
@@ -137,11 +148,15 @@ def soft_ce(draft_logits: torch.Tensor, target_probs: torch.Tensor, cols: torch.
     return -(target_probs * logq).sum(-1)
 
 
-def forward_kl(student_logits: torch.Tensor, t: torch.Tensor | TopKLogits, mask: torch.Tensor) -> torch.Tensor:
-    """Mean KL(target || student) at temperature 1 over masked positions (nats per token):
-    student_logits (N, L, V), ``t`` (N, L, V) or TopKLogits (N, L, K), mask (N, L) -> scalar.
-    Forward KL is mass-covering, which is what acceptance sum_x min(p, q) rewards (DistillSpec,
-    Zhou et al. 2024); top-K: the target renormalised over its K kept ids."""
+def forward_kl(
+    student_logits: torch.Tensor, t: torch.Tensor | TopKLogits, mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Mean KL(target_T || student_T) over masked positions (nats per token), both sides' logits
+    divided by ``temperature`` T (:func:`temper`): student_logits (N, L, V), ``t`` (N, L, V) or
+    TopKLogits (N, L, K), mask (N, L) -> scalar. Forward KL is mass-covering, which is what
+    acceptance sum_x min(p, q) rewards (DistillSpec, Zhou et al. 2024); top-K: the target
+    renormalised over its K kept ids."""
+    student_logits, t = temper(student_logits, temperature), temper(t, temperature)
     if not isinstance(t, TopKLogits):
         from workbench.models.losses import forward_kl as dense_kl
 

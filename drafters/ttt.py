@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution
+from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, target_distribution, temper
 
 
 def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device):
@@ -34,7 +34,9 @@ def ttt_kv_fn(step_keys: list[tuple[torch.Tensor, torch.Tensor]], L: int, device
     return fn
 
 
-def ttt_loss(net: nn.Module, batch: DraftBatch, steps: int, decay: float, restrict=None) -> tuple[torch.Tensor, dict]:
+def ttt_loss(
+    net: nn.Module, batch: DraftBatch, steps: int, decay: float, restrict=None, temperature: float = 1.0
+) -> tuple[torch.Tensor, dict]:
     """Training-time-test loss of a chain drafter's net (:class:`drafters.chain.ChainNet`) on ``batch``
     (see module doc).
 
@@ -43,6 +45,8 @@ def ttt_loss(net: nn.Module, batch: DraftBatch, steps: int, decay: float, restri
         restrict: optional (d2t (Vd,) draft -> target ids, t2d (V,) target -> draft id or -1)
             (eagle3's draft vocabulary): the target distribution is restricted to those ids and
             renormalised (:func:`drafters.targets.target_distribution`).
+        temperature: distillation temperature; draft and target logits are divided by it
+            (``drafter.distill_temperature``).
     Returns:
         (scalar loss = sum_j decay**j * mean masked soft-CE of step j, stats with ``draft/loss_step_j``
         and ``draft/top1_agreement`` of step 0: argmax draft (mapped to target ids) == argmax target).
@@ -75,8 +79,8 @@ def ttt_loss(net: nn.Module, batch: DraftBatch, steps: int, decay: float, restri
         logits = net.head(j, out[at])  # (M, Vd)
         t_logits = tl_p[:, j + 1 : j + 1 + L][at]  # (M, V) / top-K (M, K): target at s+j+1
         w = w[at]  # (M,)
-        probs, cols = target_distribution(t_logits, *(restrict or (None, None)))
-        ce = soft_ce(logits, probs, cols)  # (M,)
+        probs, cols = target_distribution(temper(t_logits, temperature), *(restrict or (None, None)))
+        ce = soft_ce(temper(logits, temperature), probs, cols)  # (M,)
         lj = (ce * w).sum() / w.sum().clamp_min(1)
         total = total + decay**j * lj
         stats[f"draft/loss_step_{j}"] = float(lj.detach())

@@ -74,6 +74,8 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 3,  # 2: transformers' lr schedule in drafters.training; 3: init prompts from INIT_SEED_OFFSET
     }
+    if d.distill_temperature != 1.0:  # keyed only when set (keys of earlier inits unchanged)
+        key["distill_temperature"] = d.distill_temperature
     if spec.model.dtype != "float32":  # trained on the target's outputs in that precision (float32 keys unchanged)
         key["dtype"] = spec.model.dtype
     tag = data if data in ("in_domain", "chat") else "dataset"

@@ -108,6 +108,7 @@ class Drafter:
     # its own module and registers itself, and init, online adaptation and the vLLM backend follow.
     kind: ClassVar[str] = ""
     trainable: ClassVar[bool] = False  # has weights: draft_loss/train_parameters (init and online adaptation)
+    distill_temperature: float = 1.0  # the loss's temperature (drafter.distill_temperature), set by build_drafter
     arch_fields: ClassVar[tuple[str, ...]] = ()  # DrafterSpec fields that shape the weights (the init cache key)
     vllm_weights: ClassVar[bool] = False  # vLLM serves this drafter's own weights (exported, reloaded when adapted)
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads

@@ -271,6 +271,15 @@ class DrafterSpec(_Section):
         le=1.0,
         description="mtp/eagle3: weight of unroll step j is ttt_decay**j; dflash: of slot i, **(i-1)",
     )
+    distill_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=4.0,
+        description="temperature of the drafter's training loss (init and online): draft and target logits are both "
+        "divided by it (Hinton et al. 2015; TRL GKD's `temperature`), so the drafter learns softmax(z / T). A drafter "
+        "proposes at rollout.temperature; setting both equal trains the distribution the rejection sampler compares "
+        "(DistillSpec, arXiv 2310.08461). Changes what the drafter learns, never what rollouts follow",
+    )
     dflash_block_size: int = Field(
         8,
         ge=2,
