@@ -321,7 +321,9 @@ class ChainDrafter(Drafter):
 
     def draft_loss(self, batch: DraftBatch) -> tuple[torch.Tensor, dict]:
         restrict = None if self.d2t is None else (self.d2t, self.net.t2d)
-        return ttt_loss(self.net, batch, self.ttt_steps, self.ttt_decay, restrict=restrict, temperature=self.distill_temperature)
+        return ttt_loss(
+            self.net, batch, self.ttt_steps, self.ttt_decay, restrict=restrict, temperature=self.distill_temperature
+        )
 
 
 def _merge_entries(a: dict, b: dict) -> dict:
