@@ -209,7 +209,7 @@ def _drafter(kind, target_lm, draft_lm):
         return SuffixDrafter(max_tree_depth=24, max_spec_factor=1.0, min_token_prob=0.0)
     from drafters import build_drafter
     from workbench.rollout.drafter import DrafterTarget
-    from workbench.specs.sections import DrafterSpec
+    from workbench.specs.drafter import DrafterSpec
 
     return build_drafter(kind, DrafterSpec(kind=kind), target=DrafterTarget(target_lm), device=torch.device("cpu"))
 

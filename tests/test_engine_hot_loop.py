@@ -57,7 +57,7 @@ def test_one_host_read_per_step(target_lm, draft_lm, kind):
     if kind in ("mtp", "eagle3"):
         from drafters import build_drafter
         from workbench.rollout.drafter import DrafterTarget
-        from workbench.specs.sections import DrafterSpec
+        from workbench.specs.drafter import DrafterSpec
 
         drafter = build_drafter(
             kind,

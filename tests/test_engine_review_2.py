@@ -93,7 +93,7 @@ def _drafter(kind, target_lm, draft_lm):
         return DraftModelDrafter(draft_lm)
     from drafters import build_drafter
     from workbench.rollout.drafter import DrafterTarget
-    from workbench.specs.sections import DrafterSpec
+    from workbench.specs.drafter import DrafterSpec
 
     torch.manual_seed(0)
     return build_drafter(kind, DrafterSpec(kind=kind), target=DrafterTarget(target_lm), device=torch.device("cpu"))

@@ -6,6 +6,7 @@ keys so a typo fails loudly with the field path and the keys that are allowed.
 """
 
 from workbench.specs.dotted import flatten, set_dotted
+from workbench.specs.drafter import DrafterInitSpec, DrafterOnlineSpec, DrafterSpec
 from workbench.specs.experiment import ExperimentSpec
 from workbench.specs.load import (
     DEFAULT_SPEC,
@@ -19,9 +20,6 @@ from workbench.specs.load import (
     validate_spec,
 )
 from workbench.specs.sections import (
-    DrafterInitSpec,
-    DrafterOnlineSpec,
-    DrafterSpec,
     GRPOSpec,
     MeasureSpec,
     ModelSpec,

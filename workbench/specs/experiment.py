@@ -8,8 +8,8 @@ import yaml
 from pydantic import Field
 
 from workbench.specs.dotted import flatten
+from workbench.specs.drafter import DrafterSpec
 from workbench.specs.sections import (
-    DrafterSpec,
     GRPOSpec,
     MeasureSpec,
     ModelSpec,
