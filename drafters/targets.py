@@ -123,7 +123,8 @@ def target_argmax(t: torch.Tensor | TopKLogits) -> torch.Tensor:
 def target_distribution(
     t: torch.Tensor | TopKLogits, d2t: torch.Tensor | None = None, t2d: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The target's distribution at temperature 1, restricted to a draft vocabulary when one is
+    """The softmax of the target logits as given (temperature 1; a loss at another temperature passes them
+    through :func:`temper` first), restricted to a draft vocabulary when one is
     given (``d2t`` (Vd,) draft -> target ids and ``t2d`` (V,) target -> draft id or -1) and renormalised.
 
     Returns (probs, cols): dense: probs (..., Vd or V) and cols None; top-K: probs (..., K) over the
