@@ -125,6 +125,7 @@ LAYERS = {
         "workbench.tracking",
         "workbench.runs",
         "workbench.tags",
+        "workbench.version",
         "workbench.stats",
         "workbench.timing",
         "workbench.cache",

@@ -17,6 +17,7 @@ TAG_WORKER = "workbench.sweep.worker"  # host:pid:id of the `wb sweep` process t
 TAG_HEARTBEAT = "workbench.sweep.heartbeat"  # unix seconds, refreshed while the point runs
 TAG_STALE = "workbench.sweep.stale"  # why a claim was failed as its worker's (heartbeat too old)
 TAG_ERROR = "workbench.sweep.error"  # what a failed point raised (read by the other workers)
+TAG_RUN_ERROR = "workbench.error"  # what a FAILED `wb run` raised ("Type: message"), e.g. a task.reward function
 
 TAG_STUDY = "workbench.study"  # Optuna study name, on the parent and every trial
 TAG_TUNE_ROLE = "workbench.tune.role"  # "parent" | "trial" | "duplicate"
@@ -24,4 +25,6 @@ TAG_TRIAL = "workbench.tune.trial"  # Optuna trial number
 TAG_HOST = "workbench.host"  # the machine that ran the trial
 TAG_MACHINE = "workbench.machine"  # the CPU model and its instruction sets (AVX-512, AMX), or the GPU: every run
 TAG_ENGINE_PATH = "workbench.engine_path"  # the workbench engine's forward: eager / eager, packed weights / compiled
+TAG_VERSION = "workbench.version"  # the installed workbench's version: every run (its commit: mlflow.source.git.commit)
+TAG_GIT_DIRTY = "workbench.git_dirty"  # "true" when the checkout that ran had uncommitted changes to tracked files
 TAG_PARAM = "workbench.param."  # + dotted key: the trial's value

@@ -45,6 +45,30 @@ def _quiet_mlflow() -> None:
             logger.setLevel(logging.WARNING)
 
 
+def system_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """``tags`` with MLflow's system tags (``mlflow.user``, ``mlflow.source.name``/``type``, and
+    ``mlflow.source.git.commit`` from a checkout), as ``mlflow.start_run`` adds them, ``workbench.version`` and,
+    from a checkout, ``workbench.git_dirty`` (whether tracked files differed from that commit).
+
+    ``MlflowClient.create_run`` adds none itself; MLflow's own context registry resolves them (its git
+    provider needs GitPython, so the commit falls back to :func:`workbench.version.git_commit`). The
+    caller's tags win.
+    """
+    from mlflow.tracking.context.registry import resolve_tags
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+
+    from workbench.tags import TAG_GIT_DIRTY, TAG_VERSION
+    from workbench.version import git_commit, version
+
+    out = resolve_tags({TAG_VERSION: version()})
+    commit = git_commit()
+    if commit is not None:
+        out.setdefault(MLFLOW_GIT_COMMIT, commit[0])
+        out[TAG_GIT_DIRTY] = str(commit[1]).lower()
+    out.update(tags)
+    return out
+
+
 def _param_value(value: Any) -> str:
     s = str(value)
     if len(s) > MAX_PARAM_VAL_LENGTH:
@@ -159,7 +183,7 @@ class Tracker:
                 self._client.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in self.tags.items()])
             return self
         self.experiment_id = self._get_or_create_experiment()
-        run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=self.tags)
+        run = self._client.create_run(self.experiment_id, run_name=self.run_name, tags=system_tags(self.tags))
         self._run_id = run.info.run_id
         return self
 

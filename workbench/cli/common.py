@@ -16,6 +16,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 models_app = typer.Typer(help="Embedded model presets: list and build (cached).", no_args_is_help=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from workbench.version import version_line
+
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version (and git commit) and exit."
+    ),
+) -> None:
+    """The speculation workbench: how much does exact speculative decoding speed up GRPO rollouts?"""
+
+
 app.add_typer(models_app, name="models")
 drafter_app = typer.Typer(
     help="Drafter initialisation: train a drafter on the target's completions (cached).", no_args_is_help=True

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from workbench.specs.aliases import rename_aliases
 from workbench.specs.dotted import flatten
 from workbench.specs.drafter import DrafterSpec
 from workbench.specs.sections import (
@@ -38,6 +39,15 @@ class ExperimentSpec(_Section):
     tune: TuneSpec = Field(
         default_factory=TuneSpec, exclude_if=_is_default_tune, description="`wb tune` search space (unused by `wb run`)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _field_names(cls, data: Any) -> Any:
+        """vLLM's and TRL's names for spec keys (``drafter.num_speculative_tokens``) renamed to the spec's own
+        (``drafter.k``) before validation: :mod:`workbench.specs.aliases`."""
+        if not isinstance(data, dict):
+            return data
+        return {key: rename_aliases(key, value) for key, value in data.items()}
 
     @property
     def paired(self) -> bool:

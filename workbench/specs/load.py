@@ -1,5 +1,5 @@
-"""Loading a spec: a YAML file or a name under experiments/, dotted-key overrides, validation with
-errors that name the field, the allowed keys and the fix."""
+"""Loading a spec: a YAML file or a shipped name (experiments/, package data of ``workbench``), dotted-key
+overrides, validation with errors that name the field, the allowed keys and the fix."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from workbench.specs.aliases import canonical_path
 from workbench.specs.dotted import set_dotted
 from workbench.specs.experiment import ExperimentSpec
 from workbench.specs.sections import SpecError
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+# The shipped specs: package data (workbench/experiments, a link to the checkout's top-level experiments/ that
+# the wheel stores as files), so a spec name works from any folder and from a wheel install alike.
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[1] / "experiments"
 DEFAULT_SPEC = "quickstart"
 
 
@@ -70,14 +73,13 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
     for e in err.errors():
         loc = tuple(str(p) for p in e["loc"])
         field = ".".join(loc) or "(root)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             allowed = _section_fields(loc[:-1])
             close = difflib.get_close_matches(loc[-1], allowed, n=1)
             hint = f" Did you mean {'.'.join(loc[:-1] + (close[0],))!r}?" if close else ""
             msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
         elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
-            msg = msg.removeprefix("Value error, ")
             msg = f"{msg} (got {e['input']!r})" + (
                 _field_hint(loc) if e["type"] not in ("value_error", "literal_error") else ""
             )
@@ -99,21 +101,27 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = raw
     if value is None and raw.strip().lower() not in ("null", "none", "~"):
         value = raw
-    if isinstance(value, str) and value.lower() == "none" and key.split(".")[-1] != "kind":
+    if isinstance(value, str) and value.lower() == "none" and key.split(".")[-1] not in ("kind", "method"):
         value = None
     return key.split("."), value
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(raw: dict[str, Any], overrides: list[str], aliases: bool = True) -> dict[str, Any]:
     """A copy of ``raw`` with each ``key=value`` override set (:func:`parse_override`).
 
+    aliases: rename vLLM's/TRL's key names to the spec's own first (:mod:`workbench.specs.aliases`), so
+    ``drafter.num_speculative_tokens=2`` sets ``drafter.k``; off for documents that are not experiment specs.
+
     Raises:
-        SpecError: a malformed override, or a key through a value (``drafter.k.x=1``).
+        SpecError: a malformed override, a value an alias does not take, or a key through a value
+            (``drafter.k.x=1``).
     """
     data = raw
     for item in overrides:
         path, value = parse_override(item)
         try:
+            if aliases:
+                path, value = canonical_path(path, value)
             data = set_dotted(data, ".".join(path), value)
         except ValueError as e:
             raise SpecError(f"override {item!r}: {str(e).split(': ', 1)[-1]}") from None

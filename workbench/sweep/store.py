@@ -11,6 +11,7 @@ from workbench.runs import RunReader, RunRecord, quote
 from workbench.specs import ExperimentSpec
 from workbench.sweep.results import Outcome, Row
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP
+from workbench.tracking import system_tags
 
 
 def store_open_lock(uri: str) -> Any:
@@ -128,7 +129,7 @@ class SweepStore:
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             mine = self.client.create_run(
-                self.experiment_id, run_name=self.name, tags={TAG_SWEEP: self.name, TAG_ROLE: "parent"}
+                self.experiment_id, run_name=self.name, tags=system_tags({TAG_SWEEP: self.name, TAG_ROLE: "parent"})
             ).info.run_id
             time.sleep(self.settle_s)
             first = min(self._parents(), key=lambda r: (r.info.start_time, r.info.run_id), default=None)
@@ -153,7 +154,7 @@ class SweepStore:
 
     def create_claim(self, run_name: str, tags: dict[str, str]) -> str:
         """A RUNNING child run of the parent with ``tags``: a claim on a point."""
-        tags = {**tags, PARENT_RUN_TAG: self.parent_id}
+        tags = system_tags({**tags, PARENT_RUN_TAG: self.parent_id})
         return self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
 
     def fail(self, run_id: str, why: str) -> None:

