@@ -9,6 +9,7 @@ from transformers import GenerationConfig
 
 from data import math_word
 from tests.conftest import random_llama
+from tests.extras import math_verify
 from workbench.grpo.rewards import score, wilson_interval
 from workbench.models.chat import PromptFormat, parse_messages
 from workbench.models.resolve import shared_tokenizer
@@ -126,6 +127,7 @@ def test_vllm_sampling_kwargs_carry_every_stop_id():
 # ---------------------------------------------------------------- math_word and its rewards
 
 
+@math_verify
 def test_math_word_items_are_consistent_and_deterministic():
     items = math_word.generate(300, seed=4)
     assert items == math_word.generate(300, seed=4) and items[:10] == math_word.generate(10, seed=4)
@@ -138,6 +140,7 @@ def test_math_word_items_are_consistent_and_deterministic():
         math_word.generate(3, 0, min_ops=0)
 
 
+@math_verify
 @pytest.mark.parametrize(
     "text,gold,want",
     [
@@ -178,6 +181,7 @@ def test_math_accuracy_reward(text, gold, want):
     assert math_accuracy_reward(text, gold) == want
 
 
+@math_verify
 def test_math_accuracy_reward_refuses_off_the_main_thread():
     """math-verify's timeout is signal.alarm: in another thread it raised inside and every answer scored 0."""
     import threading
@@ -218,6 +222,7 @@ def test_format_reward_wants_a_value_not_the_instructions_placeholder(completion
     assert boxed_format_reward(completion) == expected
 
 
+@math_verify
 def test_format_reward_and_scores():
     assert (
         boxed_format_reward("\\boxed{3}") == 1.0
@@ -313,6 +318,7 @@ def test_last_number_is_the_anchor_free_check(text, gold, want):
     assert last_number_reward(text, gold) == want
 
 
+@math_verify
 def test_math_tasks_log_the_anchor_free_check_beside_the_reward():
     from workbench.grpo.rewards import score
     from workbench.tasks import get_task

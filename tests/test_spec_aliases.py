@@ -71,3 +71,12 @@ def test_rename_aliases_leaves_other_sections_and_non_mappings_alone():
     assert rename_aliases("drafter", "x") == "x"
     assert canonical_path(["seed"], 3) == (["seed"], 3)
     assert canonical_path(["drafter", "init", "steps"], 3) == (["drafter", "init", "steps"], 3)
+
+
+def test_the_docs_table_lists_every_alias():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "your-setup.md").read_text()
+    for section, table in ALIASES.items():
+        for alias, spec in table.items():
+            assert f"| `{section}.{alias}` | {spec.source} | `{section}.{spec.canonical}`" in page, alias

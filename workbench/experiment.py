@@ -8,6 +8,7 @@ or Ctrl-C inside the run ends it FAILED/KILLED with what it logged kept.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -27,7 +28,7 @@ from workbench.perf.modeled import build_modeled
 from workbench.rollout.kpolicy import AdaptiveK
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
-from workbench.tags import TAG_MACHINE
+from workbench.tags import TAG_MACHINE, TAG_RUN_ERROR
 from workbench.timing import host_description
 from workbench.tracking import Tracker
 
@@ -163,7 +164,7 @@ def _run(
         run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)
-    with tracker:
+    with tracker, _error_tag(tracker):
         result.run_id = tracker.run_id
         tracker.log_params(spec.flat_params())
         tracker.log_text(spec.to_yaml(), "spec.yaml")
@@ -220,6 +221,20 @@ def _run(
                 f"{result.tracking_uri})"
             )
     return result
+
+
+@contextlib.contextmanager
+def _error_tag(tracker: Tracker):
+    """A run that fails keeps what it raised as the tag ``workbench.error`` (``Type: message``, 4000 characters
+    at most) beside its FAILED status; an early stop (the run already ended FINISHED) and Ctrl-C tag nothing."""
+    try:
+        yield
+    except EarlyStop:
+        raise
+    except Exception as e:
+        with contextlib.suppress(Exception):  # never let the tag hide the exception that ended the run
+            tracker.set_tags({TAG_RUN_ERROR: f"{type(e).__name__}: {e}"[:4000]})
+        raise
 
 
 def _log_drafter_init(tracker: Tracker, spec: ExperimentSpec, drafter: DrafterParts) -> None:

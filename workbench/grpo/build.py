@@ -41,6 +41,7 @@ from workbench.rollout_builder import build_backend as build_rollout_backend
 from workbench.specs import ExperimentSpec
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
+from workbench.tasks.reward_funcs import check_columns, spec_reward_funcs
 from workbench.vllm import admit
 
 PAIRED_SEED_OFFSET = 1_000_003  # the paired autoregressive arm's RNG stream: seed + this
@@ -117,6 +118,7 @@ class TrainerParts:
     train_data: Any
     eval_data: Any
     prompt_format: PromptFormat  # plain text or the model's chat template; its stop ids are in ``rollout.sampling``
+    rewards: Any = None  # list[RewardFunc] (workbench.tasks.reward_funcs): task.reward's, or the task's own
 
     def close(self) -> None:
         """Free the rollout backends (idempotent)."""
@@ -256,6 +258,8 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
     paired = backend.plain_twin() if spec.paired else None
     optimiser = build_optimiser(spec, policy.model, ranks.dp)
     task, train, evals = load_data(spec)
+    rewards = spec_reward_funcs(spec.task)  # task.reward, or the task's own; checked against the data's columns
+    check_columns(rewards, train.column_names)
     # Prompts in the model's chat template when it has one (task.chat_template); its end-of-turn
     # token ends a completion in every engine (cfg.sampling.stop_token_ids)
     fmt = run_prompt_format(spec.task, policy.tokenizer)
@@ -273,4 +277,5 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
         train_data=train,
         eval_data=evals,
         prompt_format=fmt,
+        rewards=rewards,
     )

@@ -33,7 +33,7 @@ from workbench.grpo.distributed import shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
 from workbench.grpo.mismatch import logprob_gaps
 from workbench.grpo.optim_step import optimiser_step
-from workbench.grpo.rewards import score
+from workbench.grpo.rewards import RewardState, score_rows
 from workbench.models.tokenizer import decode_completion
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.graphs import cudagraph_skips
@@ -68,6 +68,7 @@ class GRPOTrainer:
         self.sampling, self.generator = parts.rollout.sampling, parts.generator
         self.paired_generator = parts.paired_generator
         self.task, self.train_data, self.eval_data = parts.task, parts.train_data, parts.eval_data
+        self.rewards = parts.rewards  # the reward functions (workbench.grpo.rewards): task.reward or the task's own
         self.prompt_format = parts.prompt_format  # plain text, or the model's chat template (task.chat_template)
         self.completion_lengths: list[int] = []  # the last step's tokens per completion (N,), grouped by prompt
         self._order: list[int] = []
@@ -107,7 +108,7 @@ class GRPOTrainer:
         with stage("reward"):
             texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
             answers = [r["answer"] for r in rows for _ in range(G)]
-            scores = score(self.task, texts, answers, self.spec.task.format_reward)
+            scores = score_rows(self.rewards, rows, G, texts, out.tokens, RewardState(step - 1, g.steps))
             rewards = torch.tensor(scores.total, device=self.device)
 
         with stage("logprob"):
@@ -415,7 +416,7 @@ class GRPOTrainer:
             return {}
         self._load_weights()
         prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
-        answers = list(self.eval_data["answer"])
+        rows = self.eval_data.to_list()  # every column: the reward functions get them
         gen = torch.Generator(self.device).manual_seed(
             self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0)
         )
@@ -428,7 +429,8 @@ class GRPOTrainer:
             for prefix, arm_sp in arms:
                 out = self.backend.generate(prompts, arm_sp, gen)
                 texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
-                m.update(score(self.task, texts, answers).metrics(prefix, ci=True))
+                state = RewardState(self._version, self.spec.grpo.steps)
+                m.update(score_rows(self.rewards, rows, 1, texts, out.tokens, state).metrics(prefix, ci=True))
                 m.update(M.held_out_spec(prefix, out.counters.metrics()))
         finally:
             self.backend.k_policy = policy

@@ -107,6 +107,24 @@ def sampling_from_trainer(trainer: Any) -> SamplingParams:
     )
 
 
+def model_folder(model: Any) -> Path:
+    """The checkpoint folder of TRL's model (its ``config._name_or_path``), where a drafter init reads
+    the target's config and generation config: a local folder as it is; a Hugging Face Hub id
+    (``GRPOTrainer(model="Qwen/Qwen3-0.6B")``) resolved to its snapshot folder in the hub cache, as
+    ``model.target`` is (:func:`workbench.models.hub.resolve_hub_model`; cached already when TRL loaded
+    it); anything else (no name: a model built from a config) as a path, read only where a drafter needs it.
+
+    Raises:
+        ValueError: a Hub id that cannot be resolved (one line naming the id, the hub cache and
+            ``HF_HUB_OFFLINE``).
+    """
+    from workbench.models.hub import parse_hub_id, resolve_hub_model
+
+    name = str(getattr(model.config, "_name_or_path", "") or ".")
+    hub = parse_hub_id(name)
+    return resolve_hub_model(*hub, what="model (TRL's model.config._name_or_path)") if hub else Path(name)
+
+
 def render_prompts(prompts: list, trainer: Any) -> list[list[int]]:
     """Token ids of each prompt as TRL's own generation renders it: conversations through the chat
     template with the generation prompt (and the trainer's ``chat_template_kwargs``), text as is."""
@@ -144,6 +162,7 @@ class WorkbenchRolloutFunc:
         self.backend: RolloutBackend | None = None
         self.drafter: DrafterParts | None = None
         self._synced_step: int | None = None
+        self._path: Path | None = None  # TRL's model's checkpoint folder (model_folder), found on the first call
         self._generator: torch.Generator | None = None
 
     def _run_spec(self, model: torch.nn.Module, path: Path, sampling: SamplingParams) -> ExperimentSpec:
@@ -165,7 +184,7 @@ class WorkbenchRolloutFunc:
         model = trainer.accelerator.unwrap_model(trainer.model)
         device = next(model.parameters()).device
         ranks = Ranks(device, None, trainer.accelerator.process_index)
-        path = Path(getattr(model.config, "_name_or_path", "") or ".")
+        path = self._path = model_folder(model)
         policy = Policy(model, trainer.processing_class, path, None)
         spec = self._run_spec(model, path, sampling)
         vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # the guard, at TRL's sampling
@@ -185,7 +204,8 @@ class WorkbenchRolloutFunc:
         Raises:
             ValueError: TRL settings the engine does not implement (:func:`sampling_from_trainer`),
                 an architecture the engine does not run (names ``model.target``), sampled speculation
-                on vLLM that no passed audit covers at TRL's sampling (the vLLM guard, docs/vllm.md).
+                on vLLM that no passed audit covers at TRL's sampling (the vLLM guard, docs/vllm.md), a
+                model named by a Hugging Face Hub id that cannot be resolved (:func:`model_folder`).
         """
         sampling = sampling_from_trainer(trainer)
         mode = "train" if trainer.model.training else "eval"
@@ -198,7 +218,7 @@ class WorkbenchRolloutFunc:
             and (sampling.temperature, sampling.top_p, sampling.top_k) != self._admitted
         ):
             model = trainer.accelerator.unwrap_model(trainer.model)  # TRL's sampling changed: the guard again
-            admit(self._run_spec(model, Path(getattr(model.config, "_name_or_path", "") or "."), sampling))
+            admit(self._run_spec(model, self._path, sampling))
             self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
         if trainer.state.global_step != self._synced_step:
             self.backend.load_policy_weights(trainer.accelerator.unwrap_model(trainer.model))

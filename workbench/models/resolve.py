@@ -3,6 +3,7 @@
     path = resolve_model("tiny")             # shipped folder, else cache_dir()/models/tiny-<hash> (built if missing)
     resolve_model("tiny", force=True)        # rebuild into the cache even if built or shipped
     resolve_model("/my/hf_llama_folder")     # any folder with config.json is used as-is
+    resolve_model("Qwen/Qwen3-0.6B@main")    # a Hugging Face Hub id: its snapshot folder (workbench.models.hub)
     tok = shared_tokenizer()                 # the tokenizer every preset uses
 
 Where folders are and how they are named: :mod:`workbench.models.layout`.
@@ -20,6 +21,7 @@ from workbench.cache import atomic_dir
 from workbench.models import build
 from workbench.models.checkpoint import load_tokenizer
 from workbench.models.hashes import TOKENIZER_CORPUS, TOKENIZER_VOCAB
+from workbench.models.hub import parse_hub_id, resolve_hub_model
 from workbench.models.imported import PRETRAINED, imported_dir
 from workbench.models.layout import cached_preset_dir, cached_tokenizer_dir, shipped_preset_dir, shipped_tokenizer_dir
 from workbench.models.presets import PRESETS, get_preset
@@ -52,11 +54,14 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
 
     name_or_path: a folder containing config.json (a Hugging Face checkpoint, e.g. your own Llama)
     or a preset name (see `list_presets`), or a pretrained preset (:mod:`workbench.models.imported`:
-    a real chat model converted from its installed package on first use). A preset resolves to its shipped folder if the
+    a real chat model converted from its installed package on first use), or a Hugging Face Hub id
+    ``ORG/NAME[@REVISION]`` (:func:`workbench.models.hub.resolve_hub_model`: its snapshot folder in the
+    hub cache, downloaded unless HF_HUB_OFFLINE=1). A preset resolves to its shipped folder if the
     package has one at the preset's current hash, else to its cache folder, built there if missing (a
     draft resolves its target first). force: build the preset into the cache even if it is built
     or shipped (its target is resolved normally). `what` names the spec field in error messages.
-    Raises ValueError if it is neither a checkpoint folder nor a preset, listing the preset names.
+    Raises ValueError if it is neither a checkpoint folder, a preset nor a Hub id (listing the preset
+    names), or a Hub id that cannot be resolved (one line naming the id, the hub cache and HF_HUB_OFFLINE).
     """
     p = Path(name_or_path).expanduser()
     if p.is_dir():
@@ -71,10 +76,13 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
             return imported_dir(name_or_path, progress=progress, force=force)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
+    hub = parse_hub_id(name_or_path) if name_or_path not in PRESETS else None
+    if hub is not None:  # ORG/NAME[@REVISION]: the hub cache first, then a download where allowed
+        return resolve_hub_model(*hub, what=what)
     if name_or_path not in PRESETS:
         raise ValueError(
-            f"{what}: {name_or_path!r} is neither a folder with config.json nor a preset; "
-            f"presets: {', '.join([*PRESETS, *PRETRAINED])}"
+            f"{what}: {name_or_path!r} is neither a folder with config.json nor a preset nor a Hugging Face Hub "
+            f"id (ORG/NAME or ORG/NAME@REVISION); presets: {', '.join([*PRESETS, *PRETRAINED])}"
         )
     if not force:
         shipped = shipped_preset_dir(name_or_path)

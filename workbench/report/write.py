@@ -107,6 +107,19 @@ def write_report(t: Target, out: Path, with_html: bool = False) -> Report:
     return Report(out, path, html_path, plots, skipped)
 
 
+def report(
+    name: str, out: str | Path | None = None, html: bool = False, tracking_uri: str | None = None
+) -> tuple[Target, Report]:
+    """``wb report`` from Python: :func:`make_report` (``html``: also ``report.html``).
+
+    Raises:
+        ReportError: NAME names no sweep, study or run in the store.
+    """
+    return make_report(name, out, with_html=html, tracking_uri=tracking_uri)
+
+
+REPORT_ARTIFACTS = "report"  # the artifact folder of the reported run that holds the report's files
+
 STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 8px}"
@@ -115,10 +128,11 @@ STYLE = (
 
 
 def markdown_to_html(text: str, title: str = "report") -> str:
-    """A standalone HTML page of ``text`` (CommonMark + GitHub tables, rendered by markdown-it-py)."""
+    """A standalone HTML page of ``text`` (CommonMark + GitHub tables, rendered by markdown-it-py) with raw
+    HTML off: a tag value from the store such as ``<img onerror=...>`` is shown as text, never run."""
     from markdown_it import MarkdownIt
 
-    body = MarkdownIt("commonmark").enable("table").render(text)
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
     return (
         f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{STYLE}</style>'
         f"</head>\n<body>\n{body}\n</body></html>\n"
@@ -132,6 +146,18 @@ def safe_dirname(name: str) -> str:
 def make_report(
     name: str, out: str | Path | None = None, with_html: bool = False, tracking_uri: str | None = None
 ) -> tuple[Target, Report]:
-    """Resolve NAME and write the report into ``out`` (default ``reports/<NAME>``)."""
+    """Resolve NAME and write the report into ``out`` (default ``reports/<NAME>``), then log its files to the
+    run it reports on (the sweep's or study's parent run, or the run itself) under ``report/``, as MLflow
+    keeps what describes a run with the run.
+
+    Raises:
+        ReportError: NAME names no sweep, study or run in the store.
+    """
     t = resolve(name, tracking_uri)
-    return t, write_report(t, Path(out) if out else Path("reports") / safe_dirname(name), with_html)
+    rep = write_report(t, Path(out) if out else Path("reports") / safe_dirname(name), with_html)
+    owner = t.parent or (t.runs[0] if len(t.runs) == 1 else None)
+    if owner is not None:
+        from mlflow import MlflowClient
+
+        MlflowClient(t.tracking_uri).log_artifacts(owner.run_id, str(rep.out), artifact_path=REPORT_ARTIFACTS)
+    return t, rep

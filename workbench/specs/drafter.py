@@ -91,8 +91,9 @@ class DrafterSpec(_Section):
     )
     model: str = Field(
         "tiny-draft",
-        description="draft_model: preset name or checkpoint folder with the target's tokenizer; eagle3: a head "
-        "folder in vLLM's layout (wb drafter export)",
+        description="draft_model: preset name, checkpoint folder or Hugging Face Hub id ORG/NAME[@REVISION] "
+        "(docs/hub-models.md) with the target's tokenizer; eagle3: a head in vLLM's layout (wb drafter export), "
+        "a folder or a Hub id",
     )
     draft_layers: int | None = Field(
         None,

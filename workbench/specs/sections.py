@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class SpecError(ValueError):
@@ -23,7 +23,10 @@ class _Section(BaseModel):
 
 class ModelSpec(_Section):
     target: str = Field(
-        "tiny", description="target/policy: a preset name (`wb models list`) or a Hugging Face checkpoint folder"
+        "tiny",
+        description="target/policy: a preset name (`wb models list`), a Hugging Face checkpoint folder, or a Hugging "
+        "Face Hub id ORG/NAME or ORG/NAME@REVISION (from the hub cache, downloaded if missing unless HF_HUB_OFFLINE=1; "
+        "docs/hub-models.md)",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
@@ -32,7 +35,21 @@ class ModelSpec(_Section):
 class TaskSpec(_Section):
     name: str = Field("arith_chain", description="registered task: its data generator and reward verifier")
     path: str | None = Field(
-        None, description="optional jsonl/parquet file of your own prompts; else the task's generated data"
+        None,
+        description="your own prompts: a .jsonl/.json/.parquet file, or a datasets Hub dataset NAME (or NAME:CONFIG, "
+        "split task.split; docs/rewards.md); null = the task's generated data",
+    )
+    split: str = Field(
+        "train", description="task.path as a Hub dataset: the split loaded (train and eval rows both from it)"
+    )
+    reward: str | list[str] | None = Field(
+        None,
+        description="reward function(s) 'package.module:function' with TRL's reward_funcs signature "
+        "f(prompts, completions, completion_ids, **columns) -> list[float | None] (e.g. trl.rewards:accuracy_reward), "
+        "replacing the task's own reward; each logged as reward/<function name> (docs/rewards.md)",
+    )
+    reward_weights: list[float] | None = Field(
+        None, description="one weight per task.reward function in the summed reward (TRL's reward_weights); null = 1.0"
     )
     prompt_field: str = "prompt"
     answer_field: str = "answer"
@@ -58,9 +75,50 @@ class TaskSpec(_Section):
         "fields (task.prompt_field/answer_field) | auto (detected from the columns)",
     )
 
+    @field_validator("reward")
+    @classmethod
+    def _reward_resolves(cls, v: Any) -> Any:
+        """Each reference imports and names a function TRL could call (workbench.tasks.reward_funcs),
+        checked here, before any run opens."""
+        if v is None:
+            return v
+        from workbench.tasks.reward_funcs import resolve_reward, reward_refs
+
+        if not reward_refs(v):
+            raise ValueError("empty list; give at least one package.module:function, or leave task.reward unset")
+        for ref in reward_refs(v):
+            try:
+                resolve_reward(ref)
+            except ValueError as e:  # reported under task.reward already: drop the message's own prefix
+                raise ValueError(str(e).removeprefix("task.reward: ")) from None
+        return v
+
+    @field_validator("reward_weights")
+    @classmethod
+    def _weights_match(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None or "reward" not in info.data:  # (a bad task.reward is reported on its own)
+            return v
+        from workbench.tasks.reward_funcs import reward_refs
+
+        n = len(reward_refs(info.data["reward"]))
+        if n == 0:
+            raise ValueError("weights without task.reward; set task.reward or leave task.reward_weights unset")
+        if len(v) != n:
+            raise ValueError(
+                f"{len(v)} weights for {n} task.reward functions; give one weight per function, or leave "
+                "task.reward_weights unset (all 1.0)"
+            )
+        return v
+
     @model_validator(mode="after")
     def _format_reward_exists(self) -> "TaskSpec":
         """A format-reward weight on a task without one is refused here, before any run opens."""
+        if self.format_reward > 0 and self.reward is not None:
+            raise ValueError(
+                "format_reward: task.reward replaces the task's own rewards, its format reward too; list a format "
+                "function in task.reward (e.g. workbench.tasks.rewards:boxed_format) with its weight in "
+                "task.reward_weights, and set task.format_reward=0"
+            )
         if self.format_reward > 0:
             from workbench.tasks import TASKS
 

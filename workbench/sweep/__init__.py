@@ -14,6 +14,9 @@ Re-running with the same ``--name`` resumes: children already FINISHED are skipp
 with the same ``--name`` share the sweep, each point claimed by one of them: :mod:`workbench.sweep.claims`.
 """
 
+import sys
+import types
+
 from workbench.sweep.grid import (
     ALIAS_OF,
     ALIASES,
@@ -44,7 +47,7 @@ from workbench.sweep.results import (
     summarize,
     sweep_rows,
 )
-from workbench.sweep.run import SweepResult, default_sweep_name, run_sweep
+from workbench.sweep.run import SweepResult, default_sweep_name, run_sweep, sweep
 from workbench.sweep.store import SweepStore
 
 __all__ = [
@@ -77,5 +80,16 @@ __all__ = [
     "run_sweep",
     "speedup",
     "summarize",
+    "sweep",
     "sweep_rows",
 ]
+
+
+class _SweepPackage(types.ModuleType):
+    """This package is callable as :func:`workbench.sweep.run.sweep` (``from workbench import sweep``)."""
+
+    def __call__(self, *args, **kwargs):
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _SweepPackage

@@ -22,7 +22,7 @@ from workbench.sweep.claims import (
     claim_point,
     worker_id,
 )
-from workbench.sweep.grid import Point, SweepPlan
+from workbench.sweep.grid import Point, SweepPlan, plan_sweep
 from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
 from workbench.sweep.results import Outcome, results_json, sweep_rows
 from workbench.sweep.store import SweepStore
@@ -243,6 +243,26 @@ def run_sweep(
         with tempfile.TemporaryDirectory() as tmp:
             store.close(status, results_json(name, plan, outcomes), _plot(outcomes, Path(tmp), name, console))
     return SweepResult(name, store.parent_id, outcomes, status, store.tracking_uri, len(w.mine))
+
+
+def sweep(
+    spec: str | Path | None,
+    axes: list[str],
+    name: str | None = None,
+    repeats: int = 1,
+    progress: bool = False,
+) -> SweepResult:
+    """Run a grid of experiments with their autoregressive baselines (``wb sweep``, from Python), paired per step.
+
+    spec: a shipped spec's name or a YAML path (None: experiments/sweep.yaml); axes: ``wb sweep``'s arguments
+    (``"drafter=ngram,draft_model"``, ``"k=1..7"``, ``"grpo.steps=3"``); name: the sweep's name in MLflow
+    (re-running a name resumes it). Returns its status and per-point outcomes.
+
+    Raises:
+        SweepError / SpecError: a bad axis or spec, before anything runs.
+    """
+    plan = plan_sweep(None if spec is None else str(spec), list(axes), repeats=repeats)
+    return run_sweep(plan, name=name, console=Console(quiet=not progress), progress=progress)
 
 
 def _machine(plan: SweepPlan) -> str:

@@ -80,6 +80,8 @@ def load_task_data(
     answer_field: str = "answer",
     cache_dir: Path | None = None,
     dataset_format: str = "auto",
+    hub_split: str = "train",
+    keep_columns: bool = False,
 ) -> datasets.Dataset:
     """A Dataset with string columns `prompt` and `answer` (num rows at most).
 
@@ -89,8 +91,15 @@ def load_task_data(
     (task.dataset_format: gsm8k, dapo, fields = prompt_field/answer_field; auto detects), renamed
     to prompt/answer (conversational prompts kept as their JSON messages); split "train" takes the first num rows,
     "eval" the last num rows (disjoint when the file has at least num_train + num_eval rows).
-    Raises ValueError naming task.name / task.path / task.prompt_field / task.answer_field with
-    the fix: unknown task or split, missing file, unknown extension, unreadable file, missing field.
+    path not a file (nor a path that looks like one): a ``datasets`` Hub dataset ``NAME`` or ``NAME:CONFIG`` (or a
+    local dataset folder), split ``hub_split`` (task.split), loaded with ``datasets.load_dataset`` (its own cache)
+    and then read as a file is.
+    keep_columns (a run with ``task.reward`` functions, which get every column as TRL passes them): the user
+    data's other columns are kept beside prompt/answer (``solution``, ...), and a missing default ``answer``
+    column is allowed (answer "").
+    Raises ValueError naming task.name / task.path / task.split / task.prompt_field / task.answer_field with
+    the fix: unknown task or split, missing file, unknown extension, unreadable file or Hub dataset (offline
+    too), missing field.
     """
     task = get_task(name)
     if split not in SPLITS:
@@ -109,19 +118,28 @@ def load_task_data(
             _write_jsonl(rows, file)
         return _load_json(file, cache)
 
-    ds = _load_user_file(path, cache)
-    ds = _to_prompt_answer(
-        ds, resolve_layout(ds, dataset_format, prompt_field, answer_field), prompt_field, answer_field, path
-    )
+    ds = _load_user_file(path, cache) if _is_file_path(path) else _load_hub(path, hub_split)
+    layout = resolve_layout(ds, dataset_format, prompt_field, answer_field)
+    ds = _to_prompt_answer(ds, layout, prompt_field, answer_field, path, keep_columns)
     n = min(num, len(ds))
     rows = range(n) if split == "train" else range(len(ds) - n, len(ds))
     return ds.select(rows)
 
 
 def spec_task_data(t, split: str, num: int, seed: int) -> datasets.Dataset:
-    """``load_task_data`` for a run's ``task`` spec section (name, path, fields, dataset_format)."""
+    """``load_task_data`` for a run's ``task`` spec section (name, path, fields, dataset_format, split; every
+    column kept when ``task.reward`` functions score the run)."""
     return load_task_data(
-        t.name, split, num, seed, t.path, t.prompt_field, t.answer_field, dataset_format=t.dataset_format
+        t.name,
+        split,
+        num,
+        seed,
+        t.path,
+        t.prompt_field,
+        t.answer_field,
+        dataset_format=t.dataset_format,
+        hub_split=getattr(t, "split", "train"),
+        keep_columns=getattr(t, "reward", None) is not None,
     )
 
 
@@ -159,18 +177,20 @@ def _prompt_text(prompt) -> str:
 
 
 def _to_prompt_answer(
-    ds: datasets.Dataset, layout: str, prompt_field: str, answer_field: str, path: str
+    ds: datasets.Dataset, layout: str, prompt_field: str, answer_field: str, path: str, keep_columns: bool = False
 ) -> datasets.Dataset:
     """Rename a user file's columns to string ``prompt`` and ``answer`` by its layout (see resolve_layout).
 
     gsm8k: prompt = question + the boxed-answer instruction (math_word's, unless the question already
     asks for a box), answer = gsm8k_answer(answer). dapo (DAPO-Math-17k's processed layout): prompt
     (text or messages), answer = solution. fields: task.prompt_field / task.answer_field.
+    keep_columns: the other columns stay (prompt and answer replaced), and a missing default ``answer`` is "".
     Raises ValueError naming the field to set when a column is missing.
     """
     fields = {"gsm8k": ("question", "answer"), "dapo": ("prompt", "solution")}.get(layout, (prompt_field, answer_field))
     keys = ("task.prompt_field", "task.answer_field") if layout == "fields" else ("task.dataset_format",) * 2
-    for field, key in zip(fields, keys):
+    no_answer = keep_columns and layout == "fields" and answer_field == "answer" and "answer" not in ds.column_names
+    for field, key in zip(fields[:1] if no_answer else fields, keys):
         if field not in ds.column_names:
             raise ValueError(
                 f"{key}: column {field!r} not in {path} (layout {layout}); columns there: "
@@ -183,9 +203,41 @@ def _to_prompt_answer(
         if layout == "gsm8k":
             q = str(r[pf])
             return {"prompt": q if "boxed" in q else f"{q} {math_word.INSTRUCTION}", "answer": gsm8k_answer(str(r[af]))}
-        return {"prompt": _prompt_text(r[pf]), "answer": str(r[af]).strip()}
+        return {"prompt": _prompt_text(r[pf]), "answer": "" if no_answer else str(r[af]).strip()}
 
-    return ds.map(row, remove_columns=ds.column_names)
+    drop = [c for c in ds.column_names if c in ("prompt", "answer")] if keep_columns else ds.column_names
+    return ds.map(row, remove_columns=drop)
+
+
+def _is_file_path(path: str) -> bool:
+    """True when task.path names a file (existing, or written like one: a data-file extension or an
+    explicit / ./ ../ ~ path); else it is a Hub dataset name or a dataset folder."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return True
+    if p.is_dir():
+        return False
+    return p.suffix.lower() in FORMATS or path.startswith(("/", "./", "../", "~", "."))
+
+
+def _load_hub(path: str, split: str) -> datasets.Dataset:
+    """``datasets.load_dataset(NAME[, CONFIG], split=split)`` for task.path ``NAME`` or ``NAME:CONFIG`` (or a
+    local dataset folder); every failure, offline ones included, is one ValueError naming task.path."""
+    name, _, config = path.partition(":") if not Path(path).expanduser().is_dir() else (path, "", "")
+    try:
+        return datasets.load_dataset(name, config or None, split=split)
+    except Exception as e:  # datasets / huggingface_hub raise many types (DatasetNotFoundError, ConnectionError, ...)
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        offline = [
+            v for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE") if os.environ.get(v, "").lower() in ("1", "true")
+        ]
+        raise ValueError(
+            f"task.path: could not load the datasets Hub dataset {path!r} (split {split!r}, task.split): "
+            f"{type(e).__name__}: {first}. Fix: check the name (NAME or NAME:CONFIG) and task.split; offline "
+            f"({', '.join(offline) + ' set' if offline else 'HF_DATASETS_OFFLINE/HF_HUB_OFFLINE, or no network'}) "
+            "only a dataset already in the datasets cache loads: load it once online, or give a local "
+            ".jsonl/.parquet file"
+        ) from None
 
 
 def _load_user_file(path: str, cache: Path) -> datasets.Dataset:

@@ -15,8 +15,8 @@ from workbench.console import make_console
 from workbench.specs import SpecError
 from workbench.sweep.store import SweepStore, retried
 from workbench.tags import TAG_HOST, TAG_PARAM, TAG_STUDY, TAG_TRIAL
-from workbench.tracking import system_tags
 from workbench.tags import TAG_TUNE_ROLE as TAG_ROLE
+from workbench.tracking import system_tags
 from workbench.tune.plan import PAIRED_KEY, TunePlan
 from workbench.tune.score import (
     Score,

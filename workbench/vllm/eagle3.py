@@ -163,9 +163,24 @@ def export_eagle3(net, target_cfg, folder: str | Path) -> Path:
     return folder
 
 
+def head_folder(path: str | Path) -> Path:
+    """``path`` as a folder: a Hugging Face Hub id (``ORG/NAME[@REVISION]``, e.g. a public head) resolved to
+    its snapshot in the hub cache (:func:`workbench.models.hub.resolve_hub_model`), anything else as a path.
+
+    Raises:
+        ValueError: a Hub id that cannot be resolved (one line naming ``drafter.model``, the id, the hub
+            cache and ``HF_HUB_OFFLINE``).
+    """
+    from workbench.models.hub import parse_hub_id, resolve_hub_model
+
+    hub = parse_hub_id(str(path))
+    return resolve_hub_model(*hub, what="drafter.model") if hub else Path(path)
+
+
 def is_eagle3_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder holding a vLLM-layout EAGLE-3 head (by its config's architectures)."""
-    f = Path(path) / "config.json"
+    """Whether ``path`` is a folder (or a Hugging Face Hub id, :func:`head_folder`) holding a vLLM-layout
+    EAGLE-3 head (by its config's architectures). Raises ValueError for a Hub id that cannot be resolved."""
+    f = head_folder(path) / "config.json"
     if not f.is_file():
         return False
     try:
@@ -175,14 +190,14 @@ def is_eagle3_folder(path: str | Path) -> bool:
 
 
 def read_eagle3(folder: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config.json as a dict, our Eagle3Net state dict) of a vLLM EAGLE-3 folder.
+    """(config.json as a dict, our Eagle3Net state dict) of a vLLM EAGLE-3 folder (or Hub id, :func:`head_folder`).
 
     Raises:
         ValueError: missing or corrupt files, or weights that are not a one-layer EAGLE-3 head.
     """
     from safetensors.torch import load_file
 
-    folder = Path(folder)
+    folder = head_folder(folder)
     try:
         cfg = json.loads((folder / "config.json").read_text())
         files = sorted(folder.glob("*.safetensors"))

@@ -58,13 +58,18 @@ def check_vllm_spec(spec) -> None:
 
 
 def speculative_config(
-    d, draft_folder: str | None, draft_sample_method: str | None = None, check_only: bool = False
+    d,
+    draft_folder: str | None,
+    draft_sample_method: str | None = None,
+    check_only: bool = False,
+    require_installed: bool = True,
 ) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
     trained; eagle3, dflash: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``,
-    ``workbench.vllm.dflash.export_dflash``).
+    ``workbench.vllm.dflash.export_dflash``). require_installed: refuse suffix without ``arctic-inference``
+    importable here (False: the config is for another machine's vLLM, as ``wb export`` writes it).
 
     Raises:
         ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without
@@ -82,7 +87,7 @@ def speculative_config(
             "prompt_lookup_max": d.prompt_lookup_max,
         }
     if d.kind == "suffix":
-        if importlib.util.find_spec("arctic_inference") is None:
+        if require_installed and importlib.util.find_spec("arctic_inference") is None:
             raise ValueError(
                 "drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
                 "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
