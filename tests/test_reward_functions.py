@@ -11,13 +11,14 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from tests.extras import requires
+from tests.extras import marks, requires
 from workbench.cli import app
 from workbench.grpo.rewards import RewardFunctionError, RewardState, score, score_rows
 from workbench.specs import SpecError, load_spec
 from workbench.tasks import TASKS, get_task
 from workbench.tasks import rewards as builtin
 from workbench.tasks.loading import load_task_data
+from workbench.tasks.math_reward import math_accuracy_reward
 from workbench.tasks.reward_funcs import (
     RewardFunc,
     check_columns,
@@ -203,7 +204,13 @@ def test_required_columns_are_checked_against_the_data(user_module):
 COMPLETIONS = ["Answer: 12", "so \\boxed{12}.", "I think 11\nAnswer: 11", "\\boxed{N}", "nothing", "12"]
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+def _task_param(name: str):
+    """A task's name as a parameter; a task rewarded by math-verify needs the [real] extra."""
+    needs_math_verify = TASKS[name].reward is math_accuracy_reward
+    return pytest.param(name, marks=marks("real", "math_verify") if needs_math_verify else ())
+
+
+@pytest.mark.parametrize("name", [_task_param(n) for n in sorted(TASKS)])
 def test_builtin_tasks_score_as_before(name):
     """The old per-completion verifiers and their TRL-form functions agree, in both completion formats."""
     task = get_task(name)
