@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from workbench.cli.common import _fail, app, console
 
@@ -29,11 +30,13 @@ def report(
     except ReportError as e:
         _fail(str(e))
     console.print(
-        f"{target.kind} [bold]{name}[/]: {len(target.runs)} run(s) -> [bold]{rep.markdown}[/]"
-        + (f", {rep.html}" if rep.html else "")
+        f"{target.kind} [bold]{escape(name)}[/]: {len(target.runs)} run(s) -> [bold]{escape(str(rep.markdown))}[/]"
+        + (f", {escape(str(rep.html))}" if rep.html else "")
     )
     console.print(
-        f"plots: {', '.join(rep.plots) or '(none)'}"
-        + (f"; skipped (no data): {', '.join(rep.skipped)}" if rep.skipped else ""),
+        escape(
+            f"plots: {', '.join(rep.plots) or '(none)'}"
+            + (f"; skipped (no data): {', '.join(rep.skipped)}" if rep.skipped else "")
+        ),
         highlight=False,
     )

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.syntax import Syntax
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -51,7 +49,7 @@ def run(
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
     except ImportError as e:  # rollout.backend=vllm without vLLM: the message names the extra to install
-        _fail(escape(str(e)))  # (escaped: Rich would take "[vllm-cpu]" for markup)
+        _fail(str(e))
 
 
 def _launch(resolved, nproc: int, args: list[str]) -> int:
@@ -68,15 +66,15 @@ def _launch(resolved, nproc: int, args: list[str]) -> int:
         check_distributed_spec(resolved, nproc)
     except ValueError as e:
         _fail(str(e))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "workbench.cli",
-        "run",
-        *args,
-    ]
-    return subprocess.call(cmd)
+    return subprocess.call(launch_command(nproc, args))
+
+
+def launch_command(nproc: int, args: list[str]) -> list[str]:
+    """The launcher's command line: torchrun, and ranks running this workbench's ``wb run ARGS``, neither
+    importing from the working directory (:mod:`workbench.isolated`; ``--no-python``: each rank runs the
+    command given, ``python -c CODE``, instead of ``python -m``)."""
+    from workbench.isolated import python_module
+
+    rank = python_module("workbench.cli", same_workbench=True)
+    launcher = python_module("torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--no-python")
+    return [*launcher, *rank, "run", *args]
