@@ -195,3 +195,63 @@ def test_wb_run_nproc_2_from_a_folder_with_decoys(decoy_dir):
     r = subprocess.run(cmd, cwd=decoy_dir, env=_env(), capture_output=True, text=True, timeout=800)
     _no_decoy_ran(decoy_dir, r.stdout + r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- part 5: environment faults
+
+
+@pytest.fixture()
+def no_models(monkeypatch):
+    """build_parts refused: a store fault must be reported before any model is built."""
+    import workbench.experiment as E
+
+    def refuse(*a, **k):
+        raise AssertionError("models were built before the store was checked")
+
+    monkeypatch.setattr(E, "build_parts", refuse)
+
+
+@pytest.mark.parametrize("kind", ["bogus", "random-bytes"])
+def test_a_broken_store_is_one_line_before_the_models(tmp_path, monkeypatch, no_models, kind):
+    monkeypatch.chdir(tmp_path)
+    if kind == "bogus":
+        uri = "bogus://nowhere"
+    else:
+        (tmp_path / "rand.db").write_bytes(bytes(range(256)) * 16)
+        uri = f"sqlite:///{tmp_path / 'rand.db'}"
+    res = _wb("run", "micro", "--quiet", f"tracking.tracking_uri={uri}")
+    _one_line_error(res, f"MLflow store {uri} cannot be used", "tracking.tracking_uri")
+
+
+def test_wb_cache_dir_that_is_a_file(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("x")
+    for where in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        monkeypatch.setenv("WB_CACHE_DIR", str(where))
+        from workbench.cache import CacheError, cache_dir
+
+        with pytest.raises(CacheError, match="is not a folder"):
+            cache_dir()
+        res = _wb("run", "micro", "--quiet", "tracking.enabled=false", "task.num_train=4")
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+
+
+@pytest.fixture()
+def swept(store):
+    from test_report import fake_sweep
+
+    fake_sweep(store, "fs", [{"kind": "ngram", "k": 2, "gen_s": 1.0, "reward": 0.5, "ratios": [1.5, 1.6, 1.4]}])
+    return store
+
+
+def test_report_out_that_cannot_be_written(swept, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        _one_line_error(_wb("report", "fs", "--out", str(out)), "cannot write the report", "--out")
+
+
+def test_report_on_a_missing_db_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _one_line_error(_wb("report", "fs"), "no MLflow store at mlflow.db")
+    _one_line_error(_wb("report", "fs", "--tracking-uri", f"sqlite:///{tmp_path}/x.db"), "x.db")
+    assert not list(tmp_path.iterdir())
