@@ -255,3 +255,32 @@ def test_report_on_a_missing_db_creates_nothing(tmp_path, monkeypatch):
     _one_line_error(_wb("report", "fs"), "no MLflow store at mlflow.db")
     _one_line_error(_wb("report", "fs", "--tracking-uri", f"sqlite:///{tmp_path}/x.db"), "x.db")
     assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- part 6: signals
+
+
+def test_interrupt_before_a_run_opens_says_no_run_was_marked(store, monkeypatch):
+    import workbench.experiment as E
+
+    def interrupted(*a, **k):  # SIGTERM during drafter init: wb's handler raises KeyboardInterrupt
+        raise KeyboardInterrupt("signal 15")
+
+    monkeypatch.setattr(E, "build_parts", interrupted)
+    res = _wb("run", "micro", "--quiet")
+    assert res.exit_code == 130
+    assert "before an MLflow run was opened" in res.output and "marked KILLED" not in res.output
+    assert not store.search_runs([e.experiment_id for e in store.search_experiments()])
+
+
+def test_interrupt_during_a_run_names_the_run_marked_killed(store, monkeypatch):
+    from workbench.grpo import trainer as trainer_mod
+
+    def interrupted(self, step, on_stage=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_mod.GRPOTrainer, "step", interrupted)
+    res = _wb("run", "micro", "--quiet", "grpo.eval_every=0")
+    assert res.exit_code == 130
+    [run] = store.search_runs([e.experiment_id for e in store.search_experiments()])
+    assert run.info.status == "KILLED" and f"MLflow run {run.info.run_id} marked KILLED" in res.output

@@ -239,6 +239,8 @@ class Tracker:
             status = "FINISHED"
         elif issubclass(exc_type, KeyboardInterrupt):
             status = "KILLED"
+            if self.active and exc is not None:  # the CLI says which run it marked (none: no run was open)
+                exc.mlflow_run_id = self._run_id
         else:
             status = "FAILED"
         try:

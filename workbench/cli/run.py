@@ -43,8 +43,13 @@ def run(
 
     try:
         run_experiment(resolved, console=console, progress=not quiet)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted: MLflow run marked KILLED[/]")
+    except KeyboardInterrupt as e:
+        run_id = getattr(e, "mlflow_run_id", None)  # set by the Tracker that marked its run KILLED
+        err.print(
+            f"[yellow]interrupted: MLflow run {run_id} marked KILLED[/]"
+            if run_id
+            else "[yellow]interrupted before an MLflow run was opened: nothing to mark[/]"
+        )
         raise typer.Exit(130)
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
