@@ -210,7 +210,8 @@ def spec_reference() -> str:
         "",
         "Generated from the pydantic models of `workbench.specs` when the site is built. A spec is a YAML file "
         "(`experiments/*.yaml`); any field can be overridden on the command line by its dotted key "
-        "(`wb run drafter.k=5 rollout.temperature=0.7`). Unknown keys are refused, naming the allowed ones.",
+        "(`wb run drafter.k=5 rollout.temperature=0.7`). Unknown keys are refused, naming the allowed ones; so are "
+        "a boolean where a number goes (`drafter.k=true`) and an empty spec file.",
         "",
     ]
     queue: list[tuple[str, type]] = [("", ExperimentSpec)]

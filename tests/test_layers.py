@@ -132,6 +132,7 @@ LAYERS = {
         "workbench.prepack_rows",
         "workbench.progress",
         "workbench.console",
+        "workbench.isolated",
         "workbench.drafter_init",
         "workbench.rollout_builder",
         "workbench.vllm",

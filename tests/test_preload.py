@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -137,13 +138,10 @@ def test_reexec_argv_for_each_way_of_starting(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # a script (the installed wb): the file by its absolute path
     assert P.reexec_argv(["run"], "wb", executable=exe) == [exe, str(tmp_path / "wb"), "run"]
-    # python -m workbench.cli: the same module again, found as the first process found it
-    assert P.reexec_argv(["run"], "/src/workbench/cli/__main__.py", "workbench.cli.__main__", exe) == [
-        exe,
-        "-m",
-        "workbench.cli",
-        "run",
-    ]
+    # python -m workbench.cli: the same module again, from this workbench's folder, not the working directory
+    cmd = P.reexec_argv(["run"], "/src/workbench/cli/__main__.py", "workbench.cli.__main__", exe)
+    assert cmd[:2] == [exe, "-c"] and cmd[3:] == ["run"] and "-m" not in cmd
+    assert "run_module('workbench.cli'" in cmd[2] and repr(str(Path(P.__file__).resolve().parents[3])) in cmd[2]
     # -c or an embedding: wb's entry point, the working directory taken off sys.path
     cmd = P.reexec_argv(["run"], "-c", executable=exe, options=("-s",))
     assert cmd[:3] == [exe, "-s", "-c"] and cmd[4:] == ["run"]

@@ -27,10 +27,23 @@ import platformdirs
 APP_NAME = "speculation-workbench"
 
 
+class CacheError(ValueError):
+    """The cache folder cannot be used (a file where the folder should be); the message names it and the fix."""
+
+
 def cache_dir() -> Path:
-    """$WB_CACHE_DIR if set (``~`` expanded), else the user cache folder of "speculation-workbench"."""
+    """$WB_CACHE_DIR if set (``~`` expanded), else the user cache folder of "speculation-workbench".
+
+    Raises:
+        CacheError: something other than a folder is there.
+    """
     env = os.environ.get("WB_CACHE_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir(APP_NAME))
+    path = Path(env).expanduser() if env else Path(platformdirs.user_cache_dir(APP_NAME))
+    there = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest thing that exists
+    if there is not None and not there.is_dir():
+        where = f"WB_CACHE_DIR={env}" if env else f"the cache folder {path}"
+        raise CacheError(f"{where} is not a folder ({there} is a file): point WB_CACHE_DIR at a folder")
+    return path
 
 
 def short_hash(obj, n: int = 10) -> str:

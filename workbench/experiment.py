@@ -30,7 +30,7 @@ from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
 from workbench.tags import TAG_MACHINE, TAG_RUN_ERROR
 from workbench.timing import host_description
-from workbench.tracking import Tracker
+from workbench.tracking import Tracker, check_store
 
 STAGE_ORDER = (
     "data",
@@ -96,6 +96,8 @@ def run_experiment(
     """
     console = console or Console()
     progress = progress and os.environ.get("RANK", "0") == "0"  # data-parallel ranks: rank 0 shows progress
+    if spec.tracking.enabled and run_id is None and os.environ.get("RANK", "0") == "0":
+        check_store(spec.tracking.tracking_uri, spec.tracking.experiment)  # a broken store fails before the models
     parts = build_parts(spec, progress)  # builds missing models before the run opens
     trainer = None
     try:

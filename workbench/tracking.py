@@ -87,6 +87,43 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+class StoreError(ValueError):
+    """An MLflow store that cannot be opened or read: an unknown URI scheme, a file that is not a database,
+    an unreachable server. The message is one line naming the store and the fix."""
+
+
+def _one_line(e: BaseException) -> str:
+    first = str(e).split("[SQL:")[0].strip().splitlines()
+    text = " ".join(first[0].split()) if first else ""
+    return f"{type(e).__name__}: {text[:240]}" if text else type(e).__name__
+
+
+def check_store(tracking_uri: str | None, experiment: str) -> None:
+    """Open the store and look ``experiment`` up (a fresh sqlite file gets its tables here), so a store that
+    cannot be used fails before any model is built. An http(s) store is asked once, without MLflow's retries.
+
+    Raises:
+        StoreError: the store cannot be used.
+    """
+    from mlflow import MlflowClient
+
+    _quiet_mlflow()
+    uri = resolve_tracking_uri(tracking_uri)
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+    unset = [k for k in quick if k not in os.environ]
+    os.environ.update({k: quick[k] for k in unset})
+    try:
+        MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
+    except Exception as e:  # noqa: BLE001 - any failure of the store: sqlalchemy's, MLflow's, the network's
+        raise StoreError(
+            f"MLflow store {uri} cannot be used ({_one_line(e)}); fix tracking.tracking_uri or MLFLOW_TRACKING_URI "
+            "(a sqlite:///FILE.db, a folder, or a running http:// server), or set tracking.enabled=false"
+        ) from None
+    finally:
+        for k in unset:
+            os.environ.pop(k, None)
+
+
 class Tracker:
     """One MLflow run, opened by ``__enter__`` and closed by ``__exit__``.
 
@@ -202,6 +239,8 @@ class Tracker:
             status = "FINISHED"
         elif issubclass(exc_type, KeyboardInterrupt):
             status = "KILLED"
+            if self.active and exc is not None:  # the CLI says which run it marked (none: no run was open)
+                exc.mlflow_run_id = self._run_id
         else:
             status = "FAILED"
         try:

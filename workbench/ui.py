@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -96,21 +95,46 @@ def find_group(store: str, name: str | None = None):
     return parent, reader.children(parent.run_id, [parent.experiment_id], histories=False)
 
 
-def server_command(store: str, host: str, port: int, workers: int = 1) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        store,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-    ]
+def absolute_store(uri: str, cwd: str | None = None) -> str:
+    """``uri`` meaning the same store from any folder: a relative sqlite path or a plain/``file:`` folder
+    resolved against ``cwd`` (default: the working directory); other URIs unchanged."""
+    cwd = cwd or os.getcwd()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rest = uri[len("sqlite:///") :]
+        if rest and not rest.startswith(":memory:"):
+            return "sqlite:///" + os.path.join(cwd, rest)
+        return uri
+    if uri.startswith("file:") and not uri.startswith("file:/"):
+        return "file:" + os.path.join(cwd, uri[len("file:") :])
+    if "://" not in uri and not uri.startswith("file:") and not os.path.isabs(uri):
+        return os.path.join(cwd, uri)
+    return uri
+
+
+def server_command(
+    store: str, host: str, port: int, workers: int = 1, artifacts_destination: str | None = None
+) -> list[str]:
+    """``mlflow server`` on ``store`` (:func:`workbench.isolated.python_module`: never an ``mlflow/`` from the
+    working directory; :func:`start_server` also runs it in an empty folder, for the uvicorn it starts)."""
+    from workbench.isolated import python_module
+
+    args = ["server", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", str(workers)]
+    if artifacts_destination:
+        args += ["--artifacts-destination", artifacts_destination]
+    return python_module("mlflow", *args)
+
+
+def start_server(store: str, host: str, port: int) -> tuple[subprocess.Popen, str]:
+    """(the MLflow server process, the empty folder it runs in): MLflow starts uvicorn with ``python -m``,
+    and uvicorn imports the app from its working directory first, so the server runs in a fresh empty folder;
+    the store and the artifacts destination (``./mlartifacts`` as MLflow's own default, unless
+    ``MLFLOW_ARTIFACTS_DESTINATION`` is set) are made absolute from the working directory first."""
+    import tempfile
+
+    dest = None if os.environ.get("MLFLOW_ARTIFACTS_DESTINATION") else os.path.abspath("mlartifacts")
+    cmd = server_command(absolute_store(store), host, port, artifacts_destination=dest)
+    here = tempfile.mkdtemp(prefix="wb-ui-")
+    return subprocess.Popen(cmd, cwd=here), here
 
 
 def wait_ready(base: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> bool:

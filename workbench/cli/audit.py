@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -235,9 +234,9 @@ def _vllm_arms(s, setup, kinds: list[str], k: int):
 
     why = vllm_missing_reason()
     if why:
-        _fail(escape(why))
+        _fail(why)
     try:
         arms, skipped = vllm_arms(s, setup, kinds, k)
     except ImportError as e:
-        _fail(escape(str(e)))
+        _fail(str(e))
     return arms, {**setup.skipped, **skipped}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from workbench.console import make_console
 from workbench.specs import SpecError, load_spec
@@ -46,7 +47,9 @@ err = make_console(stderr=True)
 
 
 def _fail(msg: str) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    """Print ``error: MSG`` on stderr and exit 2. MSG is text, never markup: it is escaped here, so a
+    message quoting ``[/]``, ``[vllm-cpu]`` or a YAML list prints as written."""
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
     raise typer.Exit(2)
 
 

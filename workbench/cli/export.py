@@ -40,7 +40,7 @@ def export(
     try:
         ex = export_point(name, point, out, formats, tracking_uri, progress=False)
     except ExportError as e:
-        _fail(escape(" ".join(str(e).split())))  # one line: the store's listing joined
+        _fail(" ".join(str(e).split()))  # one line: the store's listing joined
     from workbench.report.tables import fmt_ci
 
     why = (

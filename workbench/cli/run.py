@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from typing import Optional
 
 import typer
-from rich.markup import escape
 from rich.syntax import Syntax
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -45,13 +43,18 @@ def run(
 
     try:
         run_experiment(resolved, console=console, progress=not quiet)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted: MLflow run marked KILLED[/]")
+    except KeyboardInterrupt as e:
+        run_id = getattr(e, "mlflow_run_id", None)  # set by the Tracker that marked its run KILLED
+        err.print(
+            f"[yellow]interrupted: MLflow run {run_id} marked KILLED[/]"
+            if run_id
+            else "[yellow]interrupted before an MLflow run was opened: nothing to mark[/]"
+        )
         raise typer.Exit(130)
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
     except ImportError as e:  # rollout.backend=vllm without vLLM: the message names the extra to install
-        _fail(escape(str(e)))  # (escaped: Rich would take "[vllm-cpu]" for markup)
+        _fail(str(e))
 
 
 def _launch(resolved, nproc: int, args: list[str]) -> int:
@@ -68,15 +71,15 @@ def _launch(resolved, nproc: int, args: list[str]) -> int:
         check_distributed_spec(resolved, nproc)
     except ValueError as e:
         _fail(str(e))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "workbench.cli",
-        "run",
-        *args,
-    ]
-    return subprocess.call(cmd)
+    return subprocess.call(launch_command(nproc, args))
+
+
+def launch_command(nproc: int, args: list[str]) -> list[str]:
+    """The launcher's command line: torchrun, and ranks running this workbench's ``wb run ARGS``, neither
+    importing from the working directory (:mod:`workbench.isolated`; ``--no-python``: each rank runs the
+    command given, ``python -c CODE``, instead of ``python -m``)."""
+    from workbench.isolated import python_module
+
+    rank = python_module("workbench.cli", same_workbench=True)
+    launcher = python_module("torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--no-python")
+    return [*launcher, *rank, "run", *args]

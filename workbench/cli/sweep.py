@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from workbench.cli.common import _fail, _split_args, app, console, err
 from workbench.specs import SpecError
@@ -63,14 +64,14 @@ def sweep(
     except KeyboardInterrupt:
         err.print(
             "[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name "
-            f"{name or '<the sweep name above>'}[/]"
+            f"{escape(name or '<the sweep name above>')}[/]"
         )
         raise typer.Exit(130)
     console.print(results_table(plan, res.outcomes, f"sweep {res.name} ({res.status})"))
     if res.parent_run_id:
         console.print(
             f"MLflow parent run [bold]{res.parent_run_id}[/] in {res.tracking_uri}; resume or extend with --name "
-            f"{res.name}"
+            f"{escape(res.name)}"
         )
     if res.status != "FINISHED":
         raise typer.Exit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from workbench.cli.common import _fail, _split_args, app, console, err
 from workbench.specs import SpecError
@@ -72,7 +73,7 @@ def tune(
     except KeyboardInterrupt:
         err.print(
             "[yellow]interrupted: the running trial is marked FAIL; resume with the same command (--study "
-            f"{study or '<the study above>'})[/]"
+            f"{escape(study or '<the study above>')})[/]"
         )
         raise typer.Exit(130)
     console.print(trials_table(plan, res.study))
@@ -88,4 +89,4 @@ def tune(
         f"best trial [bold]{best.number}[/]: {plan.tune.objective} = [bold]{fmt_score(trial_score(best))}[/] with "
         f"{params}"
     )
-    console.print(f"best spec written to [bold]{path}[/]; run it with: wb run {path}")
+    console.print(f"best spec written to [bold]{escape(str(path))}[/]; run it with: wb run {escape(str(path))}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from workbench.cli.common import _fail, app, console
 
@@ -28,6 +29,7 @@ def ui(
 ) -> None:
     """Start the MLflow UI on the workbench's store and print the comparison view of the last sweep
     and its k vs speedup plot (speedup_vs_k.png on the sweep's parent run)."""
+    import shutil
     import subprocess
 
     from workbench.sweep.plot import PLOT_NAME
@@ -39,7 +41,7 @@ def ui(
         experiment_url,
         find_group,
         has_artifact,
-        server_command,
+        start_server,
         wait_ready,
     )
 
@@ -55,14 +57,14 @@ def ui(
     if group is None:
         if sweep:
             _fail(f"no sweep, study or parent run {sweep!r} in {store}")
-        console.print(f"no sweep in {store} yet; runs at {base}", highlight=False)
+        console.print(escape(f"no sweep in {store} yet; runs at {base}"), highlight=False)
     else:
         parent, kids = group
         label = parent.tags.get("workbench.sweep") or parent.tags.get("workbench.study") or parent.name
         if kids:
             url = compare_url(base, [k.run_id for k in kids], [k.experiment_id for k in kids])
-            console.print(f"compare the {len(kids)} runs of [bold]{label}[/]:", highlight=False)
-            console.print(url, highlight=False, soft_wrap=True)
+            console.print(f"compare the {len(kids)} runs of [bold]{escape(label)}[/]:", highlight=False)
+            console.print(url, highlight=False, soft_wrap=True, markup=False)
             console.print(
                 "(MLflow's compare view cannot be linked to a chosen plot: pick drafter.k and speedup/gen as its X "
                 "and Y)",
@@ -77,14 +79,13 @@ def ui(
         console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
     if print_url:
         return
-    cmd = server_command(store, host, port)
-    console.print(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)", highlight=False)
+    console.print(escape(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)"), highlight=False)
     import signal
 
     def _term(*_):  # `kill` of wb stops the server too
         raise KeyboardInterrupt
 
-    proc = subprocess.Popen(cmd)
+    proc, here = start_server(store, host, port)
     old = signal.signal(signal.SIGTERM, _term)
     code = 130
     try:
@@ -103,4 +104,5 @@ def ui(
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(here, ignore_errors=True)
     raise typer.Exit(code)

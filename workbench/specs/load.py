@@ -72,14 +72,17 @@ def format_validation_error(err: ValidationError, source: str = "spec") -> str:
     lines = [f"invalid {source}:"]
     for e in err.errors():
         loc = tuple(str(p) for p in e["loc"])
-        field = ".".join(loc) or "(root)"
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "bool_not_number":  # raised by a section for one of its keys: name that key
+            loc += (str(e["ctx"]["field"]),)
+            msg = e["msg"] + _field_hint(loc)
+        field = ".".join(loc) or "(root)"
         if e["type"] == "extra_forbidden":
             allowed = _section_fields(loc[:-1])
             close = difflib.get_close_matches(loc[-1], allowed, n=1)
             hint = f" Did you mean {'.'.join(loc[:-1] + (close[0],))!r}?" if close else ""
             msg = f"unknown key.{hint} Allowed keys here: {', '.join(allowed)}"
-        elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
+        elif "input" in e and e["type"] not in ("missing", "bool_not_number") and not isinstance(e["input"], dict):
             msg = f"{msg} (got {e['input']!r})" + (
                 _field_hint(loc) if e["type"] not in ("value_error", "literal_error") else ""
             )
@@ -162,12 +165,39 @@ def read_raw_spec(spec: str | Path | None) -> tuple[Path, dict[str, Any]]:
     """
     path = resolve_spec_path(spec)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"spec {path} cannot be read ({e.__class__.__name__}: {e}); check the file") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SpecError(f"spec {path} is not valid YAML: {e}") from None
+        raise SpecError(f"spec {path} is not valid YAML: {yaml_error_line(e, text)}") from None
+    if raw is None:
+        raise SpecError(
+            f"spec {path} is empty (no sections): write the sections to change, e.g. 'drafter: {{kind: ngram}}', "
+            "or give no spec for the quickstart defaults"
+        )
     if not isinstance(raw, dict):
         raise SpecError(f"spec {path} must be a mapping of sections ({', '.join(ExperimentSpec.model_fields)})")
     return path, raw
+
+
+def yaml_error_line(e: yaml.YAMLError, text: str = "") -> str:
+    """PyYAML's error on one line: where (line, column, the line's text), what was expected, and the construct
+    it was parsing (``str(e)`` spreads these over several lines, with a caret under the column)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(e).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    lines = text.splitlines()
+    if mark.line < len(lines) and lines[mark.line].strip():
+        where += f" ({lines[mark.line].strip()!r})"
+    out = f"{where}: {problem}"
+    context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        out += f" ({context}" + (f" from line {cmark.line + 1}, column {cmark.column + 1})" if cmark else ")")
+    return out
 
 
 def validate_spec(raw: dict[str, Any], source: str = "spec") -> ExperimentSpec:

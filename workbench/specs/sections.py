@@ -8,17 +8,47 @@ GRPO configs (``loss_agg``, ``clip_low``/``clip_high``), docs/design.md §2.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class SpecError(ValueError):
     """A spec that cannot be loaded or validated; the message names the field and the fix."""
 
 
+def _leaf_types(ann: Any) -> set:
+    """The plain types an annotation admits (``int | None`` -> {int, NoneType}; Literal values' types)."""
+    args = get_args(ann)
+    if get_origin(ann) is Literal:
+        return {type(a) for a in args}
+    if not args or get_origin(ann) in (list, tuple, dict):
+        return {ann}
+    return set().union(*(_leaf_types(a) for a in args))
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """A bool is not a number: ``drafter.k=true`` would otherwise mean k = 1 (pydantic's lax mode).
+        Numbers themselves stay lax (an int where a float goes; a string PyYAML left untyped such as ``1e-5``).
+        Reported as type ``bool_not_number`` with the key in ``ctx`` (format_validation_error names the field)."""
+        if not isinstance(data, dict):
+            return data
+        for name, f in cls.model_fields.items():
+            for key in {name, f.alias or name}:
+                v = data.get(key)
+                if isinstance(v, bool) and bool not in (types := _leaf_types(f.annotation)) and types & {int, float}:
+                    raise PydanticCustomError(
+                        "bool_not_number",
+                        "expected a number, got the boolean {value}",
+                        {"field": key, "value": str(v).lower()},
+                    )
+        return data
 
 
 class ModelSpec(_Section):

@@ -215,6 +215,15 @@ _NO_CWD_WB = (
 )
 
 
+def _same_module(module: str) -> str:
+    """``-c`` code running ``module`` as ``python -m`` does, from this workbench's folder, not the working directory."""
+    root = str(Path(__file__).resolve().parents[3])
+    return (
+        "import runpy, sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
+        f"sys.path.insert(0, {root!r})\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+
+
 def reexec_argv(
     argv: list[str], argv0: str, main_module: str = "", executable: str = sys.executable, options: tuple[str, ...] = ()
 ) -> list[str]:
@@ -224,8 +233,10 @@ def reexec_argv(
     - a script (the installed ``wb``: ``argv0`` is a file): that file by its absolute path; Python puts
       the script's folder first on ``sys.path``, never the working directory, so the re-executed
       process imports the same ``workbench`` as this one even when run from another checkout's root;
-    - ``python -m MODULE`` (``main_module``, e.g. ``workbench.cli.__main__``): ``-m MODULE`` again,
-      which finds it as the first process did (same working directory, same ``sys.path``);
+    - ``python -m MODULE`` (``main_module``, e.g. ``workbench.cli.__main__``): that module run again by
+      ``runpy`` from ``-c``, with the folder this ``workbench`` was imported from first on ``sys.path`` in
+      place of the working directory, so the same code runs even if the working directory changed or holds
+      a decoy ``workbench/`` package (``-m`` looks in the working directory first);
     - anything else (``-c``, an embedding): ``wb``'s entry point, with the working directory that
       ``-c`` puts first on ``sys.path`` taken off.
 
@@ -236,7 +247,7 @@ def reexec_argv(
         options: interpreter options to keep (:func:`interpreter_options`).
     """
     if main_module:
-        program = ["-m", main_module.removesuffix(".__main__")]
+        program = ["-c", _same_module(main_module.removesuffix(".__main__"))]
     elif argv0 and os.path.isfile(argv0):
         program = [os.path.abspath(argv0)]
     else:
