@@ -42,7 +42,7 @@ from workbench.rollout.layers import (
     rope_tables,
 )
 from workbench.rollout.model import LMConfig
-from workbench.rollout.sampling import probs_from_logits, sample
+from workbench.rollout.sampling import probs_from_logits
 
 
 class ChainNet(nn.Module):
@@ -293,7 +293,7 @@ class ChainDrafter(Drafter):
         tokens, probs = [], []
         for j in range(k):
             q_d = probs_from_logits(logits, ctx.sampling)  # (B, Vd)
-            q, d = self._to_target(q_d, sample(q_d, ctx.generator))
+            q, d = self._to_target(q_d, ctx.draw(q_d))
             tokens.append(d)
             probs.append(q)
             if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j

@@ -44,7 +44,7 @@ from drafters.targets import DraftBatch, extend_time, soft_ce, target_argmax, ta
 from workbench.rollout.drafter import DraftContext, DrafterTarget, DraftProposal
 from workbench.rollout.layers import RMSNorm, apply_rope, cache_kv, decoder_layer, rms_norm, rope_cos_sin
 from workbench.rollout.model import LMConfig
-from workbench.rollout.sampling import probs_from_logits, sample
+from workbench.rollout.sampling import probs_from_logits
 
 ANCHORS = 16  # training blocks per sequence (SpecForge samples up to 512 on long sequences)
 
@@ -207,7 +207,7 @@ class DFlashDrafter(ChainDrafter):
         tokens, probs = [], []
         for i in range(k):
             q_d = probs_from_logits(logits[:, i], ctx.sampling)  # (B, Vd)
-            q, d = self._to_target(q_d, sample(q_d, ctx.generator))
+            q, d = self._to_target(q_d, ctx.draw(q_d))
             tokens.append(d)
             probs.append(q)
         num = torch.full((B,), k, dtype=torch.long, device=L.device)

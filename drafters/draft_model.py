@@ -2,7 +2,8 @@
 
 Leviathan et al. 2023 / Chen et al. 2023; vLLM ``method="draft_model"``. The draft model samples
 k tokens autoregressively from q = the sampling transform of its logits, and returns q so the
-rejection sampler can accept with min(1, p/q) — the probabilistic case of docs/design.md §4.
+rejection sampler can accept with min(1, p/q) — the probabilistic case of docs/design.md §4. Under keyed
+sampling (``rollout.sampler=keyed``, :mod:`workbench.rollout.keyed`) it drafts the argmax of q instead.
 
 KV bookkeeping without rollback: each step feeds the *last two* tokens of every row at positions
 lens-2, lens-1. After a verification step that accepted n of k drafts, the draft cache holds every
@@ -23,7 +24,7 @@ from drafters.registry import register
 from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 from workbench.rollout.kv_cache import KVCache
 from workbench.rollout.model import LeanLM
-from workbench.rollout.sampling import probs_from_logits, sample
+from workbench.rollout.sampling import probs_from_logits
 
 
 def first_layers(target: DrafterTarget, n: int, device, dtype):
@@ -175,7 +176,7 @@ class DraftModelDrafter(Drafter):
         tokens, probs = [], []
         for j in range(k):
             q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
-            d = sample(q, ctx.generator)  # (B,)
+            d = ctx.draw(q)  # (B,) sampled from q, or its argmax under keyed sampling
             tokens.append(d)
             probs.append(q)
             if j < k - 1:

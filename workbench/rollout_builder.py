@@ -92,7 +92,9 @@ def rollout_config(
     if tokenizer is not None:
         eos = tokenizer.eos_token_id
         stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config)
-    sampling = SamplingParams(r.temperature, r.top_p, r.top_k, max_new_tokens or r.max_new_tokens, eos, stops)
+    sampling = SamplingParams(
+        r.temperature, r.top_p, r.top_k, max_new_tokens or r.max_new_tokens, eos, stops, sampler=r.sampler
+    )
     return RolloutConfig(r.backend, spec.drafter, sampling, engine_config(spec), vllm_config(spec), spec.seed)
 
 

@@ -37,6 +37,7 @@ from workbench.grpo.rewards import RewardState, score_rows
 from workbench.models.tokenizer import decode_completion
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.graphs import cudagraph_skips
+from workbench.rollout.keyed import seeded
 from workbench.rollout.paired import generate_interleaved, paired_metrics
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
@@ -215,14 +216,16 @@ class GRPOTrainer:
         if self.paired is not None and self.paired.owns_weights:
             with self.timer.stage("prepare_autoregressive", measurement=True):
                 self.paired.load_policy_weights(self.policy)
+        G, first = self.spec.grpo.group_size, len(set(group_ids)) * (self.dp.rank if self.dp else 0)
+        sp = seeded(self.sampling, self.spec.seed, step, group_ids=group_ids, group_size=G, first_group=first)  # keyed
         with stage("gen"):
             if self.paired is None:
-                out = self.backend.generate(prompts, self.sampling, self.generator, group_ids)
+                out = self.backend.generate(prompts, sp, self.generator, group_ids)
             else:
                 (out, paired), (_, ar_s) = generate_interleaved(
                     [
-                        self.backend.generate_steps(prompts, self.sampling, self.generator, group_ids),
-                        self.paired.generate_steps(prompts, self.sampling, self.paired_generator, group_ids),
+                        self.backend.generate_steps(prompts, sp, self.generator, group_ids),
+                        self.paired.generate_steps(prompts, sp, self.paired_generator, group_ids),
                     ],
                     self.timer.now,
                     first=1 if paired_first else 0,

@@ -33,6 +33,7 @@ class BatchState:
     group_ids: torch.Tensor  # (B,)
     eos: torch.Tensor  # (B,) bool, finished at an EOS
     done: torch.Tensor  # (B,) bool, finished (still in the batch only under retire_buckets)
+    seeds: torch.Tensor  # (B,) int64 row seeds of keyed sampling (workbench.rollout.keyed); zeros otherwise
     orig: list[int]  # host: index of each row in the caller's prompt list
     max_len: int  # host: max(lens) of the live rows, from the step's one read
 
@@ -41,7 +42,10 @@ class BatchState:
         return len(self.orig)
 
     def _fields(self) -> tuple[torch.Tensor, ...]:
-        return (self.tokens, self.logps, self.lens, self.prompt_lens, self.n_gen, self.group_ids, self.eos, self.done)
+        return (
+            *(self.tokens, self.logps, self.lens, self.prompt_lens, self.n_gen, self.group_ids, self.eos, self.done),
+            self.seeds,
+        )
 
     def context(self, sp: SamplingParams, gen: torch.Generator | None) -> DraftContext:
         """The drafter's view of the batch now (the engine replaces, never mutates, ``lens``)."""

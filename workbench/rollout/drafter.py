@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from workbench.rollout.sampling import SamplingParams
+from workbench.rollout.sampling import SamplingParams, sample
 
 if TYPE_CHECKING:
     from workbench.rollout.model import LeanLM
@@ -77,6 +77,13 @@ class DraftContext:
     prompt_rows: torch.Tensor | None = None
     prompt_index: torch.Tensor | None = None
     max_len: int | None = None
+
+    def draw(self, q: torch.Tensor) -> torch.Tensor:
+        """A draft token per row from q (N, V): sampled from q with ``generator`` (rejection sampling's
+        probabilistic drafts), or its argmax under keyed sampling (``sampling.keyed``: vLLM's default
+        for model drafters; keyed verification accepts a draft iff it equals the target's keyed sample,
+        so drafting the likeliest token is what it rewards). Model drafters draw their drafts here."""
+        return q.argmax(-1) if self.sampling.keyed else sample(q, self.generator)
 
     def distinct_prompts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(prompt_rows (U,), prompt_index (B,)); every row its own prompt when not set."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from workbench.rollout.batch import BatchState, collect, compact_order, to_devic
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.graphs import capture_sizes, round_cache_len
+from workbench.rollout.keyed import keyed_sample, keyed_verify, row_seeds
 from workbench.rollout.kpolicy import KPolicy
 from workbench.rollout.model import LeanLM
 from workbench.rollout.prefix import PromptStore, prefill_shared
@@ -142,6 +143,8 @@ class RolloutEngine:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("rollout: every prompt needs at least one token (the BOS token)")
         sp = sampling
+        if sp.keyed:  # drafter-invariant sampling: every row's seed, given or drawn from the call's generator
+            sp = replace(sp, seeds=row_seeds(sp.seeds, len(prompts), generator))
         group_ids = group_ids if group_ids is not None else list(range(len(prompts)))
         counters, results = SpecCounters(k=self.k), {}
         if self.continuous:  # one batch; the other prompts wait in the queue and join as rows finish
@@ -200,14 +203,18 @@ class RolloutEngine:
                 # (n, 1, V)
                 logits, hidden = self.target(last, start, cache, hidden_layers=layers, max_start=state.max_len - 1)
                 p = probs_from_logits(logits, sp)  # (n, 1, V)
-                out = sample(p[:, 0], gen)[:, None]  # (n, 1)
+                # (n, 1): keyed: the Gumbel-max sample keyed by (row seed, completion position)
+                out = keyed_sample(p, state.seeds, state.n_gen[:, None]) if sp.keyed else sample(p[:, 0], gen)[:, None]
                 n_acc = num_draft = torch.zeros(n, dtype=torch.long, device=dev)
             else:
                 prop = self.drafter.propose(state.context(sp, gen), k_t)
                 inp = torch.cat([last, prop.tokens], dim=1)  # (n, k_t+1)
                 logits, hidden = self.target(inp, start, cache, hidden_layers=layers, max_start=state.max_len - 1)
                 p = probs_from_logits(logits, sp)  # (n, k_t+1, V)
-                n_acc, out = rejection_sample(p, prop.tokens, prop.probs, prop.num_draft, gen)
+                if sp.keyed:  # accept iff the draft is the keyed sample; emit keyed samples (identity with plain)
+                    n_acc, out = keyed_verify(p, prop.tokens, prop.num_draft, state.seeds, state.n_gen)
+                else:
+                    n_acc, out = rejection_sample(p, prop.tokens, prop.probs, prop.num_draft, gen)
                 num_draft = prop.num_draft
             lp = p.gather(-1, out[..., None]).squeeze(-1).log()  # (n, k_t+1) log p of emitted tokens
 
@@ -287,8 +294,9 @@ class RolloutEngine:
             self.target, rows_prompts, tokens[:, :P], prompt_lens, t_max, layers, capacity, store
         )
         p = probs_from_logits(logits[:, 0], sp)  # (B, V)
-        first = sample(p, gen)
+        seeds = to_device([sp.seeds[i] for i in idx] if sp.keyed else [0] * B, dev)  # (B,) int64
         rows = torch.arange(B, device=dev)
+        first = keyed_sample(p[:, None], seeds, torch.zeros_like(rows)[:, None])[:, 0] if sp.keyed else sample(p, gen)
         tokens[rows, prompt_lens] = first
         logps[rows, prompt_lens] = p.gather(-1, first[:, None]).squeeze(-1).log()
         n_gen = torch.ones(B, dtype=torch.long, device=dev)
@@ -303,6 +311,7 @@ class RolloutEngine:
             to_device([group_ids[i] for i in idx], dev),
             first_stop,
             done,
+            seeds,
             list(idx),
             P + 1,
         )

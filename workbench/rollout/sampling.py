@@ -26,10 +26,26 @@ class SamplingParams:
     # More ids that end a completion besides eos (a chat template's end-of-turn token, a generation
     # config's eos list: workbench.models.chat.PromptFormat.stop_token_ids); vLLM's stop_token_ids
     stop_token_ids: tuple[int, ...] = ()
+    # "rejection": modified rejection sampling from the call's generator (Leviathan et al. 2023); "keyed":
+    # drafter-invariant sampling (workbench.rollout.keyed; Daliri et al. 2024): the token at completion
+    # position t is the Gumbel-max sample of p_t under noise keyed by (row seed, t), so speculative
+    # output equals plain output with the same seeds, and model drafters draft by argmax
+    sampler: str = "rejection"
+    # keyed: one seed per prompt of the call (vLLM's per-request seed); None = drawn from the call's generator
+    seeds: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if self.sampler not in ("rejection", "keyed"):
+            raise ValueError(f"rollout.sampler: {self.sampler!r} is not one of 'rejection', 'keyed'")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def keyed(self) -> bool:
+        """Drafter-invariant sampling (``sampler == "keyed"``)."""
+        return self.sampler == "keyed"
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

@@ -206,6 +206,16 @@ class RolloutSpec(_Section):
     temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="0 = off")
+    sampler: Literal["rejection", "keyed"] = Field(
+        "rejection",
+        description="how speculative verification samples: rejection = modified rejection sampling (Leviathan et "
+        "al. 2023), drafts sampled from the drafter's q; keyed = drafter-invariant sampling (Daliri, Musco and "
+        "Suresh 2024, arXiv 2408.07978): the token at each completion position is the Gumbel-max sample of the "
+        "processed p under noise keyed by the row's seed (from seed, step, prompt and sample index) and the "
+        "position, a draft is accepted iff it equals that sample and model drafters draft by argmax, so speculative "
+        "rollouts are token for token the plain twin's (up to float ties); same law, workbench engine only "
+        "(docs/exactness.md)",
+    )
     max_new_tokens: int = Field(96, ge=1, le=4096)
     max_batch_size: int = Field(256, ge=1, description="sequences decoded together (vLLM's max_num_seqs)")
     continuous_batching: bool = Field(

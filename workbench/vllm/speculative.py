@@ -50,6 +50,11 @@ def check_vllm_spec(spec) -> None:
             "rollout.continuous_batching=false decodes chunks in the workbench engine; vLLM's scheduler always "
             "batches continuously: set rollout.continuous_batching=true with rollout.backend=vllm"
         )
+    if r.sampler != "rejection":
+        raise ValueError(
+            "rollout.sampler=keyed is the workbench engine's drafter-invariant sampler; vLLM verifies by rejection "
+            "sampling: set rollout.sampler=rejection with rollout.backend=vllm"
+        )
     if r.fixed_attention_length:
         raise ValueError(
             "rollout.fixed_attention_length is a workbench-engine option; set it false with rollout.backend=vllm"

@@ -1,0 +1,148 @@
+"""Drafter-invariant sampling: each completion token is a fixed function of (row seed, position, p).
+
+Daliri, Musco and Suresh 2024, "Coupling without communication and drafter-invariant speculative
+decoding" (arXiv 2408.07978). The token at completion position t of a row is the Gumbel-max sample
+
+    x_t = argmax_x  log p_t(x) + G_{seed, t}(x),     G = -log(-log u),  u = hash(seed, t, x) in (0, 1)
+
+of the processed distribution p_t (temperature, top-k, top-p applied first, :mod:`workbench.rollout.sampling`),
+with noise keyed by the row's seed and the position, never by how many forwards ran before. Plain
+decoding emits x_t; speculative verification accepts draft d_t iff d_t == x_t and emits x_t at the
+first mismatch (the correction) or after k accepted drafts (the bonus). So speculative output is
+token-for-token plain output with the same seeds, whatever the drafter and k (up to float ties
+between a 1-token and a (k+1)-token forward). For each seed x_t ~ p_t exactly (Gumbel-max), and the
+noise of distinct (t, x) is independent, so a completion's law is the target's. For a deterministic
+draft d, P(accept) = p_t(d), as Leviathan et al.'s rejection sampling with q = one-hot(d).
+
+The uniforms come from a counter-based hash (the splitmix64 finaliser, Steele et al. 2014) of
+(seed, t, token id) in int64 arithmetic on the device: vectorised over rows, positions and the
+vocabulary, no generator state and no Python loop over rows. Right shifts are made logical by a mask
+(torch's ``>>`` on int64 is arithmetic); multiplication wraps modulo 2^64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from workbench.rollout.sampling import SamplingParams
+
+_M1 = 0xBF58476D1CE4E5B9 - (1 << 64)  # splitmix64's multipliers as signed int64 (same low 64 bits)
+_M2 = 0x94D049BB133111EB - (1 << 64)
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # the Weyl increment that separates consecutive counters
+_POS = 0xD1B54A32D192ED03 - (1 << 64)  # odd constants spreading positions and token ids
+_TOK = 0xAEF17502108EF2D9 - (1 << 64)
+_MASK64 = (1 << 64) - 1
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 ``z`` by ``s`` bits."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def mix64(z: torch.Tensor) -> torch.Tensor:
+    """The splitmix64 finaliser, elementwise on an int64 tensor (a bijection of 64-bit words)."""
+    z = (z ^ _shr(z, 30)) * _M1
+    z = (z ^ _shr(z, 27)) * _M2
+    return z ^ _shr(z, 31)
+
+
+def keyed_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniforms in (0, 1) keyed by (seed, position, token id).
+
+    Args:
+        seed: (B,) int64 row seeds.
+        pos: (B, T) int64 completion positions (0 = the first completion token).
+        vocab: V, the number of token ids.
+    Returns:
+        (B, T, V) float64, strictly inside (0, 1): the top 53 bits of the hash, plus half a step.
+    """
+    key = mix64(mix64(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)  # (B, T)
+    tok = torch.arange(vocab, device=seed.device, dtype=torch.long) * _TOK  # (V,)
+    bits = _shr(mix64(key[..., None] ^ tok), 11)  # (B, T, V) in [0, 2^53)
+    return (bits.double() + 0.5) * 2.0**-53
+
+
+def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The keyed Gumbel-max sample of each processed distribution.
+
+    Args:
+        probs: (B, T, V) processed distributions p (zeros where top-k/top-p removed a token; greedy
+            one-hot gives the argmax); rows need not be normalised.
+        seed: (B,) int64 row seeds.
+        pos: (B, T) int64 completion position of each distribution.
+    Returns:
+        (B, T) int64: argmax_x log p(x) - log(-log u(seed, pos, x)). Tokens with p = 0 are never chosen.
+    """
+    u = keyed_uniform(seed, pos, probs.shape[-1])  # (B, T, V)
+    return (probs.double().log() - (-u.log()).log()).argmax(-1)
+
+
+def keyed_verify(
+    target_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    num_draft: torch.Tensor,
+    seed: torch.Tensor,
+    pos0: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify k drafts per row by the keyed sample (drafter-invariant speculative decoding).
+
+    Args:
+        target_probs: (B, k+1, V) processed target distribution at the k draft positions and the bonus one.
+        draft_tokens: (B, k) long drafts (values past ``num_draft`` are ignored).
+        num_draft: (B,) long real drafts per row, 0..k.
+        seed: (B,) int64 row seeds.
+        pos0: (B,) long completion position of column 0 (the first draft's position).
+    Returns:
+        num_accepted: (B,) long, the leading drafts equal to the keyed sample at their position.
+        tokens: (B, k+1) long, the keyed samples; row b emits ``tokens[b, :n_b + 1]`` (its accepted
+            drafts, which equal them, then the correction or the bonus token), as
+            :func:`workbench.rollout.rejection.rejection_sample` returns.
+    """
+    B, k1, _ = target_probs.shape
+    cols = torch.arange(k1, device=target_probs.device)
+    keyed = keyed_sample(target_probs, seed, pos0[:, None] + cols[None, :])  # (B, k+1)
+    is_draft = cols[None, : k1 - 1] < num_draft[:, None]  # (B, k)
+    accept = (draft_tokens == keyed[:, : k1 - 1]) & is_draft
+    return accept.long().cumprod(-1).sum(-1), keyed
+
+
+def derive_seed(*parts: int) -> int:
+    """A row seed in [0, 2^63) from integers (run seed, step, prompt index, sample index, ...): the
+    splitmix64 finaliser folded over the parts, so every tuple gets its own well-mixed stream."""
+    h = 0
+    for x in parts:
+        z = (h + int(x) * (_GOLDEN & _MASK64) + (_GOLDEN & _MASK64)) & _MASK64
+        z = ((z ^ (z >> 30)) * (_M1 & _MASK64)) & _MASK64
+        z = ((z ^ (z >> 27)) * (_M2 & _MASK64)) & _MASK64
+        h = z ^ (z >> 31)
+    return h >> 1
+
+
+def row_seeds(seeds: tuple[int, ...] | None, n: int, generator: torch.Generator | None) -> tuple[int, ...]:
+    """The n rows' seeds: ``seeds`` as given (one per row), or drawn from ``generator`` when None
+    (reproducible with the run's stream, fresh per call; the paired twin then needs seeds given).
+
+    Raises:
+        ValueError: ``seeds`` given with a length other than n.
+    """
+    if seeds is None:
+        dev = generator.device if generator is not None else "cpu"
+        return tuple(torch.randint(0, 2**62, (n,), generator=generator, device=dev).tolist())
+    if len(seeds) != n:
+        raise ValueError(f"rollout.sampler=keyed: {len(seeds)} seeds for {n} prompts (SamplingParams.seeds: one a row)")
+    return tuple(int(s) for s in seeds)
+
+
+def seeded(
+    sp: SamplingParams, *key: int, group_ids: list[int], group_size: int, first_group: int = 0
+) -> SamplingParams:
+    """``sp`` with one seed per row under keyed sampling (unchanged otherwise): row i of a GRPO batch
+    (groups contiguous, ``group_ids[i]`` its prompt, ``i % group_size`` its sample) gets
+    ``derive_seed(*key, first_group + group_ids[i], i % group_size)``, ``key`` e.g. (run seed, step).
+    So a run is reproducible and its paired plain twin decodes the very same seeds."""
+    if not sp.keyed:
+        return sp
+    seeds = tuple(derive_seed(*key, first_group + g, i % group_size) for i, g in enumerate(group_ids))
+    return replace(sp, seeds=seeds)
