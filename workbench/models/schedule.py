@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
+from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup  # top-level only in newer releases
 
 MIN_LR_RATE = 0.1  # final lr as a fraction of the peak lr
 
