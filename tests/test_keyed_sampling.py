@@ -406,3 +406,12 @@ def test_acceptance_of_deterministic_drafts_agrees_with_rejection_sampling(model
     drafted = torch.tensor([nd for nd, _ in arms["keyed"]]) > 0
     first = (acc["keyed"][drafted] > 0).double().mean().item()
     assert 0.3 <= first <= 0.8, first
+
+
+def test_keyed_sampling_is_refused_with_the_vllm_backend_naming_the_field():
+    from workbench.specs import load_spec
+    from workbench.vllm import check_vllm_spec
+
+    with pytest.raises(ValueError, match=r"rollout\.sampler=keyed .* set rollout\.sampler=rejection"):
+        check_vllm_spec(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=keyed"]))
+    check_vllm_spec(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=rejection"]))
