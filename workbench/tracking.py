@@ -114,6 +114,11 @@ def check_store(tracking_uri: str | None, experiment: str) -> None:
     os.environ.update({k: quick[k] for k in unset})
     try:
         MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
+    except ModuleNotFoundError as e:  # the database's driver: SQLAlchemy imports it on first use
+        raise StoreError(
+            f"MLflow store {uri} needs the Python module {e.name}: pip install 'speculation-workbench[postgres]' "
+            f"(psycopg, for postgresql://) or the driver of that database"
+        ) from None
     except Exception as e:  # noqa: BLE001 - any failure of the store: sqlalchemy's, MLflow's, the network's
         raise StoreError(
             f"MLflow store {uri} cannot be used ({_one_line(e)}); fix tracking.tracking_uri or MLFLOW_TRACKING_URI "

@@ -41,6 +41,17 @@ def sweep(
         help="Seconds without a heartbeat after which another worker's claimed point counts as abandoned (its worker "
         "died) and is run again. Give every worker the same value.",
     ),
+    ray: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the points as Ray tasks: local (a cluster on this machine), auto (the one `ray start` began, or "
+        "$RAY_ADDRESS) or HOST:PORT. Ray places them (a GPU each for model.device=cuda) and reruns a point whose "
+        "node died. Needs the ray extra.",
+    ),
+    cpus_per_point: float = typer.Option(
+        1.0, "--cpus-per-point", min=0.1, help="With --ray: CPUs each point asks Ray for (its torch threads)."
+    ),
 ) -> None:
     """Sweep a grid of experiments; each speculative point measures its speedup paired with autoregressive
     generation of the same prompts in the same steps (95 % CI), and a best point is named only when its CI clears the rest.
@@ -49,7 +60,8 @@ def sweep(
 
     Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
     """  # noqa: E501 (`wb sweep --help`: Rich keeps a paragraph's line breaks)
-    from workbench.sweep import plan_sweep, plan_table, results_table, run_sweep
+    from workbench.sweep import SweepError, plan_sweep, plan_table, results_table, run_sweep
+    from workbench.tracking import StoreError
 
     spec, items = _split_args(spec, axes)
     try:
@@ -60,7 +72,17 @@ def sweep(
         console.print(plan_table(plan, f"sweep plan: {len(plan.points)} points (dry run: nothing runs)"))
         return
     try:
-        res = run_sweep(plan, name=name, console=console, progress=not quiet, claim_timeout=claim_timeout)
+        res = run_sweep(
+            plan,
+            name=name,
+            console=console,
+            progress=not quiet,
+            claim_timeout=claim_timeout,
+            ray=ray,
+            cpus_per_point=cpus_per_point,
+        )
+    except (SweepError, StoreError) as e:
+        _fail(str(e))
     except KeyboardInterrupt:
         err.print(
             "[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name "

@@ -22,12 +22,13 @@ from workbench.sweep.claims import (
     claim_point,
     worker_id,
 )
-from workbench.sweep.grid import Point, SweepPlan, plan_sweep
+from workbench.sweep.grid import Point, SweepError, SweepPlan, plan_sweep
 from workbench.sweep.plot import PLOT_NAME, speedup_vs_k_png
 from workbench.sweep.results import Outcome, results_json, sweep_rows
 from workbench.sweep.store import SweepStore
 from workbench.tags import TAG_AXIS, TAG_ERROR, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP, TAG_WORKER
 from workbench.timing import host_description
+from workbench.tracking import check_store
 
 
 def default_sweep_name(plan: SweepPlan) -> str:
@@ -191,8 +192,15 @@ def run_sweep(
     claim_timeout: float = CLAIM_TIMEOUT_S,
     settle_s: float = SETTLE_S,
     poll_s: float = POLL_S,
+    ray: str | None = None,
+    cpus_per_point: float = 1.0,
 ) -> SweepResult:
     """Run every point of ``plan`` (baselines first) as a child of one MLflow parent run.
+
+    ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``): the open points run as Ray tasks of
+    ``cpus_per_point`` CPUs each (a GPU for a CUDA point), retried by Ray when a node dies
+    (`workbench.sweep.ray_launch`); None: this process works through the points, sharing them with any
+    other worker on the same name by claims (`workbench.sweep.claims`, the single-machine default).
 
     A point that raises is logged, marked failed (its child run is FAILED) and the sweep goes on.
     With a ``name`` used before (same experiment), the parent is resumed and its FINISHED points are
@@ -207,9 +215,16 @@ def run_sweep(
     console = console or make_console()
     name = name or default_sweep_name(plan)
     if not plan.base.tracking.enabled:
+        if ray:
+            raise SweepError("--ray needs tracking (tracking.enabled: true): the points report through MLflow")
         return _run_alone(plan, name, console, progress)
     if claim_timeout <= 2 * settle_s:
         raise ValueError(f"claim timeout {claim_timeout:g} s must exceed twice the settle time ({settle_s:g} s)")
+    check_store(plan.base.tracking.tracking_uri, plan.base.tracking.experiment)
+    if ray:
+        from workbench.sweep.ray_launch import connect, run_on_ray
+
+        connect(ray)  # an unreachable cluster fails before the parent run opens
     store = SweepStore.open(plan.base, name)
     store.settle_s = settle_s
     tags = {
@@ -220,17 +235,22 @@ def run_sweep(
         "workbench.sweep.fixed": " ".join(a.text for a in plan.fixed),
     }
     tags.update({TAG_AXIS + a.key: ",".join(a.values) for a in plan.axes})
+    if ray:
+        tags["workbench.sweep.launcher"] = "ray"
     store.open_parent(tags)
     w = _Worker(plan, name, store, console, progress, claim_timeout, settle_s, poll_s)
     done = len(store.finished_children(histories=False)) if store.resumed else 0
     console.print(
         f"sweep [bold]{name}[/]: {len(plan.points)} points"
         + (f", resuming ({done} already finished)" if store.resumed else "")
-        + f"; worker {w.id}; {_machine(plan)}"
+        + (f"; on Ray ({ray})" if ray else f"; worker {w.id}; {_machine(plan)}")
     )
     status, outcomes = "FAILED", []
     try:
-        w.work()
+        if ray:
+            run_on_ray(w, ray, cpus=cpus_per_point)
+        else:
+            w.work()
         status = "DONE"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -251,18 +271,23 @@ def sweep(
     name: str | None = None,
     repeats: int = 1,
     progress: bool = False,
+    ray: str | None = None,
+    cpus_per_point: float = 1.0,
 ) -> SweepResult:
     """Run a grid of experiments with their autoregressive baselines (``wb sweep``, from Python), paired per step.
 
     spec: a shipped spec's name or a YAML path (None: experiments/sweep.yaml); axes: ``wb sweep``'s arguments
     (``"drafter=ngram,draft_model"``, ``"k=1..7"``, ``"grpo.steps=3"``); name: the sweep's name in MLflow
-    (re-running a name resumes it). Returns its status and per-point outcomes.
+    (re-running a name resumes it); ray: a Ray address (``local``, ``auto``, ``HOST:PORT``) to run the points
+    as Ray tasks of ``cpus_per_point`` CPUs. Returns its status and per-point outcomes.
 
     Raises:
         SweepError / SpecError: a bad axis or spec, before anything runs.
     """
     plan = plan_sweep(None if spec is None else str(spec), list(axes), repeats=repeats)
-    return run_sweep(plan, name=name, console=Console(quiet=not progress), progress=progress)
+    return run_sweep(
+        plan, name=name, console=Console(quiet=not progress), progress=progress, ray=ray, cpus_per_point=cpus_per_point
+    )
 
 
 def _machine(plan: SweepPlan) -> str:
