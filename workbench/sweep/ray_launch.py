@@ -8,7 +8,7 @@ bad spec fails the same way twice); a task whose worker process or node dies is 
 (``max_retries``) on any node, and the retry first marks the dead attempt's RUNNING child run FAILED (tag
 ``workbench.sweep.stale``), so every point ends with exactly one FINISHED run. A retry that finds the point
 FINISHED (the node died after the run ended) returns it as it is. Each point's run records where it ran:
-``workbench.ray.node`` (Ray's node id), ``workbench.host`` and ``workbench.ray.attempt``.
+``workbench.ray.node`` (Ray's node id), ``workbench.host``, ``workbench.ray.pid`` and ``workbench.ray.attempt``.
 
 Ray retries an attempt only once it has declared the attempt dead, so two attempts of a point never run
 at once: there are no claims, heartbeats or clocks to keep in step. Ray's own docs cover clusters
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from workbench.sweep.run import _Worker
 
 TAG_NODE = "workbench.ray.node"  # Ray's node id of the node that ran the point
+TAG_PID = "workbench.ray.pid"  # the Ray worker process that ran it
 TAG_ATTEMPT = "workbench.ray.attempt"  # earlier Ray runs of the point in this sweep: 0 first, 1 after a retry, ...
 MAX_RETRIES = 3  # Ray's default for tasks: attempts after a worker or node death
 ENV_PREFIXES = ("WB_", "HF_", "MLFLOW_", "TRANSFORMERS_", "HUGGINGFACE_")  # passed to every task
@@ -108,7 +109,8 @@ def run_point_task(
         if r.status == "RUNNING":  # an earlier attempt's run: Ray declared that attempt dead before retrying
             store.fail(r.run_id, f"its Ray task's attempt died (node {r.tags.get(TAG_NODE, '?')}); retried on {node}")
     attempt = sum(1 for r in runs if TAG_NODE in r.tags)
-    tags = {**tags, TAG_NODE: node, TAG_HOST: socket.gethostname(), TAG_ATTEMPT: str(attempt)}
+    where = {TAG_NODE: node, TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid()), TAG_ATTEMPT: str(attempt)}
+    tags = {**tags, **where}
     run_id = store.create_claim(spec.tracking.run_name or name, tags)
     try:
         run_experiment(
@@ -238,4 +240,4 @@ def _cluster(ray: Any) -> str:
     return f"{len(alive)} nodes, {res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs"
 
 
-__all__ = ["TAG_ATTEMPT", "TAG_NODE", "absolute_store", "connect", "point_resources", "run_on_ray"]
+__all__ = ["TAG_ATTEMPT", "TAG_NODE", "TAG_PID", "absolute_store", "connect", "point_resources", "run_on_ray"]
