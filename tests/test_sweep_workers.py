@@ -16,8 +16,9 @@ from mlflow import MlflowClient
 
 from workbench.specs import load_spec
 from workbench.sweep.claims import ClaimLost, Heartbeat, claim_point, point_state
-from workbench.sweep.store import SweepStore, store_open_lock
+from workbench.sweep.store import SweepStore
 from workbench.tags import TAG_HEARTBEAT, TAG_POINT, TAG_STALE, TAG_WORKER
+from workbench.tracking import store_open_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_000_000.0  # the fake clock's "now", unix seconds

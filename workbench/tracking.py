@@ -16,7 +16,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from workbench.specs import flatten
@@ -98,6 +99,56 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:240]}" if text else type(e).__name__
 
 
+def store_open_lock(uri: str) -> Any:
+    """A context that serializes the first opening of a database MLflow store: MLflow migrates a new store's
+    schema on first use, and two processes doing so at once make the loser raise (alembic's "expected to
+    match one row", sqlite's "table ... already exists", PostgreSQL's duplicate ``pg_type`` key).
+
+    sqlite: a file lock (filelock, a dependency of torch) in the temp folder, keyed by the database path
+    (sqlite files are shared on one machine only). PostgreSQL: the database's own session-level advisory
+    lock (``pg_advisory_lock``), which every machine sharing the server sees. Other stores: no lock.
+
+    Raises:
+        filelock.Timeout: the sqlite lock was held for 600 s.
+        sqlalchemy.exc.OperationalError: the PostgreSQL server cannot be reached.
+    """
+    import contextlib
+    import hashlib
+    import tempfile
+
+    if uri.startswith(("postgresql:", "postgresql+", "postgres:")):
+        return _advisory_lock(uri)
+    from filelock import FileLock
+    from sqlalchemy.engine import make_url
+
+    db = make_url(uri).database if uri.startswith("sqlite:") else None
+    if not db or db == ":memory:":
+        return contextlib.nullcontext()
+    key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
+    return FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600)
+
+
+SCHEMA_LOCK_KEY = 0x77625F6D6C666C6F  # "wb_mlflo": the advisory lock id that workbench processes agree on
+
+
+@contextmanager
+def _advisory_lock(uri: str) -> Iterator[None]:
+    """``pg_advisory_lock(SCHEMA_LOCK_KEY)`` on one connection of its own, held for the block."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(uri, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
 def check_store(tracking_uri: str | None, experiment: str) -> None:
     """Open the store and look ``experiment`` up (a fresh sqlite file gets its tables here), so a store that
     cannot be used fails before any model is built. An http(s) store is asked once, without MLflow's retries.
@@ -113,7 +164,8 @@ def check_store(tracking_uri: str | None, experiment: str) -> None:
     unset = [k for k in quick if k not in os.environ]
     os.environ.update({k: quick[k] for k in unset})
     try:
-        MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
+        with store_open_lock(uri):
+            MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
     except ModuleNotFoundError as e:  # the database's driver: SQLAlchemy imports it on first use
         raise StoreError(
             f"MLflow store {uri} needs the Python module {e.name}: pip install 'speculation-workbench[postgres]' "

@@ -11,32 +11,7 @@ from workbench.runs import RunReader, RunRecord, quote
 from workbench.specs import ExperimentSpec
 from workbench.sweep.results import Outcome, Row
 from workbench.tags import PARENT_RUN_TAG, TAG_POINT, TAG_ROLE, TAG_STALE, TAG_SWEEP
-from workbench.tracking import system_tags
-
-
-def store_open_lock(uri: str) -> Any:
-    """A context that serializes the first opening of a sqlite MLflow store on this machine: MLflow
-    migrates a new store's schema on first use, and two processes doing so at once make the loser
-    raise (alembic's "expected to match one row", or sqlite's "table ... already exists"). A file
-    lock (filelock, a dependency of torch) in the temp folder, keyed by the database path (sqlite
-    files are shared on one machine only); a no-op context for other stores.
-
-    Raises:
-        filelock.Timeout: the lock was held for 600 s.
-    """
-    import contextlib
-    import hashlib
-    import tempfile
-
-    from filelock import FileLock
-    from sqlalchemy.engine import make_url
-
-    db = make_url(uri).database if uri.startswith("sqlite:") else None
-    if not db or db == ":memory:":
-        return contextlib.nullcontext()
-    key = hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:16]
-    return FileLock(os.path.join(tempfile.gettempdir(), f"wb-mlflow-{key}.lock"), timeout=600)
-
+from workbench.tracking import store_open_lock, system_tags
 
 SCHEMA_RACES = ("already exists", "expected to match one row")  # two processes migrating one new sqlite store
 RACES = ("UNIQUE constraint", "IntegrityError", "Duplicate entry", "duplicate key", "database is locked")
@@ -97,7 +72,7 @@ class SweepStore:
 
     @classmethod
     def open(cls, spec: ExperimentSpec, name: str) -> "SweepStore":
-        """The store, opened under :func:`store_open_lock` (workers started together on a new sqlite
+        """The store, opened under `workbench.tracking.store_open_lock` (workers started together on a new
         store would otherwise race through its schema migrations and the experiment's creation)."""
         from workbench.tracking import resolve_tracking_uri
 
