@@ -123,6 +123,7 @@ LAYERS = {
         "workbench.tasks",
         "workbench.specs",
         "workbench.tracking",
+        "workbench.ray_cluster",
         "workbench.runs",
         "workbench.tags",
         "workbench.version",

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.extras import requires
+from workbench.ray_cluster import ClusterError, absolute_store, point_resources, reachable, task_env
 from workbench.specs import load_spec
-from workbench.sweep import SweepError
-from workbench.sweep.ray_launch import TAG_NODE, TAG_PID, absolute_store, point_resources, reachable, task_env
+from workbench.sweep.ray_launch import TAG_NODE, TAG_PID
 from workbench.tags import TAG_POINT, TAG_STALE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def test_point_asks_for_a_gpu_when_its_device_is_cuda(device, cluster_gpus, gpus
 
 
 def test_cuda_point_on_a_cluster_without_gpus_is_refused():
-    with pytest.raises(SweepError, match="no GPU"):
+    with pytest.raises(ClusterError, match="no GPU"):
         point_resources(load_spec("micro", ["model.device=cuda"]), 1.0, 0)
 
 
@@ -60,7 +60,7 @@ def test_an_address_where_nothing_listens_is_refused_at_once():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused
-        with pytest.raises(SweepError, match="no Ray cluster answers"):
+        with pytest.raises(ClusterError, match="no Ray cluster answers"):
             reachable(f"127.0.0.1:{port}")
     reachable("local")  # left to Ray
     reachable("auto")

@@ -60,6 +60,7 @@ def sweep(
 
     Examples: wb sweep k=1..7 | wb sweep micro drafter=ngram,draft_model k=2,4 grpo.steps=3 --name s1
     """  # noqa: E501 (`wb sweep --help`: Rich keeps a paragraph's line breaks)
+    from workbench.ray_cluster import ClusterError
     from workbench.sweep import SweepError, plan_sweep, plan_table, results_table, run_sweep
     from workbench.tracking import StoreError
 
@@ -81,7 +82,7 @@ def sweep(
             ray=ray,
             cpus_per_point=cpus_per_point,
         )
-    except (SweepError, StoreError) as e:
+    except (SweepError, StoreError, ClusterError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         err.print(

@@ -222,7 +222,8 @@ def run_sweep(
         raise ValueError(f"claim timeout {claim_timeout:g} s must exceed twice the settle time ({settle_s:g} s)")
     check_store(plan.base.tracking.tracking_uri, plan.base.tracking.experiment)
     if ray:
-        from workbench.sweep.ray_launch import connect, run_on_ray
+        from workbench.ray_cluster import connect
+        from workbench.sweep.ray_launch import run_on_ray
 
         connect(ray)  # an unreachable cluster fails before the parent run opens
     store = SweepStore.open(plan.base, name)
