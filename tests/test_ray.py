@@ -231,3 +231,46 @@ def test_a_node_killed_mid_point_has_it_rerun_on_the_other(cluster, tmp_path):
     rerun = next(r for r in finished if r.data.tags[TAG_POINT] == victim.data.tags[TAG_POINT])
     assert rerun.data.tags[TAG_NODE] != victim.data.tags[TAG_NODE]  # the head ran it again
     assert rerun.data.tags["workbench.ray.attempt"] == "1"
+
+
+def test_trials_in_flight_fill_the_cluster():
+    from workbench.tune.ray_trials import slots
+
+    assert slots({"CPU": 8.0}, {"num_cpus": 2.0, "num_gpus": 0.0}) == 4
+    assert slots({"CPU": 1.0}, {"num_cpus": 2.0, "num_gpus": 0.0}) == 1  # never none
+    assert slots({"CPU": 64.0, "GPU": 8.0}, {"num_cpus": 1.0, "num_gpus": 1.0}) == 8
+
+
+def test_a_task_gets_absolute_stores(tmp_path):
+    from workbench.tune import plan_tune
+    from workbench.tune.ray_trials import task_plan
+
+    spec = tmp_path / "s.yaml"
+    raw = {**load_spec("micro").model_dump(mode="json", exclude={"tune"})}
+    raw["tune"] = {"params": {"drafter.k": {"type": "int", "low": 1, "high": 2}}, "storage": "sqlite:///o.db"}
+    import yaml
+
+    spec.write_text(yaml.safe_dump(raw))
+    sent = task_plan(plan_tune(str(spec), []), "sqlite:///mlflow.db", "/w")
+    assert sent.storage == "sqlite:////w/o.db"
+    assert sent.trial_spec({"drafter.k": 2}).tracking.tracking_uri == "sqlite:////w/mlflow.db"
+
+
+@pytest.mark.slow
+@requires("ray", "ray")
+def test_tune_trials_run_as_ray_tasks_on_both_nodes(cluster, tmp_path):
+    import optuna
+    import yaml
+
+    if cluster.node2.poll() is not None:
+        cluster.add_node()
+    raw = yaml.safe_load((ROOT / "experiments" / "micro.yaml").read_text())
+    raw["grpo"]["eval_every"] = 0
+    raw["tune"] = {"params": {"drafter.k": {"type": "int", "low": 1, "high": 3}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    args = ["tune", "s.yaml", "--trials", "4", "--study", "rt", "--quiet", "--ray", cluster.address]
+    out = finish(wb(tmp_path, args, cluster.env, "tune.log"), tmp_path, "tune.log")
+    study = optuna.load_study(study_name="rt", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4, out[-3000:]
+    assert len({t.user_attrs["ray_node"] for t in study.trials}) == 2, "the trials ran on one node only"
+    assert "2 at once" in out and "best trial" in out

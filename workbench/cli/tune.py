@@ -45,6 +45,17 @@ def tune(
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress bars (trial lines and the results table still print)."
     ),
+    ray: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the trials as Ray tasks, as many at once as the cluster holds: local, auto (the cluster `ray start` "
+        "began, or $RAY_ADDRESS) or HOST:PORT. The storage and MLflow store must be reachable from every node "
+        "(PostgreSQL). Needs the ray extra.",
+    ),
+    cpus_per_trial: float = typer.Option(
+        1.0, "--cpus-per-trial", min=0.1, help="With --ray: CPUs each trial asks Ray for (its torch threads)."
+    ),
 ) -> None:
     """Tune spec keys with an Optuna study: pruned on per-step values, resumable, best spec written as YAML.
 
@@ -55,6 +66,8 @@ def tune(
     Examples: wb tune --trials 20 | wb tune micro.yaml --trials 5 --study s1 --storage postgresql://host/optuna
     """  # noqa: E501 (`wb tune --help`: Rich keeps a paragraph's line breaks)
     spec, items = _split_args(spec, overrides)
+    from workbench.ray_cluster import ClusterError
+    from workbench.tracking import StoreError
     from workbench.tune import (
         best_trial,
         fmt_score,
@@ -67,8 +80,8 @@ def tune(
 
     try:
         plan = plan_tune(spec, items, study_name=study, storage=storage)
-        res = run_study(plan, trials, console=console, progress=not quiet)
-    except SpecError as e:
+        res = run_study(plan, trials, console=console, progress=not quiet, ray=ray, cpus_per_trial=cpus_per_trial)
+    except (SpecError, ClusterError, StoreError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         err.print(

@@ -198,13 +198,17 @@ def run_study(
     console: Console | None = None,
     progress: bool = True,
     storage: optuna.storages.BaseStorage | None = None,
+    ray: str | None = None,
+    cpus_per_trial: float = 1.0,
 ) -> TuneResult:
     """Top the study up to ``trials`` COMPLETE+PRUNED trials in total over all its workers.
 
     An ask/tell loop (see the module docstring for the rules): a trial that raises is printed and
     marked FAIL, and the loop goes on; a surplus trial ends it. Then waits for trials RUNNING in
     other workers and reads the study back from storage. ``storage``: an Optuna storage to use
-    instead of ``plan.storage`` (tests).
+    instead of ``plan.storage`` (tests). ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``): the trials
+    run as Ray tasks of ``cpus_per_trial`` CPUs, as many at once as the cluster holds
+    (`workbench.tune.ray_trials`).
 
     Raises:
         KeyboardInterrupt: after marking the running trial FAIL and the MLflow parent KILLED.
@@ -232,41 +236,14 @@ def run_study(
         f"study [bold]{plan.name}[/] ({plan.storage}): maximize {plan.tune.objective}; "
         f"{done} trials done{others}, {max(0, trials - active)} to run (target {trials})"
     )
-    host, pid = socket.gethostname(), os.getpid()
     status, ran, final = "FAILED", 0, study
     try:
-        for _ in range(attempts):
-            fail_stale(study)
-            if active_trials(study) >= trials:
-                break
-            with optuna_quiet():
-                trial = study.ask()
-            with heartbeat(study, trial):  # from the ask on: a worker killed at any point leaves a stale trial
-                if trials_before(study, trial.number) >= trials:  # other workers asked in between
-                    trial.set_user_attr("surplus", True)
-                    console.print(
-                        f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, "
-                        "surplus)"
-                    )
-                    tell(study, trial, None, TrialState.FAIL)
-                    break
-                reseed_for_trial(study, plan.tune, plan.base.seed, trial.number)
-                trial.set_user_attr("host", host)
-                trial.set_user_attr("pid", pid)
-                ran += 1
-                state, value = TrialState.FAIL, None
-                try:
-                    value = evaluate(plan, trial, store, console, progress)
-                    state = TrialState.COMPLETE
-                except optuna.TrialPruned:
-                    state = TrialState.PRUNED
-                except KeyboardInterrupt:
-                    tell(study, trial, None, TrialState.FAIL)
-                    raise
-                except Exception as e:  # noqa: BLE001 - one bad trial must not end the study; FAIL does not count
-                    console.print(f"[red]trial {trial.number} failed[/] ({type(e).__name__}: {e})")
-            if not tell(study, trial, value, state):
-                break
+        if ray:
+            from workbench.tune.ray_trials import run_trials_on_ray
+
+            ran = run_trials_on_ray(plan, study, store, trials, attempts, console, ray, cpus_per_trial)
+        else:
+            ran = _trials_here(plan, study, store, trials, attempts, console, progress)
         wait_for_others(study, console)
         final = optuna.load_study(study_name=plan.name, storage=storage)  # every worker's trials, as stored
         status = "FINISHED"
@@ -281,3 +258,43 @@ def run_study(
                 store.log(store.parent_id, {"tune/best_objective": best.value}, step=best.number)
             store.close(status, results_json(plan, final))
     return TuneResult(plan.name, final, store and store.parent_id, store and store.tracking_uri, status, ran)
+
+
+def _trials_here(
+    plan: TunePlan, study: optuna.Study, store: _StudyStore | None, trials: int, attempts: int, console: Console,
+    progress: bool,
+) -> int:  # fmt: skip
+    """This process's ask/tell loop: at most ``attempts`` trials, one at a time; returns how many it ran."""
+    host, pid, ran = socket.gethostname(), os.getpid(), 0
+    for _ in range(attempts):
+        fail_stale(study)
+        if active_trials(study) >= trials:
+            break
+        with optuna_quiet():
+            trial = study.ask()
+        with heartbeat(study, trial):  # from the ask on: a worker killed at any point leaves a stale trial
+            if trials_before(study, trial.number) >= trials:  # other workers asked in between
+                trial.set_user_attr("surplus", True)
+                console.print(
+                    f"trial {trial.number} not run: the other workers reached {trials} trials (marked FAIL, surplus)"
+                )
+                tell(study, trial, None, TrialState.FAIL)
+                break
+            reseed_for_trial(study, plan.tune, plan.base.seed, trial.number)
+            trial.set_user_attr("host", host)
+            trial.set_user_attr("pid", pid)
+            ran += 1
+            state, value = TrialState.FAIL, None
+            try:
+                value = evaluate(plan, trial, store, console, progress)
+                state = TrialState.COMPLETE
+            except optuna.TrialPruned:
+                state = TrialState.PRUNED
+            except KeyboardInterrupt:
+                tell(study, trial, None, TrialState.FAIL)
+                raise
+            except Exception as e:  # noqa: BLE001 - one bad trial must not end the study; FAIL does not count
+                console.print(f"[red]trial {trial.number} failed[/] ({type(e).__name__}: {e})")
+        if not tell(study, trial, value, state):
+            break
+    return ran
