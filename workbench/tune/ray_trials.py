@@ -6,8 +6,8 @@ GPUs for a CUDA spec). For each it asks the study (the ``--trials`` total and su
 `workbench.tune` hold: other ``wb tune`` workers may share the study), draws the parameters (so they are in
 the storage before the task starts) and holds Optuna's heartbeat for it: a driver killed mid-study leaves
 stale trials that the next worker fails, as for any worker. The task reopens the study from the same storage,
-runs the trial into an MLflow child of the study's parent (``workbench.tune.evaluate``: pruning reports go to
-the storage from the node) and returns its value. A task whose node dies is retried by Ray on another node,
+runs the trial into an MLflow child of the study's parent (`workbench.tune.study.trial_task`: pruning reports go
+to the storage from the node) and returns its value. A task whose node dies is retried by Ray on another node,
 and the retry first marks the dead attempt's RUNNING MLflow child FAILED; a trial that raises is told FAIL
 (it does not count toward ``--trials``), as in a plain worker.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from typing import Any
 
 import optuna
@@ -42,43 +41,7 @@ from workbench.tune.workers import (
 MAX_RETRIES = 3  # Ray's default: attempts after a worker or node death
 
 
-def run_trial_task(plan: TunePlan, trial_id: int, parent_id: str | None, cwd: str) -> dict[str, Any]:
-    """The body of one trial's Ray task: ``{"state": COMPLETE|PRUNED|FAIL, "value", "error", "node"}``."""
-    import ray
-
-    from workbench.tune.study import _open_store, evaluate, open_study
-    from workbench.tune.workers import make_storage
-
-    if os.path.isdir(cwd):
-        os.chdir(cwd)
-    ctx = ray.get_runtime_context()
-    cpus = ctx.get_assigned_resources().get("CPU")
-    if cpus:
-        import torch
-
-        torch.set_num_threads(max(1, int(cpus)))
-    study = open_study(plan, make_storage(plan.storage))
-    trial = optuna.trial.Trial(study, trial_id)
-    node = ctx.get_node_id()
-    trial.set_user_attr("host", socket.gethostname())
-    trial.set_user_attr("pid", os.getpid())
-    trial.set_user_attr("ray_node", node)
-    store = None
-    if plan.base.tracking.enabled:
-        store = _open_store(plan)
-        store.parent_id = parent_id
-        _fail_dead_attempts(store, plan.name, trial.number, node)
-    out = {"state": "FAIL", "value": None, "error": None, "node": node}
-    try:
-        out.update(state="COMPLETE", value=evaluate(plan, trial, store, Console(quiet=True), False))
-    except optuna.TrialPruned:
-        out.update(state="PRUNED")
-    except Exception as e:  # noqa: BLE001 - the trial fails, the study goes on; Ray must not retry it
-        out.update(error=f"{type(e).__name__}: {e}")
-    return out
-
-
-def _fail_dead_attempts(store: Any, study: str, number: int, node: str) -> None:
+def fail_dead_attempts(store: Any, study: str, number: int, node: str) -> None:
     """RUNNING MLflow children of this trial (an attempt whose node died) are ended FAILED, tagged why."""
     filt = f"tags.`{TAG_STUDY}` = '{study}' and tags.`{TAG_TRIAL}` = '{number}' and attributes.status = 'RUNNING'"
     for r in store.client.search_runs([store.experiment_id], filt):
@@ -109,9 +72,12 @@ def run_trials_on_ray(
     console: Console,
     address: str,
     cpus: float = 1.0,
+    task_body: Any = None,
 ) -> int:
     """Run up to ``attempts`` trials of ``study`` as Ray tasks, as many at once as the cluster holds, until
     the study has ``trials`` COMPLETE+PRUNED+RUNNING trials; returns how many this driver started.
+    ``task_body(plan, trial_id, parent_id, cwd)``: what a task runs (`workbench.tune.study.trial_task`), returning
+    ``{"state": COMPLETE|PRUNED|FAIL, "value", "error", "node"}``.
 
     Raises:
         ClusterError: Ray missing or unreachable, or a GPU spec on a cluster without GPUs.
@@ -124,7 +90,7 @@ def run_trials_on_ray(
     opts = point_resources(plan.base, cpus, cluster.get("GPU", 0.0))
     width, env = slots(cluster, opts), task_env()
     sent = task_plan(plan, store and store.tracking_uri, cwd)
-    remote = ray.remote(run_trial_task).options(
+    remote = ray.remote(task_body).options(
         **opts, max_retries=MAX_RETRIES, retry_exceptions=False, scheduling_strategy="SPREAD",
         runtime_env={"env_vars": env} if env else None,
     )  # fmt: skip

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -241,7 +242,7 @@ def run_study(
         if ray:
             from workbench.tune.ray_trials import run_trials_on_ray
 
-            ran = run_trials_on_ray(plan, study, store, trials, attempts, console, ray, cpus_per_trial)
+            ran = run_trials_on_ray(plan, study, store, trials, attempts, console, ray, cpus_per_trial, trial_task)
         else:
             ran = _trials_here(plan, study, store, trials, attempts, console, progress)
         wait_for_others(study, console)
@@ -258,6 +259,43 @@ def run_study(
                 store.log(store.parent_id, {"tune/best_objective": best.value}, step=best.number)
             store.close(status, results_json(plan, final))
     return TuneResult(plan.name, final, store and store.parent_id, store and store.tracking_uri, status, ran)
+
+
+def trial_task(plan: TunePlan, trial_id: int, parent_id: str | None, cwd: str) -> dict[str, Any]:
+    """The body of one trial's Ray task (`workbench.tune.ray_trials`): reopens the study, runs the trial asked
+    by the driver into an MLflow child of ``parent_id`` and returns ``{"state": COMPLETE|PRUNED|FAIL, "value",
+    "error", "node"}``; a trial that raises is FAIL with the error, never raised (Ray must not retry it)."""
+    import ray
+
+    from workbench.tune.ray_trials import fail_dead_attempts
+
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    ctx = ray.get_runtime_context()
+    cpus = ctx.get_assigned_resources().get("CPU")
+    if cpus:
+        import torch
+
+        torch.set_num_threads(max(1, int(cpus)))
+    study = open_study(plan, make_storage(plan.storage))
+    trial = optuna.trial.Trial(study, trial_id)
+    node = ctx.get_node_id()
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    trial.set_user_attr("ray_node", node)
+    store = None
+    if plan.base.tracking.enabled:
+        store = _open_store(plan)
+        store.parent_id = parent_id
+        fail_dead_attempts(store, plan.name, trial.number, node)
+    out = {"state": "FAIL", "value": None, "error": None, "node": node}
+    try:
+        out.update(state="COMPLETE", value=evaluate(plan, trial, store, Console(quiet=True), False))
+    except optuna.TrialPruned:
+        out.update(state="PRUNED")
+    except Exception as e:  # noqa: BLE001 - the trial fails, the study goes on; Ray must not retry it
+        out.update(error=f"{type(e).__name__}: {e}")
+    return out
 
 
 def _trials_here(
