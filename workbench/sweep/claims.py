@@ -1,5 +1,9 @@
 """Several `wb sweep --name X` workers on one MLflow store: who runs which point.
 
+The single-machine default, needing nothing installed. On a cluster Ray schedules the points instead
+(`wb sweep --ray`, `workbench.sweep.ray_launch`): resources per point, placement, retries as soon as a
+node is declared dead, no clocks to keep in step.
+
 A point's child run *is* its claim: a worker creates it RUNNING (tags ``workbench.sweep.point``,
 ``workbench.sweep.worker`` = host:pid:id, ``workbench.sweep.heartbeat`` = unix seconds) before it
 prepares anything, then logs the point into it (``run_experiment(run_id=...)``). The rule, read by
