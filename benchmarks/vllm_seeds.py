@@ -1,13 +1,14 @@
 """What vLLM's per-request seeds do with speculative decoding: the same prompts, the same ``SamplingParams(seed=...)``,
 with and without ``speculative_config`` (ngram), on the embedded ``tiny`` preset.
 
-    LD_PRELOAD=$(python -c "from workbench.vllm.runtime.preload import wanted; print(':'.join(wanted().libs))") \
+    LD_PRELOAD=$(python -c "from workbench.vllm.runtime.preload import wanted; print(':'.join(wanted().libs))") \\
       python benchmarks/vllm_seeds.py benchmarks/vllm_seeds.json [--cpu-expand-fix]
 
-(the preload is vLLM-CPU's install guide's, as ``wb`` sets it for its vLLM commands). Prints, per sampling setting, how many of the rows are
-token-for-token equal between: plain vs plain (the seeds fix plain decoding), speculative vs speculative (they fix
-speculative decoding), plain vs speculative (the question), and where a plain/speculative pair first differs. The
-ngram drafts are accepted on these prompts (repeating patterns; the acceptance printed), so verification runs.
+(the preload is vLLM-CPU's install guide's, as ``wb`` sets it for its vLLM commands). Prints, per sampling
+setting, how many rows are token-for-token equal between plain and plain (the seeds fix plain decoding),
+speculative and speculative (they fix speculative decoding), plain and speculative (the question), and where
+a plain/speculative pair first differs. The ngram drafts are accepted on these prompts (repeating patterns;
+the acceptance printed), so verification runs.
 """
 
 from __future__ import annotations
