@@ -4,6 +4,7 @@ damaged file into a clear answer.
     problem(path)                    # None, or (file, what is wrong with it)
     seal(path)                       # sizes and sha256 of what was just written, recorded beside it
     write_text(path, text)           # temp file + os.replace, sealed (seal=False: a file users may edit)
+    check(path, what, fix)           # DamagedFile if problem() finds something
     with reading(path, what, fix):   # a loader's read errors -> DamagedFile: one line, the file, what, the fix
         load(path)
 
@@ -69,10 +70,10 @@ def _sha256(f: Path) -> str:
 
 
 def _members(path: Path) -> dict[str, Path]:
-    """A folder's files by relative name (its seal aside), or a file by its own name."""
+    """A folder's files by name (its seal aside; a checkpoint folder is flat), or a file by its own name."""
     if not path.is_dir():
         return {path.name: path}
-    return {str(f.relative_to(path)): f for f in sorted(path.rglob("*")) if f.is_file() and f.name != SEAL}
+    return {f.name: f for f in sorted(path.iterdir()) if f.is_file() and f.name != SEAL}
 
 
 def seal(path: Path) -> None:
@@ -187,6 +188,13 @@ def problem(path: Path) -> tuple[Path, str] | None:
     except OSError as e:
         return path, first_line(e)
     return None
+
+
+def check(path: Path, what: str, fix: str) -> None:
+    """Raise :class:`DamagedFile` if :func:`problem` finds something wrong with ``path``."""
+    found = problem(path)
+    if found:
+        raise DamagedFile(found[0], found[1], what, fix)
 
 
 @contextmanager

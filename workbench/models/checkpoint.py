@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 from transformers import logging as hf_logging
 
 from workbench.cache import fix_for
-from workbench.files import reading
+from workbench.files import check, reading
 
 TOKENIZER_FILES = ("special_tokens_map.json", "chat_template.jinja")  # besides tokenizer*
 
@@ -84,7 +84,9 @@ def load_model(
     """
     path = Path(path)
     dtype = _dtype(dtype)
-    with quiet_hf(), reading(path, what, fix_for(path)):
+    fix = fix_for(path)
+    check(path, what, fix)  # first: transformers passes over a damaged generation_config.json in silence
+    with quiet_hf(), reading(path, what, fix):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     return model.to(_device(device)).eval(), load_tokenizer(path, what)
 
