@@ -529,3 +529,51 @@ def test_interrupt_during_a_run_names_the_run_marked_killed(store, monkeypatch):
     assert res.exit_code == 130
     [run] = store.search_runs([e.experiment_id for e in store.search_experiments()])
     assert run.info.status == "KILLED" and f"MLflow run {run.info.run_id} marked KILLED" in res.output
+
+
+def test_a_second_interrupt_during_a_sweeps_cleanup_still_marks_it_killed(store, monkeypatch):
+    """Ctrl-C, then Ctrl-C again while the sweep reads its points back to close the parent, then a third
+    during the parent's status write: the parent ends KILLED (it stayed RUNNING), the message says so."""
+    import os
+    import signal
+
+    from workbench.sweep import run as R
+    from workbench.sweep.store import SweepStore
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    end_parent, ended = SweepStore.end_parent, []
+
+    def end_parent_interrupted(self, status):
+        os.kill(os.getpid(), signal.SIGINT)  # held until the status is written
+        end_parent(self, status)
+        ended.append(status)
+
+    monkeypatch.setattr(R._Worker, "work", interrupted)
+    monkeypatch.setattr(R._Worker, "outcomes", interrupted)  # the second Ctrl-C, in the cleanup
+    monkeypatch.setattr(SweepStore, "end_parent", end_parent_interrupted)
+    res = _wb("sweep", "micro", "k=2", "--name", "twice", "--quiet")
+    assert res.exit_code == 130 and "sweep run marked KILLED" in res.output, res.output
+    [parent] = store.search_runs(
+        [e.experiment_id for e in store.search_experiments()], "tags.`workbench.sweep.role` = 'parent'"
+    )
+    assert parent.info.status == "KILLED" and ended == ["KILLED"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+
+
+def test_interrupts_held_during_a_write_are_delivered_after_it():
+    import os
+    import signal
+
+    from workbench.sweep.run import interrupts_deferred
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("written")
+    with interrupts_deferred(deliver=False):  # already the answer to an interrupt: nothing raised after
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("again")
+    assert done == ["written", "again"]

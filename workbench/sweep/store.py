@@ -198,4 +198,8 @@ class SweepStore:
         self.client.log_dict(self.parent_id, results, "results.json")
         if plot is not None:
             self.client.log_artifact(self.parent_id, os.fspath(plot))
+        self.end_parent(status)
+
+    def end_parent(self, status: str) -> None:
+        """End the parent run ``status`` (FINISHED, FAILED, KILLED)."""
         self.client.set_terminated(self.parent_id, status=status)
