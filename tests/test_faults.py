@@ -577,3 +577,38 @@ def test_interrupts_held_during_a_write_are_delivered_after_it():
         os.kill(os.getpid(), signal.SIGINT)
         done.append("again")
     assert done == ["written", "again"]
+
+
+# ---------------------------------------------------------------- smaller: names, the UI's host
+
+
+def test_quote_spells_every_name_mlflow_can_search(store):
+    from workbench.runs import RunReader, UnsearchableName, quote
+
+    exp = store.create_experiment("q")
+    names = ["plain", "it's", 'say "hi"', "back\\slash", "a\\'b", "x''y"]
+    for n in names:
+        store.create_run(exp, tags={"t": n})
+    reader = RunReader(client=store)
+    for n in names:  # found exactly, in a filter with another clause after the value (where a stray quote bites)
+        hits = reader.search(f"tags.t = {quote(n)} and attributes.status != 'KILLED'", [exp])
+        assert [h.data.tags["t"] for h in hits] == [n], n
+    for bad in ("a\\", "both ' and \""):
+        with pytest.raises(UnsearchableName, match="cannot be looked up in MLflow"):
+            quote(bad)
+
+
+def test_report_and_sweep_of_an_unsearchable_name_are_one_line(swept):
+    _one_line_error(_wb("report", "a\\"), "cannot be looked up in MLflow", "backslash")
+    _one_line_error(_wb("sweep", "micro", "k=2", "--name", "a\\"), "--name", "cannot be looked up in MLflow")
+
+
+def test_ui_on_the_network_says_so_and_prints_its_host(store):
+    import socket
+
+    res = _wb("ui", "--print-url", "--host", "0.0.0.0", "--port", "5123")
+    assert res.exit_code == 0, res.output
+    assert "warning: --host 0.0.0.0 listens beyond this machine" in res.output and "no login" in res.output
+    assert f"http://{socket.gethostname()}:5123" in res.output and "http://127.0.0.1" not in res.output
+    res = _wb("ui", "--print-url", "--port", "5123")  # loopback: no warning
+    assert res.exit_code == 0 and "warning" not in res.output and "http://127.0.0.1:5123" in res.output

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from workbench.cli.common import _fail, _split_args, app, console, err
+from workbench.runs import UnsearchableName
 from workbench.specs import SpecError
 
 
@@ -61,6 +62,8 @@ def sweep(
         return
     try:
         res = run_sweep(plan, name=name, console=console, progress=not quiet, claim_timeout=claim_timeout)
+    except UnsearchableName as e:
+        _fail(f"--name: {e}")
     except KeyboardInterrupt:
         err.print(
             "[yellow]interrupted: sweep run marked KILLED; resume with the same command and --name "

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from workbench.console import make_console
 from workbench.grpo.build import resolve_device
+from workbench.runs import quote
 from workbench.sweep.claims import (
     CLAIM_TIMEOUT_S,
     POLL_S,
@@ -208,9 +209,13 @@ def run_sweep(
     every point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
     parent KILLED (a worker still running later ends it again) and is re-raised. With
     ``tracking.enabled: false`` nothing is logged, claimed or resumable.
+
+    Raises:
+        UnsearchableName: a ``name`` MLflow's filter syntax cannot spell (workbench.runs.quote).
     """
     console = console or make_console()
     name = name or default_sweep_name(plan)
+    quote(name)  # UnsearchableName before anything runs: the sweep is found again by its name
     if not plan.base.tracking.enabled:
         return _run_alone(plan, name, console, progress)
     if claim_timeout <= 2 * settle_s:
