@@ -108,7 +108,8 @@ class DraftModelDrafter(Drafter):
             hf, tok = first_layers(target, spec.draft_layers, device, dtype)
         else:
             path = init_path or resolve_model(spec.model, what="drafter.model")
-            hf, tok = load_model(path, device=device, dtype=dtype)
+            what = "drafter.init" if init_path else "drafter.model"
+            hf, tok = load_model(path, device=device, dtype=dtype, what=what)
         if target.tokenizer is not None:
             check_same_tokenizer(target.tokenizer, tok, "drafter.model")
         return cls(LeanLM.from_hf(hf, what="drafter.model"), hf, tok)

@@ -21,6 +21,8 @@ import torch.nn as nn
 from drafters.chain import ChainDrafter, ChainNet
 from drafters.mtp import _load, _save
 from drafters.registry import register
+from workbench.cache import fix_for
+from workbench.files import reading
 from workbench.rollout.drafter import DrafterTarget
 from workbench.rollout.layers import RMSNorm
 from workbench.rollout.model import LMConfig
@@ -100,7 +102,8 @@ def draft_vocab(spec, target: DrafterTarget) -> tuple[torch.Tensor, torch.Tensor
     ``target.token_counts`` (:func:`vocab_map`)."""
     V, path, counts = target.lm.cfg.vocab_size, target.init_path, target.token_counts
     if path is not None:
-        vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
+        with reading(path, "drafter.init", fix_for(path)):
+            vd = json.loads((Path(path) / "drafter_config.json").read_text()).get("draft_vocab_size", V)
         return vocab_map(torch.zeros(V), vd)
     vd = spec.draft_vocab_size or (max(1, V // 4) if counts is not None else V)
     return vocab_map(counts if counts is not None else torch.zeros(V), vd)

@@ -20,6 +20,8 @@ import torch.nn as nn
 
 from drafters.chain import ChainDrafter, ChainNet
 from drafters.registry import register
+from workbench.cache import fix_for
+from workbench.files import reading
 from workbench.rollout.drafter import DrafterTarget
 from workbench.rollout.layers import RMSNorm
 from workbench.rollout.model import LMConfig
@@ -107,17 +109,14 @@ def _load(net: nn.Module, folder: Path, kind: str, expect: dict) -> dict:
     """Load a ``_save`` folder into ``net``; returns its config.
 
     Raises:
-        ValueError: missing/corrupt files, another kind, or config values differing from ``expect``.
+        DamagedFile: missing or damaged files (one line naming the file and the fix).
+        ValueError: another kind, or config values differing from ``expect``.
     """
     from safetensors.torch import load_file
 
-    try:
+    with reading(folder, "drafter.init", fix_for(folder)):
         config = json.loads((folder / "drafter_config.json").read_text())
         state = load_file(str(folder / "model.safetensors"))
-    except (OSError, ValueError) as e:
-        raise ValueError(
-            f"drafter.init: cannot read the drafter checkpoint {folder} ({e}); delete it to rebuild"
-        ) from e
     bad = {k: (config.get(k), v) for k, v in expect.items() if config.get(k) != v}
     if config.get("kind") != kind or bad:
         raise ValueError(

@@ -199,3 +199,30 @@ def test_informative_contexts_put_the_uncertain_token_where_a_draft_is_verified(
             p0 = hf(torch.tensor([ctx])).logits[0, -1].softmax(-1)  # completion position 0: the prefill's token
             p1 = hf(torch.tensor([ctx + [int(p0.argmax())]])).logits[0, -1].softmax(-1)  # position 1: first verified
         assert p0.max() > 0.9 and p1.max() < 0.97, (float(p0.max()), float(p1.max()))
+
+
+def test_fit_test_names_the_test_it_used():
+    from workbench.audit.law import fit_detail, fit_test
+
+    assert fit_test(torch.tensor([505.0, 495]), torch.tensor([500.0, 500])).test == "chi2"
+    e = torch.tensor([3000 * (1 - 2e-6), 3000 * 1e-6, 3000 * 1e-6], dtype=torch.float64)
+    assert fit_test(torch.tensor([400.0, 2600, 0]), e).test == "binomial"
+    assert fit_test(torch.tensor([10.0, 1]), torch.tensor([11.0, 0])).test == "impossible"
+    small = fit_test(torch.tensor([2.0, 3, 1, 0]), torch.ones(4) * 1.5)  # 6 rows: no cell expects 5
+    assert small.test == "none" and small.pvalue == 1.0
+    what, low = fit_detail(small, 6, 1e-3)
+    assert low and "chi2" not in what and "no test possible" in what and "low power" in what
+    what, low = fit_detail(fit_test(torch.tensor([5050.0, 4950]), torch.tensor([5000.0, 5000])), 10_000, 1e-3)
+    assert not low and what.startswith("chi2=") and "low power" not in what
+
+
+def test_a_small_audit_says_its_tests_have_no_power(models):
+    """At a few rows the joint test pools its cells to one: the row says which test ran (not "chi2 … pass")
+    and that it has no power; the summary's result is "pass (low power)"."""
+    from workbench.audit import summary_rows
+
+    target, draft = models
+    res = run_audit(target, {"draft_model": DraftModelDrafter(draft)}, PROMPTS[:1], SP, k=2, n=12)
+    [joint] = [t for t in res.tests if t.test == "joint 0..1"]
+    assert joint.low_power and "low power" in joint.detail and not joint.detail.startswith("chi2")
+    assert ("draft_model", "joint 0..1") in {(d, n) for d, n, _, ok, _ in summary_rows(res) if ok == "pass (low power)"}

@@ -130,6 +130,7 @@ LAYERS = {
         "workbench.stats",
         "workbench.timing",
         "workbench.cache",
+        "workbench.files",
         "workbench.prepack_rows",
         "workbench.progress",
         "workbench.console",
@@ -185,6 +186,7 @@ def test_drafters_do_not_import_instruments():
         "workbench.rollout",
         "workbench.models",
         "workbench.cache",
+        "workbench.files",
         "workbench.vllm.eagle3",  # EAGLE-3 heads in vLLM's checkpoint layout (torch and safetensors only)
     )
     bad = {(m, d) for m, deps in graph().items() if within(m, "drafters") for d in deps if not within(d, *allowed)}

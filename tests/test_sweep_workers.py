@@ -119,6 +119,31 @@ def test_stale_claim_is_failed_and_the_point_taken_over(beat):
     assert dead.status == "FAILED" and "timeout 60 s" in dead.tags[TAG_STALE] and "other:1:x" in dead.tags[TAG_STALE]
 
 
+def _gone_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", ""])
+    p.wait()
+    return p.pid
+
+
+def test_a_dead_local_claim_is_released_at_once():
+    """``kill -9`` of a worker: its claim names this host and a process that no longer exists, so a re-run
+    takes the point over at once, its heartbeat seconds old; a live local process or another host's
+    claim is waited for."""
+    import socket
+
+    from workbench.tags import TAG_HOST
+
+    host, gone = socket.gethostname(), _gone_pid()
+    store = FakeStore(foreign(beat=T0 - 1, **{TAG_WORKER: f"{host}:{gone}:ab", TAG_HOST: host}))
+    st = claim(store)
+    assert st.kind == "claimed" and store.failed == ["theirs"]
+    assert f"its process {gone} on this host is gone" in store.runs[0].tags[TAG_STALE]
+    for worker, tag_host in ((f"{host}:{os.getpid()}:ab", host), (f"elsewhere:{gone}:ab", "elsewhere")):
+        st = claim(FakeStore(foreign(beat=T0 - 1, **{TAG_WORKER: worker, TAG_HOST: tag_host})))
+        assert st.kind == "busy", worker
+
+
 @pytest.mark.parametrize(
     "run,kind",
     [
@@ -264,7 +289,8 @@ def test_two_workers_started_together_run_each_point_once(tmp_path):
 @pytest.mark.slow  # two wb sweep processes, one killed
 def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     """Two workers; the owner of the first point seen mid-run (params logged, RUNNING) is SIGKILLed; its
-    claim's heartbeat stops, goes stale after --claim-timeout (12 s) and the survivor runs the point."""
+    claim (its process gone from this host, or its heartbeat stale after --claim-timeout, 12 s) is taken
+    over and the survivor runs the point."""
     procs = {p.pid: p for p in (start_worker(tmp_path, "kill", f"w{i}.log", claim_timeout=12) for i in range(2))}
     logs = {pid: f"w{i}.log" for i, pid in enumerate(procs)}
     client, victim, deadline = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"), None, time.time() + 180
@@ -285,10 +311,12 @@ def test_worker_killed_mid_point_leaves_it_to_the_other(tmp_path):
     procs[victim].wait(10)
     survivor = next(pid for pid in procs if pid != victim)
     out = wait(procs[survivor], tmp_path, logs[survivor])
-    assert "took over: no heartbeat for" in out and "sweep kill (FINISHED)" in out
+    # one host: the dead process is seen at once (before that, its heartbeat going stale)
+    assert "took over: " in out and "sweep kill (FINISHED)" in out
     points = check_each_point_finished_once(client, "kill")
     dead = next(r for r in points if r.info.run_id == killed_run)
-    assert dead.info.status == "FAILED" and "no heartbeat" in dead.data.tags[TAG_STALE]
+    why = dead.data.tags[TAG_STALE]
+    assert dead.info.status == "FAILED" and ("is gone" in why or "no heartbeat" in why), why
 
 
 def test_a_tag_written_by_two_workers_at_once_is_retried():

@@ -26,7 +26,8 @@ import torch
 
 from drafters import build_drafter, drafter_class
 from drafters.training import completion_loss_mask, evaluate_rows, fit, lean_target_states, split_rows
-from workbench.cache import atomic_dir, cache_dir, short_hash
+from workbench.cache import atomic_dir, cache_dir, cached, short_hash
+from workbench.files import write_text
 from workbench.models.chat import generation_config_of, run_prompt_format
 from workbench.progress import progress_bar
 from workbench.rollout.drafter import Drafter, DrafterTarget
@@ -131,16 +132,14 @@ def init_completions(
         "v": 1,
     }
     file = cache_dir() / "drafters" / f"completions-{short_hash(key)}.json"
-    if file.is_file():
-        return json.loads(file.read_text())
-    gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
-    # the cache key holds the batch settings only: eager, unpacked decoding, so a cached file is what this would write
-    out = plain_backend(lm, eager(engine_config(spec))).generate(prompts, sp, gen)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out.tokens))
-    tmp.replace(file)  # atomic: a killed init leaves no half-written file
-    return out.tokens
+
+    def generate() -> None:
+        gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
+        # the cache key holds the batch settings only: eager, unpacked decoding, so a cached file is what this writes
+        out = plain_backend(lm, eager(engine_config(spec))).generate(prompts, sp, gen)
+        write_text(file, json.dumps(out.tokens))  # atomic and sealed: a killed init leaves no half-written file
+
+    return json.loads(cached(file, generate, "drafter.init").read_text())
 
 
 def build_init(
@@ -152,8 +151,16 @@ def build_init(
     weights (data, sequences, tokens, steps, seconds, held-out loss and top-1 agreement).
     """
     folder = init_folder(spec, target_path)
-    if folder is None or (folder / "init_info.json").is_file():
-        return folder
+    if folder is None:
+        return None
+    # a damaged checkpoint (truncated weights, a changed file) is trained again, once
+    return cached(
+        folder, lambda: _train(spec, lm, tokenizer, target_path, device, folder, progress, console), "drafter.init"
+    )
+
+
+def _train(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, folder: Path, progress, console) -> None:
+    """Train the drafter init of ``spec`` and save it into ``folder`` (atomically, with ``init_info.json``)."""
     d = spec.drafter
     t0 = time.perf_counter()
     if console is not None:
@@ -222,7 +229,6 @@ def build_init(
             f"drafter init done in {info['seconds']} s: held-out top-1 agreement "
             f"{before.get('draft/top1_agreement', 0):.3f} -> {after.get('draft/top1_agreement', 0):.3f}"
         )
-    return folder
 
 
 def init_info(folder: Path | None) -> dict | None:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.cache import cache_dir, short_hash
+from workbench.files import write_text
 from workbench.timing import device_name
 
 CANDIDATE_ROWS = (1, 2, 4, 8, 16)
@@ -137,8 +138,8 @@ def measured_min_rows(out_features: int, in_features: int, rows_hint: int) -> in
     data = _read()  # re-read: another process may have added entries meanwhile
     data[key] = entry
     p = _path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, p)  # atomic: a reader never sees half a file
+    try:  # atomic: a reader never sees half a file
+        write_text(p, json.dumps(data, indent=1), sealed=False)
+    except OSError:  # a read-only cache: measured again next time
+        pass
     return entry["min_rows"]

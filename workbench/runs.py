@@ -147,9 +147,29 @@ def baseline_for(run: RunRecord, runs: Iterable[RunRecord]) -> RunRecord | None:
     )
 
 
+class UnsearchableName(RunNotFound):
+    """A name MLflow's filter syntax cannot spell: one ending in a backslash or holding both kinds of quote."""
+
+
 def quote(v: str) -> str:
-    """``v`` escaped for a quoted value in an MLflow filter string."""
-    return v.replace("'", "\\'")
+    """``v`` as a string literal of an MLflow filter, quotes included.
+
+    MLflow's filter parser has no escapes: a value is the text between its quotes (``\\'`` and ``''`` stay
+    as written), and a backslash before a quote takes the quote into the string. So ``v`` is put in single
+    quotes when it holds none, else in double quotes.
+
+    Raises:
+        UnsearchableName: ``v`` ends in a backslash or holds both ' and " (the message says so, one line).
+    """
+    if not v.endswith("\\"):
+        if "'" not in v:
+            return f"'{v}'"
+        if '"' not in v:
+            return f'"{v}"'
+    raise UnsearchableName(
+        f"{v!r} cannot be looked up in MLflow: its filter syntax has no escapes, so a name may not end in a "
+        "backslash or hold both ' and \"; use another name"
+    )
 
 
 class RunReader:
@@ -222,7 +242,7 @@ class RunReader:
         try:
             return self.load(self.client.get_run(id_or_name), histories)
         except Exception:  # noqa: BLE001 - not an id: look it up by name
-            hits = self.search(f"attributes.run_name = '{quote(id_or_name)}'", max_results=1)
+            hits = self.search(f"attributes.run_name = {quote(id_or_name)}", max_results=1)
             if not hits:
                 raise RunNotFound(f"no MLflow run with id or name {id_or_name!r} in {self.uri}") from None
             return self.load(hits[0], histories)
@@ -255,7 +275,7 @@ class RunReader:
     ) -> Any | None:
         """The newest top-level run tagged ``tag = value`` (and ``role_tag = parent`` if given), as an
         MLflow Run, or None (RunNotFound if ``required``)."""
-        filt = f"tags.`{tag}` = '{quote(value)}'" + (f" and tags.`{role_tag}` = 'parent'" if role_tag else "")
+        filt = f"tags.`{tag}` = {quote(value)}" + (f" and tags.`{role_tag}` = 'parent'" if role_tag else "")
         hits = self.top_level(filt, experiment_ids)
         if not hits and required:
             raise RunNotFound(f"no run tagged {tag}={value!r} in {self.uri}")

@@ -30,9 +30,26 @@ def default_store(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+WILDCARDS = ("0.0.0.0", "", "::")  # listen on every interface
+
+
 def base_url(host: str, port: int) -> str:
+    """The URL this machine reaches a server listening on ``host`` at (loopback for the wildcards)."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host in ("::", "::1") else host)
     return f"http://{shown}:{port}"
+
+
+def is_local(host: str) -> bool:
+    """Whether ``host`` is a loopback address: a server there is reachable from this machine only."""
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def network_url(host: str, port: int) -> str:
+    """The URL other machines reach a server listening on ``host`` at: this machine's name for the wildcards."""
+    import socket
+
+    name = socket.gethostname() if host in WILDCARDS else (f"[{host}]" if ":" in host else host)
+    return f"http://{name}:{port}"
 
 
 def compare_url(base: str, run_ids: list[str], experiment_ids: list[str]) -> str:
@@ -77,9 +94,9 @@ def find_group(store: str, name: str | None = None):
         return None
     if name:
         filters = [
-            f"tags.`{TAG_SWEEP}` = '{quote(name)}' and tags.`{TAG_ROLE}` = 'parent'",
-            f"tags.`{TAG_STUDY}` = '{quote(name)}'",
-            f"attributes.run_name = '{quote(name)}'",
+            f"tags.`{TAG_SWEEP}` = {quote(name)} and tags.`{TAG_ROLE}` = 'parent'",
+            f"tags.`{TAG_STUDY}` = {quote(name)}",
+            f"attributes.run_name = {quote(name)}",
         ]
     else:
         filters = [f"tags.`{TAG_ROLE}` = 'parent'", f"tags.`{TAG_STUDY}` != ''"]

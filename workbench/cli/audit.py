@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from workbench.cli.common import _fail, _load, app, console, err
@@ -178,7 +179,8 @@ def audit(
     for col in ("drafter", "test", "min p (over prompts)", "result", "detail (worst)"):
         table.add_column(col)
     for d, name, p, ok, detail in summary_rows(res):
-        table.add_row(d, name, p, f"[green]{ok}[/]" if ok == "pass" else f"[bold red]{ok}[/]", detail)
+        color = {"pass": "green", "FAIL": "bold red"}.get(ok, "yellow")  # "pass (low power)": yellow
+        table.add_row(d, name, p, f"[{color}]{ok}[/]", escape(detail))
     for kind, why in res.skipped.items():
         table.add_row(kind, "-", "-", "[yellow]skipped[/]", why)
     console.print(table)

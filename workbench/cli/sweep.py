@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from workbench.cli.common import _fail, _split_args, app, console, err
+from workbench.runs import UnsearchableName
 from workbench.specs import SpecError
 
 
@@ -82,6 +83,8 @@ def sweep(
             ray=ray,
             cpus_per_point=cpus_per_point,
         )
+    except UnsearchableName as e:
+        _fail(f"--name: {e}")
     except (SweepError, StoreError, ClusterError) as e:
         _fail(str(e))
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from workbench.cli.common import _fail, app, console
+from workbench.cli.common import _fail, app, console, err
 
 
 @app.command(context_settings={"allow_extra_args": False})
@@ -15,7 +15,12 @@ def ui(
     backend_store_uri: Optional[str] = typer.Option(
         None, "--backend-store-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (loopback by default)."),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Interface to listen on (loopback by default; another, e.g. 0.0.0.0, opens the UI to the network: "
+        "a warning says so and the links name this machine).",
+    ),
     port: int = typer.Option(5000, "--port", "-p", min=1, max=65535, help="Port."),
     sweep: Optional[str] = typer.Option(
         None, "--sweep", help="Sweep/study (or parent run) whose child runs to compare (default: the newest)."
@@ -32,6 +37,7 @@ def ui(
     import shutil
     import subprocess
 
+    from workbench.runs import UnsearchableName
     from workbench.sweep.plot import PLOT_NAME
     from workbench.ui import (
         artifact_url,
@@ -41,15 +47,28 @@ def ui(
         experiment_url,
         find_group,
         has_artifact,
+        is_local,
+        network_url,
         start_server,
         wait_ready,
     )
 
     store = default_store(backend_store_uri)
-    base = base_url(host, port)
+    local = base_url(host, port)  # where this machine reaches the server
+    base = local if is_local(host) else network_url(host, port)  # the links printed
+    if not is_local(host):
+        err.print(
+            escape(
+                f"warning: --host {host} listens beyond this machine: anyone who reaches {base} can read and "
+                "change the runs (MLflow's server has no login); --host 127.0.0.1 keeps it local"
+            ),
+            highlight=False,
+        )
     url = None
     try:
         group = find_group(store, sweep)
+    except UnsearchableName as e:
+        _fail(f"--sweep: {e}")
     except Exception as e:  # noqa: BLE001 - unreadable store
         if print_url:
             _fail(f"cannot read the MLflow store {store}: {e}")
@@ -79,7 +98,8 @@ def ui(
         console.print(f"experiment: {experiment_url(base, parent.experiment_id)}", highlight=False, soft_wrap=True)
     if print_url:
         return
-    console.print(escape(f"starting MLflow UI on {store} at {base} (Ctrl-C stops it)"), highlight=False)
+    where = base if base == local else f"{base} (listening on {host or '0.0.0.0'}:{port}; here {local})"
+    console.print(escape(f"starting MLflow UI on {store} at {where} (Ctrl-C stops it)"), highlight=False)
     import signal
 
     def _term(*_):  # `kill` of wb stops the server too
@@ -89,10 +109,10 @@ def ui(
     old = signal.signal(signal.SIGTERM, _term)
     code = 130
     try:
-        if open_browser and wait_ready(base, 60, proc):
+        if open_browser and wait_ready(local, 60, proc):
             import webbrowser
 
-            webbrowser.open(url or base)
+            webbrowser.open((url or base).replace(base, local, 1))
         code = proc.wait()
     except KeyboardInterrupt:
         pass

@@ -17,6 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers import logging as hf_logging
 
+from workbench.cache import fix_for
+from workbench.files import check, reading
+
 TOKENIZER_FILES = ("special_tokens_map.json", "chat_template.jinja")  # besides tokenizer*
 
 
@@ -32,9 +35,14 @@ def quiet_hf() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:
-    """The tokenizer of a checkpoint folder, with a pad token (eos if it has none) and left padding."""
-    tok = AutoTokenizer.from_pretrained(str(path))
+def load_tokenizer(path: Path, what: str = "model.target") -> PreTrainedTokenizerFast:
+    """The tokenizer of a checkpoint folder, with a pad token (eos if it has none) and left padding.
+
+    Raises:
+        DamagedFile: a tokenizer file that cannot be read (one line: ``what``, the file, the fix).
+    """
+    with reading(path, what, fix_for(path)):
+        tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token_id is None:  # many HF checkpoints have none; batching needs one
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # batched generation continues prompts on the right
@@ -63,17 +71,24 @@ def _dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def load_model(
-    path: Path, device: str = "cpu", dtype: torch.dtype | str = torch.float32
+    path: Path, device: str = "cpu", dtype: torch.dtype | str = torch.float32, what: str = "model.target"
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """(model in eval mode on device, tokenizer) from a save_pretrained folder.
 
     device: "cpu", "cuda", "cuda:N" or "auto". dtype: a torch dtype or its name (ValueError if
     unknown). The tokenizer gets left padding and a pad token (eos if the checkpoint has none).
+
+    Raises:
+        DamagedFile: a file of the folder that cannot be read (truncated weights, broken JSON): one line
+            naming ``what`` (the spec field), the file, what is wrong and the fix.
     """
     path = Path(path)
-    with quiet_hf():
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(dtype))
-    return model.to(_device(device)).eval(), load_tokenizer(path)
+    dtype = _dtype(dtype)
+    fix = fix_for(path)
+    check(path, what, fix)  # first: transformers passes over a damaged generation_config.json in silence
+    with quiet_hf(), reading(path, what, fix):
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return model.to(_device(device)).eval(), load_tokenizer(path, what)
 
 
 def check_same_tokenizer(tok_a: PreTrainedTokenizerFast, tok_b: PreTrainedTokenizerFast, what: str) -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.cache import atomic_dir, cache_dir, short_hash
+from workbench.cache import atomic_dir, cache_dir, cached, short_hash
 
 CONVERT_VERSION = 1  # bump when the conversion below changes what it writes
 
@@ -115,9 +115,9 @@ def imported_dir(name: str, progress: bool = True, force: bool = False) -> Path:
     """
     p = get_pretrained(name)
     final = pretrained_folder(p)
-    if force or not (final / "config.json").is_file():
-        convert_gguf(p, final, progress)
-    return final
+    if force:
+        return convert_gguf(p, final, progress)
+    return cached(final, lambda: convert_gguf(p, final, progress), f"model {name!r}")  # a damaged one: again
 
 
 def convert_gguf(p: PretrainedPreset, final: Path, progress: bool = True) -> Path:

@@ -12,12 +12,14 @@ Where folders are and how they are named: :mod:`workbench.models.layout`.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
 from data import arith_chain, general
-from workbench.cache import atomic_dir
+from workbench.cache import atomic_dir, cached
+from workbench.files import problem
 from workbench.models import build
 from workbench.models.checkpoint import load_tokenizer
 from workbench.models.hashes import TOKENIZER_CORPUS, TOKENIZER_VOCAB
@@ -31,17 +33,19 @@ from workbench.models.tokenizer import build_tokenizer
 def tokenizer_dir() -> Path:
     """The shared tokenizer folder: shipped, else cache_dir()/tokenizer-<hash>, built (about 1 s) if missing."""
     shipped = shipped_tokenizer_dir()
-    if shipped is not None:
+    if shipped is not None and _sound_shipped(shipped, "the shared tokenizer"):
         return shipped
-    final = cached_tokenizer_dir()
-    if not (final / "tokenizer.json").is_file():
+
+    def build_it() -> None:
         c = TOKENIZER_CORPUS
         texts = [it["prompt"] + it["solution"] for it in arith_chain.generate(c["task_n"], c["task_seed"])]
         texts += [it["prompt"] + it["text"] for it in general.generate(c["general_n"], c["general_seed"])]
         tok = build_tokenizer(texts, vocab_size=TOKENIZER_VOCAB)
         with atomic_dir(final) as tmp:
             tok.save_pretrained(tmp)
-    return final
+
+    final = cached_tokenizer_dir()
+    return cached(final, build_it, "the shared tokenizer")
 
 
 def shared_tokenizer() -> PreTrainedTokenizerFast:
@@ -86,12 +90,26 @@ def resolve_model(name_or_path: str, progress: bool = True, what: str = "model",
         )
     if not force:
         shipped = shipped_preset_dir(name_or_path)
-        if shipped is not None:
+        if shipped is not None and _sound_shipped(shipped, what):
             return shipped
     final = cached_preset_dir(name_or_path)
-    if force or not (final / "config.json").is_file():
+    if force:
         _build(name_or_path, final, progress)
-    return final
+        return final
+    return cached(final, lambda: _build(name_or_path, final, progress), what)  # a damaged one is built again
+
+
+def _sound_shipped(folder: Path, what: str) -> bool:
+    """Whether a shipped preset folder reads whole; a damaged one (the installed package was) is passed
+    over for the cache with a warning, and the package is never written."""
+    found = problem(folder)
+    if found:
+        print(
+            f"warning: {what}: the shipped {found[0]} is damaged ({found[1]}); using the cache instead "
+            "(reinstall the workbench to repair it)",
+            file=sys.stderr,
+        )
+    return found is None
 
 
 def _build(name: str, final: Path, progress: bool) -> None:

@@ -40,6 +40,7 @@ import time
 import torch
 
 from workbench.cache import cache_dir
+from workbench.files import write_text
 from workbench.perf.analytic import CostModel
 from workbench.perf.steps import DrafterCost, fit_affine  # noqa: F401 (DrafterCost: re-exported, it lived here)
 from workbench.progress import progress_bar
@@ -80,11 +81,10 @@ def _load(key: str) -> dict | None:
 
 
 def _save(key: str, data: dict) -> None:
-    p = cache_path(key)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, p)  # atomic: concurrent runs write identical-purpose files
+    try:  # atomic: concurrent runs write identical-purpose files
+        write_text(cache_path(key), json.dumps(data, indent=1), sealed=False)
+    except OSError:  # a read-only cache: the curve serves this run and is measured again next time
+        pass
 
 
 def _when(t0: float) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.runs import RunNotFound, RunReader, RunRecord, baseline_for
+from workbench.runs import RunNotFound, RunReader, RunRecord, UnsearchableName, baseline_for
 from workbench.stats import Decision
 from workbench.sweep.results import REPEAT_KEY, Outcome, Row, decide_rows, fill_speedups, group_repeats
 from workbench.tags import TAG_AXIS, TAG_ROLE, TAG_STUDY, TAG_SWEEP
@@ -171,6 +171,8 @@ def resolve(name: str, tracking_uri: str | None = None) -> Target:
         raise ReportError(f"cannot read the MLflow store {reader.uri}: {e}") from None
     try:
         kind, parent, runs = reader.named(name)
+    except UnsearchableName as e:
+        raise ReportError(str(e)) from None
     except RunNotFound as e:
         groups, recent = recent_names(reader)
         raise ReportError(

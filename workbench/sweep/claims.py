@@ -13,7 +13,9 @@ every worker from the store alone (:func:`point_state`, :func:`claim_point`):
 - **busy**: a RUNNING child whose heartbeat is at most ``timeout`` seconds old is a *live claim*:
   another worker is on it; move on (and come back: a worker waits for live claims before its table).
 - **stale**: a RUNNING child whose heartbeat is older than ``timeout`` (its worker was killed or
-  lost the store) is marked FAILED with tag ``workbench.sweep.stale`` and the point is open again.
+  lost the store), or whose worker ran on this host in a process that no longer exists (``kill -9``:
+  no need to wait out the timeout), is marked FAILED with tag ``workbench.sweep.stale`` and the point
+  is open again.
 - **failed**: a FAILED child started since this worker started (not stale): this pass tried it and
   it raised; it is not retried until the next `wb sweep` (as a single worker does).
 - **open**: otherwise a worker claims it: it creates its child, waits ``settle_s`` (so that every
@@ -68,8 +70,44 @@ def last_beat(run: Any) -> float:
         return run.start_time / 1000
 
 
+def local_pid(run: Any) -> int | None:
+    """The process id of a claim's worker when it ran on this host (its worker id ``host:pid:hex`` and its
+    host tag name this machine), else None."""
+    host, pid, _ = (run.tags.get(TAG_WORKER, "").rsplit(":", 2) + ["", ""])[:3]
+    here = socket.gethostname()
+    if host != here or run.tags.get(TAG_HOST, here) != here or not pid.isdigit():
+        return None
+    return int(pid)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (signal 0: nothing is sent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, as another user's
+        return True
+    return True
+
+
+def dead_here(run: Any) -> bool:
+    """A claim of a worker on this host whose process is gone (``kill -9``, a crash): dead at once, whatever
+    its heartbeat's age (a re-run need not wait out the timeout)."""
+    pid = local_pid(run)
+    return pid is not None and not process_alive(pid)
+
+
 def is_live(run: Any, now: float, timeout: float) -> bool:
-    return run.status == "RUNNING" and now - last_beat(run) <= timeout
+    return run.status == "RUNNING" and now - last_beat(run) <= timeout and not dead_here(run)
+
+
+def stale_reason(run: Any, now: float, timeout: float) -> str:
+    """Why a RUNNING claim is not live, for its ``workbench.sweep.stale`` tag."""
+    who = run.tags.get(TAG_WORKER, "?")
+    if dead_here(run):
+        return f"worker {who}: its process {local_pid(run)} on this host is gone"
+    return f"no heartbeat for {now - last_beat(run):.0f} s (timeout {timeout:g} s) from worker {who}"
 
 
 def first_claim(runs: list[Any]) -> Any | None:
@@ -122,10 +160,7 @@ def claim_point(
     st = point_state(store.point_runs(key), clock(), timeout, since_ms)
     stale = st.stale
     for r in stale:
-        r.tags[TAG_STALE] = (
-            f"no heartbeat for {clock() - last_beat(r):.0f} s (timeout {timeout:g} s) from worker "
-            f"{r.tags.get(TAG_WORKER, '?')}"
-        )
+        r.tags[TAG_STALE] = stale_reason(r, clock(), timeout)
         store.fail(r.run_id, r.tags[TAG_STALE])
     if st.kind != "open":
         return st

@@ -3,15 +3,20 @@ shared by any number of workers with the same name (claims: `workbench.sweep.cla
 
 from __future__ import annotations
 
+import signal
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 
 from workbench.console import make_console
 from workbench.grpo.build import resolve_device
+from workbench.runs import quote
 from workbench.sweep.claims import (
     CLAIM_TIMEOUT_S,
     POLL_S,
@@ -151,7 +156,8 @@ class _Worker:
         except ClaimLost as e:
             self.console.print(f"[yellow]{label}: {e}[/]")
         except KeyboardInterrupt:
-            self.store.end_claim(run_id, "KILLED", {})
+            with interrupts_deferred(deliver=False):  # a second Ctrl-C here would leave the claim RUNNING
+                self.store.end_claim(run_id, "KILLED", {})
             raise
         except Exception as e:  # noqa: BLE001 - one bad point must not stop the sweep
             self.errors[p.key] = f"{type(e).__name__}: {e}"
@@ -211,9 +217,13 @@ def run_sweep(
     every point has a FINISHED run, FAILED otherwise. KeyboardInterrupt ends this worker's claim and the
     parent KILLED (a worker still running later ends it again) and is re-raised. With
     ``tracking.enabled: false`` nothing is logged, claimed or resumable.
+
+    Raises:
+        UnsearchableName: a ``name`` MLflow's filter syntax cannot spell (workbench.runs.quote).
     """
     console = console or make_console()
     name = name or default_sweep_name(plan)
+    quote(name)  # UnsearchableName before anything runs: the sweep is found again by its name
     if not plan.base.tracking.enabled:
         if ray:
             raise SweepError("--ray needs tracking (tracking.enabled: true): the points report through MLflow")
@@ -257,13 +267,37 @@ def run_sweep(
         status = "KILLED"
         raise
     finally:
-        outcomes = w.outcomes()
-        if status == "DONE":
-            status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
-        w.log_unpaired(outcomes)
-        with tempfile.TemporaryDirectory() as tmp:
-            store.close(status, results_json(name, plan, outcomes), _plot(outcomes, Path(tmp), name, console))
+        try:
+            outcomes = w.outcomes()
+            if status == "DONE":
+                status = "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED"
+            w.log_unpaired(outcomes)
+            with tempfile.TemporaryDirectory() as tmp:
+                store.close(status, results_json(name, plan, outcomes), _plot(outcomes, Path(tmp), name, console))
+        except KeyboardInterrupt:  # another Ctrl-C during the cleanup: the parent still ends KILLED, then out
+            with interrupts_deferred(deliver=False):
+                store.end_parent("KILLED")
+            raise
     return SweepResult(name, store.parent_id, outcomes, status, store.tracking_uri, len(w.mine))
+
+
+@contextmanager
+def interrupts_deferred(deliver: bool = True) -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs (a status write is not cut short by a Ctrl-C) and, when
+    ``deliver``, raise the KeyboardInterrupt they meant after it; ``deliver=False``: the block is already
+    the answer to one. Outside the main thread (no signal handlers there) the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if held and deliver:
+        raise KeyboardInterrupt(f"signal {held[0]}")
 
 
 def sweep(

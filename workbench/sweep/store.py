@@ -89,7 +89,7 @@ class SweepStore:
 
     def _parents(self) -> list[Any]:
         return self.reader.top_level(
-            f"tags.`{TAG_SWEEP}` = '{quote(self.name)}' and tags.`{TAG_ROLE}` = 'parent'", [self.experiment_id]
+            f"tags.`{TAG_SWEEP}` = {quote(self.name)} and tags.`{TAG_ROLE}` = 'parent'", [self.experiment_id]
         )
 
     def open_parent(self, tags: dict[str, str]) -> None:
@@ -121,7 +121,7 @@ class SweepStore:
 
     def point_runs(self, key: str) -> list[RunRecord]:
         """Every child run of the parent for point ``key`` (any status, deleted ones aside), no histories."""
-        filt = f"tags.`{PARENT_RUN_TAG}` = '{self.parent_id}' and tags.`{TAG_POINT}` = '{quote(key)}'"
+        filt = f"tags.`{PARENT_RUN_TAG}` = '{self.parent_id}' and tags.`{TAG_POINT}` = {quote(key)}"
         return [
             self.reader.load(r, histories=False)
             for r in self.reader.search(filt, [self.experiment_id], newest_first=False)
@@ -173,4 +173,8 @@ class SweepStore:
         self.client.log_dict(self.parent_id, results, "results.json")
         if plot is not None:
             self.client.log_artifact(self.parent_id, os.fspath(plot))
+        self.end_parent(status)
+
+    def end_parent(self, status: str) -> None:
+        """End the parent run ``status`` (FINISHED, FAILED, KILLED)."""
         self.client.set_terminated(self.parent_id, status=status)

@@ -11,11 +11,14 @@ import json
 import os
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import datasets
 
 from data import general, math_word
 from workbench.cache import cache_dir as user_cache_dir  # renamed: `cache_dir` is a parameter below
+from workbench.cache import cached, fix_for, writable_or_temp
+from workbench.files import reading, write_text
 from workbench.tasks import get_task
 
 datasets.disable_progress_bars()  # keep the CLI quiet; datasets logs its own cache handling otherwise
@@ -38,17 +41,18 @@ def _default_cache_dir() -> Path:
 
 
 def _write_jsonl(rows: list[dict], path: Path) -> None:
-    """Write rows atomically (temp file + rename), so a crash never leaves a truncated cache file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
+    """Write rows atomically (temp file + rename) and sealed (:mod:`workbench.files`), so a crash never
+    leaves a truncated cache file and a file damaged later is found and generated again."""
+    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _load_json(path: Path, cache: Path) -> datasets.Dataset:
-    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(cache / "hf_datasets"))
+def _cached_jsonl(path: Path, rows: Callable[[], list[dict]], cache: Path) -> datasets.Dataset:
+    """The generated rows cached in ``path`` (written by ``rows()`` when missing or damaged: rebuilt once,
+    :func:`workbench.cache.cached`), read without ``datasets``' own cache (nothing is written beside a
+    read-only cache that already holds the file)."""
+    cached(path, lambda: _write_jsonl(rows(), path), "task data", root=cache)
+    with reading(path, "task data", fix_for(path)):
+        return datasets.Dataset.from_list([json.loads(line) for line in path.read_text().splitlines() if line])
 
 
 def generate_split(name: str, split: str, num: int, seed: int) -> list[dict]:
@@ -86,7 +90,7 @@ def load_task_data(
     """A Dataset with string columns `prompt` and `answer` (num rows at most).
 
     path None: the task's generated data (held out between splits, see module doc), cached as
-    jsonl under cache_dir (default `cache_dir()/data`) and loaded with `datasets`.
+    jsonl under cache_dir (default `cache_dir()/data`; a damaged file is generated again).
     path given: a .jsonl/.json/.parquet file in one of the layouts of ``dataset_format``
     (task.dataset_format: gsm8k, dapo, fields = prompt_field/answer_field; auto detects), renamed
     to prompt/answer (conversational prompts kept as their JSON messages); split "train" takes the first num rows,
@@ -111,12 +115,13 @@ def load_task_data(
         if num == 0:  # the json builder can't infer columns from an empty file
             return datasets.Dataset.from_dict({"prompt": [], "answer": []})
         file = cache / f"{task.name}-v{task.version}-{split}-n{num}-s{seed}.jsonl"
-        if not file.exists():
-            rows = [
+        return _cached_jsonl(
+            file,
+            lambda: [
                 {"prompt": it["prompt"], "answer": str(it["answer"])} for it in generate_split(name, split, num, seed)
-            ]
-            _write_jsonl(rows, file)
-        return _load_json(file, cache)
+            ],
+            cache,
+        )
 
     ds = _load_user_file(path, cache) if _is_file_path(path) else _load_hub(path, hub_split)
     layout = resolve_layout(ds, dataset_format, prompt_field, answer_field)
@@ -254,8 +259,9 @@ def _load_user_file(path: str, cache: Path) -> datasets.Dataset:
             f"task.path: unknown file extension {p.suffix!r} for {path}; allowed: {', '.join(FORMATS)}. "
             f"Fix: convert the file or rename it with the right extension."
         )
-    try:
-        return datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=str(cache / "hf_datasets"))
+    try:  # datasets writes its lock files and arrow copies under the cache: elsewhere when it is read-only
+        hf_cache = writable_or_temp(cache / "hf_datasets")
+        return datasets.load_dataset(fmt, data_files=str(p), split="train", cache_dir=str(hf_cache))
     except Exception as e:  # datasets/pyarrow raise many types (DatasetGenerationError, ArrowInvalid, ...)
         raise ValueError(
             f"task.path: could not read {path} as {p.suffix} ({type(e).__name__}: "
@@ -272,6 +278,4 @@ def load_general_prompts(num: int, seed: int, cache_dir: Path | None = None) -> 
     if num == 0:
         return datasets.Dataset.from_dict({"prompt": [], "text": []})
     file = cache / f"general-v{general.VERSION}-n{num}-s{seed}.jsonl"
-    if not file.exists():
-        _write_jsonl(general.generate(num, seed), file)
-    return _load_json(file, cache)
+    return _cached_jsonl(file, lambda: general.generate(num, seed), cache)

@@ -34,6 +34,9 @@ from pathlib import Path
 
 import torch
 
+from workbench.cache import fix_for
+from workbench.files import reading
+
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # names vLLM's registry maps to EAGLE-3
 
 
@@ -198,14 +201,12 @@ def read_eagle3(folder: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     folder = head_folder(folder)
-    try:
+    with reading(folder, "drafter.model", fix_for(folder)):
         cfg = json.loads((folder / "config.json").read_text())
         files = sorted(folder.glob("*.safetensors"))
         if not files:
-            raise OSError("no *.safetensors file")
+            raise FileNotFoundError("no *.safetensors file in it")
         state: dict[str, torch.Tensor] = {}
         for f in files:
             state.update(load_file(str(f)))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"drafter.model: cannot read the EAGLE-3 head in {folder} ({e})") from e
     return cfg, from_vllm_state(state)

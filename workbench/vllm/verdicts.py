@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from workbench.cache import cache_dir
+from workbench.files import DamagedFile, reading, write_text
 
 SHIPPED = Path(__file__).with_name("verdicts.json")
 AUDIT_CMD = "wb audit rollout.backend=vllm"
@@ -119,13 +120,21 @@ def verdict_key(build: dict[str, str], method: str, settings: dict | None = None
 
 
 def _read(path: Path) -> dict:
+    """The verdicts in ``path`` ({} if there is none).
+
+    Raises:
+        DamagedFile: a file that does not parse as a JSON object (one line: the file, why, the fix). It is
+            evidence (a fail recorded there keeps the guard shut), so it is not rebuilt behind the user's back.
+    """
     if not path.is_file():
         return {}
-    try:
+    fix = f"move it aside and re-run `{AUDIT_CMD}` for the settings it held"
+    with reading(path, "the vLLM audit verdicts", fix):
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: corrupt vLLM audit verdicts ({e}); delete it and re-run `{AUDIT_CMD}`") from e
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        why = f"a JSON {type(data).__name__}, not an object of verdicts"
+        raise DamagedFile(path, why, "the vLLM audit verdicts", fix)
+    return data
 
 
 def weaker(new: dict, old: dict) -> bool:
@@ -185,10 +194,7 @@ def record_verdict(
     }
     old = data.get(key)
     data[key] = new if overrides(new, old) else {**old, "overridden_by_weaker_pass": new}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True), sealed=False)  # atomic; users may edit it
     return key
 
 
