@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workbench.ray_cluster import absolute_store, connect, describe, point_resources, task_env
+from workbench.runs import quote
 from workbench.specs.dotted import set_dotted
 from workbench.tags import TAG_STUDY, TAG_TRIAL
 from workbench.tune.plan import TunePlan
@@ -43,7 +44,7 @@ MAX_RETRIES = 3  # Ray's default: attempts after a worker or node death
 
 def fail_dead_attempts(store: Any, study: str, number: int, node: str) -> None:
     """RUNNING MLflow children of this trial (an attempt whose node died) are ended FAILED, tagged why."""
-    filt = f"tags.`{TAG_STUDY}` = '{study}' and tags.`{TAG_TRIAL}` = '{number}' and attributes.status = 'RUNNING'"
+    filt = f"tags.`{TAG_STUDY}` = {quote(study)} and tags.`{TAG_TRIAL}` = '{number}' and attributes.status = 'RUNNING'"
     for r in store.client.search_runs([store.experiment_id], filt):
         store.fail(r.info.run_id, f"its Ray task's attempt died; retried on node {node}")
 
