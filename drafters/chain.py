@@ -293,7 +293,7 @@ class ChainDrafter(Drafter):
         tokens, probs = [], []
         for j in range(k):
             q_d = probs_from_logits(logits, ctx.sampling)  # (B, Vd)
-            q, d = self._to_target(q_d, ctx.draw(q_d))
+            q, d = self._to_target(q_d, ctx.draw(q_d, j, self.d2t))
             tokens.append(d)
             probs.append(q)
             if j < k - 1:  # draft step j+1: entry at L-1+j, feature = own output, token = draft j

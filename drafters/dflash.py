@@ -207,7 +207,7 @@ class DFlashDrafter(ChainDrafter):
         tokens, probs = [], []
         for i in range(k):
             q_d = probs_from_logits(logits[:, i], ctx.sampling)  # (B, Vd)
-            q, d = self._to_target(q_d, ctx.draw(q_d))
+            q, d = self._to_target(q_d, ctx.draw(q_d, i, self.d2t))
             tokens.append(d)
             probs.append(q)
         num = torch.full((B,), k, dtype=torch.long, device=L.device)

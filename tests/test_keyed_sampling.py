@@ -350,18 +350,27 @@ def test_keyed_speculative_rollouts_follow_the_target_law():
     assert_rollouts_follow_target(target, NgramDrafter(1, 2), [1, 3, 4, 3, 4, 3, 4], sp)
 
 
-def test_model_drafters_draft_by_argmax_when_keyed(models):
+@pytest.mark.parametrize("mode", ["coupled", "argmax"])
+def test_model_drafters_draft_coupled_or_by_argmax_when_keyed(models, mode):
+    from workbench.rollout.keyed import coupled_draft
+
     seen = []
 
     class Spy(DraftModelDrafter):
         def propose(self, ctx, k):
             prop = super().propose(ctx, k)
-            seen.append((prop.tokens, prop.probs))
+            seen.append((prop.tokens, prop.probs, ctx.seeds, ctx.n_gen))
             return prop
 
-    sp = SamplingParams(max_new_tokens=10, eos_token_id=2, temperature=1.0, sampler="keyed")
+    sp = SamplingParams(max_new_tokens=10, eos_token_id=2, temperature=1.0, sampler="keyed", keyed_draft=mode)
     RolloutEngine(models[0], Spy(models[1]), k=3).generate(PROMPTS, sp, torch.Generator().manual_seed(0))
-    assert seen and all(torch.equal(t, q.argmax(-1)) for t, q in seen)
+    assert seen
+    for t, q, seeds, n_gen in seen:
+        if mode == "argmax":
+            assert torch.equal(t, q.argmax(-1))
+        else:  # the Gumbel-max draw of q under the target's keyed noise at each draft's completion position
+            want = torch.stack([coupled_draft(q[:, j], seeds, n_gen + j) for j in range(q.shape[1])], 1)
+            assert torch.equal(t, want)
 
 
 # ---------------------------------------------------------------- (d) acceptance of deterministic drafts

@@ -93,7 +93,14 @@ def rollout_config(
         eos = tokenizer.eos_token_id
         stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config)
     sampling = SamplingParams(
-        r.temperature, r.top_p, r.top_k, max_new_tokens or r.max_new_tokens, eos, stops, sampler=r.sampler
+        r.temperature,
+        r.top_p,
+        r.top_k,
+        max_new_tokens or r.max_new_tokens,
+        eos,
+        stops,
+        sampler=r.sampler,
+        keyed_draft=r.keyed_draft,
     )
     return RolloutConfig(r.backend, spec.drafter, sampling, engine_config(spec), vllm_config(spec), spec.seed)
 

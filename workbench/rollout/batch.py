@@ -49,7 +49,10 @@ class BatchState:
 
     def context(self, sp: SamplingParams, gen: torch.Generator | None) -> DraftContext:
         """The drafter's view of the batch now (the engine replaces, never mutates, ``lens``)."""
-        return DraftContext(self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen, max_len=self.max_len)
+        return DraftContext(
+            self.tokens, self.lens, self.prompt_lens, self.group_ids, sp, gen, max_len=self.max_len, seeds=self.seeds,
+            n_gen=self.n_gen,
+        )  # fmt: skip
 
     def select(self, rows: torch.Tensor, rows_host: list[int]) -> "BatchState":
         return BatchState(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from workbench.rollout.keyed import coupled_draft
 from workbench.rollout.sampling import SamplingParams, sample
 
 if TYPE_CHECKING:
@@ -77,13 +78,21 @@ class DraftContext:
     prompt_rows: torch.Tensor | None = None
     prompt_index: torch.Tensor | None = None
     max_len: int | None = None
+    seeds: torch.Tensor | None = None  # (B,) int64 row seeds under keyed sampling
+    n_gen: torch.Tensor | None = None  # (B,) long completion tokens so far: the next token's completion position
 
-    def draw(self, q: torch.Tensor) -> torch.Tensor:
-        """A draft token per row from q (N, V): sampled from q with ``generator`` (rejection sampling's
-        probabilistic drafts), or its argmax under keyed sampling (``sampling.keyed``: vLLM's default
-        for model drafters; keyed verification accepts a draft iff it equals the target's keyed sample,
-        so drafting the likeliest token is what it rewards). Model drafters draw their drafts here."""
-        return q.argmax(-1) if self.sampling.keyed else sample(q, self.generator)
+    def draw(self, q: torch.Tensor, j: int = 0, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """A draft token per row from q (B, V'), for the j-th draft of this proposal (0-based): sampled from
+        q with ``generator`` (rejection sampling's probabilistic drafts); under keyed sampling the coupled
+        draft (``keyed_draft="coupled"``: q's Gumbel-max sample under the target's keyed noise at completion
+        position ``n_gen + j``; ``ids`` (V',) maps a reduced draft vocabulary's columns to token ids) or q's
+        argmax (``"argmax"``, vLLM's proposers). Keyed verification accepts a draft iff it equals the target's
+        keyed sample. Returns (B,) long column indices into q. Model drafters draw their drafts here."""
+        if not self.sampling.keyed:
+            return sample(q, self.generator)
+        if self.sampling.keyed_draft == "argmax" or self.seeds is None or self.n_gen is None:
+            return q.argmax(-1)
+        return coupled_draft(q, self.seeds, self.n_gen + j, ids)
 
     def distinct_prompts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(prompt_rows (U,), prompt_index (B,)); every row its own prompt when not set."""

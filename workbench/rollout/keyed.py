@@ -8,7 +8,8 @@ decoding" (arXiv 2408.07978). The token at completion position t of a row is the
 of the processed distribution p_t (temperature, top-k, top-p applied first, :mod:`workbench.rollout.sampling`),
 with noise keyed by the row's seed and the position, never by how many forwards ran before. Plain
 decoding emits x_t; speculative verification accepts draft d_t iff d_t == x_t and emits x_t at the
-first mismatch (the correction) or after k accepted drafts (the bonus). So speculative output is
+first mismatch (the correction) or after k accepted drafts (the bonus). Model drafters draft with the same
+keyed noise (:func:`coupled_draft`, the coupled draft of the paper) or by argmax. So speculative output is
 token-for-token plain output with the same seeds, whatever the drafter and k (up to float ties
 between a 1-token and a (k+1)-token forward). For each seed x_t ~ p_t exactly (Gumbel-max), and the
 noise of distinct (t, x) is independent, so a completion's law is the target's. For a deterministic
@@ -48,18 +49,20 @@ def mix64(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
-def keyed_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int) -> torch.Tensor:
+def keyed_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int | torch.Tensor) -> torch.Tensor:
     """Uniforms in (0, 1) keyed by (seed, position, token id).
 
     Args:
         seed: (B,) int64 row seeds.
         pos: (B, T) int64 completion positions (0 = the first completion token).
-        vocab: V, the number of token ids.
+        vocab: V, the number of token ids (ids 0..V-1), or a (V,) long tensor of the token ids to key
+            (a drafter's reduced vocabulary: its column c is target token ``vocab[c]``).
     Returns:
         (B, T, V) float64, strictly inside (0, 1): the top 53 bits of the hash, plus half a step.
     """
     key = mix64(mix64(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)  # (B, T)
-    tok = torch.arange(vocab, device=seed.device, dtype=torch.long) * _TOK  # (V,)
+    ids = torch.arange(vocab, device=seed.device) if isinstance(vocab, int) else vocab.to(seed.device)
+    tok = ids.long() * _TOK  # (V,)
     bits = _shr(mix64(key[..., None] ^ tok), 11)  # (B, T, V) in [0, 2^53)
     return (bits.double() + 0.5) * 2.0**-53
 
@@ -77,6 +80,27 @@ def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> 
     """
     u = keyed_uniform(seed, pos, probs.shape[-1])  # (B, T, V)
     return (probs.double().log() - (-u.log()).log()).argmax(-1)
+
+
+def coupled_draft(
+    q: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor, ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The coupled draft of Daliri et al.: the drafter's Gumbel-max sample under the target's keyed noise.
+
+    ``argmax_c log q(c) + G_{seed, pos}(ids[c])``: the same noise the target's keyed sample at that position
+    uses, so the draft equals the target's token with probability at least (1 - TV) / (1 + TV) for
+    TV = TV(p, q) (their coupling bound), where an argmax draft is accepted with p(argmax q) only.
+
+    Args:
+        q: (B, V') processed draft distributions.
+        seed: (B,) int64 row seeds.
+        pos: (B,) long completion position of the drafted token.
+        ids: (V',) long target token id of each column of q (a reduced draft vocabulary), or None (V' = V).
+    Returns:
+        (B,) long column indices into q.
+    """
+    u = keyed_uniform(seed, pos[:, None], q.shape[-1] if ids is None else ids)[:, 0]  # (B, V')
+    return (q.double().log() - (-u.log()).log()).argmax(-1)
 
 
 def keyed_verify(

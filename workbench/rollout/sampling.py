@@ -33,10 +33,15 @@ class SamplingParams:
     sampler: str = "rejection"
     # keyed: one seed per prompt of the call (vLLM's per-request seed); None = drawn from the call's generator
     seeds: tuple[int, ...] | None = None
+    # keyed: how model drafters draft: "coupled" = Gumbel-max under the target's keyed noise (Daliri et al.'s
+    # coupled draft), "argmax" = the likeliest draft token (vLLM's default proposers)
+    keyed_draft: str = "coupled"
 
     def __post_init__(self):
         if self.sampler not in ("rejection", "keyed"):
             raise ValueError(f"rollout.sampler: {self.sampler!r} is not one of 'rejection', 'keyed'")
+        if self.keyed_draft not in ("coupled", "argmax"):
+            raise ValueError(f"rollout.keyed_draft: {self.keyed_draft!r} is not one of 'coupled', 'argmax'")
 
     @property
     def greedy(self) -> bool:

@@ -212,9 +212,16 @@ class RolloutSpec(_Section):
         "al. 2023), drafts sampled from the drafter's q; keyed = drafter-invariant sampling (Daliri, Musco and "
         "Suresh 2024, arXiv 2408.07978): the token at each completion position is the Gumbel-max sample of the "
         "processed p under noise keyed by the row's seed (from seed, step, prompt and sample index) and the "
-        "position, a draft is accepted iff it equals that sample and model drafters draft by argmax, so speculative "
+        "position, a draft is accepted iff it equals that sample (model drafters: rollout.keyed_draft), so speculative "
         "rollouts are token for token the plain twin's (up to float ties); same law, workbench engine only "
         "(docs/exactness.md)",
+    )
+    keyed_draft: Literal["coupled", "argmax"] = Field(
+        "coupled",
+        description="rollout.sampler=keyed: how model drafters (draft_model, mtp, eagle3, dflash) draft: coupled = "
+        "the Gumbel-max sample of their q under the target's keyed noise at that position (Daliri et al.'s coupled "
+        "draft: accepted with probability at least (1 - TV) / (1 + TV)); argmax = q's likeliest token (vLLM's "
+        "proposers; accepted with p(argmax q)). Either way the output is the plain twin's",
     )
     max_new_tokens: int = Field(96, ge=1, le=4096)
     max_batch_size: int = Field(256, ge=1, description="sequences decoded together (vLLM's max_num_seqs)")
