@@ -23,6 +23,7 @@ from rich.table import Table
 from workbench import metrics as M
 from workbench.grpo.build import DrafterParts, TrainerParts, build_parts
 from workbench.grpo.completions import lengths_record
+from workbench.grpo.drafter_health import DrafterHealth
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.perf.modeled import build_modeled
 from workbench.rollout.kpolicy import AdaptiveK
@@ -166,6 +167,8 @@ def _run(
         run_id=run_id,
     )
     result = RunResult(None, tracker.tracking_uri)
+    say = console.print if dp is None or dp.is_main else (lambda *a, **k: None)
+    health = DrafterHealth(spec.drafter.on_collapse, lambda msg: say(f"[yellow]warning:[/] {msg}", highlight=False))
     with tracker, _error_tag(tracker):
         result.run_id = tracker.run_id
         tracker.log_params(spec.flat_params())
@@ -186,6 +189,7 @@ def _run(
                 tracker.log_metrics(ev, step=0)
             for step in range(1, spec.grpo.steps + 1):
                 metrics, samples = trainer.step(step, on_stage=lambda s: bar.update(task, stage=s))
+                metrics.update(health.check(step, metrics))  # the acceptance after this step's weight sync
                 if spec.grpo.eval_every and (step % spec.grpo.eval_every == 0 or step == spec.grpo.steps):
                     bar.update(task, stage="eval")
                     metrics.update(_timed_eval(trainer))
@@ -200,6 +204,7 @@ def _run(
                         f"{M.COMPLETION_LENGTHS_DIR}/step_{step:05d}.json",
                     )
                 result.history.append(metrics)
+                health.raise_if_failed()  # drafter.on_collapse=fail: the run ends FAILED, its metrics logged
                 bar.update(task, advance=1, stage="", info=_progress_info(metrics))
                 if on_step is not None:
                     try:

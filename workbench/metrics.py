@@ -83,6 +83,9 @@ K_FRAC = "spec/k_frac_"  # + j
 K_MEAN_BY_ROWS = "spec/k_mean_rows_le_"  # + b, a power of two
 ACCEPTANCE_LENGTH_FIRST = "spec/acceptance_length_first"
 ACCEPTANCE_LENGTH_LAST = "spec/acceptance_length_last"
+DRAFTER_HEALTH = (
+    "spec/drafter_health"  # 1 healthy, 0 collapsed after the step's weight sync (workbench.grpo.drafter_health)
+)
 
 
 def acceptance_rate_pos(i: int) -> str:

@@ -34,19 +34,33 @@ def audit(
     max_samples: int = typer.Option(
         0, "--max-samples", min=0, help="Cap on the auto sample size (0 = no cap: a 1 % shift)."
     ),
-    prompts: int = typer.Option(
-        1, "--prompts", min=1, help="Task eval prompts for the sampled tests (the greedy check uses at least 8)."
+    prompts: Optional[int] = typer.Option(
+        None,
+        "--prompts",
+        min=1,
+        help="Task eval prompts: of the sampled tests (default 1; the greedy check uses at least 8), or with "
+        "--identity each decoded grpo.group_size times (default 64).",
     ),
     max_new_tokens: Optional[int] = typer.Option(
         None,
         "--max-new-tokens",
         min=1,
         help="Completion tokens per row (positions tested); default k+2: the prefill token and one whole "
-        "verification step.",
+        "verification step; with --identity, rollout.max_new_tokens (whole completions).",
     ),
     k: Optional[int] = typer.Option(None, "--k", help="Speculation length (default: the spec's drafter.k)."),
     drafters_opt: Optional[str] = typer.Option(
-        None, "--drafters", help="Comma-separated drafter kinds (default: every registered kind)."
+        None,
+        "--drafters",
+        help="Comma-separated drafter kinds (default: every registered kind; with --identity, the spec's "
+        "drafter.kind).",
+    ),
+    identity: bool = typer.Option(
+        False,
+        "--identity",
+        help="Instead of the statistical tests: decode many prompts (grpo.group_size samples each, whole completions) "
+        "plainly and speculatively with the same row seeds and compare token for token; exits 1 unless identical up "
+        "to counted float ties. Sampler: rollout.sampler where set, else keyed.",
     ),
     adaptive: bool = typer.Option(
         False,
@@ -90,7 +104,9 @@ def audit(
     Tests speculative samples against the target's exact law (teacher-forced conditionals):
     per-position token histograms and the joint law of the first two tokens (chi-square
     goodness of fit, Bonferroni to --alpha), and greedy token-for-token identity.
-    Example: wb audit micro --samples 2000
+    With --identity: plain against speculative decoding of whole completions with the same row
+    seeds (keyed sampling), token for token, float ties counted.
+    Example: wb audit micro --samples 2000; wb audit quickstart --identity
     """
     from drafters import DRAFTERS, drafter_class
     from workbench.audit import (
@@ -110,6 +126,19 @@ def audit(
     unknown = [x for x in kinds if x not in DRAFTERS]
     if unknown:
         _fail(f"--drafters: unknown kind(s) {', '.join(unknown)}; registered: {', '.join(DRAFTERS)}")
+    opts = EngineOptions(
+        adaptive or s.drafter.adaptive,
+        buckets or s.rollout.cuda_graphs,
+        compile_ or s.rollout.compile or s.rollout.cuda_graphs,
+    )
+    if identity:
+        from workbench.cli.audit_identity import run_identity_audit
+
+        if biased:
+            _fail("--biased plants a wrong rejection sampler; --identity checks keyed sampling: drop one")
+        run_identity_audit(s, kinds if drafters_opt else None, prompts or 64, k or s.drafter.k, max_new_tokens, opts)
+        return
+    prompts = prompts or 1
     on_vllm = s.rollout.backend == "vllm"
     if on_vllm and biased:
         _fail("--biased plants a wrong sampler in the workbench engine; drop it with rollout.backend=vllm")
@@ -130,7 +159,6 @@ def audit(
         setup.prompt_ids,
         setup.greedy_ids,
     )
-    r = s.rollout
     kk = k or s.drafter.k
     if on_vllm:
         drafters, skipped = _vllm_arms(s, setup, kinds, kk)
@@ -140,9 +168,6 @@ def audit(
     sp = replace(sampling, eos_token_id=tok.eos_token_id, stop_token_ids=setup.stop_token_ids)
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
-    opts = EngineOptions(
-        adaptive or s.drafter.adaptive, buckets or r.cuda_graphs, compile_ or r.compile or r.cuda_graphs
-    )
     console.print(
         f"audit: target {s.model.target}, drafters {', '.join(drafters) or '-'}, k={kk}, {len(prompt_ids)} prompts, "
         f"{max_new_tokens} tokens, T={sp.temperature} top_p={sp.top_p} top_k={sp.top_k}, engine: {opts.label()}"

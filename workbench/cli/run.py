@@ -40,6 +40,7 @@ def run(
             _launch(resolved, nproc, [a for a in [spec, *(overrides or [])] if a] + (["--quiet"] if quiet else []))
         )
     from workbench.experiment import run_experiment
+    from workbench.grpo.drafter_health import DrafterCollapse
 
     try:
         run_experiment(resolved, console=console, progress=not quiet)
@@ -51,6 +52,9 @@ def run(
             else "[yellow]interrupted before an MLflow run was opened: nothing to mark[/]"
         )
         raise typer.Exit(130)
+    except DrafterCollapse as e:  # drafter.on_collapse=fail: the MLflow run is marked FAILED
+        err.print(f"[bold red]run FAILED:[/] {e}", highlight=False)
+        raise typer.Exit(1)
     except ValueError as e:  # bad input found while preparing (checkpoint, data file, tokenizer)
         _fail(str(e))
     except ImportError as e:  # rollout.backend=vllm without vLLM: the message names the extra to install

@@ -5,7 +5,7 @@ adaptation. Every section forbids unknown keys (:class:`workbench.specs.sections
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -136,6 +136,13 @@ class DrafterSpec(_Section):
         le=17,
         description="dflash: query slots of the one draft forward (the last emitted token, then block_size - 1 "
         "masks; z-lab's block_size); k <= dflash_block_size - 1",
+    )
+    on_collapse: Literal["warn", "fail"] = Field(
+        "warn",
+        description="the drafter-health alarm: after each step's weight sync, acceptance about zero (< 0.02 or a "
+        "tenth of the earlier steps' median, when that median > 0.1) or below the run's own step-to-step band "
+        "(after 3 steps: median - max(4 robust sd, 0.05)) logs spec/drafter_health 0 (else 1) and warns once; "
+        "fail: also ends the run FAILED with one line",
     )
     init: DrafterInitSpec = Field(default_factory=DrafterInitSpec)
     online: DrafterOnlineSpec = Field(default_factory=DrafterOnlineSpec)
