@@ -3,8 +3,8 @@
 Leviathan et al. 2023 / Chen et al. 2023; vLLM ``method="draft_model"``. The draft model samples
 k tokens autoregressively from q = the sampling transform of its logits, and returns q so the
 rejection sampler can accept with min(1, p/q) — the probabilistic case of docs/design.md §4. Under keyed
-sampling (``rollout.sampler=keyed``, :mod:`workbench.rollout.keyed`) it drafts q's coupled draft (Gumbel-max
-under the target's keyed noise) or its argmax (``rollout.keyed_draft``).
+sampling (``rollout.sampler=keyed``, :mod:`workbench.rollout.keyed`) it drafts q's argmax or its coupled draft
+(Gumbel-max under the target's keyed noise; ``rollout.keyed_draft``).
 
 KV bookkeeping without rollback: each step feeds the *last two* tokens of every row at positions
 lens-2, lens-1. After a verification step that accepted n of k drafts, the draft cache holds every
@@ -178,7 +178,7 @@ class DraftModelDrafter(Drafter):
         tokens, probs = [], []
         for j in range(k):
             q = probs_from_logits(logits[:, 0], ctx.sampling)  # (B, V)
-            d = ctx.draw(q, j)  # (B,) sampled from q; keyed: the coupled draft (or q's argmax)
+            d = ctx.draw(q, j)  # (B,) sampled from q; keyed: q's argmax (or the coupled draft)
             tokens.append(d)
             probs.append(q)
             if j < k - 1:

@@ -30,7 +30,7 @@ def test_a_drafter_equal_to_the_target_is_always_accepted():
     assert abs(_accept(p, p, "argmax") - p.max().item()) < 0.01  # argmax: only p(argmax) of the time
 
 
-def test_coupled_acceptance_clears_the_coupling_bound_and_argmax():
+def test_coupled_acceptance_clears_the_coupling_bound_and_beats_argmax_on_a_spread_p():
     p, q = _p_q()
     tv = 0.5 * (p - q).abs().sum().item()
     coupled, argmax = _accept(p, q, "coupled"), _accept(p, q, "argmax")

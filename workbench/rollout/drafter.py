@@ -83,10 +83,10 @@ class DraftContext:
 
     def draw(self, q: torch.Tensor, j: int = 0, ids: torch.Tensor | None = None) -> torch.Tensor:
         """A draft token per row from q (B, V'), for the j-th draft of this proposal (0-based): sampled from
-        q with ``generator`` (rejection sampling's probabilistic drafts); under keyed sampling the coupled
-        draft (``keyed_draft="coupled"``: q's Gumbel-max sample under the target's keyed noise at completion
-        position ``n_gen + j``; ``ids`` (V',) maps a reduced draft vocabulary's columns to token ids) or q's
-        argmax (``"argmax"``, vLLM's proposers). Keyed verification accepts a draft iff it equals the target's
+        q with ``generator`` (rejection sampling's probabilistic drafts); under keyed sampling q's argmax
+        (``keyed_draft="argmax"``, vLLM's proposers) or the coupled draft (``"coupled"``: q's Gumbel-max sample
+        under the target's keyed noise at completion position ``n_gen + j``; ``ids`` (V',) maps a reduced draft
+        vocabulary's columns to token ids). Keyed verification accepts a draft iff it equals the target's
         keyed sample. Returns (B,) long column indices into q. Model drafters draw their drafts here."""
         if not self.sampling.keyed:
             return sample(q, self.generator)
