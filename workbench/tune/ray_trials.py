@@ -45,7 +45,7 @@ MAX_RETRIES = 3  # Ray's default: attempts after a worker or node death
 def fail_dead_attempts(store: Any, study: str, number: int, node: str) -> None:
     """RUNNING MLflow children of this trial (an attempt whose node died) are ended FAILED, tagged why."""
     filt = f"tags.`{TAG_STUDY}` = {quote(study)} and tags.`{TAG_TRIAL}` = '{number}' and attributes.status = 'RUNNING'"
-    for r in store.client.search_runs([store.experiment_id], filt):
+    for r in store.reader.search(filt, [store.experiment_id]):
         store.fail(r.info.run_id, f"its Ray task's attempt died; retried on node {node}")
 
 
