@@ -9,7 +9,7 @@ eagle3 and dflash from a short init on the target's own completions (seconds to 
 training each on the 2-core CPU), so their drafts are accepted and the accept path runs.
 
 Unmarked: the kinds that need no training (ngram, suffix, draft_model with tiny-draft), every k and
-both settings, a small batch. Slow: the trained kinds, and every kind at 4x the rows.
+both settings, a small batch. Slow: the trained kinds, and every kind at 4x the rows (k = 3).
 """
 
 from dataclasses import replace
@@ -38,6 +38,7 @@ CASES = [
     for setting in SETTINGS
     for k in (1, 3, 7)
     for kind in DRAFTERS
+    if size == "small" or k == 3  # 4x the rows at one k: CI's budget (every k runs at the small size)
 ]
 
 
@@ -97,3 +98,18 @@ def test_speculative_equals_plain_with_the_same_seeds_on_tiny(tiny, kind, k, set
     assert r.acceptance > 0  # drafts were accepted: the accept path ran
     assert r.comparison.tokens > len(prompts) * 13  # whole completions, past the restated expression
     assert len({tuple(t) for t in plain}) > SIZES[size][0]  # a prompt's samples differ
+
+
+@pytest.mark.parametrize("kind", ["draft_model", pytest.param("eagle3", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_coupled_drafts_keep_the_identity(tiny, kind, setting):
+    """``rollout.keyed_draft=coupled``: drafts drawn with the target's keyed noise change which drafts are
+    accepted, never what is emitted."""
+    drafter = tiny.drafter(kind)
+    if isinstance(drafter, str):
+        pytest.skip(drafter)
+    prompts, groups, sp, batch, plain = tiny.arms(setting, "small")
+    sp = replace(sp, keyed_draft="coupled")
+    r = run_identity(tiny.setup.lm, drafter, prompts, sp, 3, batch, name=kind, group_ids=groups, plain=plain)
+    assert r.passed and r.comparison.differing_rows == r.ties, r.summary()
+    assert r.acceptance > 0
