@@ -6,8 +6,6 @@ and the sweep resumes."""
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ import yaml
 
 from tests import postgres_server as pg
 from tests.extras import marks
+from tests.processes import finish, start_wb
 from workbench.tags import TAG_POINT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,28 +47,8 @@ def db(server, request):
     return pg.create_database(server[0], name)
 
 
-def wb(tmp: Path, args: list[str], store: str, log: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "MLFLOW_TRACKING_URI": store,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    with open(tmp / log, "w") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "workbench.cli", *args], cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-
-
-def finish(proc: subprocess.Popen, tmp: Path, log: str, timeout: float = 300, ok: bool = True) -> str:
-    try:
-        proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = (tmp / log).read_text()
-    assert not ok or proc.returncode == 0, text[-4000:]
-    return text
+def wb(tmp: Path, args: list[str], store: str, log: str):
+    return start_wb(tmp, args, log, {"MLFLOW_TRACKING_URI": store})
 
 
 def point_runs(store: str, name: str):

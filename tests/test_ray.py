@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.extras import requires
+from tests.processes import finish, start_wb
 from workbench.ray_cluster import ClusterError, absolute_store, point_resources, reachable, task_env
 from workbench.specs import load_spec
 from workbench.sweep.ray_launch import TAG_NODE, TAG_PID
@@ -152,22 +153,8 @@ def cluster(tmp_path_factory):
 SWEEP = ["sweep", "micro", "k=1,2,3", "grpo.eval_every=0", "--quiet"]
 
 
-def wb(tmp: Path, args: list[str], env: dict, log: str) -> subprocess.Popen:
-    env = {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db", "OMP_NUM_THREADS": "1"}
-    with open(tmp / log, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], cwd=tmp, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-
-
-def finish(proc: subprocess.Popen, tmp: Path, log: str, timeout: float = 300) -> str:
-    try:
-        proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = (tmp / log).read_text()
-    assert proc.returncode == 0, text[-4000:]
-    return text
+def wb(tmp: Path, args: list[str], env: dict, log: str):
+    return start_wb(tmp, args, log, {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"})
 
 
 def point_runs(tmp: Path, name: str):
@@ -175,7 +162,7 @@ def point_runs(tmp: Path, name: str):
 
     client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
     exp = client.get_experiment_by_name("workbench-micro")
-    runs = client.search_runs([exp.experiment_id], f"tags.`workbench.sweep` = '{name}'")
+    runs = client.search_runs([exp.experiment_id], f"tags.`workbench.sweep` = '{name}'") if exp else []
     return [r for r in runs if r.data.tags.get("workbench.sweep.role") == "point"]
 
 
@@ -274,3 +261,15 @@ def test_tune_trials_run_as_ray_tasks_on_both_nodes(cluster, tmp_path):
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4, out[-3000:]
     assert len({t.user_attrs["ray_node"] for t in study.trials}) == 2, "the trials ran on one node only"
     assert "2 at once" in out and "best trial" in out
+
+
+@requires("ray", "ray")
+def test_wb_sweep_on_an_unreachable_cluster_is_one_line_before_any_run(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening
+        proc = wb(tmp_path, ["sweep", "micro", "k=1", "--ray", f"127.0.0.1:{port}", "--quiet"], {}, "bad.log")
+        text = finish(proc, tmp_path, "bad.log", timeout=120, ok=False)
+    assert proc.returncode == 2, text
+    assert "no Ray cluster answers" in text and "Traceback" not in text
+    assert "sweep micro" not in text  # refused before the parent run opened

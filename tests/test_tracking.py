@@ -207,3 +207,24 @@ def test_sigterm_to_wb_run_marks_the_run_killed_and_keeps_its_metrics(tmp_path):
     got = MlflowClient(tracking_uri=uri).get_run(run_id)
     assert got.info.status == "KILLED", err[-2000:]
     assert "reward/mean" in got.data.metrics
+
+
+def test_a_store_whose_database_driver_is_missing_names_the_extra(monkeypatch):
+    """postgresql:// without psycopg installed: one line naming the module and the postgres extra."""
+    import builtins
+    import sys
+
+    from workbench.tracking import StoreError, check_store
+
+    real = builtins.__import__
+
+    def no_psycopg(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name.split(".")[0] in ("psycopg", "psycopg2"):  # not sqlalchemy's own .psycopg module
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name.split(".")[0])
+        return real(name, globals, locals, fromlist, level)
+
+    for mod in [m for m in sys.modules if m.split(".")[0] in ("psycopg", "psycopg2")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    with pytest.raises(StoreError, match=r"needs the Python module psycopg.*\[postgres\]"):
+        check_store("postgresql://wb@127.0.0.1:1/none", "workbench-micro")
