@@ -3,7 +3,7 @@ with drafts sampled from q (Leviathan et al.), keyed sampling with argmax drafts
 sampling with the coupled draft (Daliri et al.: q's Gumbel-max sample under the target's keyed noise).
 Acceptance is counted, not timed, so this may run beside other work.
 
-    python benchmarks/keyed_acceptance.py SPEC OUT.json [--rows N] [--k K]
+    python benchmarks/keyed_acceptance.py SPEC OUT.json [--rows N] [--k K] [--kinds draft_model,eagle3]
     python benchmarks/keyed_acceptance.py quickstart benchmarks/keyed_acceptance_tiny.json
 
 For each model drafter kind the spec's target supports (draft_model, mtp, eagle3, dflash; each built as
@@ -47,10 +47,11 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated model drafter kinds (default: all four)")
     a = ap.parse_args()
     spec = load_spec(a.spec, [f"drafter.k={a.k}"])
     dev = torch.device("cpu")
-    setup = audit_setup(spec, list(KINDS), max(8, a.rows // spec.grpo.group_size), dev)
+    setup = audit_setup(spec, a.kinds.split(","), max(8, a.rows // spec.grpo.group_size), dev)
     g = spec.grpo.group_size
     prompts = [p for p in setup.prompt_ids for _ in range(g)][: a.rows]
     groups = [i // g for i in range(len(prompts))]

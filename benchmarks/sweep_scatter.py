@@ -1,6 +1,7 @@
 """Per point across repeated identical sweeps: paired speedup/gen in each, the largest deviation from the
 median, the widest CI half-width, speedup/step; and, per run, how its per-step log-ratio follows the step's
-work (correlation with the step's longest completion and with its acceptance length).
+work (correlation with the step's longest completion and with its acceptance length) and how many measured steps
+a ±3 % interval would need at that spread (the smallest n with t(0.975, n - 1) * sd / sqrt(n) <= log 1.03).
 
     python benchmarks/sweep_scatter.py qs-scatter-29-1 qs-scatter-29-2 qs-scatter-29-3 --store sqlite:///mlflow.db
 
@@ -13,6 +14,17 @@ import statistics
 
 from workbench.runs import RunReader
 from workbench.stats import ratio_source
+
+
+def steps_for(sd: float, rel: float = 0.03) -> int:
+    """The fewest per-step log-ratios (steps after warm-up) whose Student-t 95 % interval of the mean is within
+    ±``rel`` (as a ratio: half-width log(1 + rel)) when their standard deviation is ``sd``."""
+    from scipy.stats import t
+
+    n = 2
+    while t.ppf(0.975, n - 1) * sd / math.sqrt(n) > math.log1p(rel):
+        n += 1
+    return n
 
 
 def main() -> None:
@@ -55,11 +67,12 @@ def main() -> None:
             f"| {' / '.join(f'{s.mean:.3f}' for _, s in v)} |"
         )
     print(
-        "\n| point | sweep | per-step sd of log-ratio | corr. with longest completion | corr. with acceptance length |"
+        "\n| point | sweep | per-step sd of log-ratio | steps for ±3 % | corr. with longest completion "
+        "| corr. with acceptance length |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for kind, k, i, sd, c_long, c_acc in sorted(follow):
-        print(f"| {kind} k={k} | {i} | {sd:.3f} | {c_long:+.2f} | {c_acc:+.2f} |")
+        print(f"| {kind} k={k} | {i} | {sd:.3f} | {steps_for(sd)} | {c_long:+.2f} | {c_acc:+.2f} |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ each): a micro sweep spreads over both nodes and tabulates as a single-process r
 killed mid-point (its process group, by pid) has that point rerun on the head, each point FINISHED once."""
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -88,13 +89,18 @@ class Cluster:
             **os.environ,
             **RAY_ENV,
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            # token auth needs a token on every node and driver: this cluster's own, so a fresh machine (no
+            # ~/.ray/auth_token) starts it and an old token file is never read
+            "RAY_AUTH_TOKEN": secrets.token_hex(16),
         }
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.address, self.tmp, self.node2 = f"127.0.0.1:{port}", tmp, None
-        _ray("start", "--head", "--port", str(port), "--include-dashboard=false", *NODE, env=self.env, check=True,
-             capture_output=True)  # fmt: skip
+        head = _ray("start", "--head", "--port", str(port), "--include-dashboard=false", *NODE, env=self.env,
+                    capture_output=True, text=True)  # fmt: skip
+        if head.returncode:  # Ray's own last lines say why (a traceback's last line is its error)
+            raise RuntimeError(f"ray start --head failed: {head.stderr.strip()[-600:]}")
         self.add_node()
 
     def add_node(self) -> None:

@@ -30,6 +30,7 @@ Imports nothing of the project (the bottom layer).
 | ``gen/modeled_s``, ``gen_autoregressive/modeled_s`` | counted forwards × the cached cost curve (``perf/modeled.py``) | s |
 | ``gen/logprob_abs_diff``, ``gen/logprob_truncation_abs_diff`` | rollout vs trainer log-prob gap per token | nats |
 | ``gen_autoregressive/num_tokens``, ``.../num_forwards``, ``.../first`` | the paired plain arm's counters | count |
+| ``gen_autoregressive/differing_tokens``, ``.../differing_rows`` | completion positions (rows) where the speculative rollouts differ from the paired plain arm's: 0 under ``rollout.sampler=keyed`` up to float ties | count |
 | ``speedup/gen``, ``speedup/step`` (+ ``_per_step``, ``_unpaired``) | paired speedup of generation, of the step | ratio |
 | ``speedup/gen_modeled`` | modelled generation speedup (``gen_autoregressive/modeled_s`` / ``gen/modeled_s``) | ratio |
 | ``async/staleness`` | policy versions between the rollout and the step that trains on it | versions |
@@ -136,6 +137,8 @@ AR_MODELED_S = "gen_autoregressive/modeled_s"
 AR_NUM_TOKENS = "gen_autoregressive/num_tokens"
 AR_NUM_FORWARDS = "gen_autoregressive/num_forwards"
 AR_FIRST = "gen_autoregressive/first"
+AR_DIFFERING_TOKENS = "gen_autoregressive/differing_tokens"
+AR_DIFFERING_ROWS = "gen_autoregressive/differing_rows"
 SPEEDUP_GEN = "speedup/gen"
 SPEEDUP_STEP = "speedup/step"
 SPEEDUP_GEN_PER_STEP = "speedup/gen_per_step"

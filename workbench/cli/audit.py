@@ -60,7 +60,7 @@ def audit(
         "--identity",
         help="Instead of the statistical tests: decode many prompts (grpo.group_size samples each, whole completions) "
         "plainly and speculatively with the same row seeds and compare token for token; exits 1 unless identical up "
-        "to counted float ties. Sampler: rollout.sampler where set, else keyed.",
+        "to counted float ties. Sampler: rollout.sampler (keyed by default; rejection shows the check fail).",
     ),
     adaptive: bool = typer.Option(
         False,

@@ -12,12 +12,6 @@ from workbench.cli.common import _fail, console, err
 SHOWN = 8  # divergences printed per drafter
 
 
-def identity_sampler(spec) -> str:
-    """The sampler the identity is checked under: ``rollout.sampler`` where the spec or an override
-    sets it, else keyed (the sampler the identity holds for)."""
-    return spec.rollout.sampler if "sampler" in spec.rollout.model_fields_set else "keyed"
-
-
 def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max_new_tokens: int | None, opts) -> None:
     """Build the spec's target, prompts and drafters (``kinds``; None: the spec's drafter.kind), decode
     each prompt grpo.group_size times plainly and speculatively with the same row seeds, print the
@@ -37,10 +31,9 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
         setup = audit_setup(s, kinds, num_prompts, resolve_device(s.model.device))
     except ValueError as e:
         _fail(str(e))
-    sampler = identity_sampler(s)
+    sampler = s.rollout.sampler  # keyed by default on this backend; rejection when set, to see the check fail
     sampling = rollout_config(s, max_new_tokens=max_new_tokens).sampling
     sp = replace(sampling, eos_token_id=setup.tokenizer.eos_token_id, stop_token_ids=setup.stop_token_ids)
-    sp = replace(sp, sampler=sampler)
     G, batch = s.grpo.group_size, s.rollout.max_batch_size
     prompts, groups = grpo_groups(setup.prompt_ids, G)
     sp = seeded(sp, s.seed, 0, group_ids=groups, group_size=G)  # keyed: the trainer's row seeds, as at a step 0

@@ -224,8 +224,8 @@ class DataParallel:
 
     def gather_step(self, m: dict[str, float], out: RolloutOutput, rewards: torch.Tensor, paired: RolloutOutput | None):
         """The step as one process would see it, on every rank: metrics by :func:`reduce_step_metrics`,
-        every rank's completions (rank order, so the groups stay contiguous; log-probs are left
-        out: nothing downstream reads them), summed acceptance counters, rewards (N_global,)."""
+        every rank's completions and the paired twin's (rank order, so the groups stay contiguous;
+        log-probs are left out: nothing downstream reads them), summed acceptance counters, rewards (N_global,)."""
         parts = self.gather(
             (
                 m,
@@ -233,7 +233,7 @@ class DataParallel:
                 out.finish_reasons,
                 out.counters,
                 rewards.tolist(),
-                paired.counters if paired is not None else None,
+                (paired.tokens, paired.counters) if paired is not None else None,
             )
         )
         tokens = [t for p in parts for t in p[1]]
@@ -242,7 +242,8 @@ class DataParallel:
         )
         all_rewards = torch.tensor([r for p in parts for r in p[4]], dtype=rewards.dtype, device=rewards.device)
         if paired is not None:
-            paired = RolloutOutput([], [], [], merge_counters([p[5] for p in parts]))
+            twin = [t for p in parts for t in p[5][0]]
+            paired = RolloutOutput(twin, [[] for _ in twin], [], merge_counters([p[5][1] for p in parts]))
         return reduce_step_metrics([p[0] for p in parts]), merged, all_rewards, paired
 
     def gather(self, obj) -> list:

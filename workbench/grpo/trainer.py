@@ -38,7 +38,7 @@ from workbench.models.tokenizer import decode_completion
 from workbench.rollout.engine import RolloutOutput
 from workbench.rollout.graphs import cudagraph_skips
 from workbench.rollout.keyed import seeded
-from workbench.rollout.paired import generate_interleaved, paired_metrics
+from workbench.rollout.paired import generate_interleaved, paired_metrics, twin_divergence
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec
 from workbench.timing import StageTimer
@@ -164,7 +164,7 @@ class GRPOTrainer:
         if self.backend.k_policy is not None:  # adaptive speculation: the k_t chosen this step
             m.update(out.counters.k_metrics())
         if paired is not None:
-            m.update(paired_metrics(m, paired.counters, paired_first))
+            m.update(paired_metrics(m, paired.counters, paired_first) | twin_divergence(out.tokens, paired.tokens))
         if self.spec.rollout.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update(

@@ -84,3 +84,24 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
         M.AR_NUM_FORWARDS: float(ar.num_verify_steps),
         M.AR_FIRST: float(ar_first),
     }
+
+
+def twin_divergence(tokens: Sequence[Sequence[int]], twin_tokens: Sequence[Sequence[int]]) -> dict[str, float]:
+    """How far the speculative rollouts are from what the plain twin decoded for the same rows.
+
+    Args:
+        tokens, twin_tokens: (N, T_i) completion token ids of the two arms, row for row.
+
+    Returns:
+        ``gen_autoregressive/differing_tokens``: completion positions whose tokens differ, a position only
+        one arm reached counting once; ``gen_autoregressive/differing_rows``: rows with any. Under
+        drafter-invariant sampling (``rollout.sampler=keyed``) both are 0 up to float ties between a
+        1-token and a (k+1)-token forward; under rejection sampling the arms draw independently.
+
+    Raises:
+        ValueError: the arms hold different numbers of rows.
+    """
+    if len(tokens) != len(twin_tokens):
+        raise ValueError(f"twin_divergence: {len(tokens)} rows against the twin's {len(twin_tokens)}")
+    per_row = [sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)) for a, b in zip(tokens, twin_tokens)]
+    return {M.AR_DIFFERING_TOKENS: float(sum(per_row)), M.AR_DIFFERING_ROWS: float(sum(n > 0 for n in per_row))}

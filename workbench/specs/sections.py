@@ -206,9 +206,10 @@ class RolloutSpec(_Section):
     temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="0 = off")
-    sampler: Literal["rejection", "keyed"] = Field(
-        "rejection",
-        description="how speculative verification samples: rejection = modified rejection sampling (Leviathan et "
+    sampler: Literal["rejection", "keyed"] | None = Field(
+        None,
+        description="how speculative verification samples; null (default) = keyed with rollout.backend=workbench, "
+        "rejection with rollout.backend=vllm. rejection = modified rejection sampling (Leviathan et "
         "al. 2023), drafts sampled from the drafter's q; keyed = drafter-invariant sampling (Daliri, Musco and "
         "Suresh 2024, arXiv 2408.07978): the token at each completion position is the Gumbel-max sample of the "
         "processed p under noise keyed by the row's seed (from seed, step, prompt and sample index) and the "
@@ -260,6 +261,15 @@ class RolloutSpec(_Section):
         "bfloat16 on CPU (measured; kernels invariant to the query count are needed too, not checked on GPUs); costs "
         "attention work",
     )
+
+    @model_validator(mode="after")
+    def _sampler_for_backend(self) -> "RolloutSpec":
+        """The default sampler is the backend's: keyed in the workbench engine (drafter-invariant, so a
+        speculative run and its plain twin decode the same completions; acceptance measured in
+        docs/exactness.md), rejection in vLLM (its only verifier)."""
+        if self.sampler is None:
+            self.sampler = "keyed" if self.backend == "workbench" else "rejection"
+        return self
 
     @model_validator(mode="after")
     def _prepack_not_with_cuda_graphs(self) -> "RolloutSpec":
