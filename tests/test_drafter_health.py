@@ -20,10 +20,14 @@ def test_about_zero_after_healthy_steps_is_a_collapse():
 
 
 def test_a_drop_outside_the_runs_own_band_is_a_collapse():
-    steady = [0.80, 0.805, 0.795, 0.80, 0.80]  # median 0.80, MAD 0: the band's floor, 0.05 below -> 0.75
-    assert collapse_reason(steady, 0.76) is None
-    assert "band 0.750" in collapse_reason(steady, 0.74)
-    assert "band 0.741" in collapse_reason([0.80, 0.82, 0.78, 0.81, 0.79], 0.74)  # MAD 0.01: 4 x 1.4826 x 0.01
+    steady = [0.80, 0.805, 0.795, 0.80, 0.80]  # median 0.80, MAD 0: a quarter of the median below -> 0.60
+    assert collapse_reason(steady, 0.61) is None
+    assert "band 0.600" in collapse_reason(steady, 0.59)
+    assert "band 0.503" in collapse_reason([0.80, 0.90, 0.70, 0.85, 0.75], 0.50)  # MAD 0.05: 4 x 1.4826 x 0.05
+    low = [0.15, 0.155, 0.145, 0.15, 0.15]  # a quarter of 0.15 is under the 0.05 floor -> 0.10
+    assert collapse_reason(low, 0.11) is None and "band 0.100" in collapse_reason(low, 0.09)
+    # a policy drifting from its drafter (quickstart, draft_model k = 5, nothing broken) is no collapse
+    assert collapse_reason([0.599, 0.600, 0.598], 0.511) is None
     noisy = [0.5, 0.7, 0.6, 0.4, 0.8]  # median 0.6, MAD 0.1: 4 x 1.4826 x 0.1 = 0.593 below -> 0.007
     assert collapse_reason(noisy, 0.07) is None  # inside the wide band, above a tenth of the median
     assert "about zero" in collapse_reason(noisy, 0.05)  # the zero rule still applies
