@@ -21,7 +21,7 @@ from workbench.audit.identity import (
     with_row_seeds,
 )
 from workbench.rollout import engine as engine_mod
-from workbench.rollout.keyed import keyed_sample, keyed_uniform
+from workbench.rollout.keyed import BLOCK, block_uniform, keyed_sample, keyed_uniform
 from workbench.rollout.sampling import SamplingParams, probs_from_logits
 
 
@@ -58,6 +58,25 @@ def test_two_candidates_with_equal_keyed_scores_are_a_tie_and_a_real_gap_is_not(
         int(keyed_sample(probs_from_logits(z.float(), sp)[None, None], torch.tensor([seed]), torch.tensor([[pos]])))
         == b
     )
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_candidates_in_two_blocks_tie_on_their_block_scores(temperature):
+    """a in block 0, b in block 1, every other token negligible: logits made so that the two blocks' keyed
+    scores S = log P + G are equal give a tie; 100 tolerances apart, not one (and the sample follows)."""
+    V, seed, pos, a, b = 2 * BLOCK, 99, 3, 5, BLOCK + 17
+    sp = SamplingParams(temperature=temperature)
+    gb = -(-block_uniform(torch.tensor([seed]), torch.tensor([[pos]]), 2)[0, 0].log()).log()  # (2,)
+    z = torch.full((V,), -60.0, dtype=torch.float64)
+    z[a] = 4.0
+    z[b] = temperature * (z[a] / temperature + gb[0] - gb[1])
+    gap, tol, tie = classify(z.float(), sp, seed, pos, a, b, torch.float32)
+    assert tie == "score" and abs(gap) <= tol
+    z[b] += 100 * tol * temperature
+    gap, tol, tie = classify(z.float(), sp, seed, pos, a, b, torch.float32)
+    assert tie == "" and gap < -tol
+    p = probs_from_logits(z.float(), sp)[None, None]
+    assert int(keyed_sample(p, torch.tensor([seed]), torch.tensor([[pos]]))) == b
 
 
 def test_a_token_on_the_top_p_edge_is_a_tie_when_the_other_is_best_of_the_rest():

@@ -50,3 +50,19 @@ def test_a_reduced_vocabulary_keys_its_columns_by_token_id():
     full[:, ids] = q_d
     seeds, pos = torch.arange(64) * 31 + 1, torch.arange(64) % 9
     assert torch.equal(ids[coupled_draft(q_d, seeds, pos, ids)], coupled_draft(full, seeds, pos))
+
+
+def test_across_blocks_a_drafter_equal_to_the_target_is_always_accepted_and_ids_key_by_token():
+    """Over 600 ids (three blocks) both levels share the target's noise: q = p gives p's token for every
+    seed, and a reduced vocabulary whose ids span the blocks drafts as its full-vocabulary embedding."""
+    g = torch.Generator().manual_seed(2)
+    p = torch.softmax(torch.randn(600, generator=g), -1)
+    seeds, pos = torch.arange(2000) * 13 + 5, torch.arange(2000) % 11
+    target = keyed_sample(p.expand(2000, 1, -1), seeds, pos[:, None])[:, 0]
+    assert (target // 256).unique().numel() == 3
+    assert torch.equal(coupled_draft(p.expand(2000, -1), seeds, pos), target)
+    ids = torch.tensor([3, 7, 300, 301, 520, 599])
+    q_d = torch.softmax(torch.randn(2000, 6, generator=g), -1)
+    full = torch.zeros(2000, 600)
+    full[:, ids] = q_d
+    assert torch.equal(ids[coupled_draft(q_d, seeds, pos, ids)], coupled_draft(full, seeds, pos))

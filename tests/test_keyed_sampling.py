@@ -23,7 +23,16 @@ from drafters.suffix import SuffixDrafter
 from drafters.training import completion_loss_mask, fit, lean_target_states, split_rows
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.engine import RolloutEngine
-from workbench.rollout.keyed import derive_seed, keyed_sample, keyed_uniform, keyed_verify, mix64, row_seeds, seeded
+from workbench.rollout.keyed import (
+    BLOCK,
+    derive_seed,
+    keyed_sample,
+    keyed_uniform,
+    keyed_verify,
+    mix64,
+    row_seeds,
+    seeded,
+)
 from workbench.rollout.model import LeanLM
 from workbench.rollout.paired import generate_interleaved
 from workbench.rollout.sampling import SamplingParams, probs_from_logits
@@ -90,6 +99,19 @@ def test_keyed_sample_follows_p_over_seeds(pos, sp):
     N = 200_000
     p = probs_from_logits(torch.randn(V, generator=torch.Generator().manual_seed(pos)) * 1.5, sp)
     tokens = keyed_sample(p.expand(N, 1, V), seeds_of(N), torch.full((N, 1), pos))[:, 0]
+    assert chi2_pvalue(tokens, p) > ALPHA
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9)])
+def test_two_level_sample_follows_p_across_blocks(sp):
+    """600 ids: two whole blocks of BLOCK ids and a partial one, p spread over all of them (100k seeds, about
+    166 expected draws a token): the block, then the token inside it, is one exact sample of p."""
+    Vb, N = 2 * BLOCK + 88, 100_000
+    p = probs_from_logits(torch.randn(Vb, generator=torch.Generator().manual_seed(11)) * 0.5, sp)
+    seeds = seeds_of(N, 3 * 10**6)
+    tokens = torch.cat([keyed_sample(p.expand(n.numel(), 1, Vb), n, torch.full((n.numel(), 1), 4))[:, 0]
+                        for n in seeds.split(20_000)])  # fmt: skip
+    assert (tokens // BLOCK).unique().numel() == 3
     assert chi2_pvalue(tokens, p) > ALPHA
 
 

@@ -1,8 +1,9 @@
 """`wb audit --identity`: plain and speculative decoding with the same row seeds, compared token for token.
 
 Under ``rollout.sampler=keyed`` (:mod:`workbench.rollout.keyed`) the token at completion position t of
-a row is the keyed Gumbel-max sample argmax_x s(x), s(x) = log p_t(x) + G(seed, t, x), in plain decoding
-and in verification alike, so a speculative completion is the plain one with the same seed, whatever
+a row is the keyed two-level Gumbel-max sample (a block of BLOCK ids b by S(b) = log P_t(b) + G(seed, t,
+block b), then the token inside it by s(x) = log p_t(x) + G(seed, t, x)), in plain decoding and in
+verification alike, so a speculative completion is the plain one with the same seed, whatever
 the drafter and k. The one way they may part is float rounding: a 1-token forward (plain decoding) and
 a (k+1)-token one (verification) round a logit differently, and where two candidates' scores are that
 close the argmax can flip. After a flip the row's contexts differ, so the rest of the row differs too:
@@ -18,11 +19,14 @@ epsilon eps, the tolerance is
 in score units (nats): each arm's logits lie within delta = TIE_ULPS * eps * max|z| of the reference's
 (measured on ``tiny``, float32: a 1-token, a 4-token and a whole-sequence forward differ by at most
 16 such ulps, 3.2e-5 at max |z| = 16.7; TIE_ULPS = 64 leaves 4x), so a flip bounds the reference's
-gap by 2 delta / T. The position is a tie when (score) |s(a) - s(b)| <= tol, or (edge) one candidate
-sits on the top-k / top-p support's edge (its logit within tol of the k-th, or the mass before it
-within tol of top_p, so a forward's rounding can keep or drop it) and the other is the best of the
-rest within tol. Anything else is a real difference; so is every difference under
-``rollout.sampler=rejection``, which is not drafter-invariant (nothing to score: the check's teeth).
+gap by 2 delta / T (a block's log P is a log-sum-exp of its logits / T: the same bound). For candidates
+in one block the position is a tie when (score) |s(a) - s(b)| <= tol, or (edge) one candidate sits on
+the top-k / top-p support's edge (its logit within tol of the k-th, or the mass before it within tol of
+top_p, so a forward's rounding can keep or drop it) and the other is the best of the block's rest
+within tol; for candidates in two blocks, when (score) |S(block a) - S(block b)| <= tol, or (edge) the
+order of the two blocks flips between the support with and without its edge tokens. Anything else is
+a real difference; so is every difference under ``rollout.sampler=rejection``, which is not
+drafter-invariant (nothing to score: the check's teeth).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 
 from workbench.audit.engines import EngineOptions, build_engine
 from workbench.rollout.config import EngineConfig
-from workbench.rollout.keyed import derive_seed, keyed_uniform
+from workbench.rollout.keyed import BLOCK, block_uniform, derive_seed, gumbel, keyed_uniform
 from workbench.rollout.sampling import SamplingParams, probs_from_logits
 from workbench.rollout_builder import plain_backend
 
@@ -104,28 +108,49 @@ def support_edge(zt: torch.Tensor, sp: SamplingParams, tol: float) -> torch.Tens
     return edge
 
 
+def _block_scores(zt: torch.Tensor, keep: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(nb,) S(b) = log-sum-exp of ``zt`` over the kept tokens of block b, plus the block's Gumbel noise."""
+    nb = noise.numel()
+    z = torch.nn.functional.pad(zt.masked_fill(~keep, float("-inf")), (0, nb * BLOCK - zt.numel()), value=float("-inf"))
+    return z.view(nb, BLOCK).logsumexp(-1) + noise
+
+
 def classify(logits: torch.Tensor, sp: SamplingParams, seed: int, pos: int, a: int, b: int, dtype: torch.dtype):
     """Whether candidates ``a`` (plain's) and ``b`` (speculative's) tie at a keyed position (module doc).
 
     logits: (V,) the reference forward's raw logits; seed: the row's; pos: the completion position.
-    Returns (gap, tol, tie): gap = s(a) - s(b) in score units (greedy: z_a - z_b), tol the tolerance,
-    tie "score", "edge" or "" (not a tie)."""
+    Returns (gap, tol, tie): gap = s(a) - s(b) in score units (greedy: z_a - z_b; two blocks: S(block a) -
+    S(block b)), tol the tolerance, tie "score", "edge" or "" (not a tie)."""
     z = logits.detach().double().cpu()
     tol = tie_tolerance(z, sp.temperature, dtype)
     if sp.greedy:
         gap = float(z[a] - z[b])
         return gap, tol, "score" if abs(gap) <= tol else ""
-    zt = z / sp.temperature
-    u = keyed_uniform(torch.tensor([seed]), torch.tensor([[pos]]), z.numel())[0, 0]  # (V,)
+    zt, key = z / sp.temperature, (torch.tensor([seed]), torch.tensor([[pos]]))
     support = probs_from_logits(logits.detach().float().cpu(), sp) > 0
     edge = support_edge(zt, sp, tol)
-    s = torch.where(support | edge, zt - (-u.log()).log(), float("-inf"))  # keyed scores, up to log Z
+    if a // BLOCK != b // BLOCK:
+        noise = gumbel(block_uniform(*key, -(-z.numel() // BLOCK)))[0, 0]  # (nb,)
+        S = _block_scores(zt, support, noise)
+        gap = float(S[a // BLOCK] - S[b // BLOCK])
+        if abs(gap) <= tol:
+            return gap, tol, "score"
+        S_in, S_out = _block_scores(zt, support | edge, noise), _block_scores(zt, support & ~edge, noise)
+        flips = [float(v[a // BLOCK] - v[b // BLOCK]) for v in (S_in, S_out)]
+        return (
+            gap,
+            tol,
+            "edge" if bool(edge.any()) and (flips[0] * flips[1] <= 0 or min(map(abs, flips)) <= tol) else "",
+        )
+    u = keyed_uniform(*key, z.numel())[0, 0]  # (V,)
+    s = torch.where(support | edge, zt + gumbel(u), float("-inf"))  # keyed scores, up to log Z
     gap = float(s[a] - s[b])
     if abs(gap) <= tol:
         return gap, tol, "score"
+    block = (torch.arange(z.numel()) // BLOCK) == a // BLOCK
     for x, y in ((a, b), (b, a)):
         if bool(edge[x]):
-            rest = s.clone()
+            rest = s.masked_fill(~block, float("-inf"))
             rest[x] = float("-inf")
             if float(rest.max()) - float(s[y]) <= tol:
                 return gap, tol, "edge"

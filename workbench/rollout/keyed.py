@@ -1,23 +1,28 @@
 """Drafter-invariant sampling: each completion token is a fixed function of (row seed, position, p).
 
 Daliri, Musco and Suresh 2024, "Coupling without communication and drafter-invariant speculative
-decoding" (arXiv 2408.07978). The token at completion position t of a row is the Gumbel-max sample
+decoding" (arXiv 2408.07978). The token at completion position t of a row is the keyed Gumbel-max
+sample of the processed distribution p_t (temperature, top-k, top-p applied first,
+:mod:`workbench.rollout.sampling`), taken in two levels over blocks of BLOCK consecutive token ids:
 
-    x_t = argmax_x  log p_t(x) + G_{seed, t}(x),     G = -log(-log u),  u = hash(seed, t, x) in (0, 1)
+    b_t = argmax_b  log P_t(b) + G_{seed, t}(block b),     P_t(b) = sum of p_t over block b
+    x_t = argmax_{x in b_t}  log p_t(x) + G_{seed, t}(x),  G = -log(-log u),  u = hash(seed, t, id) in (0, 1)
 
-of the processed distribution p_t (temperature, top-k, top-p applied first, :mod:`workbench.rollout.sampling`),
-with noise keyed by the row's seed and the position, never by how many forwards ran before. Plain
-decoding emits x_t; speculative verification accepts draft d_t iff d_t == x_t and emits x_t at the
-first mismatch (the correction) or after k accepted drafts (the bonus). Model drafters draft with the same
-keyed noise (:func:`coupled_draft`, the coupled draft of the paper) or by argmax. So speculative output is
-token-for-token plain output with the same seeds, whatever the drafter and k (up to float ties
-between a 1-token and a (k+1)-token forward). For each seed x_t ~ p_t exactly (Gumbel-max), and the
-noise of distinct (t, x) is independent, so a completion's law is the target's. For a deterministic
-draft d, P(accept) = p_t(d), as Leviathan et al.'s rejection sampling with q = one-hot(d).
+with noise keyed by the row's seed and the position, never by how many forwards ran before. Each level
+is an exact Gumbel-max sample, so P(x_t = x) = P_t(b) p_t(x) / P_t(b) = p_t(x); the two levels hash
+V / BLOCK + BLOCK keys a position instead of V (192 + 256 for SmolLM2's 49,152 ids: one flat
+hash over the vocabulary made keyed verification at 64 rows, k = 3, cost more than the model's forward
+on the 2-core CPU). Plain decoding emits x_t; speculative verification accepts draft d_t iff d_t == x_t
+and emits x_t at the first mismatch (the correction) or after k accepted drafts (the bonus). Model
+drafters draft with the same keyed noise (:func:`coupled_draft`, the coupled draft of the paper) or by
+argmax. So speculative output is token-for-token plain output with the same seeds, whatever the
+drafter and k (up to float ties between a 1-token and a (k+1)-token forward). The noise of distinct
+(t, id) is independent, so a completion's law is the target's. For a deterministic draft d,
+P(accept) = p_t(d), as Leviathan et al.'s rejection sampling with q = one-hot(d).
 
 The uniforms come from a counter-based hash (the splitmix64 finaliser, Steele et al. 2014) of
-(seed, t, token id) in int64 arithmetic on the device: vectorised over rows, positions and the
-vocabulary, no generator state and no Python loop over rows. Right shifts are made logical by a mask
+(seed, t, token or block id) in int64 arithmetic on the device: vectorised over rows, positions and
+ids, no generator state and no Python loop over rows. Right shifts are made logical by a mask
 (torch's ``>>`` on int64 is arithmetic); multiplication wraps modulo 2^64.
 """
 
@@ -34,7 +39,9 @@ _M2 = 0x94D049BB133111EB - (1 << 64)
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # the Weyl increment that separates consecutive counters
 _POS = 0xD1B54A32D192ED03 - (1 << 64)  # odd constants spreading positions and token ids
 _TOK = 0xAEF17502108EF2D9 - (1 << 64)
+_BLOCKS = 0x632BE59BD9B4E019  # separates the block level's keys from the token level's
 _MASK64 = (1 << 64) - 1
+BLOCK = 256  # token ids per block of the two-level sample (module doc)
 
 
 def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
@@ -49,26 +56,45 @@ def mix64(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
+def _position_key(seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(B, T) int64 keys of (row seed (B,), completion position (B, T))."""
+    return mix64(mix64(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)
+
+
+def _uniform(key: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Uniforms in (0, 1), float64, of ``key`` (B, T) and ``ids`` broadcast against (B, T, n): the top 53
+    bits of the hash, plus half a step."""
+    bits = _shr(mix64(key[..., None] ^ (ids.long() * _TOK)), 11)  # (B, T, n) in [0, 2^53)
+    return (bits.double() + 0.5) * 2.0**-53
+
+
 def keyed_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int | torch.Tensor) -> torch.Tensor:
-    """Uniforms in (0, 1) keyed by (seed, position, token id).
+    """The token level's uniforms, keyed by (seed, position, token id).
 
     Args:
         seed: (B,) int64 row seeds.
         pos: (B, T) int64 completion positions (0 = the first completion token).
-        vocab: V, the number of token ids (ids 0..V-1), or a (V,) long tensor of the token ids to key
-            (a drafter's reduced vocabulary: its column c is target token ``vocab[c]``).
+        vocab: V, the number of token ids (ids 0..V-1), or a (V,) long tensor of the token ids to key.
     Returns:
-        (B, T, V) float64, strictly inside (0, 1): the top 53 bits of the hash, plus half a step.
+        (B, T, V) float64, strictly inside (0, 1).
     """
-    key = mix64(mix64(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)  # (B, T)
     ids = torch.arange(vocab, device=seed.device) if isinstance(vocab, int) else vocab.to(seed.device)
-    tok = ids.long() * _TOK  # (V,)
-    bits = _shr(mix64(key[..., None] ^ tok), 11)  # (B, T, V) in [0, 2^53)
-    return (bits.double() + 0.5) * 2.0**-53
+    return _uniform(_position_key(seed, pos), ids)
+
+
+def block_uniform(seed: torch.Tensor, pos: torch.Tensor, blocks: int) -> torch.Tensor:
+    """The block level's uniforms, keyed by (seed, position, block index): (B, T, blocks) float64."""
+    key = mix64(_position_key(seed, pos) + _BLOCKS)
+    return _uniform(key, torch.arange(blocks, device=seed.device))
+
+
+def gumbel(u: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise -log(-log u) of uniforms u in (0, 1)."""
+    return -(-u.log()).log()
 
 
 def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """The keyed Gumbel-max sample of each processed distribution.
+    """The keyed two-level Gumbel-max sample of each processed distribution (module doc).
 
     Args:
         probs: (B, T, V) processed distributions p (zeros where top-k/top-p removed a token; greedy
@@ -76,31 +102,46 @@ def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> 
         seed: (B,) int64 row seeds.
         pos: (B, T) int64 completion position of each distribution.
     Returns:
-        (B, T) int64: argmax_x log p(x) - log(-log u(seed, pos, x)). Tokens with p = 0 are never chosen.
+        (B, T) int64 token ids. Tokens with p = 0 are never chosen.
     """
-    u = keyed_uniform(seed, pos, probs.shape[-1])  # (B, T, V)
-    return (probs.double().log() - (-u.log()).log()).argmax(-1)
+    B, T, V = probs.shape
+    nb = -(-V // BLOCK)
+    p = torch.nn.functional.pad(probs, (0, nb * BLOCK - V)).view(B, T, nb, BLOCK)  # (B, T, nb, BLOCK)
+    mass = p.sum(-1).double()  # (B, T, nb)
+    blk = (mass.log() + gumbel(block_uniform(seed, pos, nb))).argmax(-1)  # (B, T)
+    inside = p.gather(2, blk[..., None, None].expand(B, T, 1, BLOCK))[:, :, 0].double()  # (B, T, BLOCK)
+    ids = blk[..., None] * BLOCK + torch.arange(BLOCK, device=probs.device)  # (B, T, BLOCK)
+    j = (inside.log() + gumbel(_uniform(_position_key(seed, pos), ids))).argmax(-1)  # (B, T)
+    return blk * BLOCK + j
 
 
 def coupled_draft(
     q: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor, ids: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The coupled draft of Daliri et al.: the drafter's Gumbel-max sample under the target's keyed noise.
+    """The coupled draft of Daliri et al.: the drafter's keyed sample under the target's keyed noise.
 
-    ``argmax_c log q(c) + G_{seed, pos}(ids[c])``: the same noise the target's keyed sample at that position
-    uses, so the draft equals the target's token with probability at least (1 - TV) / (1 + TV) for
-    TV = TV(p, q) (their coupling bound), where an argmax draft is accepted with p(argmax q) only.
+    :func:`keyed_sample` of q at the drafted position: the same noise the target's keyed sample there
+    uses, so the draft equals the target's token with probability at least (1 - TV) / (1 + TV) at each
+    of the two levels (their coupling bound; TV = TV(p, q) over blocks, then inside the block), where an
+    argmax draft is accepted with p(argmax q) only.
 
     Args:
         q: (B, V') processed draft distributions.
         seed: (B,) int64 row seeds.
         pos: (B,) long completion position of the drafted token.
-        ids: (V',) long target token id of each column of q (a reduced draft vocabulary), or None (V' = V).
+        ids: (V',) long target token id of each column of q (a reduced draft vocabulary), or None (V' = V):
+            the columns are keyed, and blocked, by the ids they stand for.
     Returns:
         (B,) long column indices into q.
     """
-    u = keyed_uniform(seed, pos[:, None], q.shape[-1] if ids is None else ids)[:, 0]  # (B, V')
-    return (q.double().log() - (-u.log()).log()).argmax(-1)
+    if ids is None:
+        return keyed_sample(q[:, None], seed, pos[:, None])[:, 0]
+    ids = ids.to(q.device)
+    full = q.new_zeros(q.shape[0], int(ids.max()) + 1).index_copy_(1, ids, q)  # (B, max id + 1)
+    column = torch.full((full.shape[1],), -1, dtype=torch.long, device=q.device).index_copy_(
+        0, ids, torch.arange(ids.numel(), device=q.device)
+    )
+    return column[keyed_sample(full[:, None], seed, pos[:, None])[:, 0]]
 
 
 def keyed_verify(
