@@ -4,7 +4,7 @@ accepted at least (1 - TV) / (1 + TV) of the time, where an argmax draft is acce
 
 import torch
 
-from workbench.rollout.keyed import coupled_draft, keyed_sample
+from workbench.rollout.keyed import BLOCK, coupled_draft, keyed_sample
 
 N = 20_000  # rows (seeds): the acceptance rates below are known to about +-0.007 (2 sigma)
 
@@ -53,16 +53,17 @@ def test_a_reduced_vocabulary_keys_its_columns_by_token_id():
 
 
 def test_across_blocks_a_drafter_equal_to_the_target_is_always_accepted_and_ids_key_by_token():
-    """Over 600 ids (three blocks) both levels share the target's noise: q = p gives p's token for every
-    seed, and a reduced vocabulary whose ids span the blocks drafts as its full-vocabulary embedding."""
+    """Over three blocks both levels share the target's noise: q = p gives p's token for every seed, and a
+    reduced vocabulary whose ids span the blocks drafts as its full-vocabulary embedding."""
+    V = 2 * BLOCK + 88
     g = torch.Generator().manual_seed(2)
-    p = torch.softmax(torch.randn(600, generator=g), -1)
+    p = torch.softmax(torch.randn(V, generator=g), -1)
     seeds, pos = torch.arange(2000) * 13 + 5, torch.arange(2000) % 11
     target = keyed_sample(p.expand(2000, 1, -1), seeds, pos[:, None])[:, 0]
-    assert (target // 256).unique().numel() == 3
+    assert (target // BLOCK).unique().numel() == 3
     assert torch.equal(coupled_draft(p.expand(2000, -1), seeds, pos), target)
-    ids = torch.tensor([3, 7, 300, 301, 520, 599])
+    ids = torch.tensor([3, 7, BLOCK + 1, BLOCK + 2, 2 * BLOCK + 9, V - 1])
     q_d = torch.softmax(torch.randn(2000, 6, generator=g), -1)
-    full = torch.zeros(2000, 600)
+    full = torch.zeros(2000, V)
     full[:, ids] = q_d
     assert torch.equal(ids[coupled_draft(q_d, seeds, pos, ids)], coupled_draft(full, seeds, pos))

@@ -10,12 +10,14 @@ sample of the processed distribution p_t (temperature, top-k, top-p applied firs
 
 with noise keyed by the row's seed and the position, never by how many forwards ran before. Each level
 is an exact Gumbel-max sample, so P(x_t = x) = P_t(b) p_t(x) / P_t(b) = p_t(x); the two levels hash
-V / BLOCK + BLOCK keys a position instead of V (192 + 256 for SmolLM2's 49,152 ids: one flat
-hash over the vocabulary made keyed verification at 64 rows, k = 3, cost more than the model's forward
-on the 2-core CPU). Plain decoding emits x_t; speculative verification accepts draft d_t iff d_t == x_t
-and emits x_t at the first mismatch (the correction) or after k accepted drafts (the bonus). Model
-drafters draft with the same keyed noise (:func:`coupled_draft`, the coupled draft of the paper) or by
-argmax. So speculative output is token-for-token plain output with the same seeds, whatever the
+V / BLOCK + BLOCK keys a position instead of V (96 + 512 for SmolLM2's 49,152 ids: one flat hash over
+the vocabulary made keyed verification at 64 rows, k = 3, cost more than the model's forward on the
+2-core CPU). With V <= BLOCK (the embedded presets' 512 ids) there is one block and the sample is the flat
+Gumbel-max one. Two levels couple a little less well than one (the coupled draft below loses at each), so
+BLOCK is as large as keeps the hashing cheap. Plain decoding emits x_t; speculative verification accepts
+draft d_t iff d_t == x_t and emits x_t at the first mismatch (the correction) or after k accepted drafts
+(the bonus). Model drafters draft with the same keyed noise (:func:`coupled_draft`, the coupled draft
+of the paper) or by argmax. So speculative output is token-for-token plain output with the same seeds, whatever the
 drafter and k (up to float ties between a 1-token and a (k+1)-token forward). The noise of distinct
 (t, id) is independent, so a completion's law is the target's. For a deterministic draft d,
 P(accept) = p_t(d), as Leviathan et al.'s rejection sampling with q = one-hot(d).
@@ -41,7 +43,7 @@ _POS = 0xD1B54A32D192ED03 - (1 << 64)  # odd constants spreading positions and t
 _TOK = 0xAEF17502108EF2D9 - (1 << 64)
 _BLOCKS = 0x632BE59BD9B4E019  # separates the block level's keys from the token level's
 _MASK64 = (1 << 64) - 1
-BLOCK = 256  # token ids per block of the two-level sample (module doc)
+BLOCK = 512  # token ids per block of the two-level sample (module doc); the presets' 512 ids are one block
 
 
 def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
