@@ -166,6 +166,8 @@ def audit(
     # the run's sampling (rollout.*) at the audit's length, ending where the run's rows end
     sampling = rollout_config(s, max_new_tokens=max_new_tokens).sampling
     sp = replace(sampling, eos_token_id=tok.eos_token_id, stop_token_ids=setup.stop_token_ids)
+    if biased:  # the planted wrong sampler replaces rejection sampling's verification
+        sp = replace(sp, sampler="rejection")
     m, a, n_req = plan(len(drafters), len(prompt_ids), max_new_tokens, alpha)
     n = samples or (min(n_req, max_samples) if max_samples else n_req)
     console.print(

@@ -151,6 +151,7 @@ def _worker_main(
         from drafters import build_drafter
         from workbench.models import load_model
         from workbench.rollout.drafter import DrafterTarget
+        from workbench.rollout.keyed import seeded
         from workbench.rollout_builder import build_backend, rollout_config, rollout_target
         from workbench.specs import ExperimentSpec
         from workbench.timing import timed
@@ -183,7 +184,9 @@ def _worker_main(
                 backend.load_policy_weights(policy)  # into the LeanLM (repacked if packed); the drafter synced
             elif msg[0] == "gen":
                 _, step, prompts, group_ids = msg
-                seconds, out = timed(lambda: backend.generate(prompts, cfg.sampling, gen, group_ids), device)
+                # keyed sampling: the row seeds a synchronous run's step would use, so the rollouts are its
+                sp = seeded(cfg.sampling, spec.seed, step, group_ids=group_ids, group_size=spec.grpo.group_size)
+                seconds, out = timed(lambda: backend.generate(prompts, sp, gen, group_ids), device)
                 results.put(WorkerResult(step, version, out, seconds))
     except Exception:  # reported to the trainer, which raises it with this traceback
         results.put(("error", traceback.format_exc()))

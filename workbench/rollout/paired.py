@@ -69,7 +69,8 @@ def paired_metrics(m: dict[str, float], ar: SpecCounters, ar_first: bool) -> dic
     ``speedup/gen_per_step`` = autoregressive gen s / speculative gen s: a ratio of *stage* times, not
     of time per token, because the stage time is what the step pays (a batch decodes until its longest
     row ends, so time is not proportional to tokens) and both arms sample the same law, so their
-    expected work is equal. ``speedup/step_per_step`` = (step - gen - draft_train + gen_ar) / step
+    expected work is equal (under keyed sampling the twin decodes the very same completions:
+    :func:`twin_divergence`). ``speedup/step_per_step`` = (step - gen - draft_train + gen_ar) / step
     (workbench.stats.step_ratios): the plain step has no speculative generation and trains no drafter,
     so online adaptation's ``timing_s/draft_train`` is charged to speculation. The run's estimates
     ``speedup/gen`` / ``speedup/step`` are computed from these by the run loop
