@@ -51,22 +51,32 @@ def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
     return (z >> s) & ((1 << (64 - s)) - 1)
 
 
+def _mix64_(z: torch.Tensor) -> torch.Tensor:
+    """:func:`mix64` in place on ``z`` (one scratch tensor): the hashes over (rows, positions, ids) are
+    the keyed sample's largest cost, and a fresh tensor per operation doubles it at (64, 4, 512)."""
+    t = torch.empty_like(z)
+    for s, m in ((30, _M1), (27, _M2), (31, None)):
+        torch.bitwise_right_shift(z, s, out=t)
+        z ^= t.bitwise_and_((1 << (64 - s)) - 1)
+        if m is not None:
+            z *= m
+    return z
+
+
 def mix64(z: torch.Tensor) -> torch.Tensor:
     """The splitmix64 finaliser, elementwise on an int64 tensor (a bijection of 64-bit words)."""
-    z = (z ^ _shr(z, 30)) * _M1
-    z = (z ^ _shr(z, 27)) * _M2
-    return z ^ _shr(z, 31)
+    return _mix64_(z.clone())
 
 
 def _position_key(seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """(B, T) int64 keys of (row seed (B,), completion position (B, T))."""
-    return mix64(mix64(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)
+    return _mix64_(_mix64_(seed.long() + _GOLDEN)[:, None] + pos.long() * _POS)
 
 
 def _uniform(key: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Uniforms in (0, 1), float64, of ``key`` (B, T) and ``ids`` broadcast against (B, T, n): the top 53
     bits of the hash, plus half a step."""
-    bits = _shr(mix64(key[..., None] ^ (ids.long() * _TOK)), 11)  # (B, T, n) in [0, 2^53)
+    bits = _shr(_mix64_(key[..., None] ^ (ids.long() * _TOK)), 11)  # (B, T, n) in [0, 2^53)
     return (bits.double() + 0.5) * 2.0**-53
 
 
@@ -86,7 +96,7 @@ def keyed_uniform(seed: torch.Tensor, pos: torch.Tensor, vocab: int | torch.Tens
 
 def block_uniform(seed: torch.Tensor, pos: torch.Tensor, blocks: int) -> torch.Tensor:
     """The block level's uniforms, keyed by (seed, position, block index): (B, T, blocks) float64."""
-    key = mix64(_position_key(seed, pos) + _BLOCKS)
+    key = _mix64_(_position_key(seed, pos) + _BLOCKS)
     return _uniform(key, torch.arange(blocks, device=seed.device))
 
 
@@ -95,8 +105,26 @@ def gumbel(u: torch.Tensor) -> torch.Tensor:
     return -(-u.log()).log()
 
 
+def _exp_noise(key: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(B, T, n) float32 Exp(1) noise E = -log u of :func:`_uniform`'s 53-bit u (``key`` (B, T), ``ids``
+    broadcast against (B, T, n)). The logarithm is taken in float64 and rounded to float32, so E keeps
+    float32's relative precision at every size: from 24-bit uniforms the smallest E, the likeliest
+    winners of the race, would be quantised at 2^-24."""
+    h = _mix64_(key[..., None] ^ (ids.long() * _TOK))  # (B, T, n)
+    h = torch.bitwise_right_shift(h, 11, out=h).bitwise_and_((1 << 53) - 1)
+    return h.double().add_(0.5).mul_(2.0**-53).log_().neg_().float()
+
+
+def _race(weights: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax over the last dim of weights / noise: the exponential race, Gumbel-max in product form
+    (argmax log w + G = argmax w / E, G = -log E, E ~ Exp(1)): one logarithm per id, none of w. Weight 0
+    never wins (E > 0)."""
+    return (weights.float() / noise).argmax(-1)
+
+
 def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """The keyed two-level Gumbel-max sample of each processed distribution (module doc).
+    """The keyed two-level Gumbel-max sample of each processed distribution (module doc), computed as
+    exponential races (:func:`_race`); the flat one-level race when V <= BLOCK.
 
     Args:
         probs: (B, T, V) processed distributions p (zeros where top-k/top-p removed a token; greedy
@@ -107,14 +135,16 @@ def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> 
         (B, T) int64 token ids. Tokens with p = 0 are never chosen.
     """
     B, T, V = probs.shape
+    key = _position_key(seed, pos)  # (B, T)
+    if V <= BLOCK:
+        return _race(probs, _exp_noise(key, torch.arange(V, device=probs.device)))
     nb = -(-V // BLOCK)
-    p = torch.nn.functional.pad(probs, (0, nb * BLOCK - V)).view(B, T, nb, BLOCK)  # (B, T, nb, BLOCK)
-    mass = p.sum(-1).double()  # (B, T, nb)
-    blk = (mass.log() + gumbel(block_uniform(seed, pos, nb))).argmax(-1)  # (B, T)
-    inside = p.gather(2, blk[..., None, None].expand(B, T, 1, BLOCK))[:, :, 0].double()  # (B, T, BLOCK)
+    p = probs if V == nb * BLOCK else torch.nn.functional.pad(probs, (0, nb * BLOCK - V))  # no copy when whole
+    p = p.view(B, T, nb, BLOCK)  # (B, T, nb, BLOCK)
+    blk = _race(p.sum(-1), _exp_noise(_mix64_(key + _BLOCKS), torch.arange(nb, device=probs.device)))  # (B, T)
+    inside = p.gather(2, blk[..., None, None].expand(B, T, 1, BLOCK))[:, :, 0]  # (B, T, BLOCK)
     ids = blk[..., None] * BLOCK + torch.arange(BLOCK, device=probs.device)  # (B, T, BLOCK)
-    j = (inside.log() + gumbel(_uniform(_position_key(seed, pos), ids))).argmax(-1)  # (B, T)
-    return blk * BLOCK + j
+    return blk * BLOCK + _race(inside, _exp_noise(key, ids))
 
 
 def coupled_draft(
