@@ -141,12 +141,31 @@ def test_a_wrong_keyed_verifier_is_found_and_its_differences_are_no_ties(tiny, m
     assert all(d.gap is not None and abs(d.gap) > d.tol for d in bad.divergences)  # scored, far from ties
 
 
-def test_cli_identity_on_tiny_passes_keyed_and_fails_with_the_rejection_sampler(monkeypatch):
+def _identity_runs(uri):
+    """{drafter: (metrics, status)} of the audit runs in an MLflow store, oldest first."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(ids, "tags.`workbench.audit` = 'identity'", order_by=["start_time"])
+    return [(r.data.metrics, r.info.status, r.data.params) for r in runs]
+
+
+def test_cli_identity_on_tiny_passes_keyed_and_fails_with_the_rejection_sampler(monkeypatch, tmp_path):
     from workbench import cli
     from workbench.cli import common
 
     monkeypatch.setattr(common.console, "width", 250)
-    args = ["audit", "quickstart", "--identity", "--prompts", "6", "rollout.max_batch_size=16"]
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [
+        "audit",
+        "quickstart",
+        "--identity",
+        "--prompts",
+        "6",
+        "rollout.max_batch_size=16",
+        f"tracking.tracking_uri={uri}",
+    ]
     r = CliRunner().invoke(cli.app, args)
     assert r.exit_code == 0, r.output
     assert "sampler keyed" in r.output and "6 prompts x 8 samples = 48 rows" in r.output
@@ -160,6 +179,11 @@ def test_cli_identity_on_tiny_passes_keyed_and_fails_with_the_rejection_sampler(
     cells = [c.strip() for c in row.strip("│ ").split("│")]
     assert int(cells[4]) > 24 and cells[6] == "0" and cells[-1] == "FAIL", row
     assert "audit FAILED" in r.output and "not a tie" in r.output
+    (keyed, status, params), (rejection, status_r, params_r) = _identity_runs(uri)  # what MLflow holds
+    assert status == status_r == "FINISHED" and (params["sampler"], params_r["sampler"]) == ("keyed", "rejection")
+    assert keyed["identity/draft_model/differing_tokens"] == 0 and keyed["identity/draft_model/passed"] == 1
+    assert keyed["identity/draft_model/rows"] == 48 and keyed["identity/draft_model/acceptance"] > 0.3
+    assert rejection["identity/ngram/differing_rows"] > 24 and rejection["identity/ngram/passed"] == 0
 
 
 def test_cli_identity_refuses_what_it_cannot_check():
@@ -169,3 +193,7 @@ def test_cli_identity_refuses_what_it_cannot_check():
     assert r.exit_code == 2 and "drafter.kind is none" in r.output
     r = CliRunner().invoke(cli.app, ["audit", "quickstart", "--identity", "--biased"])
     assert r.exit_code == 2 and "--biased" in r.output
+    r = CliRunner().invoke(
+        cli.app, ["audit", "quickstart", "--identity", "tracking.tracking_uri=sqlite:////proc/no/m.db"]
+    )
+    assert r.exit_code == 2 and "MLflow store sqlite:////proc/no/m.db cannot be used" in r.output

@@ -100,6 +100,21 @@ def test_greedy_completions_equal_generate_also_after_a_step(tmp_path, drafter):
         assert tr._metrics[mode]["spec/num_drafts"][-1] > 0 and tr._metrics[mode]["timing_s/gen"][-1] > 0
 
 
+def _sampled(tmp_path, drafter, *extra):
+    overrides = [f"drafter.kind={drafter}", "drafter.k=3", "tracking.enabled=false", *extra]
+    rollout = workbench_rollout_func("micro", overrides)
+    return rollout(PROMPTS * 2, _trainer(tmp_path / drafter, rollout, temperature=1.0))["completion_ids"]
+
+
+def test_sampled_completions_are_the_same_whatever_the_drafter(tmp_path):
+    """The spec's default sampler (keyed, in the workbench engine) also under TRL: the same GRPOConfig.seed
+    gives the same sampled completions with and without speculation; rejection sampling does not."""
+    plain = _sampled(tmp_path, "none")
+    assert _sampled(tmp_path, "ngram") == plain and _sampled(tmp_path, "draft_model") == plain
+    rejection = "rollout.sampler=rejection"
+    assert _sampled(tmp_path, "ngram", rejection) != _sampled(tmp_path, "none", rejection)
+
+
 def test_logprobs_equal_trls_own(tmp_path):
     rollout = workbench_rollout_func("micro", ["drafter.kind=ngram", "drafter.k=3", "tracking.enabled=false"])
     tr = _trainer(tmp_path, rollout, temperature=0.8)

@@ -15,7 +15,9 @@ SHOWN = 8  # divergences printed per drafter
 def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max_new_tokens: int | None, opts) -> None:
     """Build the spec's target, prompts and drafters (``kinds``; None: the spec's drafter.kind), decode
     each prompt grpo.group_size times plainly and speculatively with the same row seeds, print the
-    counts and every divergence, and exit 1 unless identical up to counted float ties."""
+    counts and every divergence, log them to the spec's MLflow experiment (a run tagged
+    ``workbench.audit=identity``: ``identity/<drafter>/*`` metrics, the divergences as ``identity.json``;
+    none with tracking.enabled=false), and exit 1 unless identical up to counted float ties."""
     from workbench.audit.identity import grpo_groups, plain_completions, run_identity
     from workbench.audit.setup import audit_setup
     from workbench.grpo.build import resolve_device
@@ -27,6 +29,7 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
     kinds = kinds or ([s.drafter.kind] if s.drafter.kind != "none" else [])
     if not kinds:
         _fail("--identity compares speculative with plain decoding: drafter.kind is none; set it or --drafters")
+    tracker = _tracker(s)
     try:
         setup = audit_setup(s, kinds, num_prompts, resolve_device(s.model.device))
     except ValueError as e:
@@ -50,7 +53,7 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
         highlight=False,
     )
     reports = []
-    with console.status("plain decoding") as status:
+    with tracker, console.status("plain decoding") as status:
         plain = plain_completions(setup.lm, prompts, sp, batch, s.seed, groups)
         for name, drafter in setup.drafters.items():
             status.update(f"{name} k={k}: speculative decoding and the comparison")
@@ -60,6 +63,7 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
                     engine=opts,
                 )
             )  # fmt: skip
+        _log(tracker, s, reports, setup.skipped, sp, k, len(prompts), opts.label())
     table = Table(title="identity: plain vs speculative decoding, same row seeds")
     for col in (
         "drafter",
@@ -105,3 +109,48 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
         err.print("[bold red]audit FAILED:[/] speculative completions differ from plain ones with the same seeds")
         raise typer.Exit(1)
     console.print("[green]audit passed[/]: speculative completions equal plain ones (up to the counted float ties)")
+
+
+def _tracker(s):
+    """The audit's MLflow run (not started), after checking the store: an unusable one fails here, before
+    any model is built (one line, exit 2)."""
+    from workbench.tracking import StoreError, Tracker, check_store
+
+    if s.tracking.enabled:
+        try:
+            check_store(s.tracking.tracking_uri, s.tracking.experiment)
+        except StoreError as e:
+            _fail(str(e))
+    tags = {"workbench.audit": "identity", "workbench.spec": s.name}
+    return Tracker(s.tracking.tracking_uri, s.tracking.experiment, f"audit-identity-{s.name}", s.tracking.enabled, tags)
+
+
+def _log(tracker, s, reports, skipped: dict[str, str], sp, k: int, rows: int, engine: str) -> None:
+    """Parameters, one metric set per drafter (rows, tokens, differing rows and tokens, float ties, acceptance,
+    passed 0/1) and ``identity.json`` with every divergence, as :func:`run_identity_audit` prints them."""
+    tracker.log_params(
+        {
+            "target": s.model.target, "dtype": s.model.dtype, "k": k, "rows": rows, "seed": s.seed,
+            "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
+            "max_new_tokens": sp.max_new_tokens, "sampler": sp.sampler, "keyed_draft": sp.keyed_draft,
+            "engine": engine,
+        }
+    )  # fmt: skip
+    metrics: dict[str, float] = {}
+    for r in reports:
+        c, pre = r.comparison, f"identity/{r.drafter}/"
+        metrics.update(
+            {
+                pre + "rows": c.rows, pre + "tokens": c.tokens, pre + "differing_rows": c.differing_rows,
+                pre + "differing_tokens": c.differing_tokens, pre + "ties": r.ties,
+                pre + "acceptance": r.acceptance, pre + "passed": float(r.passed),
+            }
+        )  # fmt: skip
+    tracker.log_metrics(metrics, step=0)
+    tracker.log_dict(
+        {
+            "drafters": {r.drafter: [d.describe() for d in r.divergences] for r in reports},
+            "skipped": skipped,
+        },
+        "identity.json",
+    )

@@ -78,9 +78,11 @@ def group_ids_of(prompt_ids: list[list[int]]) -> list[int]:
     return ids
 
 
-def sampling_from_trainer(trainer: Any) -> SamplingParams:
+def sampling_from_trainer(trainer: Any, sampler: str = "rejection", keyed_draft: str = "coupled") -> SamplingParams:
     """TRL's sampling settings (its ``GRPOTrainer`` attributes, copied from ``GRPOConfig``) as the
-    engine's :class:`SamplingParams`.
+    engine's :class:`SamplingParams`, with the spec's ``rollout.sampler`` / ``rollout.keyed_draft``
+    (keyed: row seeds drawn from the adapter's generator, seeded by ``GRPOConfig.seed`` and the rank,
+    so the same TRL seed gives the same completions whatever the drafter).
 
     Raises:
         ValueError: ``repetition_penalty`` != 1 or ``min_p`` set (the engine samples the plain
@@ -104,6 +106,8 @@ def sampling_from_trainer(trainer: Any) -> SamplingParams:
         max_new_tokens=int(trainer.max_completion_length),
         eos_token_id=eos[0] if eos else None,
         stop_token_ids=tuple(eos[1:]),
+        sampler=sampler,
+        keyed_draft=keyed_draft,
     )
 
 
@@ -207,7 +211,7 @@ class WorkbenchRolloutFunc:
                 on vLLM that no passed audit covers at TRL's sampling (the vLLM guard, docs/vllm.md), a
                 model named by a Hugging Face Hub id that cannot be resolved (:func:`model_folder`).
         """
-        sampling = sampling_from_trainer(trainer)
+        sampling = sampling_from_trainer(trainer, self.spec.rollout.sampler, self.spec.rollout.keyed_draft)
         mode = "train" if trainer.model.training else "eval"
         metrics: dict[str, float] = {}
         t0 = time.perf_counter()
