@@ -48,6 +48,23 @@ def test_grpo_with_and_without_speculation_is_one_run(kind):
         assert torch.equal(p, q)
 
 
+def _eval_rows(kind: str) -> list[list[list[int]]]:
+    """The completions of each arm of one held-out evaluation (greedy, then sampled), at step 0."""
+    tr, _ = _train(kind, "grpo.eval_sampled=true", "task.num_eval=16", steps=0)
+    arms, generate = [], tr.backend.generate
+    tr.backend.generate = lambda *a, **k: arms.append(out := generate(*a, **k)) or out
+    tr.evaluate()
+    return [out.tokens for out in arms]
+
+
+def test_sampled_evaluation_is_the_same_whatever_the_drafter():
+    """Held-out evaluation at the rollouts' sampling: each prompt's own keyed seed, so the greedy arm's
+    forwards (which draw from the evaluation generator, as many as the drafter makes) cannot move the
+    sampled arm's rows."""
+    greedy, sampled = _eval_rows("none")
+    assert len(sampled) == 16 and _eval_rows("ngram") == [greedy, sampled]
+
+
 def test_rejection_sampling_gives_another_run():
     _, h_plain = _train("none", "rollout.sampler=rejection")
     _, h_spec = _train("ngram", "rollout.sampler=rejection")

@@ -410,11 +410,9 @@ class GRPOTrainer:
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy on the held-out prompts (speculation is exact, so the drafter is used), with
         its Wilson 95 % interval; with ``grpo.eval_sampled`` also at the rollouts' sampling settings
-        (``eval_sampled/*``). The drafter's acceptance on these prompts rides along
-        (``eval/acceptance_length``, ...): the eval split is hash-partitioned away from the train split
-        that in_domain drafter inits draw from. Training's later rollouts stay as without it: its own
-        generator (fresh, seed + EVAL_SEED_OFFSET) and the drafter's fixed k, so held-out acceptance stays
-        out of the adaptive-k policy's estimates."""
+        (``eval_sampled/*``; keyed: a seed per prompt). Acceptance rides along (``eval/acceptance_length``,
+        ...; the eval split is hash-partitioned away from in_domain drafter inits' train split). Training's later
+        rollouts stay as without it: its own generator (fresh, seed + EVAL_SEED_OFFSET) and fixed k."""
         if self.eval_data is None or len(self.eval_data) == 0:
             return {}
         self._load_weights()
@@ -425,6 +423,9 @@ class GRPOTrainer:
         )
         sp = self.sampling
         greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
+        # keyed: a seed a held-out prompt, not drawn from gen (which the greedy arm's drafts may consume)
+        rank = self.dp.rank if self.dp else 0
+        sp = seeded(sp, self.spec.seed, EVAL_SEED_OFFSET, rank, group_ids=list(range(len(prompts))), group_size=1)
         arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.spec.grpo.eval_sampled else [])
         m: dict[str, float] = {}
         policy, self.backend.k_policy = self.backend.k_policy, None
