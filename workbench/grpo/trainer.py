@@ -8,8 +8,7 @@ log it (MLflow) and show it (Rich). The trainer builds nothing: its parts (polic
 rollout backend and its paired twin, drafter and its online adaptation, optimiser, data) come from
 the builders of :mod:`workbench.grpo.build`; which engine generates is the backend's business
 (:mod:`workbench.rollout.backend`).
-Method: DeepSeekMath GRPO (arXiv 2402.03300) with DAPO's clip-higher/token-mean and Dr. GRPO's
-options (arXiv 2503.14476, 2503.20783).
+Method: DeepSeekMath GRPO (arXiv 2402.03300), DAPO's clip-higher/token-mean (2503.14476), Dr. GRPO (2503.20783).
 """
 
 from __future__ import annotations
