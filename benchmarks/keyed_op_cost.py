@@ -2,7 +2,10 @@
 drafter-invariant sampler) against the inverse-CDF sample that rejection sampling's plain decoding draws
 (``workbench.rollout.sampling.sample``), at the shapes a decode step and a k = 3 verification hand them.
 
-    python benchmarks/keyed_op_cost.py OUT.json [--rounds 20] [--reps 50] [--threads 2]
+    python benchmarks/keyed_op_cost.py OUT.json [--rounds 20] [--reps 50] [--threads 2] [--against OLD.py]
+
+``--against``: another version of ``workbench/rollout/keyed.py`` (``git show REV:workbench/rollout/keyed.py >
+OLD.py``) timed as a third arm, with its ratio to the current keyed sample and a check that both draw the same tokens.
 
 Paired: each round times both samplers back to back (order alternating), ``--reps`` calls each, on the
 same processed distributions (softmax of N(0, 3^2) logits at T 0.7); the ratio keyed / inverse-CDF per
@@ -47,7 +50,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--against")
     a = ap.parse_args()
+    old = None
+    if a.against:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("keyed_against", a.against)
+        old = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(old)
     torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     rows = []
@@ -56,6 +67,9 @@ def main() -> None:
         seeds, pos = torch.randint(0, 2**62, (B,), generator=g), torch.arange(T).expand(B, T)
         flat = p.reshape(B * T, V)
         arms = {"keyed": lambda: keyed_sample(p, seeds, pos), "inverse_cdf": lambda: sample(flat, g)}
+        if old is not None:
+            arms["against"] = lambda: old.keyed_sample(p, seeds, pos)
+            same = bool((old.keyed_sample(p, seeds, pos) == keyed_sample(p, seeds, pos)).all())
         for fn in arms.values():
             fn()  # warm
         ms: dict[str, list[float]] = {name: [] for name in arms}
@@ -63,11 +77,17 @@ def main() -> None:
             for name in arms if r % 2 == 0 else reversed(list(arms)):
                 ms[name].append(_ms(arms[name], a.reps))
         ci = ratio_ci([k / i for k, i in zip(ms["keyed"], ms["inverse_cdf"])])
+        if old is not None:
+            vs = ratio_ci([k / o for k, o in zip(ms["keyed"], ms["against"])])
+            extra = {"against_ms": statistics.median(ms["against"]), "keyed_over_against": vs.mean,
+                     "keyed_over_against_ci95": [vs.low, vs.high], "same_tokens": same}  # fmt: skip
+            ci_txt = f"{vs.mean:.2f} [{vs.low:.2f}, {vs.high:.2f}]"
+            print(f"  against: {extra['against_ms']:.3f} ms, keyed / against {ci_txt}, same tokens: {same}")
         rows.append(
             {
                 "rows": B, "positions": T, "ids": V,
                 "keyed_ms": statistics.median(ms["keyed"]), "inverse_cdf_ms": statistics.median(ms["inverse_cdf"]),
-                "ratio": ci.mean, "ratio_ci95": [ci.low, ci.high],
+                "ratio": ci.mean, "ratio_ci95": [ci.low, ci.high], **(extra if old is not None else {}),
             }
         )  # fmt: skip
         r = rows[-1]
@@ -75,7 +95,8 @@ def main() -> None:
             f"({B}, {T}, {V}): keyed {r['keyed_ms']:.3f} ms, inverse-CDF {r['inverse_cdf_ms']:.3f} ms, "
             f"keyed / inverse-CDF {ci.mean:.2f} [{ci.low:.2f}, {ci.high:.2f}]"
         )
-    meta = {"cpu": _cpu(), "threads": a.threads, "torch": torch.__version__, "rounds": a.rounds, "reps": a.reps}
+    meta = {"cpu": _cpu(), "threads": a.threads, "torch": torch.__version__, "rounds": a.rounds, "reps": a.reps,
+            "against": a.against}  # fmt: skip
     with open(a.out, "w") as f:
         json.dump({"host": meta, "rows": rows}, f, indent=1)
 
