@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 PREFIXES = (
     "reward/",
@@ -46,7 +47,7 @@ def compare(client, plain, other) -> dict:
             worst[key] = max((abs(a[s] - b[s]) for s in steps), default=float("nan"))
     twin = history(client, other.info.run_id, "gen_autoregressive/differing_tokens")
     return {
-        "steps": int(max(history(client, plain.info.run_id, "reward/mean"), default=-1)) + 1,
+        "steps": len(history(client, plain.info.run_id, "reward/mean")),
         "metrics": len(keys),
         "equal": len(equal),
         "differ": worst,
@@ -67,7 +68,8 @@ def main() -> None:
     client = MlflowClient(tracking_uri=a.store)
     exp = client.get_experiment_by_name(a.experiment)
     if exp is None:
-        raise SystemExit(f"error: no experiment {a.experiment!r} in {a.store}")
+        print(f"error: no experiment {a.experiment!r} in {a.store}; give --store the runs' store", file=sys.stderr)
+        raise SystemExit(2)
     runs = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", order_by=["start_time"])
     by_seed: dict[str, dict[str, object]] = {}
     for r in runs:

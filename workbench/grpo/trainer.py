@@ -422,7 +422,7 @@ class GRPOTrainer:
         )
         sp = self.sampling
         greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
-        # keyed: a seed a held-out prompt, not drawn from gen (which the greedy arm's drafts may consume)
+        # keyed: a seed per held-out prompt, not drawn from gen (the greedy arm draws from it once a forward)
         rank = self.dp.rank if self.dp else 0
         sp = seeded(sp, self.spec.seed, EVAL_SEED_OFFSET, rank, group_ids=list(range(len(prompts))), group_size=1)
         arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.spec.grpo.eval_sampled else [])

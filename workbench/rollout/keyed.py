@@ -140,7 +140,7 @@ def keyed_sample(probs: torch.Tensor, seed: torch.Tensor, pos: torch.Tensor) -> 
         return _race(probs, _exp_noise(key, torch.arange(V, device=probs.device)))
     nb = -(-V // BLOCK)
     p = probs if V == nb * BLOCK else torch.nn.functional.pad(probs, (0, nb * BLOCK - V))  # no copy when whole
-    p = p.view(B, T, nb, BLOCK)  # (B, T, nb, BLOCK)
+    p = p.reshape(B, T, nb, BLOCK)  # (B, T, nb, BLOCK); a view unless probs' last dim is strided
     blk = _race(p.sum(-1), _exp_noise(_mix64_(key + _BLOCKS), torch.arange(nb, device=probs.device)))  # (B, T)
     inside = p.gather(2, blk[..., None, None].expand(B, T, 1, BLOCK))[:, :, 0]  # (B, T, BLOCK)
     ids = blk[..., None] * BLOCK + torch.arange(BLOCK, device=probs.device)  # (B, T, BLOCK)
