@@ -1,5 +1,8 @@
 """Shared fixtures: tiny random Llama models (no build, no download) and an isolated cache."""
 
+import json
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -7,6 +10,43 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from workbench.rollout.model import LeanLM
 
 pytest_plugins = ["isolated_modules"]  # tests/isolated_modules.py: vllm-marked modules run in a subprocess each
+
+MAX_WORKERS = 4  # `-n auto` (pyproject addopts): a worker per core up to this; more only duplicate module fixtures
+
+
+def pytest_xdist_auto_num_workers(config):
+    """pytest-xdist's worker count for ``-n auto``: one per core, at most :data:`MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+
+
+def _share_the_cores() -> None:
+    """Under pytest-xdist each worker gets its share of the cores as torch threads (and OMP_NUM_THREADS for the
+    processes it starts, unless the caller set one): two workers of two threads on two cores oversubscribe
+    OpenMP and run slower than one."""
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if n > 1:
+        threads = max(1, (os.cpu_count() or 1) // n)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _keep_the_callers_terminal_size() -> None:
+    """pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment whatever the caller had;
+    Rich reads COLUMNS as an explicit width, so the tests of piped output (full width, workbench/console.py)
+    would see 80 columns. The controller records the caller's values; each worker puts them back."""
+    saved = "WB_TEST_CALLER_TERMINAL"
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[saved] = json.dumps({k: os.environ.get(k) for k in ("COLUMNS", "LINES")})
+        return
+    for key, value in json.loads(os.environ.get(saved, "{}")).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+_keep_the_callers_terminal_size()
+_share_the_cores()
 
 
 def random_llama(vocab=48, hidden=64, layers=2, seed=0, tie=False, lm_head_std=1.0, max_pos=256):

@@ -107,6 +107,8 @@ def _run_module(item: pytest.Item) -> None:
     ]
     if config.inipath is not None:
         cmd.append(f"--config-file={config.inipath}")
+    if config.pluginmanager.hasplugin("xdist"):  # the child is one module: no workers of its own (addopts' -n)
+        cmd += ["-n", "0"]
     if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is not None:
         cmd.append(f"--timeout={config.getoption('timeout')}")
     budget = sum(i.stash.get(_TIMEOUT_KEY, DEFAULT_TIMEOUT_S) for i in mine) + SLACK_S
