@@ -11,7 +11,7 @@ from workbench.rollout.model import LeanLM
 
 pytest_plugins = ["isolated_modules"]  # tests/isolated_modules.py: vllm-marked modules run in a subprocess each
 
-MAX_WORKERS = 4  # `-n auto` (pyproject addopts): a worker per core up to this; more only duplicate module fixtures
+MAX_WORKERS = 4  # `-n auto` (pyproject addopts): a worker per core up to this; each builds its own fixtures and servers
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -21,8 +21,8 @@ def pytest_xdist_auto_num_workers(config):
 
 def _share_the_cores() -> None:
     """Under pytest-xdist each worker gets its share of the cores as torch threads (and OMP_NUM_THREADS for the
-    processes it starts, unless the caller set one): two workers of two threads on two cores oversubscribe
-    OpenMP and run slower than one."""
+    processes it starts, unless the caller set one): two workers of two threads on two cores would
+    oversubscribe OpenMP."""
     n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if n > 1:
         threads = max(1, (os.cpu_count() or 1) // n)
