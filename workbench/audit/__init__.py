@@ -49,6 +49,9 @@ autoregressive pilot), so the tested positions carry entropy where speculation a
 completion token comes from the prefill and is never drafted, so the uncertain token sits at
 completion position 1, the first draft verified. (Before, it sat at position 0: on the quickstart
 the drafted positions were then near-certain, acceptance 1.00 for draft_model and eagle3 in vLLM.)
+Where a drafter rarely drafts the target's token there (ngram on a real model), :func:`accepting_contexts`
+finds, per drafter, a context whose first draft is accepted at a rate in a band (``wb audit --context
+accepted``; :mod:`workbench.audit.contexts`).
 
 Engine paths: by default each drafter runs in a bare engine (k every step, rows retired at once);
 :class:`~workbench.audit.engines.EngineOptions` (``wb audit --adaptive --buckets --compile``) turns
@@ -58,6 +61,7 @@ A sampler can be injected (``rejection_fn``) to check that the audit catches a b
 :func:`accept_all_rejection_sample`, which accepts every draft.
 """
 
+from workbench.audit.contexts import ACCEPT_BAND, accepting_contexts, first_position_acceptance, informative_prompts
 from workbench.audit.engines import EngineOptions
 from workbench.audit.joint import Joint2, exact_joint2
 from workbench.audit.law import (
@@ -68,7 +72,6 @@ from workbench.audit.law import (
     detectable_shift,
     expected_counts,
     goodness_of_fit,
-    informative_prompts,
     plan,
     position_counts,
     required_samples,
@@ -77,14 +80,17 @@ from workbench.audit.law import (
 )
 
 __all__ = [
+    "ACCEPT_BAND",
     "END",
     "AuditResult",
     "Joint2",
     "EngineOptions",
     "AuditTest",
     "accept_all_rejection_sample",
+    "accepting_contexts",
     "detectable_shift",
     "exact_joint2",
+    "first_position_acceptance",
     "expected_counts",
     "goodness_of_fit",
     "informative_prompts",

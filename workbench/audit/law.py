@@ -7,14 +7,14 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 from unittest import mock
 
 import torch
 from scipy import stats
 
 from workbench.audit.engines import EngineOptions, build_engine
-from workbench.audit.joint import exact_joint2
+from workbench.audit.joint import Joint2, exact_joint2
 from workbench.rollout import engine as engine_mod
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.drafter import Drafter
@@ -215,6 +215,8 @@ class AuditResult:
     num_tests: int
     shift: float  # detectable shift at n (1-df, p = 0.5, power 0.9)
     acceptance: dict[str, float] = field(default_factory=dict)
+    # per drafter, [accepted at draft position 0, verifications with a draft] over its sampled rows
+    first_acceptance: dict[str, list[int]] = field(default_factory=dict)
     wall_s: float = 0.0
     # per drafter, the sampled generations' steps as (rows in the forward, k_t): whether the audited
     # engine chose k per step and retired rows (to capture sizes) is read off these
@@ -224,64 +226,6 @@ class AuditResult:
     @property
     def passed(self) -> bool:
         return all(t.passed for t in self.tests)
-
-
-def first_uncertain(seqs: list[list[int]], scan: int, threshold: float) -> int | None:
-    """First position whose most frequent token has frequency < ``threshold`` among ``seqs`` (None
-    if none within ``scan``)."""
-    for t in range(scan):
-        c = position_counts(seqs, t)
-        if c and c.most_common(1)[0][1] < threshold * len(seqs):
-            return t
-    return None
-
-
-def informative_prompts(
-    target,
-    prompts: list[list[int]],
-    sampling: SamplingParams,
-    pilot: int = 256,
-    scan: int = 64,
-    threshold: float = 0.95,
-    seed: int = 0,
-    tries: int = 8,
-) -> list[list[int]]:
-    """Each prompt + the target's own sampled prefix, ending one token before an uncertain position
-    (most frequent token < ``threshold`` in an autoregressive pilot of ``pilot`` rows).
-
-    Why one before: the first completion token is sampled from the prefill's logits, never drafted
-    (here and in vLLM), so an uncertain token there tests no speculation; placed at completion
-    position 1 it is the first draft verified. Where the pilot is uncertain at once (position 0),
-    the modal first token is appended and the pilot repeated (``tries`` times); the prompt is kept
-    unchanged if no position within ``scan`` is uncertain. The pilot stops at every stop id of
-    ``sampling`` (as the audited engines do), and no stop id is put into a context."""
-    sp = replace(sampling, max_new_tokens=scan)  # keeps the stop ids: a pilot row ends where an audited one would
-    eng = plain_backend(target, EngineConfig(max_batch_size=pilot))
-    stops = set(sampling.stop_ids)
-    out = []
-    for i, p in enumerate(prompts):
-        ctx = list(p)
-        for attempt in range(tries):
-            seqs = eng.generate(
-                [ctx] * pilot,
-                sp,
-                torch.Generator(target.lm_head.weight.device).manual_seed(seed + 7 * i + 1009 * attempt),
-            ).tokens
-            t0 = first_uncertain(seqs, scan, threshold)
-            if t0 is None:
-                break
-            if t0 >= 1:
-                row = next((s for s in seqs if len(s) > t0), seqs[0])
-                ctx += [x for x in row[: t0 - 1] if x not in stops]
-                break
-            modal = next(
-                (tok for tok, _ in position_counts(seqs, 0).most_common() if tok not in stops and tok != END), None
-            )
-            if modal is None:
-                break
-            ctx.append(modal)
-        out.append(ctx)
-    return out
 
 
 def plan(
@@ -296,7 +240,7 @@ def plan(
 def run_audit(
     target,
     drafters: dict[str, Drafter | object],
-    prompts: list[list[int]],
+    prompts: list[list[int]] | Mapping[str, list[list[int]]],
     sampling: SamplingParams,
     k: int = 3,
     n: int | None = None,
@@ -314,7 +258,8 @@ def run_audit(
 
     A value that is a rollout backend (:class:`workbench.rollout.backend.RolloutBackend`, e.g. a
     vLLM engine: ``workbench.vllm.measure.audit``) is audited as it generates; a drafter is run in the
-    workbench engine at ``k`` (:func:`workbench.audit.engines.build_engine`).
+    workbench engine at ``k`` (:func:`workbench.audit.engines.build_engine`). ``prompts``: the contexts
+    every drafter is audited at, or per drafter name its own (as many for each: ``--context accepted``).
 
     n: rows per drafter and prompt (None: :func:`required_samples` for a 1 % shift, capped by
     ``max_samples``). rejection_fn: replaces the engine's rejection sampler (to check that the
@@ -324,7 +269,9 @@ def run_audit(
     t0 = time.perf_counter()
     say = on_progress or (lambda s: None)
     T = sampling.max_new_tokens
-    m, a, n_req = plan(len(drafters), len(prompts), T, alpha)
+    per = prompts if isinstance(prompts, Mapping) else {name: prompts for name in drafters}
+    num_prompts = max((len(v) for v in per.values()), default=0)
+    m, a, n_req = plan(len(drafters), num_prompts, T, alpha)
     if n is None:
         n = n_req if not max_samples else min(n_req, max_samples)
     opts = engine or EngineOptions()
@@ -335,9 +282,13 @@ def run_audit(
     )
     V = target.cfg.vocab_size
     batch = rows_per_forward(V, k + 1, batch)  # a real vocabulary: fewer rows per verification forward
-    for pi, prompt in enumerate(prompts):
-        joint = exact_joint2(target, prompt, sampling, sampling.stop_ids, n=n) if T >= 2 else None
+    for pi in range(num_prompts):
+        joints: dict[tuple[int, ...], Joint2] = {}  # drafters audited at one context share its exact joint law
         for di, (name, drafter) in enumerate(drafters.items()):
+            prompt = per[name][pi]
+            if T >= 2 and tuple(prompt) not in joints:
+                joints[tuple(prompt)] = exact_joint2(target, prompt, sampling, sampling.stop_ids, n=n)
+            joint = joints.get(tuple(prompt))
             say(f"prompt {pi}: {name} k={k}, {n} rows")
             eng = _engine(target, drafter, k, batch, n, opts)
             gen = torch.Generator(target.lm_head.weight.device).manual_seed(seed + 1000 * pi + di + 1)
@@ -346,7 +297,10 @@ def run_audit(
             c = out.counters
             res.steps.setdefault(name, []).extend(zip(c.rows_per_forward, c.k_per_step))
             acc = res.acceptance.setdefault(name, 0.0)
-            res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / len(prompts)
+            res.acceptance[name] = acc + (c.num_accepted_tokens / max(c.num_draft_tokens, 1)) / num_prompts
+            first = res.first_acceptance.setdefault(name, [0, 0])  # draft position 0: accepted, verifications
+            first[0] += c.num_accepted_tokens_per_pos[0] if c.num_accepted_tokens_per_pos else 0
+            first[1] += c.num_drafts
             lens = torch.tensor([len(x) for x in out.tokens])
             # (n, T), -1 past a row's end
             toks = torch.tensor([x + [-1] * (T - len(x)) for x in out.tokens], dtype=torch.long)
@@ -367,13 +321,12 @@ def run_audit(
                 what, low = fit_detail(fit, int(two.sum()), a)
                 detail = f"{what} {deviation(observed, Ej)}"
                 res.tests.append(AuditTest(name, "joint 0..1", pi, fit.pvalue, fit.pvalue > a, detail, low))
-    ar_greedy = (
-        plain_backend(target, EngineConfig(max_batch_size=batch)).generate(greedy_prompts or prompts, greedy_sp).tokens
-    )
+    greedy = greedy_prompts or next(iter(per.values()), [])
+    ar_greedy = plain_backend(target, EngineConfig(max_batch_size=batch)).generate(greedy, greedy_sp).tokens
     for name, drafter in drafters.items():
-        eng = _engine(target, drafter, k, batch, len(greedy_prompts or prompts), opts)
+        eng = _engine(target, drafter, k, batch, len(greedy), opts)
         with patch:
-            sv = eng.generate(greedy_prompts or prompts, greedy_sp).tokens
+            sv = eng.generate(greedy, greedy_sp).tokens
         bad = [i for i, (x, y) in enumerate(zip(sv, ar_greedy)) if x != y]
         res.tests.append(
             AuditTest(name, "greedy", -1, None, not bad, f"{len(sv) - len(bad)}/{len(sv)} prompts identical")

@@ -86,6 +86,13 @@ def audit(
     pilot_tokens: int = typer.Option(
         64, "--pilot-tokens", min=1, help="Completion tokens the pilot scans for an uncertain position."
     ),
+    context: str = typer.Option(
+        "uncertain",
+        "--context",
+        help="Where the sampled tests run: uncertain (one token before the target's first uncertain position) or "
+        "accepted (per drafter, the first cut of the target's own completion where its first draft is accepted at "
+        "a rate in 0.3-0.9, probed with --pilot-rows rows: tests the accept path, e.g. ngram on a real model).",
+    ),
     verdicts_file: Optional[Path] = typer.Option(
         None,
         "--verdicts-file",
@@ -140,6 +147,10 @@ def audit(
         return
     prompts = prompts or 1
     on_vllm = s.rollout.backend == "vllm"
+    if context not in ("uncertain", "accepted"):
+        _fail(f"--context: {context!r}; allowed values: uncertain, accepted")
+    if context == "accepted" and on_vllm:
+        _fail("--context accepted probes the workbench engine's drafters: drop rollout.backend=vllm or the option")
     if on_vllm and biased:
         _fail("--biased plants a wrong sampler in the workbench engine; drop it with rollout.backend=vllm")
     try:  # rollout.backend=vllm: workbench drafters are built only to be handed to vLLM (draft_model, eagle3, dflash)
@@ -179,8 +190,13 @@ def audit(
         highlight=False,
     )
     with console.status("sampling") as status:
-        status.update("pilot: finding uncertain positions")
-        contexts = informative_prompts(lm, prompt_ids, sp, pilot=pilot_rows, scan=pilot_tokens, seed=s.seed)
+        if context == "accepted":
+            contexts, probed = _accepting(
+                lm, drafters, prompt_ids, sp, kk, pilot_rows, pilot_tokens, s.seed, opts, status
+            )
+        else:
+            status.update("pilot: finding uncertain positions")
+            contexts = informative_prompts(lm, prompt_ids, sp, pilot=pilot_rows, scan=pilot_tokens, seed=s.seed)
         res = run_audit(
             lm,
             drafters,
@@ -211,14 +227,24 @@ def audit(
     for kind, why in res.skipped.items():
         table.add_row(kind, "-", "-", "[yellow]skipped[/]", why)
     console.print(table)
-    console.print(
-        "contexts (prompt + target's own prefix, ending one token before its first uncertain position, which is "
-        "the first a draft verifies): " + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts),
-        highlight=False,
-    )
+    if context == "accepted":
+        _print_accepting(contexts, probed, tok)
+    else:
+        console.print(
+            "contexts (prompt + target's own prefix, ending one token before its first uncertain position, which is "
+            "the first a draft verifies): " + " | ".join(repr(tok.decode(c)[-40:]) for c in contexts),
+            highlight=False,
+        )
     if res.acceptance:
         console.print(
             "acceptance rate: " + ", ".join(f"{d} {v:.2f}" for d, v in res.acceptance.items()), highlight=False
+        )
+        console.print(
+            "first-position acceptance (draft position 0, per verification with a draft): "
+            + ", ".join(
+                f"{d} {a / b:.2f}" if b else f"{d} - (no drafts)" for d, (a, b) in res.first_acceptance.items()
+            ),
+            highlight=False,
         )
     if opts.adaptive or opts.buckets:  # what the options reached: k chosen per step, batch sizes stepped through
         console.print(
@@ -269,3 +295,38 @@ def _vllm_arms(s, setup, kinds: list[str], k: int):
     except ImportError as e:
         _fail(str(e))
     return arms, {**setup.skipped, **skipped}
+
+
+def _accepting(lm, drafters, prompt_ids, sp, k, rows, scan, seed, opts, status):
+    """Per drafter, its ``--context accepted`` contexts and their probed first-position acceptance (None
+    where no cut was in the band: that prompt is audited at its uncertain context instead)."""
+    from workbench.audit import ACCEPT_BAND, accepting_contexts, informative_prompts
+
+    (lo, hi), contexts, probed = ACCEPT_BAND, {}, {}
+    for name, d in drafters.items():
+        status.update(f"{name}: probing for a context whose first draft is accepted at {lo}-{hi}")
+        found = accepting_contexts(lm, d, prompt_ids, sp, k, probe_rows=rows, scan=scan, seed=seed, engine=opts)
+        contexts[name], probed[name] = [c for c, _ in found], [r for _, r in found]
+    if any(r is None for rs in probed.values() for r in rs):
+        status.update("pilot: finding uncertain positions")
+        fallback = informative_prompts(lm, prompt_ids, sp, pilot=rows, scan=scan, seed=seed)
+        for name, rs in probed.items():
+            contexts[name] = [c if r is not None else f for c, r, f in zip(contexts[name], rs, fallback)]
+    return contexts, probed
+
+
+def _print_accepting(contexts, probed, tok) -> None:
+    """The ``--context accepted`` contexts (their last 40 characters) and the probes' acceptance, per drafter."""
+    from workbench.audit import ACCEPT_BAND
+
+    lo, hi = ACCEPT_BAND
+    for name, ctxs in contexts.items():
+        shown = [
+            escape(repr(tok.decode(c)[-40:])) + (f" (probe {r:.2f})" if r is not None else " [yellow](none in band)[/]")
+            for c, r in zip(ctxs, probed[name])
+        ]
+        console.print(
+            f"{escape(name)} contexts (first draft accepted at {lo}-{hi} in the probe; none in band: the uncertain "
+            "context): " + " | ".join(shown),
+            highlight=False,
+        )
