@@ -134,3 +134,20 @@ def test_wb_run_smollm2_logs_rewards_timings_and_acceptance(store, smollm2):
         rows = json.loads(local.read_text())
     assert rows and all("\\boxed{}" in r["prompt"] and "<|im_start|>" not in r["completion"] for r in rows)
     assert {r["reward"] for r in rows} <= {0.0, 0.2, 1.0, 1.2}  # accuracy + 0.2 x format
+
+
+def test_speculative_rollouts_are_the_plain_ones_on_smollm2_and_rejection_sampling_is_not(smollm2, monkeypatch):
+    """Drafter invariance on the real model (49,152 ids: the two-level keyed sample): `wb audit --identity`
+    at smollm2-learn's settings (chat prompts, T 0.7, whole 96-token completions), 2 prompts x 8 samples,
+    ngram and suffix at k = 3: every token equal to plain decoding's under the keyed sampler, while today's
+    rejection sampler with the same seeds parts (exit 1)."""
+    from workbench.cli import common
+
+    monkeypatch.setattr(common.console, "width", 250)
+    args = ["audit", "smollm2-learn", "--identity", "--prompts", "2", "tracking.enabled=false"]
+    res = CliRunner().invoke(app, [*args, "--drafters", "ngram,suffix"])
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if line.startswith(("│ ngram", "│ suffix"))]
+    assert len(rows) == 2 and all("│ 16   │" in r and "identical" in r for r in rows), res.output
+    res = CliRunner().invoke(app, [*args, "--drafters", "ngram", "rollout.sampler=rejection"])
+    assert res.exit_code == 1 and "FAIL" in res.output, res.output
