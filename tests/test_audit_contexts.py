@@ -83,6 +83,15 @@ def test_run_audit_samples_each_drafter_at_its_own_context(quickstart):
     assert set(res.first_acceptance) == {"one", "two"} and all(v[1] > 0 for v in res.first_acceptance.values())
 
 
+def test_run_audit_refuses_contexts_that_do_not_match_its_drafters(quickstart):
+    st = quickstart
+    sp, drafter, a = _sp(st), quickstart.drafters["draft_model"], st.prompt_ids[0]
+    with pytest.raises(ValueError, match="one list per drafter name"):
+        run_audit(st.lm, {"one": drafter, "two": drafter}, {"one": [a]}, sp, k=3, n=50)
+    with pytest.raises(ValueError, match="all of one length"):
+        run_audit(st.lm, {"one": drafter, "two": drafter}, {"one": [a], "two": [a, a]}, sp, k=3, n=50)
+
+
 def test_cli_context_accepted_names_each_drafters_context_and_bad_values_exit_2(monkeypatch):
     from workbench import cli
     from workbench.cli import common
@@ -98,3 +107,7 @@ def test_cli_context_accepted_names_each_drafters_context_and_bad_values_exit_2(
     assert r.exit_code == 2 and "--context: 'sure'; allowed values: uncertain, accepted" in r.output
     r = CliRunner().invoke(cli.app, ["audit", "quickstart", "rollout.backend=vllm", "--context", "accepted"])
     assert r.exit_code == 2 and "drop rollout.backend=vllm" in r.output
+    r = CliRunner().invoke(cli.app, ["audit", "quickstart", "--identity", "--context", "accepted"])
+    assert r.exit_code == 2 and "--identity decodes whole task prompts: drop one" in r.output
+    r = CliRunner().invoke(cli.app, ["audit", "quickstart", "--identity", "--context", "sure"])
+    assert r.exit_code == 2 and "allowed values: uncertain, accepted" in r.output

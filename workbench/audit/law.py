@@ -265,11 +265,16 @@ def run_audit(
     ``max_samples``). rejection_fn: replaces the engine's rejection sampler (to check that the
     audit catches a biased sampler). engine: adaptive k, retire buckets, compile for the workbench
     engine (:class:`workbench.audit.engines.EngineOptions`; default: none of them).
+
+    Raises:
+        ValueError: a mapping of contexts whose names are not the drafters' or whose lists differ in length.
     """
     t0 = time.perf_counter()
     say = on_progress or (lambda s: None)
     T = sampling.max_new_tokens
     per = prompts if isinstance(prompts, Mapping) else {name: prompts for name in drafters}
+    if set(per) != set(drafters) or len({len(v) for v in per.values()}) > 1:
+        raise ValueError("run_audit: per-drafter contexts need one list per drafter name, all of one length")
     num_prompts = max((len(v) for v in per.values()), default=0)
     m, a, n_req = plan(len(drafters), num_prompts, T, alpha)
     if n is None:

@@ -138,17 +138,19 @@ def audit(
         buckets or s.rollout.cuda_graphs,
         compile_ or s.rollout.compile or s.rollout.cuda_graphs,
     )
+    if context not in ("uncertain", "accepted"):
+        _fail(f"--context: {context!r}; allowed values: uncertain, accepted")
     if identity:
         from workbench.cli.audit_identity import run_identity_audit
 
+        if context != "uncertain":
+            _fail("--context places the statistical tests; --identity decodes whole task prompts: drop one")
         if biased:
             _fail("--biased plants a wrong rejection sampler; --identity checks keyed sampling: drop one")
         run_identity_audit(s, kinds if drafters_opt else None, prompts or 64, k or s.drafter.k, max_new_tokens, opts)
         return
     prompts = prompts or 1
     on_vllm = s.rollout.backend == "vllm"
-    if context not in ("uncertain", "accepted"):
-        _fail(f"--context: {context!r}; allowed values: uncertain, accepted")
     if context == "accepted" and on_vllm:
         _fail("--context accepted probes the workbench engine's drafters: drop rollout.backend=vllm or the option")
     if on_vllm and biased:
