@@ -18,7 +18,7 @@ from workbench.rollout.sampling import SamplingParams
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, perturbed_draft, random_llama
 from test_chain_drafters import _make, _rollout_rows, trained  # noqa: F401 (module fixture)
-from test_engine_review import CountingK
+from test_evaluation import CountingK
 
 # ---------------------------------------------------------------- the slot schedule, by hand
 

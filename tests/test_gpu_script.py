@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,18 @@ def test_gpu_lease_script_rejects_unknown_phases():
         env=os.environ | {"GPU_LEASE_SMOKE": "1", "OUT": "/tmp/wb-lease-test"},
     )
     assert res.returncode == 2 and "parity, engine, bench" in res.stderr
+
+
+def test_gpu_script_fails_loudly_on_a_skipped_cuda_graph():
+    """graphs.py promises that gpu.sh's --cuda-graphs runs set TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1."""
+    text = (ROOT / "benchmarks" / "gpu.sh").read_text()
+    assert re.search(r'TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 run_set "\$\{OURS\[@\]\}"', text)
+
+
+def test_gpu_script_qwen3_sets_have_the_real_vocabulary():
+    """A 512-id vocabulary hid the cost of float32 probabilities, top-p sorts and q tensors over
+    Qwen3's 151936 ids: both qwen3 sets (GPU and smoke) build their checkpoints at that size."""
+    text = (ROOT / "benchmarks" / "gpu.sh").read_text()
+    assert "QWEN3_VOCAB=151936" in text
+    inits = [line for line in text.splitlines() if line.strip().startswith("init_qwen3 qwen3")]
+    assert len(inits) == 4 and all('--vocab-size "$QWEN3_VOCAB"' in line for line in inits)

@@ -18,7 +18,7 @@ from workbench.rollout.sampling import SamplingParams
 
 from conftest import assert_rollouts_follow_target, perturbed_draft, random_llama
 from test_chain_drafters import _make, _rollout_rows
-from test_engine_review import CountingK
+from test_evaluation import CountingK
 
 V = 4
 PROMPT = [1, 3, 2, 3]

@@ -3,12 +3,14 @@ JSON Schema, ``wb --version`` and the MLflow system tags every run carries."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from typer.testing import CliRunner
 
@@ -141,3 +143,11 @@ def test_a_run_carries_mlflows_system_tags_and_the_version(store):
     assert tags[TAG_VERSION] == version()
     if (ROOT / ".git").exists():
         assert len(tags["mlflow.source.git.commit"]) == 40
+
+
+def test_torch_lower_bound_has_sdpa_enable_gqa():
+    """layers.py calls SDPA with enable_gqa, new in torch 2.5."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch_dep,) = [d for d in deps if re.match(r"torch\s*[<>=!~]", d)]
+    low = re.search(r">=\s*(\d+)\.(\d+)", torch_dep)
+    assert low and (int(low[1]), int(low[2])) >= (2, 5), torch_dep
