@@ -301,6 +301,21 @@ def test_compare():
     assert compare(r, {"gen_ar": 80.0})["gen_ar"] == (100.0, 80.0, pytest.approx(0.25))
 
 
+def test_reference_by_gpus_scores_each_row_against_its_own_gpu_count():
+    """The 235B projection's values differ by GPU count: a row at 512 GPUs is scored against 512's values,
+    a row at a count with none against the scenario's every-point reference."""
+    from workbench.perf.simulate.run import run
+    from workbench.perf.simulate.scenario import load_scenario
+
+    raw, base = load_scenario("qwen3-235b-gb200")
+    assert set(base.reference_by_gpus) == {512, 2048}
+    raw = {**raw, "reference": {"e2e_speedup": 9.0}, "workload": {**raw["workload"], "prompts": 32}}
+    _, rows = run(raw, base, ["gpus=512,64", "k=3"])
+    by_gpus = {r.result.gpus: r.errors for r in rows}
+    assert by_gpus[512]["rollout_speedup"][1] == 6.49 and by_gpus[512]["e2e_speedup"][1] == 2.22
+    assert by_gpus[64]["e2e_speedup"][1] == 9.0 and "rollout_speedup" not in by_gpus[64]
+
+
 def test_parse_grid_aliases():
     grid, fixed = parse_grid(["k=1..3", "gpus=64,512", "staleness=1"])
     assert len(grid) == 6 and grid[0] == {"speculation.k": "1", "cluster.gpus": "64"}

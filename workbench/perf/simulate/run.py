@@ -126,11 +126,15 @@ def calibrate(raw: dict[str, Any], base: Scenario) -> Fit | None:
 
 
 def compare(
-    res: StepResult, reference: dict[str, float], by_k: dict[int, dict[str, float]] | None = None
+    res: StepResult,
+    reference: dict[str, float],
+    by_k: dict[int, dict[str, float]] | None = None,
+    at_gpus: dict[str, float] | None = None,
 ) -> dict[str, tuple[float, float, float]]:
     """{name: (predicted, reference, relative error)} for each reference value the result has:
-    ``reference`` (every k) and ``by_k[res.k]`` (this row's k; it wins on a clash); and, for every other
-    k of the row's k scan with a ``gen_speedup`` in ``by_k``, ``gen_speedup_k<j>`` (the k curve)."""
+    ``reference`` (every point), ``at_gpus`` (the values published for this row's GPU count: they win over
+    ``reference``) and ``by_k[res.k]`` (this row's k; it wins on a clash); and, for every other k of the row's
+    k scan with a ``gen_speedup`` in ``by_k``, ``gen_speedup_k<j>`` (the k curve)."""
     by_k = by_k or {}
     pred = {
         "gen_ar": res.gen_ar,
@@ -142,7 +146,7 @@ def compare(
         "step_speedup": res.step_speedup,
         "e2e_speedup": res.e2e_speedup,
     }
-    ref = {**reference, **by_k.get(res.k, {})}
+    ref = {**reference, **(at_gpus or {}), **by_k.get(res.k, {})}
     out = {n: (pred[n], v, pred[n] / v - 1.0) for n, v in ref.items() if n in pred}
     for j, vals in sorted(by_k.items()):
         if j != res.k and "gen_speedup" in vals and j in res.gen_speedup_by_k:
@@ -219,5 +223,6 @@ def run(
             except ValueError as e:
                 raise SpecError(f"{label} {point or ''}: {e}") from None
             res.name = label
-            rows.append(Row(label, dict(point), res, compare(res, sc.reference, sc.reference_by_k)))
+            at_gpus = sc.reference_by_gpus.get(sc.cluster.gpus)
+            rows.append(Row(label, dict(point), res, compare(res, sc.reference, sc.reference_by_k, at_gpus)))
     return fit, rows

@@ -293,6 +293,11 @@ class Scenario(_Section):
         description="published/measured values at one speculation.k (gen_spec, step_spec, gen_speedup, ...): "
         "compared with rows simulated at that k, and gen_speedup with the k scan's speedup at that k",
     )
+    reference_by_gpus: dict[int, dict[str, float]] = Field(
+        default_factory=dict,
+        description="published values at one cluster.gpus (e.g. the 235B projection's 512- and 2,048-GPU "
+        "speedups): compared with rows simulated at that GPU count; they win over reference on a clash",
+    )
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="name -> {dotted key: value}")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -149,11 +149,22 @@ def _fits(d: dict[str, Any]) -> str:
 
 
 def _235b_table(d: dict[str, Any]) -> str:
-    lines = ["| GPUs | staleness | k | rollout × | sync step × | e2e × (vs sync AR) |", "|---|---|---|---|---|---|"]
+    """The 235B grid, each row against the paper's values for its own GPU count (``reference_by_gpus``)."""
+    lines = [
+        f"`hardware.flops_efficiency` = {d['flops_efficiency']:.3f}",
+        "",
+        "| GPUs | staleness | k | rollout × | sync step × | e2e × (vs sync AR) | rollout vs paper | e2e vs paper |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in d["rows"]:
+        ref = r.get("reference", {})
+        err = [
+            f"{_f(ref[n]['reference'])}×, {ref[n]['error']:+.0%}" if n in ref else "–"
+            for n in ("rollout_speedup", "e2e_speedup")
+        ]
         lines.append(
             f"| {r['gpus']} | {r['staleness']} | {r['k']} | {_f(r['gen_speedup'])} | {_f(r['step_speedup'])} | "
-            f"{_f(r['e2e_speedup'])} |"
+            f"{_f(r['e2e_speedup'])} | {err[0]} | {err[1]} |"
         )
     return "\n".join(lines)
 
