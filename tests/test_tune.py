@@ -545,6 +545,44 @@ def test_stale_trial_of_a_killed_worker_is_failed_not_shown_running(workdir, fak
     assert [t.state.name for t in res.study.trials] == ["FAIL", "COMPLETE"] and len(calls) == 1
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        ("ProgrammingError", '(psycopg.errors.DuplicateTable) relation "alembic_version" already exists'),
+        ("OperationalError", "(sqlite3.OperationalError) table studies already exists"),
+        ("IntegrityError", "(sqlite3.IntegrityError) UNIQUE constraint failed: alembic_version.version_num"),
+    ],
+)
+def test_storage_of_a_worker_that_lost_the_schema_race_is_opened_on_a_retry(tmp_path, monkeypatch, error):
+    """Workers started together on a new database race to create Optuna's tables: each backend
+    reports the loser's failure as its own error class; the loser opens the storage on a retry."""
+    import sqlalchemy.exc
+
+    real, tries = optuna.storages.RDBStorage, []
+
+    def flaky(*a, **kw):
+        tries.append(1)
+        if len(tries) == 1:
+            raise getattr(sqlalchemy.exc, error[0])(error[1], None, Exception(error[1]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", flaky)
+    monkeypatch.setattr(tw.time, "sleep", lambda s: None)
+    storage = make_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    assert isinstance(storage, real) and len(tries) == 2
+
+
+def test_storage_error_that_is_not_the_race_is_raised_at_once(tmp_path, monkeypatch):
+    import sqlalchemy.exc
+
+    def broken(*a, **kw):
+        raise sqlalchemy.exc.ProgrammingError("permission denied for schema public", None, Exception())
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
+    with pytest.raises(sqlalchemy.exc.ProgrammingError, match="permission denied"):
+        make_storage(f"sqlite:///{tmp_path / 'o.db'}")
+
+
 def test_cli_bad_spec_exits_2(workdir):
     res = runner.invoke(
         app, ["tune", write_spec(workdir / "s.yaml", params={"drafter.kx": {"type": "int", "low": 1, "high": 2}})]

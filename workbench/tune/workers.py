@@ -48,10 +48,11 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
                 return optuna.storages.RDBStorage(
                     url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S
                 )
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as e:
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError) as e:
             # Workers started together on a new storage race to create its tables and schema
-            # version row ("table studies already exists", "UNIQUE constraint failed:
-            # alembic_version"); the loser finds them made on the next try.
+            # version row: sqlite says "table studies already exists" (OperationalError) or "UNIQUE
+            # constraint failed: alembic_version", PostgreSQL 'relation "alembic_version" already
+            # exists' (ProgrammingError, DuplicateTable); the loser finds them made on the next try.
             if attempt == 2 or not ("already exists" in str(e) or isinstance(e, sqlalchemy.exc.IntegrityError)):
                 raise
             time.sleep(0.5)
