@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.paired import generate_interleaved
@@ -40,9 +41,12 @@ class Threshold:
 def main(spec_name: str, kind: str, steps: int, combos: list[tuple[int, int]]) -> None:
     k_max = max(k for _, k in combos)
     tr = GRPOTrainer(
-        load_spec(spec_name, [f"drafter.kind={kind}", f"drafter.k={k_max}", "tracking.enabled=false"]), progress=False
+        build_parts(
+            load_spec(spec_name, [f"drafter.kind={kind}", f"drafter.k={k_max}", "tracking.enabled=false"]),
+            progress=False,
+        )
     )
-    plain = RolloutEngine(tr.backend.target, None, max_batch_size=tr.spec.rollout.max_batch_size)
+    plain = RolloutEngine(tr.backend.target, None, max_batch_size=tr.parts.rollout.engine.max_batch_size)
     ratios: dict[tuple[int, int], list[float]] = {c: [] for c in combos}
     for step in range(steps + 1):  # step 0 is warm-up
         _, prompts, group_ids = tr._step_prompts()
@@ -51,7 +55,7 @@ def main(spec_name: str, kind: str, steps: int, combos: list[tuple[int, int]]) -
                 tr.backend.target,
                 tr.drafter,
                 k=k_max,
-                max_batch_size=tr.spec.rollout.max_batch_size,
+                max_batch_size=tr.parts.rollout.engine.max_batch_size,
                 k_policy=Threshold(*c),
             )
             g_spec, g_plain = (torch.Generator().manual_seed(step) for _ in range(2))

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.engine import RolloutEngine
@@ -22,7 +23,7 @@ from workbench.rollout.paired import generate_interleaved
 from workbench.specs import load_spec
 
 pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 14
-tr = GRPOTrainer(load_spec("quickstart", ["drafter.kind=none", "measure.modeled=false"]), progress=False)
+tr = GRPOTrainer(build_parts(load_spec("quickstart", ["drafter.kind=none", "measure.modeled=false"]), progress=False))
 engine = RolloutEngine(tr.backend.target, None, max_batch_size=256)
 g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
 logs = {"back to back": [], "interleaved": []}

@@ -14,6 +14,7 @@ import json
 import time
 
 import workbench.grpo.trainer as trainer_module
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.specs import load_spec
 
@@ -27,7 +28,7 @@ def main() -> None:
     a = ap.parse_args()
     spec = load_spec(a.spec, [*a.overrides, "grpo.eval_sampled=true", "measure.paired=false"])
     t0 = time.perf_counter()
-    trainer = GRPOTrainer(spec, progress=True)
+    trainer = GRPOTrainer(build_parts(spec, progress=True))
     scored: list[tuple[list[str], list[str]]] = []
     if a.samples:  # record what evaluate() scores, arm by arm, without changing it
         score = trainer_module.score

@@ -11,6 +11,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+from workbench.grpo.build import build_parts
 from workbench.grpo.distributed import shard_range  # noqa: E402
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
 from workbench.specs import load_spec  # noqa: E402
@@ -20,7 +21,7 @@ from test_distributed import OVERRIDES, fixed_batch  # noqa: E402
 
 def main(out_path: str, stage: str) -> None:
     spec = load_spec("micro", OVERRIDES + ["grpo.backend=deepspeed", f"grpo.zero_stage={stage}"])
-    trainer = GRPOTrainer(spec, progress=False)
+    trainer = GRPOTrainer(build_parts(spec, progress=False))
     ids, mask, logp, adv = fixed_batch(trainer)
     dp = trainer.dp
     rows = shard_range(ids.shape[0], dp.rank, dp.world_size)
@@ -37,7 +38,7 @@ def main(out_path: str, stage: str) -> None:
 
 
 def _state(trainer) -> dict:
-    with trainer.dp.gathered(trainer.policy, trainer.spec.grpo.zero_stage):
+    with trainer.dp.gathered(trainer.policy, trainer.config.grpo.zero_stage):
         return {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
 
 
@@ -55,7 +56,7 @@ def online(out_path: str) -> None:
             "drafter.online.lr=1e-2",
         ],
     )
-    trainer = GRPOTrainer(spec, progress=False)
+    trainer = GRPOTrainer(build_parts(spec, progress=False))
     before = [p.detach().clone() for p in trainer.drafter.train_parameters()]
     for step in (1, 2):
         trainer.step(step)

@@ -52,7 +52,7 @@ def test_cuda_graphs_off_cuda_names_the_field(target_hf):
 
 
 def test_trainer_builds_nothing_and_runs_on_given_parts(monkeypatch):
-    """GRPOTrainer takes built parts: with them given, no builder runs."""
+    """GRPOTrainer takes built parts and the settings they carry: no builder runs, no spec is read."""
     from workbench.grpo import build
     from workbench.grpo import trainer as trainer_mod
     from workbench.specs import load_spec
@@ -61,7 +61,9 @@ def test_trainer_builds_nothing_and_runs_on_given_parts(monkeypatch):
         "micro", ["tracking.enabled=false", "drafter.kind=none", "rollout.max_new_tokens=8", "grpo.steps=1"]
     )
     parts = build.build_parts(spec, progress=False)
-    monkeypatch.setattr(trainer_mod, "build_parts", lambda *a, **k: pytest.fail("the trainer built its own parts"))
-    tr = trainer_mod.GRPOTrainer(spec, parts=parts)
+    for name in ("build_parts", "build_backend", "load_policy"):
+        monkeypatch.setattr(build, name, lambda *a, **k: pytest.fail("the trainer built its own parts"))
+    tr = trainer_mod.GRPOTrainer(parts)
     m, _ = tr.step(1)
     assert tr.backend is parts.backend and m["gen/num_tokens"] > 0
+    assert not hasattr(tr, "spec") and tr.config.grpo is spec.grpo

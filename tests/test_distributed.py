@@ -113,6 +113,7 @@ def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.C
 @pytest.mark.parametrize("stage", [2, 3])
 def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
     pytest.importorskip("deepspeed")
+    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
 
     out = tmp_path / "rank0.pt"
@@ -121,7 +122,7 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
     got = torch.load(out)
     assert got["world_size"] == 2
 
-    single = GRPOTrainer(load_spec("micro", OVERRIDES), progress=False)
+    single = GRPOTrainer(build_parts(load_spec("micro", OVERRIDES), progress=False))
     before = {k: v.detach().clone() for k, v in single.policy.state_dict().items()}
     ids, mask, logp, adv = fixed_batch(single)
     stats = single._train(ids, mask, logp, None, adv)

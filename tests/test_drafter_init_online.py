@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli import app
+from workbench.grpo.build import build_parts
 from workbench.specs import load_spec
 
 runner = CliRunner()
@@ -119,7 +120,7 @@ def test_online_adaptation_leaves_policy_gradients_and_weights_unchanged(store, 
             "tracking.enabled=false",
         ],
     )
-    tr = trainer_mod.GRPOTrainer(spec, progress=False)
+    tr = trainer_mod.GRPOTrainer(build_parts(spec, progress=False))
     seen = {}
     real_update = OnlineAdaptation.update
 
@@ -278,7 +279,7 @@ def test_drafter_drift_measures_the_drafter_on_fresh_rollouts_and_the_policys_kl
             "grpo.lr=1e-2",
         ],
     )
-    tr = trainer_mod.GRPOTrainer(spec, progress=False)
+    tr = trainer_mod.GRPOTrainer(build_parts(spec, progress=False))
     assert tr.ref is not None and spec.grpo.beta == 0.0
     before = [p.detach().clone() for p in tr.drafter.train_parameters()]
     kls = []

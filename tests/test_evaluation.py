@@ -22,13 +22,14 @@ def test_evaluate_leaves_later_rollouts_unchanged():
     """eval_every must not change training: evaluate() used the training generator (greedy
     sampling still draws) and fed its steps to the adaptive-k policy. The next rollouts after an
     evaluate() are the ones without it."""
+    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.specs import load_spec
 
     spec = load_spec(
         "micro", ["drafter.kind=draft_model", "tracking.enabled=false", "task.num_eval=4", "rollout.max_new_tokens=12"]
     )
-    tr = GRPOTrainer(spec, progress=False)
+    tr = GRPOTrainer(build_parts(spec, progress=False))
     bos = tr.tokenizer.bos_token_id if tr.tokenizer.bos_token_id is not None else 1
     prompts = [[bos, 5 + i, 9] for i in range(4)]
     runs = []
@@ -46,11 +47,13 @@ def test_evaluate_leaves_later_rollouts_unchanged():
 def test_evaluate_logs_held_out_acceptance():
     """evaluate() reports the drafter's acceptance on the held-out prompts (eval/, eval_sampled/), the
     counters of the very generations it scores; a run without a drafter reports none."""
+    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.specs import load_spec
 
     base = ["tracking.enabled=false", "task.num_eval=4", "rollout.max_new_tokens=12", "grpo.eval_sampled=true"]
-    tr = GRPOTrainer(load_spec("micro", ["drafter.kind=draft_model", "drafter.k=3", *base]), progress=False)
+    spec = load_spec("micro", ["drafter.kind=draft_model", "drafter.k=3", *base])
+    tr = GRPOTrainer(build_parts(spec, progress=False))
     ev = tr.evaluate()
     for prefix in ("eval", "eval_sampled"):
         assert 1.0 <= ev[f"{prefix}/acceptance_length"] <= 4.0
@@ -58,5 +61,5 @@ def test_evaluate_logs_held_out_acceptance():
         assert rates == sorted(rates, reverse=True)  # a later position is accepted only after the earlier
         assert ev[f"{prefix}/acceptance_length"] == pytest.approx(1.0 + sum(rates))
         assert f"{prefix}/num_drafts" not in ev
-    plain = GRPOTrainer(load_spec("micro", ["drafter.kind=none", *base]), progress=False).evaluate()
+    plain = GRPOTrainer(build_parts(load_spec("micro", ["drafter.kind=none", *base]), progress=False)).evaluate()
     assert "eval/accuracy" in plain and not any("acceptance" in k for k in plain)

@@ -8,6 +8,7 @@ import torch
 import workbench.grpo.trainer as trainer_mod
 from data import arith_chain
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.specs import load_spec
 from workbench.tasks import TASKS, Task
@@ -27,7 +28,7 @@ def _trainer(*overrides: str) -> GRPOTrainer:
             *overrides,
         ],
     )
-    return GRPOTrainer(spec, progress=False)
+    return GRPOTrainer(build_parts(spec, progress=False))
 
 
 def _flip_advantages(monkeypatch) -> None:
@@ -104,7 +105,7 @@ def test_groups_of_equal_non_binary_rewards_take_no_step(value):
     tr._train(ids, mask, rollout_logp, None, torch.tensor([1.0, -1.0] * 4))  # momentum now non-zero
     w = [p.detach().clone() for p in tr.policy.parameters()]
     # G = 8 (at G = 4 these means happen to round exactly; at 8 and 16 they do not)
-    adv = trainer_mod.group_advantages(torch.full((8,), value), 8, scale_rewards=tr.spec.grpo.scale_rewards)
+    adv = trainer_mod.group_advantages(torch.full((8,), value), 8, scale_rewards=tr.config.grpo.scale_rewards)
     stats = tr._train(ids, mask, rollout_logp, None, adv)
     assert stats["train/step_skipped"] == 1.0
     assert all(torch.equal(a, p) for a, p in zip(w, tr.policy.parameters()))

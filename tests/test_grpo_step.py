@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from workbench.grpo.batch import sequence_logprobs
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import load_spec
@@ -25,7 +26,7 @@ def _trainer(*overrides: str) -> GRPOTrainer:
             *overrides,
         ],
     )
-    return GRPOTrainer(spec, progress=False)
+    return GRPOTrainer(build_parts(spec, progress=False))
 
 
 def _batch(tr: GRPOTrainer, n: int = 7, L: int = 14, seed: int = 0):

@@ -5,6 +5,7 @@ the drafter, and the paired plain twin decodes exactly the speculative arm's com
 import pytest
 import torch
 
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.paired import twin_divergence
 from workbench.specs import load_spec
@@ -14,7 +15,7 @@ KEYS = ("reward/mean", "loss/policy", "gen/num_tokens", "completions/max_length"
 
 def _train(kind: str, *extra: str, steps: int = 3):
     spec = load_spec("micro", [f"drafter.kind={kind}", "grpo.eval_every=0", "drafter.init.data=none", *extra])
-    tr = GRPOTrainer(spec, progress=False)
+    tr = GRPOTrainer(build_parts(spec, progress=False))
     return tr, [tr.step(s)[0] for s in range(1, steps + 1)]
 
 

@@ -349,3 +349,55 @@ def test_the_ground_floor_never_reads_the_experiment_spec():
     assert not bad, (
         f"the ground floor reads the experiment spec (resolve it in workbench.rollout_builder): {sorted(bad)}"
     )
+
+
+# Typed configs below the top: nothing below workbench.experiment takes the whole experiment spec; each
+# consumer takes the records it needs (workbench.specs.resolve, workbench.rollout.config), as TRL's trainer
+# takes a GRPOConfig. A function parameter named ``spec`` is read as "the whole spec", except in the drafters,
+# whose ``spec`` is their own section (a DrafterSpec: Drafter.from_spec).
+DRAFTER_SECTION = ("drafters", "workbench.rollout.drafter")
+# Modules still taking the whole spec, to be moved onto records; the list may only shrink (the test
+# fails when one of them no longer reads it, so the list stays the truth).
+SPEC_READERS_LEFT = {
+    "workbench.drafter_init",
+    "workbench.grpo.build",
+    "workbench.grpo.distributed",
+    "workbench.ray_cluster",
+    "workbench.rollout_builder",
+    "workbench.vllm.build",
+    "workbench.vllm.speculative",
+    "workbench.vllm.verdicts",
+}
+
+
+def whole_spec_takers(path: Path, drafter_section: bool) -> set[str]:
+    """Where the module at ``path`` takes the experiment spec: imports of ``ExperimentSpec``, and
+    functions with a parameter named ``spec`` (unless ``drafter_section``: there it is the drafter's)."""
+    why: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "ExperimentSpec" for a in node.names):
+            why.add("imports ExperimentSpec")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not drafter_section:
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            why |= {f"{node.name}(spec)" for a in args if a.arg == "spec"}
+    return why
+
+
+def test_whole_spec_takers_are_found(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from workbench.specs import ExperimentSpec\ndef f(spec): ...\ndef g(online): ...\n")
+    assert whole_spec_takers(path, False) == {"imports ExperimentSpec", "f(spec)"}
+    assert whole_spec_takers(path, True) == {"imports ExperimentSpec"}
+
+
+def test_nothing_below_the_experiment_reads_the_experiment_spec():
+    readers = {
+        m: why
+        for m, p in modules().items()
+        if (layer_of(m) or 9) <= 2 and not within(m, "workbench.specs")
+        if (why := whole_spec_takers(p, within(m, *DRAFTER_SECTION)))
+    }
+    new = {m: sorted(w) for m, w in readers.items() if m not in SPEC_READERS_LEFT}
+    assert not new, f"below workbench.experiment, take a typed record (workbench.specs.resolve), not the spec: {new}"
+    moved = SPEC_READERS_LEFT - set(readers)
+    assert not moved, f"these no longer read the spec: drop them from SPEC_READERS_LEFT: {sorted(moved)}"

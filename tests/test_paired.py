@@ -4,6 +4,7 @@ timed and counted but leaves training bit-identical, and its ratios reach MLflow
 import pytest
 import torch
 
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer, paired_metrics
 from workbench.rollout.engine import SpecCounters
 from workbench.specs import load_spec
@@ -19,7 +20,7 @@ def _train(paired: bool, kind: str = "draft_model", steps: int = 3):
             "drafter.init.data=none",
         ],
     )
-    tr = GRPOTrainer(spec, progress=False)
+    tr = GRPOTrainer(build_parts(spec, progress=False))
     hist = [tr.step(s)[0] for s in range(1, steps + 1)]
     return tr, hist
 

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from workbench.grpo.async_rollout import check_async_spec
+from workbench.grpo.async_rollout import check_async
 from workbench.rollout.config import EngineConfig
 from workbench.rollout.model import LeanLM
 from workbench.rollout_builder import (
@@ -97,7 +97,7 @@ def test_vllm_needs_its_target_and_the_workbench_engine_its_lean_copy():
 def test_the_rollout_worker_refuses_vllm_naming_the_field():
     s = spec("grpo.async.enabled=true", "rollout.backend=vllm", "measure.paired=false")
     with pytest.raises(ValueError, match="rollout.backend=workbench"):
-        check_async_spec(s)
+        check_async(rollout_config(s), s.paired)
 
 
 def test_packed_weights_reach_the_engine_through_the_builder():

@@ -25,6 +25,7 @@ pytest.importorskip("trl", reason='the TRL cross-check needs trl==1.16.0: pip in
 
 from workbench.grpo.advantages import group_advantages  # noqa: E402
 from workbench.grpo.batch import sequence_logprobs  # noqa: E402
+from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
 from workbench.specs import load_spec  # noqa: E402
 
@@ -62,7 +63,7 @@ def _ours(loss_type: str, scale: str, eps_low: float, eps_high: float, beta: flo
             f"grpo.use_bias_correction_kl={kl_corr}",
         ],
     )
-    return GRPOTrainer(spec, progress=False)
+    return GRPOTrainer(build_parts(spec, progress=False))
 
 
 def _canned_completions() -> list[list[int]]:

@@ -717,6 +717,7 @@ def test_run_without_vllm_names_the_extra(monkeypatch, tmp_path):
 def test_vllm_run_builds_no_workbench_engine(monkeypatch):
     """rollout.backend=vllm: no workbench RolloutEngine is built and no LeanLM synced, in the
     trainer, its paired arm (a second vLLM backend) or evaluation; weights reach vLLM every step."""
+    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.rollout import engine as engine_mod
     from workbench.rollout import model as model_mod
@@ -749,7 +750,7 @@ def test_vllm_run_builds_no_workbench_engine(monkeypatch):
             "tracking.enabled=false",
         ],
     )
-    tr = GRPOTrainer(s, progress=False)
+    tr = GRPOTrainer(build_parts(s, progress=False))
     try:
         assert isinstance(tr.backend, VLLMBackend) and isinstance(tr.paired, VLLMBackend) and tr.drafter is None
         m, _ = tr.step(1)
@@ -792,6 +793,7 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
 def test_vllm_evaluate_logs_held_out_acceptance():
     """rollout.backend=vllm: evaluate() reports vLLM's acceptance on the held-out prompts as the workbench
     engine's does (eval/acceptance_length = 1 + the per-position rates), from the eval's own generation."""
+    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.specs import load_spec
 
@@ -800,7 +802,7 @@ def test_vllm_evaluate_logs_held_out_acceptance():
         ["rollout.backend=vllm", "drafter.kind=ngram", "drafter.k=3", "rollout.temperature=0", "task.num_eval=8"]
         + ["rollout.max_new_tokens=24", "measure.paired=false", "tracking.enabled=false"],
     )
-    tr = GRPOTrainer(s, progress=False)
+    tr = GRPOTrainer(build_parts(s, progress=False))
     try:
         ev = tr.evaluate()
     finally:

@@ -110,7 +110,7 @@ def run_experiment(
             if spec.drafter.adaptive and costs is not None
             else None
         )
-        trainer = GRPOTrainer(spec, parts=parts, modeled=costs if spec.measure.modeled else None, k_policy=k_policy)
+        trainer = GRPOTrainer(parts, modeled=costs if spec.measure.modeled else None, k_policy=k_policy)
         return _run(trainer, parts, spec, console, progress, parent_run_id, tags, summary, on_step, run_id)
     finally:
         if trainer is not None:

@@ -27,11 +27,12 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
+from workbench.grpo.config import TrainerConfig
+from workbench.rollout.config import RolloutConfig
 from workbench.rollout.engine import RolloutOutput
 
 RESULT_TIMEOUT_S = 3600.0  # a step's rollouts; the worker's death is noticed sooner (is_alive checks)
@@ -48,25 +49,28 @@ class WorkerResult:
     seconds: float
 
 
-def check_async_spec(spec: Any) -> None:
+def check_async(rollout: RolloutConfig, paired: bool) -> None:
     """Refuse what asynchronous GRPO does not support yet, naming the fields.
 
+    Args:
+        rollout: the run's rollout description (its backend and drafter section).
+        paired: whether the run times a paired autoregressive twin (``measure.paired`` with a drafter).
     Raises:
         ValueError: measure.paired on (the paired baseline runs in the trainer), online drafter
             adaptation (its updates would have to reach the worker), or rollout.backend=vllm (the
             worker builds the workbench engine).
     """
-    if spec.rollout.backend != "workbench":
+    if rollout.backend != "workbench":
         raise ValueError(
             f"grpo.async.enabled: the rollout worker runs the workbench engine, not rollout.backend="
-            f"{spec.rollout.backend}; set rollout.backend=workbench or grpo.async.enabled=false"
+            f"{rollout.backend}; set rollout.backend=workbench or grpo.async.enabled=false"
         )
-    if spec.paired:
+    if paired:
         raise ValueError(
             "grpo.async.enabled: the paired autoregressive measurement runs in the trainer, not in the rollout "
             "worker; set measure.paired=false (compare with a synchronous run instead)"
         )
-    if spec.drafter.online.enabled and spec.drafter.kind != "none":
+    if rollout.drafter.online.enabled and rollout.drafter.kind != "none":
         raise ValueError(
             "grpo.async.enabled with drafter.online.enabled: online drafter adaptation in the rollout worker is "
             "not supported yet; set drafter.online.enabled=false"
@@ -77,7 +81,9 @@ class RolloutWorker:
     """The rollout worker process of asynchronous GRPO (see the module doc).
 
     Args:
-        spec: the run's ExperimentSpec (the worker builds its engine and drafter from it).
+        rollout: the trainer's rollout description (the worker builds its engine and drafter from it,
+            with the same sampling, stop ids and engine options).
+        config: the trainer's settings (the run's seed, ``grpo.group_size``, the policy's dtype).
         target_path: the policy checkpoint folder (its config, tokenizer and initial weights).
         drafter_init_path: the drafter's init checkpoint, or None.
         device: where the worker's engine runs (the trainer's device).
@@ -87,12 +93,19 @@ class RolloutWorker:
     """
 
     def __init__(
-        self, spec: Any, target_path: Path, drafter_init_path: Path | None, device: torch.device, threads: int = 1
+        self,
+        rollout: RolloutConfig,
+        config: TrainerConfig,
+        target_path: Path,
+        drafter_init_path: Path | None,
+        device: torch.device,
+        threads: int = 1,
     ):
         ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch/OpenMP state
         self.requests, self.results = ctx.Queue(), ctx.Queue()
         args = (
-            spec.model_dump(mode="json"),
+            rollout,
+            config,
             str(target_path),
             None if drafter_init_path is None else str(drafter_init_path),
             str(device),
@@ -143,7 +156,14 @@ class RolloutWorker:
 
 
 def _worker_main(
-    spec_dict: dict, target_path: str, init_path: str | None, device_name: str, threads: int, requests, results
+    cfg: RolloutConfig,
+    config: TrainerConfig,
+    target_path: str,
+    init_path: str | None,
+    device_name: str,
+    threads: int,
+    requests,
+    results,
 ) -> None:
     """The worker process: build the engine once, then serve weights and generation requests."""
     try:
@@ -152,27 +172,24 @@ def _worker_main(
         from workbench.models import load_model
         from workbench.rollout.drafter import DrafterTarget
         from workbench.rollout.keyed import seeded
-        from workbench.rollout_builder import build_backend, rollout_config, rollout_target
-        from workbench.specs import ExperimentSpec
+        from workbench.rollout_builder import build_backend, rollout_target
         from workbench.timing import timed
 
-        spec = ExperimentSpec.model_validate(spec_dict)
         device = torch.device(device_name)
-        policy, tok = load_model(Path(target_path), device=device, dtype=getattr(torch, spec.model.dtype))
+        policy, tok = load_model(Path(target_path), device=device, dtype=getattr(torch, config.dtype))
         # the trainer's rollout description: the same sampling and stop ids, the same engine options
         # (packed weights, compile, CUDA graphs), built by the same builder
-        cfg = rollout_config(spec, tok, policy.generation_config)
         lm = rollout_target(policy, cfg)
         drafter = build_drafter(
-            spec.drafter.kind,
-            spec.drafter,
+            cfg.drafter.kind,
+            cfg.drafter,
             target=DrafterTarget(
                 lm, tok, init_path=None if init_path is None else Path(init_path), path=Path(target_path)
             ),
             device=device,
         )
         backend = build_backend(cfg, lm, drafter)
-        gen = torch.Generator(device).manual_seed(spec.seed)  # the same stream a synchronous run samples from
+        gen = torch.Generator(device).manual_seed(config.seed)  # the same stream a synchronous run samples from
         version = 0
         while True:
             msg = requests.get()
@@ -185,7 +202,7 @@ def _worker_main(
             elif msg[0] == "gen":
                 _, step, prompts, group_ids = msg
                 # keyed sampling: the row seeds a synchronous run's step would use, so the rollouts are its
-                sp = seeded(cfg.sampling, spec.seed, step, group_ids=group_ids, group_size=spec.grpo.group_size)
+                sp = seeded(cfg.sampling, config.seed, step, group_ids=group_ids, group_size=config.grpo.group_size)
                 seconds, out = timed(lambda: backend.generate(prompts, sp, gen, group_ids), device)
                 results.put(WorkerResult(step, version, out, seconds))
     except Exception:  # reported to the trainer, which raises it with this traceback

@@ -1,7 +1,7 @@
 """The parts a GRPO run is built from, each by a small builder, before any MLflow run opens.
 
-    parts = build_parts(spec)           # ranks, policy, reference, drafter, backend, optimiser, data
-    trainer = GRPOTrainer(spec, parts=parts)
+    parts = build_parts(spec)           # ranks, policy, reference, drafter, backend, optimiser, data, settings
+    trainer = GRPOTrainer(parts)
 
 As TRL's trainers take a model, a config and a dataset: the trainer (``workbench.grpo.trainer``)
 runs GRPO steps on what it is handed and builds nothing itself. Order matters for reproducibility:
@@ -28,7 +28,8 @@ from drafters import DrafterTarget, build_drafter, drafter_class
 from drafters.chain import ChainDrafter
 from drafters.training import MasterAdamW
 from workbench.drafter_init import build_init
-from workbench.grpo.async_rollout import check_async_spec
+from workbench.grpo.async_rollout import check_async
+from workbench.grpo.config import TrainerConfig
 from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size
 from workbench.grpo.online import OnlineAdaptation
 from workbench.models import load_model, resolve_model
@@ -39,6 +40,7 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout_builder import VLLMTarget, rollout_config, rollout_target
 from workbench.rollout_builder import build_backend as build_rollout_backend
 from workbench.specs import ExperimentSpec
+from workbench.specs.resolve import trainer_config
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
 from workbench.tasks.reward_funcs import check_columns, spec_reward_funcs
@@ -103,8 +105,9 @@ class Optimiser:
 
 @dataclass
 class TrainerParts:
-    """Everything a :class:`workbench.grpo.trainer.GRPOTrainer` trains with."""
+    """Everything a :class:`workbench.grpo.trainer.GRPOTrainer` trains with, and its settings (``config``)."""
 
+    config: TrainerConfig  # seed, grpo.*, measure.drafter_drift, rollout.cuda_graphs, model.dtype
     ranks: Ranks
     policy: Policy
     drafter: DrafterParts
@@ -246,7 +249,7 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
     ranks = start_ranks(spec)
     vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # refused before anything is built
     if spec.grpo.async_.enabled:
-        check_async_spec(spec)  # the worker itself starts with the first step
+        check_async(rollout_config(spec), spec.paired)  # the worker itself starts with the first step
     with ranks.main_first():  # rank 0 builds missing models and drafter inits into the cache
         policy = load_policy(spec, ranks.device, progress)
         drafters = build_drafter_parts(spec, policy, ranks, progress)
@@ -264,6 +267,7 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
     # token ends a completion in every engine (cfg.sampling.stop_token_ids)
     fmt = run_prompt_format(spec.task, policy.tokenizer)
     return TrainerParts(
+        trainer_config(spec),
         ranks,
         policy,
         drafters,

@@ -26,7 +26,7 @@ from workbench import metrics as M
 from workbench.grpo.advantages import frac_zero_std, group_advantages, has_learning_signal
 from workbench.grpo.async_rollout import RolloutWorker
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
-from workbench.grpo.build import TrainerParts, build_parts
+from workbench.grpo.build import TrainerParts
 from workbench.grpo.completions import completion_metrics
 from workbench.grpo.distributed import shard_range
 from workbench.grpo.loss import grpo_loss, token_logprobs, truncated_is_weight
@@ -39,26 +39,23 @@ from workbench.rollout.graphs import cudagraph_skips
 from workbench.rollout.keyed import seeded
 from workbench.rollout.paired import generate_interleaved, paired_metrics, twin_divergence
 from workbench.rollout.sampling import SamplingParams
-from workbench.specs import ExperimentSpec
 from workbench.timing import StageTimer
 
 EVAL_SEED_OFFSET = 2_000_003  # evaluation's RNG stream (a fresh one per evaluate): seed + this
 
 
 class GRPOTrainer:
-    """GRPO steps on built parts (:class:`workbench.grpo.build.TrainerParts`; built from ``spec``
-    by :func:`workbench.grpo.build.build_parts` when not given).
+    """GRPO steps on built parts (``GRPOTrainer(build_parts(spec))``) with the settings they carry
+    (``parts.config``, a :class:`workbench.grpo.config.TrainerConfig`): it never reads the spec.
 
     ``modeled``: the instrument behind ``speedup/gen_modeled`` (``metrics(out) -> dict``,
     :mod:`workbench.perf.modeled`), None = not logged; ``k_policy``: adaptive speculation's k policy
     (:meth:`set_k_policy`), None = the drafter's fixed k.
     """
 
-    def __init__(
-        self, spec: ExperimentSpec, progress=True, parts: TrainerParts | None = None, modeled=None, k_policy=None
-    ):
-        parts = parts if parts is not None else build_parts(spec, progress)
-        self.spec, self.parts = spec, parts
+    def __init__(self, parts: TrainerParts, modeled=None, k_policy=None):
+        self.parts, self.config = parts, parts.config
+        cfg = self.config
         self.device, self.dp = parts.ranks.device, parts.ranks.dp
         pol, dr, opt = parts.policy, parts.drafter, parts.optimiser
         self.policy, self.tokenizer, self.ref, self.target_path = pol.model, pol.tokenizer, pol.ref, pol.path
@@ -72,12 +69,12 @@ class GRPOTrainer:
         self.prompt_format = parts.prompt_format  # plain text, or the model's chat template (task.chat_template)
         self.completion_lengths: list[int] = []  # the last step's tokens per completion (N,), grouped by prompt
         self._order: list[int] = []
-        self._rng = random.Random(spec.seed)
+        self._rng = random.Random(cfg.seed)
         self.timer = StageTimer(self.device)
         # measure.drafter_drift: the drafter measured on each step's fresh rollouts, also when it is not adapted
-        self._drift = spec.measure.drafter_drift and self.drafter is not None and self.drafter.trainable
+        self._drift = cfg.drafter_drift and self.drafter is not None and self.drafter.trainable
         # Asynchronous GRPO: rollouts come from a worker process, grpo.async.staleness steps ahead.
-        self.is_async = spec.grpo.async_.enabled
+        self.is_async = cfg.grpo.async_.enabled
         self.worker: RolloutWorker | None = None  # started with the first step (not while cost curves are measured)
         self._requested: dict[int, tuple[list[dict], list[list[int]], list[int]]] = {}  # step -> rows, prompts, groups
         self._version = 0  # optimiser steps taken (the version of the weights sent to the worker)
@@ -93,7 +90,7 @@ class GRPOTrainer:
 
     def step(self, step: int, on_stage: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[dict]]:
         """Run one GRPO step; return its metrics and a few rollout samples."""
-        g = self.spec.grpo
+        g = self.config.grpo
         G = g.group_size
         timer = self.timer
         stage = lambda name: (on_stage(name) if on_stage else None, timer.stage(name))[1]  # noqa: E731
@@ -148,7 +145,7 @@ class GRPOTrainer:
             with self.timer.stage("drafter_drift", measurement=True):
                 ev = evaluate_drafter(self.drafter, draft_batch)
             draft_stats = {M.DRAFT_TOP1: ev[M.DRAFT_TOP1], M.DRAFT_HELDOUT_LOSS: ev[M.DRAFT_LOSS]}
-        if self.spec.measure.drafter_drift:
+        if self.config.drafter_drift:
             draft_stats[M.KL_FROM_INIT] = stats["kl"]  # the reference is the initial policy
 
         m = timer.end_step()
@@ -164,7 +161,7 @@ class GRPOTrainer:
             m.update(out.counters.k_metrics())
         if paired is not None:
             m.update(paired_metrics(m, paired.counters, paired_first) | twin_divergence(out.tokens, paired.tokens))
-        if self.spec.rollout.cuda_graphs:
+        if self.config.cuda_graphs:
             m["engine/cudagraph_skips"] = float(cudagraph_skips())  # graphs torch declined to record, so far
         m.update(
             {
@@ -195,7 +192,7 @@ class GRPOTrainer:
     def _load_weights(self) -> None:
         """The policy's weights (gathered from ZeRO-3 shards) into the rollout backend, and the
         drafter adapted online into the backend's drafter."""
-        ctx = self.dp.gathered(self.policy, self.spec.grpo.zero_stage) if self.dp else contextlib.nullcontext()
+        ctx = self.dp.gathered(self.policy, self.config.grpo.zero_stage) if self.dp else contextlib.nullcontext()
         with ctx:
             self.backend.load_policy_weights(self.policy)
         if self.online is not None:  # in place, as NeMo RL's refit; the adapted drafter is never lost on refit
@@ -215,8 +212,9 @@ class GRPOTrainer:
         if self.paired is not None and self.paired.owns_weights:
             with self.timer.stage("prepare_autoregressive", measurement=True):
                 self.paired.load_policy_weights(self.policy)
-        G, first = self.spec.grpo.group_size, len(set(group_ids)) * (self.dp.rank if self.dp else 0)
-        sp = seeded(self.sampling, self.spec.seed, step, group_ids=group_ids, group_size=G, first_group=first)  # keyed
+        G, first = self.config.grpo.group_size, len(set(group_ids)) * (self.dp.rank if self.dp else 0)
+        # keyed sampling: a seed per row from (seed, step, group, sample)
+        sp = seeded(self.sampling, self.config.seed, step, group_ids=group_ids, group_size=G, first_group=first)
         with stage("gen"):
             if self.paired is None:
                 out = self.backend.generate(prompts, sp, self.generator, group_ids)
@@ -237,7 +235,7 @@ class GRPOTrainer:
         """The next step's prompt rows, its N = prompts_per_step * G token-id prompts (groups
         contiguous) and their group ids; with data-parallel ranks, this rank's share of the groups
         (every rank draws the same rows, as one process would, and keeps its slice)."""
-        G = self.spec.grpo.group_size
+        G = self.config.grpo.group_size
         rows = self._next_prompts()
         if self.dp is not None:
             rows = rows[shard_range(len(rows), self.dp.rank, self.dp.world_size)]
@@ -253,10 +251,11 @@ class GRPOTrainer:
         of generation the step still pays. Returns the rows, prompts, rollouts and ``async/*`` +
         ``timing_s/gen`` (the worker's own generation seconds, beside the step, not part of it).
         """
-        s = self.spec.grpo.async_.staleness
+        s = self.config.grpo.async_.staleness
         if self.worker is None:
             self.worker = RolloutWorker(
-                self.spec,
+                self.parts.rollout,
+                self.config,
                 self.target_path,
                 self.drafter_init_path,
                 self.device,
@@ -295,7 +294,7 @@ class GRPOTrainer:
 
     def _next_prompts(self) -> list[dict]:
         rows = []
-        for _ in range(self.spec.grpo.prompts_per_step):
+        for _ in range(self.config.grpo.prompts_per_step):
             if not self._order:
                 self._order = list(range(len(self.train_data)))
                 self._rng.shuffle(self._order)
@@ -318,7 +317,7 @@ class GRPOTrainer:
         ``gen/logprob_abs_diff`` and ``gen/logprob_truncation_abs_diff`` (workbench.grpo.mismatch;
         nats, mean over completion tokens).
         """
-        g = self.spec.grpo
+        g = self.config.grpo
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
         N = ids.shape[0]
@@ -418,21 +417,21 @@ class GRPOTrainer:
         prompts = [self.prompt_format.encode(p) for p in self.eval_data["prompt"]]
         rows = self.eval_data.to_list()  # every column: the reward functions get them
         gen = torch.Generator(self.device).manual_seed(
-            self.spec.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0)
+            self.config.seed + EVAL_SEED_OFFSET + (self.dp.rank if self.dp else 0)
         )
         sp = self.sampling
         greedy = SamplingParams(0.0, 1.0, 0, sp.max_new_tokens, sp.eos_token_id, sp.stop_token_ids)
         # keyed: a seed per held-out prompt, not drawn from gen (the greedy arm draws from it once a forward)
         rank = self.dp.rank if self.dp else 0
-        sp = seeded(sp, self.spec.seed, EVAL_SEED_OFFSET, rank, group_ids=list(range(len(prompts))), group_size=1)
-        arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.spec.grpo.eval_sampled else [])
+        sp = seeded(sp, self.config.seed, EVAL_SEED_OFFSET, rank, group_ids=list(range(len(prompts))), group_size=1)
+        arms = [(M.EVAL, greedy)] + ([(M.EVAL_SAMPLED, sp)] if self.config.grpo.eval_sampled else [])
         m: dict[str, float] = {}
         policy, self.backend.k_policy = self.backend.k_policy, None
         try:
             for prefix, arm_sp in arms:
                 out = self.backend.generate(prompts, arm_sp, gen)
                 texts = [decode_completion(self.tokenizer, t) for t in out.tokens]
-                state = RewardState(self._version, self.spec.grpo.steps)
+                state = RewardState(self._version, self.config.grpo.steps)
                 m.update(score_rows(self.rewards, rows, 1, texts, out.tokens, state).metrics(prefix, ci=True))
                 m.update(M.held_out_spec(prefix, out.counters.metrics()))
         finally:

@@ -1,0 +1,24 @@
+"""The experiment spec resolved into the typed records the layers below read (docs/architecture.md).
+
+Nothing below :mod:`workbench.experiment` reads an ``ExperimentSpec``: each consumer takes a small
+frozen record of what it needs, filled here, once per run, as vLLM's ``VllmConfig`` is split into
+per-concern configs and TRL's trainer takes a ``GRPOConfig``. The rollout engine's records
+(:mod:`workbench.rollout.config`) are filled by :func:`workbench.rollout_builder.rollout_config`.
+"""
+
+from __future__ import annotations
+
+from workbench.grpo.config import TrainerConfig
+from workbench.specs.experiment import ExperimentSpec
+
+
+def trainer_config(spec: ExperimentSpec) -> TrainerConfig:
+    """The GRPO trainer's record: ``seed``, ``grpo.*``, ``measure.drafter_drift``, ``rollout.cuda_graphs``,
+    ``model.dtype``."""
+    return TrainerConfig(
+        seed=spec.seed,
+        grpo=spec.grpo,
+        drafter_drift=spec.measure.drafter_drift,
+        cuda_graphs=spec.rollout.cuda_graphs,
+        dtype=spec.model.dtype,
+    )
