@@ -307,12 +307,14 @@ class GRPOSpec(_Section):
     # `async` is a Python keyword: the field is async_, spelled grpo.async in YAML, overrides and dumps
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, serialize_by_alias=True)
 
-    steps: int = Field(10, ge=1)
-    prompts_per_step: int = Field(8, ge=1)
+    steps: int = Field(10, ge=1, description="GRPO steps, one optimiser step each (TRL's max_steps)")
+    prompts_per_step: int = Field(
+        8, ge=1, description="prompts drawn per step, each sampled group_size times (NeMo RL's num_prompts_per_step)"
+    )
     group_size: int = Field(8, ge=2, description="G: samples per prompt")
-    lr: float = Field(1e-4, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    max_grad_norm: float = Field(1.0, gt=0.0)
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate, constant (TRL's learning_rate)")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay (TRL's weight_decay)")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="clip the policy gradient's global L2 norm to this")
     clip_low: float = Field(0.2, ge=0.0, description="epsilon_low of the clipped ratio")
     clip_high: float = Field(0.28, ge=0.0, description="epsilon_high (DAPO clip-higher)")
     beta: float = Field(0.0, ge=0.0, description="k3 KL coefficient to the reference model; 0 = no reference")
@@ -321,7 +323,12 @@ class GRPOSpec(_Section):
         description="multiply each token's KL by its ratio pi_theta / pi_old, the unbiased reverse-KL gradient "
         "(DeepSeek-V3.2; TRL's option of the same name, on by default there); false: the classic GRPO k3 penalty",
     )
-    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = Field(
+        "token_mean",
+        description="how token losses are averaged: token_mean over the batch's tokens (DAPO), seq_mean_token_mean "
+        "per sequence then over sequences (GRPO), seq_mean_token_sum_norm sums divided by max_new_tokens (Dr. GRPO); "
+        "verl's loss_agg_mode, TRL's loss_type (dapo, grpo, dr_grpo)",
+    )
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
         description="divide advantages by the group's reward std (group, GRPO), the whole batch's (batch, as TRL) "
