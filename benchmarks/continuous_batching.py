@@ -29,6 +29,7 @@ from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import load_spec
+from workbench.specs.resolve import drafter_init_config
 from workbench.stats import paired_ratios, ratio_ci
 from workbench.tasks.loading import load_task_data
 from workbench.timing import timed
@@ -48,7 +49,7 @@ def main() -> None:
     path = resolve_model(spec.model.target, what="model.target")
     hf, tok = load_model(path, device=str(dev), dtype=spec.model.dtype)
     lm = LeanLM.from_hf(hf, what="model.target")
-    drafter = drafter_as_run(spec, lm, tok, path, dev, progress=True)
+    drafter = drafter_as_run(drafter_init_config(spec), lm, tok, path, dev, progress=True)
     g, r = spec.grpo, spec.rollout
     rows = list(load_task_data(spec.task.name, "train", g.prompts_per_step, spec.seed)["prompt"])
     prompts = [encode_prompt(tok, p) for p in rows for _ in range(g.group_size)]  # a GRPO step: G rollouts per prompt

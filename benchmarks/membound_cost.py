@@ -77,10 +77,11 @@ def head_costs(
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.sampling import SamplingParams
     from workbench.specs.load import load_spec
+    from workbench.specs.resolve import drafter_init_config
     from workbench.tasks.loading import load_task_data
 
     spec = load_spec(spec_name, [f"drafter.kind={kind}", f"drafter.k={k}", "drafter.init.data=none"])
-    drafter = drafter_as_run(spec, lm, tok, target_path, torch.device("cpu"))
+    drafter = drafter_as_run(drafter_init_config(spec), lm, tok, target_path, torch.device("cpu"))
     prompts = [encode_prompt(tok, p) for p in load_task_data("arith_chain", "train", 16, 0)["prompt"]]
     engine = RolloutEngine(lm, drafter, k=k, max_batch_size=max(rows))
     spent = TimeSpent("cpu")

@@ -74,11 +74,12 @@ def test_a_drafters_loss_at_T_is_its_loss_at_1_on_logits_divided_by_T(target_lm,
 def test_the_init_cache_key_holds_the_temperature_only_when_set(tmp_path):
     from workbench.drafter_init import init_folder
     from workbench.specs.load import load_spec
+    from workbench.specs.resolve import drafter_init_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
 
     def folder(*over):
-        return init_folder(load_spec("quickstart", ["drafter.kind=eagle3", *over]), tmp_path)
+        return init_folder(drafter_init_config(load_spec("quickstart", ["drafter.kind=eagle3", *over])), tmp_path)
 
     base = folder()
     assert folder("drafter.distill_temperature=1.0") == base  # earlier heads keep their cache folders

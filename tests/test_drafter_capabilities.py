@@ -12,6 +12,7 @@ from drafters.ngram import NgramDrafter
 from workbench.drafter_init import init_folder
 from workbench.rollout.drafter import Drafter
 from workbench.specs import load_spec
+from workbench.specs.resolve import drafter_init_config
 
 
 @pytest.fixture
@@ -51,10 +52,11 @@ def test_shipped_kinds_declare_what_they_are():
 def test_a_new_trainable_kind_is_initialised_and_keyed_by_its_arch_fields(toy_kinds, target_dir):
     spec = load_spec("micro", ["drafter.kind=toy_head"])
     assert spec.drafter.init_data() == "in_domain"  # auto: trainable kinds train before the first step
-    a = init_folder(spec, target_dir)
+    a = init_folder(drafter_init_config(spec), target_dir)
     assert a is not None and a.name.startswith("toy_head-in_domain-")
-    b = init_folder(load_spec("micro", ["drafter.kind=toy_head", "drafter.draft_vocab_size=64"]), target_dir)
-    c = init_folder(load_spec("micro", ["drafter.kind=toy_head", "drafter.ttt_steps=2"]), target_dir)
+    folder = lambda *o: init_folder(drafter_init_config(load_spec("micro", list(o))), target_dir)  # noqa: E731
+    b = folder("drafter.kind=toy_head", "drafter.draft_vocab_size=64")
+    c = folder("drafter.kind=toy_head", "drafter.ttt_steps=2")
     assert b != a  # an arch field changes the checkpoint
     assert c == a  # a field the kind does not declare does not
 
@@ -62,7 +64,8 @@ def test_a_new_trainable_kind_is_initialised_and_keyed_by_its_arch_fields(toy_ki
 def test_a_new_kind_without_weights_has_nothing_to_initialise(toy_kinds, target_dir):
     spec = load_spec("micro", ["drafter.kind=toy_lookup"])
     assert spec.drafter.init_data() == "none"
-    assert init_folder(load_spec("micro", ["drafter.kind=toy_lookup", "drafter.init.data=chat"]), target_dir) is None
+    chat = drafter_init_config(load_spec("micro", ["drafter.kind=toy_lookup", "drafter.init.data=chat"]))
+    assert init_folder(chat, target_dir) is None
 
 
 def test_draft_model_trains_only_a_truncated_copy(target_dir):

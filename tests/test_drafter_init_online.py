@@ -151,30 +151,32 @@ def test_init_folder_depends_on_the_target_dtype():
     from workbench.drafter_init import init_folder
     from workbench.models import resolve_model
     from workbench.specs.load import load_spec
+    from workbench.specs.resolve import drafter_init_config
 
     spec = load_spec("micro", ["drafter.kind=eagle3"])
     path = resolve_model(spec.model.target, what="model.target")
-    f32 = init_folder(spec, path)
-    bf16 = init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=bfloat16"]), path)
+    folder = lambda *o: init_folder(drafter_init_config(load_spec("micro", ["drafter.kind=eagle3", *o])), path)  # noqa: E731
+    f32, bf16 = folder(), folder("model.dtype=bfloat16")
     assert f32 is not None and bf16 is not None and f32 != bf16
-    assert init_folder(load_spec("micro", ["drafter.kind=eagle3", "model.dtype=float32"]), path) == f32
+    assert folder("model.dtype=float32") == f32
 
 
 def test_init_seed_shares_one_drafter_across_run_seeds():
     """drafter.init.seed pins the init (a seed sweep reuses one drafter); null keeps the run's seed, and
     the folder of a null init seed is the one existing caches have (the key is unchanged)."""
-    from workbench.drafter_init import init_folder, init_seed
+    from workbench.drafter_init import init_folder
     from workbench.models import resolve_model
     from workbench.specs.load import load_spec
+    from workbench.specs.resolve import drafter_init_config
 
     path = resolve_model("micro", what="model.target")
-    f = lambda *o: init_folder(load_spec("micro", ["drafter.kind=eagle3", *o]), path)  # noqa: E731
+    f = lambda *o: init_folder(drafter_init_config(load_spec("micro", ["drafter.kind=eagle3", *o])), path)  # noqa: E731
     assert f("seed=1") != f("seed=0")  # null: one drafter per run seed, as before
     assert f("seed=1", "drafter.init.seed=0") == f("seed=0") == f("seed=0", "drafter.init.seed=0")
     assert f("seed=3", "drafter.init.seed=7") == f("seed=7")
     assert (
-        init_seed(load_spec("micro", ["seed=5"])) == 5
-        and init_seed(load_spec("micro", ["seed=5", "drafter.init.seed=2"])) == 2
+        drafter_init_config(load_spec("micro", ["seed=5"])).seed == 5
+        and drafter_init_config(load_spec("micro", ["seed=5", "drafter.init.seed=2"])).seed == 2
     )
 
 
@@ -187,10 +189,11 @@ def test_in_domain_init_prompts_are_not_a_run_seeds_prompts():
     from workbench.models import resolve_model
     from workbench.models.chat import run_prompt_format
     from workbench.models.checkpoint import load_tokenizer
+    from workbench.specs.resolve import drafter_init_config
 
     spec = load_spec("micro", ["drafter.kind=eagle3", "drafter.init.seed=0", "drafter.init.num_prompts=64"])
     tok = load_tokenizer(resolve_model("micro", what="model.target"))
-    init = {tuple(p) for p in init_prompts(spec, tok)}
+    init = {tuple(p) for p in init_prompts(drafter_init_config(spec), tok)}
     assert len(init) > 32
     for seed in range(4):
         _, train, evals = load_data(load_spec("micro", [f"seed={seed}", "task.num_train=64", "task.num_eval=64"]))

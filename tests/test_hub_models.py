@@ -129,14 +129,16 @@ def test_drafter_init_key_follows_the_commit(hub):
     from workbench.drafter_init import init_folder
     from workbench.integrations.trl import model_folder
     from workbench.specs import load_spec
+    from workbench.specs.resolve import drafter_init_config
 
     spec = load_spec("micro", ["drafter.kind=mtp", f"model.target={REPO}"])
-    a, b = init_folder(spec, resolve_model(REPO)), init_folder(spec, resolve_model(f"{REPO}@v1"))
+    init = drafter_init_config(spec)
+    a, b = init_folder(init, resolve_model(REPO)), init_folder(init, resolve_model(f"{REPO}@v1"))
     assert a is not None and b is not None and a != b
     # TRL's model loaded by Hub id: the adapter resolves its folder the same way (not "<id>/config.json")
     trl_model = SimpleNamespace(config=SimpleNamespace(_name_or_path=REPO))
     assert model_folder(trl_model) == hub.main
-    assert init_folder(spec, model_folder(trl_model)) == a
+    assert init_folder(drafter_init_config(spec), model_folder(trl_model)) == a
     assert model_folder(SimpleNamespace(config=SimpleNamespace(_name_or_path=str(hub.micro)))) == hub.micro
 
 

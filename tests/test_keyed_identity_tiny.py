@@ -57,13 +57,14 @@ class Tiny:
     def drafter(self, kind):
         from workbench.drafter_init import drafter_as_run
         from workbench.models import resolve_model
+        from workbench.specs.resolve import drafter_init_config
 
         if kind not in self.drafters:
             st = self.setup
             ks = self.spec.model_copy(update={"drafter": self.spec.drafter.model_copy(update={"kind": kind})})
             path = resolve_model(self.spec.model.target, what="model.target")
             try:
-                self.drafters[kind] = drafter_as_run(ks, st.lm, st.tokenizer, path, st.device)
+                self.drafters[kind] = drafter_as_run(drafter_init_config(ks), st.lm, st.tokenizer, path, st.device)
             except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
                 self.drafters[kind] = f"{kind} cannot be built on tiny: {str(e).splitlines()[0]}"
         return self.drafters[kind]

@@ -359,7 +359,6 @@ DRAFTER_SECTION = ("drafters", "workbench.rollout.drafter")
 # Modules still taking the whole spec, to be moved onto records; the list may only shrink (the test
 # fails when one of them no longer reads it, so the list stays the truth).
 SPEC_READERS_LEFT = {
-    "workbench.drafter_init",
     "workbench.grpo.build",
     "workbench.grpo.distributed",
     "workbench.ray_cluster",

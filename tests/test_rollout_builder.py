@@ -83,7 +83,7 @@ def test_the_rollout_target_keeps_the_attention_option():
 
 
 def test_eager_drops_compile_graphs_and_packing_only():
-    e = engine_config(spec("rollout.prepack_weights=true", "rollout.max_batch_size=7"))
+    e = engine_config(spec("rollout.prepack_weights=true", "rollout.max_batch_size=7").rollout)
     assert e.prepack and eager(e) == replace(e, prepack=False)
 
 

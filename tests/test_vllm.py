@@ -422,12 +422,14 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
     from workbench.rollout.model import LeanLM
     from workbench.rollout.paired import generate_interleaved
     from workbench.rollout.sampling import SamplingParams
+    from workbench.specs.resolve import drafter_init_config
     from workbench.vllm import admit
 
     path, hf, tok = tiny
     s = spec(f"drafter.kind={kind}", "rollout.temperature=0")
     lm = LeanLM.from_hf(hf)
-    drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False) if kind != "ngram" else None
+    cpu = torch.device("cpu")
+    drafter = drafter_as_run(drafter_init_config(s), lm, tok, path, cpu, progress=False) if kind != "ngram" else None
     be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
     plain_be = be.plain_twin()  # the paired arm: a second instance of the same backend
     try:
@@ -513,12 +515,13 @@ def test_drafter_reload_matches_the_workbench_engine(tiny):
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.model import LeanLM
     from workbench.rollout.sampling import SamplingParams
+    from workbench.specs.resolve import drafter_init_config
     from workbench.vllm import admit
 
     path, hf, tok = tiny
     s = spec("drafter.kind=draft_model", "rollout.temperature=0", "drafter.k=2")
     lm = LeanLM.from_hf(hf)
-    drafter = drafter_as_run(s, lm, tok, path, torch.device("cpu"), progress=False)
+    drafter = drafter_as_run(drafter_init_config(s), lm, tok, path, torch.device("cpu"), progress=False)
     be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
     try:
         sp = SamplingParams(0.0, 1.0, 0, 32, tok.eos_token_id)

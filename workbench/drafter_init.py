@@ -14,12 +14,16 @@ The checkpoint lives in ``cache_dir()/drafters/<kind>-<data>-<hash>``; the hash 
 checkpoint, the drafter's architecture fields, the init spec, the sampling parameters and
 ``model.dtype`` (when not float32), so a
 changed field builds a new one and an unchanged one is reused.
+
+Everything here reads one record, :class:`DrafterInitConfig` (the drafter, task and rollout sections,
+the init's seed, the dtype), resolved from the spec by :func:`workbench.specs.resolve.drafter_init_config`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,24 +36,37 @@ from workbench.models.chat import generation_config_of, run_prompt_format
 from workbench.progress import progress_bar
 from workbench.rollout.drafter import Drafter, DrafterTarget
 from workbench.rollout.sampling import SamplingParams
-from workbench.rollout_builder import eager, engine_config, plain_backend, rollout_config
-from workbench.specs import ExperimentSpec
+from workbench.rollout_builder import eager, engine_config, plain_backend, sampling_params
+from workbench.specs.drafter import DrafterSpec
+from workbench.specs.sections import RolloutSpec, TaskSpec
 from workbench.vllm import is_eagle3_folder
 
 HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
 INIT_SEED_OFFSET = 104729  # in_domain init prompts: train-partition generator seed = init seed + this
 
 
-def init_seed(spec: ExperimentSpec) -> int:
-    """The seed of the drafter init: ``drafter.init.seed``, or the run's ``seed`` when it is null."""
-    s = spec.drafter.init.seed
-    return spec.seed if s is None else s
+@dataclass(frozen=True)
+class DrafterInitConfig:
+    """What a drafter init reads.
+
+    drafter: the drafter section (kind, its architecture fields, ``drafter.init.*``,
+    ``distill_temperature``, ``model``); task: the task section (in_domain prompts are its train
+    partition; the prompt format); rollout: the rollout section (the init completions are sampled as
+    the run's rollouts, in its batch settings); seed: the init's seed (``drafter.init.seed``, or the
+    run's ``seed`` when that is null); dtype: ``model.dtype`` (the target's outputs are in it).
+    """
+
+    drafter: DrafterSpec
+    task: TaskSpec
+    rollout: RolloutSpec
+    seed: int
+    dtype: str = "float32"
 
 
-def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
-    """Checkpoint folder for the spec's drafter init, or None when there is nothing to initialise
-    (``init.data`` none, or a drafter kind without weights)."""
-    d = spec.drafter
+def init_folder(cfg: DrafterInitConfig, target_path: Path) -> Path | None:
+    """Checkpoint folder for the drafter init ``cfg`` describes, or None when there is nothing to
+    initialise (``init.data`` none, or a drafter kind without weights)."""
+    d = cfg.drafter
     data = d.init_data()
     cls = drafter_class(d.kind)
     if data == "none" or cls is None or not cls.trainable:
@@ -64,26 +81,26 @@ def init_folder(spec: ExperimentSpec, target_path: Path) -> Path | None:
         "arch": cls.arch_key(d),
         "init": {**d.init.model_dump(exclude={"seed"}), "data": data},
         "data": data if data in ("in_domain", "chat") else str(Path(data).expanduser().resolve()),
-        "task": spec.task.model_dump(include={"name", "path", "prompt_field"}),
-        "seed": init_seed(spec),
+        "task": cfg.task.model_dump(include={"name", "path", "prompt_field"}),
+        "seed": cfg.seed,
         # prompt format: keyed only when set away from the defaults (keys of earlier inits unchanged)
         **(
-            {"prompt_format": [spec.task.chat_template, spec.task.system_prompt]}
-            if (spec.task.chat_template, spec.task.system_prompt) != ("auto", None)
+            {"prompt_format": [cfg.task.chat_template, cfg.task.system_prompt]}
+            if (cfg.task.chat_template, cfg.task.system_prompt) != ("auto", None)
             else {}
         ),
-        "sampling": spec.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
+        "sampling": cfg.rollout.model_dump(include={"temperature", "top_p", "top_k", "max_new_tokens"}),
         "v": 3,  # 2: transformers' lr schedule in drafters.training; 3: init prompts from INIT_SEED_OFFSET
     }
     if d.distill_temperature != 1.0:  # keyed only when set (keys of earlier inits unchanged)
         key["distill_temperature"] = d.distill_temperature
-    if spec.model.dtype != "float32":  # trained on the target's outputs in that precision (float32 keys unchanged)
-        key["dtype"] = spec.model.dtype
+    if cfg.dtype != "float32":  # trained on the target's outputs in that precision (float32 keys unchanged)
+        key["dtype"] = cfg.dtype
     tag = data if data in ("in_domain", "chat") else "dataset"
     return cache_dir() / "drafters" / f"{d.kind}-{tag}-{short_hash(key)}"
 
 
-def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
+def init_prompts(cfg: DrafterInitConfig, tokenizer) -> list[list[int]]:
     """Token ids of the prompts the target completes for ``init.data``.
 
     Raises:
@@ -91,14 +108,14 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
     """
     from workbench.tasks.loading import _default_cache_dir, _load_user_file, load_general_prompts, spec_task_data
 
-    d, t, n = spec.drafter, spec.task, spec.drafter.init.num_prompts
+    d, t, n = cfg.drafter, cfg.task, cfg.drafter.init.num_prompts
     data = d.init_data()
     if data == "in_domain":
         # the train partition from a generator stream of its own: a run at any seed below the offset draws
         # other prompts (an init shared across run seeds, init.seed=0, once drew run seed 1's prompts)
-        prompts = spec_task_data(t, "train", n, init_seed(spec) + INIT_SEED_OFFSET)["prompt"]
+        prompts = spec_task_data(t, "train", n, cfg.seed + INIT_SEED_OFFSET)["prompt"]
     elif data == "chat":
-        prompts = load_general_prompts(n, init_seed(spec))["prompt"]
+        prompts = load_general_prompts(n, cfg.seed)["prompt"]
     else:
         try:
             ds = _load_user_file(data, _default_cache_dir())
@@ -115,59 +132,59 @@ def init_prompts(spec: ExperimentSpec, tokenizer) -> list[list[int]]:
 
 
 def init_completions(
-    spec: ExperimentSpec, lm, prompts: list[list[int]], sp: SamplingParams, target_path: Path, device
+    cfg: DrafterInitConfig, lm, prompts: list[list[int]], sp: SamplingParams, target_path: Path, device
 ) -> list[list[int]]:
     """The target's sampled completions (token ids, one list per prompt) of the init ``prompts``,
     generated once and cached in ``cache_dir()/drafters/completions-<hash>.json``: every drafter
     kind (and every re-init with other training fields) of the same target, prompts, sampling and
     seed learns from the same sequences without generating them again (minutes on a CPU)."""
-    r = spec.rollout
+    r = cfg.rollout
     key = {
         "target": str(Path(target_path).resolve()),
-        "dtype": spec.model.dtype,
+        "dtype": cfg.dtype,
         "prompts": prompts,
         "sampling": [sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.eos_token_id, list(sp.stop_ids)],
-        "seed": init_seed(spec),
+        "seed": cfg.seed,
         "batch": [r.max_batch_size, r.continuous_batching],
         "v": 1,
     }
     file = cache_dir() / "drafters" / f"completions-{short_hash(key)}.json"
 
     def generate() -> None:
-        gen = torch.Generator(device).manual_seed(init_seed(spec) + 1)
+        gen = torch.Generator(device).manual_seed(cfg.seed + 1)
         # the cache key holds the batch settings only: eager, unpacked decoding, so a cached file is what this writes
-        out = plain_backend(lm, eager(engine_config(spec))).generate(prompts, sp, gen)
+        out = plain_backend(lm, eager(engine_config(r))).generate(prompts, sp, gen)
         write_text(file, json.dumps(out.tokens))  # atomic and sealed: a killed init leaves no half-written file
 
     return json.loads(cached(file, generate, "drafter.init").read_text())
 
 
 def build_init(
-    spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, progress: bool = True, console=None
+    cfg: DrafterInitConfig, lm, tokenizer, target_path: Path, device, progress: bool = True, console=None
 ) -> Path | None:
     """Train and save the drafter init checkpoint if it is not cached; return its folder (or None).
 
     ``lm``: the target as a LeanLM; ``tokenizer``: the target's. Writes ``init_info.json`` beside the
     weights (data, sequences, tokens, steps, seconds, held-out loss and top-1 agreement).
     """
-    folder = init_folder(spec, target_path)
+    folder = init_folder(cfg, target_path)
     if folder is None:
         return None
     # a damaged checkpoint (truncated weights, a changed file) is trained again, once
     return cached(
-        folder, lambda: _train(spec, lm, tokenizer, target_path, device, folder, progress, console), "drafter.init"
+        folder, lambda: _train(cfg, lm, tokenizer, target_path, device, folder, progress, console), "drafter.init"
     )
 
 
-def _train(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, folder: Path, progress, console) -> None:
-    """Train the drafter init of ``spec`` and save it into ``folder`` (atomically, with ``init_info.json``)."""
-    d = spec.drafter
+def _train(cfg: DrafterInitConfig, lm, tokenizer, target_path: Path, device, folder: Path, progress, console) -> None:
+    """Train the drafter init ``cfg`` describes and save it into ``folder`` (atomically, with ``init_info.json``)."""
+    d = cfg.drafter
     t0 = time.perf_counter()
     if console is not None:
         console.print(f"[bold]drafter init[/]: {d.kind} on {d.init_data()} data -> {folder}")
-    prompts = init_prompts(spec, tokenizer)
-    sp = rollout_config(spec, tokenizer, generation_config_of(target_path)).sampling  # the run's sampling and stops
-    completions = init_completions(spec, lm, prompts, sp, target_path, device)
+    prompts = init_prompts(cfg, tokenizer)
+    sp = sampling_params(cfg.rollout, cfg.task, tokenizer, generation_config_of(target_path))  # the run's, its stops
+    completions = init_completions(cfg, lm, prompts, sp, target_path, device)
     seqs = [p + c for p, c in zip(prompts, completions)]
 
     # Count tokens (eagle3's draft vocabulary) over the completions the drafter will be asked to draft.
@@ -201,7 +218,7 @@ def _train(spec: ExperimentSpec, lm, tokenizer, target_path: Path, device, folde
             d.init.steps,
             d.init.lr,
             d.init.batch_size,
-            seed=init_seed(spec),
+            seed=cfg.seed,
             on_step=lambda s, st: bar.update(
                 task, completed=s + 1, info=f"loss {st['draft/loss']:.3f} top1 {st['draft/top1_agreement']:.3f}"
             ),
@@ -239,10 +256,11 @@ def init_info(folder: Path | None) -> dict | None:
 
 
 def drafter_as_run(
-    spec: ExperimentSpec, lm, tokenizer, target_path: Path, device: torch.device, progress: bool = False
+    cfg: DrafterInitConfig, lm, tokenizer, target_path: Path, device: torch.device, progress: bool = False
 ) -> Drafter | None:
-    """The drafter of ``spec`` exactly as ``wb run`` builds it: its init checkpoint (cached; trained
-    here first if missing, see :func:`build_init`) loaded for the target ``lm`` (a ``LeanLM``).
+    """The drafter ``cfg`` describes (:func:`workbench.specs.resolve.drafter_init_config` of a spec)
+    exactly as ``wb run`` builds it: its init checkpoint (cached; trained here first if missing, see
+    :func:`build_init`) loaded for the target ``lm`` (a ``LeanLM``).
 
     Every instrument that times or audits a drafter (bench, audit, the performance model) builds it
     here, so what they measure is what a run uses (e.g. eagle3's draft vocabulary of V/4 tokens).
@@ -252,10 +270,10 @@ def drafter_as_run(
         ValueError: an unknown drafter kind, a checkpoint made for another target, a mismatched
             tokenizer (the message names the spec field).
     """
-    init = build_init(spec, lm, tokenizer, target_path, device, progress=progress)
+    init = build_init(cfg, lm, tokenizer, target_path, device, progress=progress)
     return build_drafter(
-        spec.drafter.kind,
-        spec.drafter,
+        cfg.drafter.kind,
+        cfg.drafter,
         target=DrafterTarget(lm, tokenizer, init_path=init, path=Path(target_path)),
         device=device,
     )

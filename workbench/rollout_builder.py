@@ -28,6 +28,7 @@ from workbench.rollout.config import EngineConfig, RolloutConfig, VLLMConfig
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.specs.sections import RolloutSpec, TaskSpec
 from workbench.tags import TAG_ENGINE_PATH
 
 __all__ = [
@@ -43,14 +44,14 @@ __all__ = [
     "plain_backend",
     "rollout_config",
     "rollout_target",
+    "sampling_params",
     "vllm_config",
     "workbench_backend",
 ]
 
 
-def engine_config(spec) -> EngineConfig:
-    """The workbench engine's options from ``rollout.*`` (an ``ExperimentSpec``)."""
-    r = spec.rollout
+def engine_config(r: RolloutSpec) -> EngineConfig:
+    """The workbench engine's options from the rollout section ``r`` (``rollout.*``)."""
     return EngineConfig(
         max_batch_size=r.max_batch_size,
         continuous=r.continuous_batching,
@@ -88,11 +89,22 @@ def rollout_config(
     (tokens): overrides ``rollout.max_new_tokens``.
     """
     r = spec.rollout
+    sampling = sampling_params(r, spec.task, tokenizer, generation_config, max_new_tokens)
+    return RolloutConfig(r.backend, spec.drafter, sampling, engine_config(r), vllm_config(spec), spec.seed)
+
+
+def sampling_params(
+    r: RolloutSpec, task: TaskSpec, tokenizer=None, generation_config: Any = None, max_new_tokens: int | None = None
+) -> SamplingParams:
+    """The rollouts' sampling from the rollout section ``r``: temperature, top-p/k, the sampler; with
+    ``tokenizer``, its eos and the stop ids of the run's prompt format (``task``'s chat template and
+    ``generation_config``'s eos list); without, fixed-length generation. ``max_new_tokens`` (tokens)
+    overrides ``rollout.max_new_tokens``."""
     eos, stops = None, ()
     if tokenizer is not None:
         eos = tokenizer.eos_token_id
-        stops = run_prompt_format(spec.task, tokenizer).stop_token_ids(generation_config)
-    sampling = SamplingParams(
+        stops = run_prompt_format(task, tokenizer).stop_token_ids(generation_config)
+    return SamplingParams(
         r.temperature,
         r.top_p,
         r.top_k,
@@ -102,7 +114,6 @@ def rollout_config(
         sampler=r.sampler,
         keyed_draft=r.keyed_draft,
     )
-    return RolloutConfig(r.backend, spec.drafter, sampling, engine_config(spec), vllm_config(spec), spec.seed)
 
 
 def rollout_target(model, cfg: RolloutConfig) -> LeanLM:

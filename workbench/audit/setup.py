@@ -12,6 +12,7 @@ from workbench.models.chat import run_prompt_format
 from workbench.rollout.drafter import Drafter
 from workbench.rollout.model import LeanLM
 from workbench.specs import ExperimentSpec
+from workbench.specs.resolve import drafter_init_config
 from workbench.tasks.loading import spec_task_data
 
 
@@ -55,7 +56,7 @@ def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device
             continue
         try:
             ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind})})
-            setup.drafters[kind] = drafter_as_run(ks, lm, tok, target_path, device, progress=True)
+            setup.drafters[kind] = drafter_as_run(drafter_init_config(ks), lm, tok, target_path, device, progress=True)
         except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:
             setup.skipped[kind] = str(e).splitlines()[0][:120]
     return setup

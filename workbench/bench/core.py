@@ -181,11 +181,11 @@ class Bench:
     def _engine(self, kind: str, k: int, **fields) -> WorkbenchBackend:
         """Our speculative engine with drafter ``kind`` at ``k`` (other ``drafter.*`` fields: ``fields``)."""
         from workbench.drafter_init import drafter_as_run
+        from workbench.specs.resolve import drafter_init_config
 
         ds = self.spec.drafter.model_copy(update={"kind": kind, "k": k, **fields})
-        drafter = drafter_as_run(
-            self.spec.model_copy(update={"drafter": ds}), self.target, self.tok, self.target_path, self.device
-        )
+        init = drafter_init_config(self.spec.model_copy(update={"drafter": ds}))
+        drafter = drafter_as_run(init, self.target, self.tok, self.target_path, self.device)
         engine = EngineConfig(
             compile=self.cfg.compile or self.cfg.cuda_graphs,
             cuda_graphs=self.cfg.cuda_graphs,

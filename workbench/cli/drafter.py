@@ -35,13 +35,14 @@ def drafter_init(
     from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
+    from workbench.specs.resolve import drafter_init_config
 
     try:
         device = resolve_device(resolved.model.device)
         path = resolve_model(resolved.model.target, progress=not quiet, what="model.target")
         hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
         folder = build_init(
-            resolved,
+            drafter_init_config(resolved),
             LeanLM.from_hf(hf, what="model.target"),
             tok,
             path,
@@ -81,6 +82,7 @@ def drafter_export(
     from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.rollout.model import LeanLM
+    from workbench.specs.resolve import drafter_init_config
     from workbench.vllm import export_eagle3
 
     if spec is not None and "=" in spec:
@@ -95,7 +97,7 @@ def drafter_export(
         path = resolve_model(resolved.model.target, what="model.target")
         hf, tok = load_model(path, device=device, dtype=resolved.model.dtype)
         lm = LeanLM.from_hf(hf, what="model.target")
-        drafter = drafter_as_run(resolved, lm, tok, path, device, progress=True)
+        drafter = drafter_as_run(drafter_init_config(resolved), lm, tok, path, device, progress=True)
         folder = export_eagle3(drafter.net, lm.cfg, out)
     except ValueError as e:
         _fail(str(e))

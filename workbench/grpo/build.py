@@ -40,7 +40,7 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout_builder import VLLMTarget, rollout_config, rollout_target
 from workbench.rollout_builder import build_backend as build_rollout_backend
 from workbench.specs import ExperimentSpec
-from workbench.specs.resolve import trainer_config
+from workbench.specs.resolve import drafter_init_config, trainer_config
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
 from workbench.tasks.reward_funcs import check_columns, spec_reward_funcs
@@ -176,7 +176,8 @@ def build_drafter_parts(spec: ExperimentSpec, policy: Policy, ranks: Ranks, prog
             )
         return DrafterParts(None, None, None, None)
     lm = rollout_target(policy.model, rollout_config(spec))
-    init_path = build_init(spec, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
+    init_cfg = drafter_init_config(spec)
+    init_path = build_init(init_cfg, lm, policy.tokenizer, policy.path, ranks.device, progress=progress)
     drafter = build_drafter(
         d.kind,
         d,

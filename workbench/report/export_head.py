@@ -36,14 +36,16 @@ def drafter_folder_of(spec, out: Path, progress: bool = False) -> tuple[str | No
     from workbench.models import load_model, resolve_model
     from workbench.models.chat import generation_config_of
     from workbench.rollout_builder import rollout_config, rollout_target
+    from workbench.specs.resolve import drafter_init_config
 
     device = resolve_device(spec.model.device)
     path = resolve_model(spec.model.target, progress=progress, what="model.target")
     hf, tok = load_model(path, device=device, dtype=spec.model.dtype)
     cfg = rollout_config(spec, tok, generation_config_of(path))
     lm = rollout_target(hf, cfg)
-    drafter = drafter_as_run(spec, lm, tok, path, device, progress=progress)
-    init = init_folder(spec, path)
+    init_cfg = drafter_init_config(spec)
+    drafter = drafter_as_run(init_cfg, lm, tok, path, device, progress=progress)
+    init = init_folder(init_cfg, path)
     folder = drafter_folder(d, drafter, init, lm.cfg, out, cfg.sampling.stop_ids)
     source = (
         f"init checkpoint {init}" if init is not None else f"built without init (drafter.init.data={d.init_data()})"

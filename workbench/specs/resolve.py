@@ -8,6 +8,7 @@ per-concern configs and TRL's trainer takes a ``GRPOConfig``. The rollout engine
 
 from __future__ import annotations
 
+from workbench.drafter_init import DrafterInitConfig
 from workbench.grpo.config import TrainerConfig
 from workbench.specs.experiment import ExperimentSpec
 
@@ -22,3 +23,10 @@ def trainer_config(spec: ExperimentSpec) -> TrainerConfig:
         cuda_graphs=spec.rollout.cuda_graphs,
         dtype=spec.model.dtype,
     )
+
+
+def drafter_init_config(spec: ExperimentSpec) -> DrafterInitConfig:
+    """Drafter init's record: the drafter, task and rollout sections, the init's seed
+    (``drafter.init.seed``, or ``seed`` when that is null), ``model.dtype``."""
+    s = spec.drafter.init.seed
+    return DrafterInitConfig(spec.drafter, spec.task, spec.rollout, spec.seed if s is None else s, spec.model.dtype)
