@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.grpo.distributed import check_distributed_spec, deepspeed_config, reduce_step_metrics, shard_range
+from workbench.grpo.distributed import check_distributed, deepspeed_config, reduce_step_metrics, shard_range
 from workbench.specs import load_spec
 
 # token_mean over uneven completions, micro-batches of 3 (4 rows per rank: 3 + 1), a KL-free step
@@ -65,7 +65,7 @@ def test_deepspeed_config_is_one_optimiser_step_per_grpo_step():
     spec = load_spec(
         "micro", ["grpo.backend=deepspeed", "grpo.micro_batch_size=3", "grpo.zero_stage=3", "model.dtype=bfloat16"]
     )
-    cfg = deepspeed_config(spec, n_local=4, world_size=2)
+    cfg = deepspeed_config(spec.grpo, spec.model.dtype, n_local=4, world_size=2)
     assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (
         3,
         2,
@@ -85,7 +85,7 @@ def test_deepspeed_config_is_one_optimiser_step_per_grpo_step():
 )
 def test_what_ranks_cannot_run_is_refused_naming_the_field(overrides, world, needle):
     with pytest.raises(ValueError) as e:
-        check_distributed_spec(load_spec("micro", overrides), world)
+        check_distributed(load_spec("micro", overrides).grpo, world)
     assert needle in str(e.value)
 
 

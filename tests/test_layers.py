@@ -360,8 +360,6 @@ DRAFTER_SECTION = ("drafters", "workbench.rollout.drafter")
 # fails when one of them no longer reads it, so the list stays the truth).
 SPEC_READERS_LEFT = {
     "workbench.grpo.build",
-    "workbench.grpo.distributed",
-    "workbench.ray_cluster",
     "workbench.rollout_builder",
     "workbench.vllm.build",
     "workbench.vllm.speculative",

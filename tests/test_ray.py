@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_point_asks_for_a_gpu_when_its_device_is_cuda(device, cluster_gpus, gpus):
     spec = load_spec("micro", [f"model.device={device}"])
-    assert point_resources(spec, 2.0, cluster_gpus) == {"num_cpus": 2.0, "num_gpus": gpus}
+    assert point_resources(spec.model.device, 2.0, cluster_gpus) == {"num_cpus": 2.0, "num_gpus": gpus}
 
 
 def test_cuda_point_on_a_cluster_without_gpus_is_refused():
     with pytest.raises(ClusterError, match="no GPU"):
-        point_resources(load_spec("micro", ["model.device=cuda"]), 1.0, 0)
+        point_resources(load_spec("micro", ["model.device=cuda"]).model.device, 1.0, 0)
 
 
 def test_relative_sqlite_store_is_made_absolute_for_the_tasks():

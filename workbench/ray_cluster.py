@@ -10,10 +10,7 @@ node and on the machine that runs ``wb`` alike.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workbench.specs import ExperimentSpec
+from typing import Any
 
 ENV_PREFIXES = ("WB_", "HF_", "MLFLOW_", "TRANSFORMERS_", "HUGGINGFACE_")  # passed to every task
 
@@ -22,15 +19,15 @@ class ClusterError(ValueError):
     """Ray missing or unreachable, or a task asking for what the cluster lacks; one line with the fix."""
 
 
-def point_resources(spec: ExperimentSpec, cpus: float, cluster_gpus: float) -> dict[str, float]:
-    """Ray resources for one point: ``{"num_cpus": cpus, "num_gpus": g}`` with g = 1 for ``model.device``
+def point_resources(device: str, cpus: float, cluster_gpus: float) -> dict[str, float]:
+    """Ray resources for one point on ``device`` (its ``model.device``): ``{"num_cpus": cpus, "num_gpus": g}``
+    with g = 1 for ``model.device``
     ``cuda`` / ``cuda:N`` (Ray sets ``CUDA_VISIBLE_DEVICES``: the point sees its GPU as ``cuda:0``), or for
     ``auto`` on a cluster that has GPUs; else 0.
 
     Raises:
         ClusterError: ``cuda`` on a cluster without GPUs (the task would never be scheduled).
     """
-    device = spec.model.device
     gpus = 1.0 if device.startswith("cuda") or (device == "auto" and cluster_gpus > 0) else 0.0
     if gpus and cluster_gpus < gpus:
         raise ClusterError(f"model.device={device}: the Ray cluster has no GPU; set model.device=cpu or add GPU nodes")

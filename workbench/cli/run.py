@@ -65,14 +65,14 @@ def _launch(resolved, nproc: int, args: list[str]) -> int:
     """``wb run --nproc N``: hand the ranks to torch.distributed's elastic launcher (torchrun
     ``--standalone``: one node, a free port), each running ``wb run`` with the same arguments;
     returns its exit code (non-zero if any rank failed; the launcher stops the others)."""
-    from workbench.grpo.distributed import check_distributed_spec, launched_world_size
+    from workbench.grpo.distributed import check_distributed, launched_world_size
 
     if launched_world_size() > 1:
         _fail(f"--nproc {nproc}: this process is already one of {launched_world_size()} launched ranks; drop --nproc")
     if resolved.grpo.backend != "deepspeed":
         _fail(f"--nproc {nproc}: data-parallel ranks train under DeepSpeed; add grpo.backend=deepspeed")
     try:
-        check_distributed_spec(resolved, nproc)
+        check_distributed(resolved.grpo, nproc)
     except ValueError as e:
         _fail(str(e))
     return subprocess.call(launch_command(nproc, args))

@@ -30,7 +30,7 @@ from drafters.training import MasterAdamW
 from workbench.drafter_init import build_init
 from workbench.grpo.async_rollout import check_async
 from workbench.grpo.config import TrainerConfig
-from workbench.grpo.distributed import DataParallel, check_distributed_spec, launched_world_size
+from workbench.grpo.distributed import DataParallel, check_distributed, launched_world_size
 from workbench.grpo.online import OnlineAdaptation
 from workbench.models import load_model, resolve_model
 from workbench.models.chat import PromptFormat, run_prompt_format
@@ -133,8 +133,8 @@ class TrainerParts:
 def start_ranks(spec: ExperimentSpec) -> Ranks:
     """The device, the data-parallel ranks (``grpo.backend=deepspeed``), and the global seeds."""
     device = resolve_device(spec.model.device)
-    check_distributed_spec(spec, launched_world_size())
-    dp = DataParallel.start(spec, device.type) if spec.grpo.backend == "deepspeed" else None
+    check_distributed(spec.grpo, launched_world_size())
+    dp = DataParallel.start(device.type) if spec.grpo.backend == "deepspeed" else None
     if dp is not None:
         device = dp.device(device)
     random.seed(spec.seed)
@@ -227,7 +227,7 @@ def build_optimiser(spec: ExperimentSpec, policy: torch.nn.Module, dp: DataParal
     g = spec.grpo
     if dp is None:
         return Optimiser(MasterAdamW(policy.parameters(), lr=g.lr, weight_decay=g.weight_decay), None, policy)
-    engine = dp.wrap_policy(policy, spec, g.prompts_per_step // dp.world_size * g.group_size)
+    engine = dp.wrap_policy(policy, g, spec.model.dtype, g.prompts_per_step // dp.world_size * g.group_size)
     return Optimiser(None, engine, engine)
 
 

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from workbench import metrics as M
 from workbench.rollout.counters import SpecCounters
 from workbench.rollout.engine import RolloutOutput
+from workbench.specs.sections import GRPOSpec
 
 
 def launched_world_size() -> int:
@@ -35,14 +36,14 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_distributed_spec(spec, world_size: int) -> None:
-    """Refuse what data-parallel ranks cannot run, naming the field and the fix.
+def check_distributed(g: GRPOSpec, world_size: int) -> None:
+    """Refuse what ``world_size`` data-parallel ranks cannot run with the GRPO section ``g``, naming
+    the field and the fix.
 
     Raises:
         ValueError: ranks launched with ``grpo.backend: single``; prompt groups that do not divide
             evenly over the ranks; ``grpo.async.enabled`` with the deepspeed backend.
     """
-    g = spec.grpo
     if g.backend == "single":
         if world_size > 1:
             raise ValueError(
@@ -62,15 +63,15 @@ def check_distributed_spec(spec, world_size: int) -> None:
         )
 
 
-def deepspeed_config(spec, n_local: int, world_size: int) -> dict:
-    """The DeepSpeed config of the policy's training for ``n_local`` sequences per rank and step.
+def deepspeed_config(g: GRPOSpec, dtype: str, n_local: int, world_size: int) -> dict:
+    """The DeepSpeed config of the policy's training (GRPO section ``g``, weights in ``dtype``) for
+    ``n_local`` sequences per rank and step.
 
     One optimiser step per GRPO step, as in the single process: the rank's micro-batches
     (``grpo.micro_batch_size`` sequences) are DeepSpeed's gradient-accumulation steps. AdamW is
     torch's (``torch_adam``: no compiled op needed, the same update as the single process's), clipped
     at ``grpo.max_grad_norm``; bfloat16/float16 weights train with DeepSpeed's float32 master copy.
     """
-    g = spec.grpo
     micro = min(g.micro_batch_size, n_local)
     gas = -(-n_local // micro)
     cfg = {
@@ -83,8 +84,8 @@ def deepspeed_config(spec, n_local: int, world_size: int) -> dict:
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
-    if spec.model.dtype in ("bfloat16", "float16"):
-        cfg["bf16" if spec.model.dtype == "bfloat16" else "fp16"] = {"enabled": True}
+    if dtype in ("bfloat16", "float16"):
+        cfg["bf16" if dtype == "bfloat16" else "fp16"] = {"enabled": True}
     return cfg
 
 
@@ -132,7 +133,7 @@ class DataParallel:
         return self.rank == 0
 
     @classmethod
-    def start(cls, spec, device_type: str) -> "DataParallel":
+    def start(cls, device_type: str) -> "DataParallel":
         """Join (or, alone, form) the process group: gloo on CPU, NCCL on CUDA, via DeepSpeed.
 
         A process no launcher started forms a world of one on a free local port. SIGTERM (what
@@ -184,11 +185,11 @@ class DataParallel:
             if self.is_main:
                 dist.barrier()
 
-    def wrap_policy(self, policy: torch.nn.Module, spec, n_local: int):
+    def wrap_policy(self, policy: torch.nn.Module, g: GRPOSpec, dtype: str, n_local: int):
         """``deepspeed.initialize`` of the policy with :func:`deepspeed_config`; returns the engine."""
         import deepspeed
 
-        cfg = deepspeed_config(spec, n_local, self.world_size)
+        cfg = deepspeed_config(g, dtype, n_local, self.world_size)
         params = [p for p in policy.parameters() if p.requires_grad]
         engine, _, _, _ = deepspeed.initialize(model=policy, model_parameters=params, config=cfg)
         return engine

@@ -108,7 +108,7 @@ def run_on_ray(w: Any, address: str, cpus: float = 1.0, max_retries: int = MAX_R
         spec = p.spec.model_copy(deep=True)
         spec.tracking.run_name = f"{w.name}: {label}"
         spec.tracking.tracking_uri = absolute_store(w.store.tracking_uri, cwd)
-        opts = point_resources(spec, cpus, cluster_gpus)
+        opts = point_resources(spec.model.device, cpus, cluster_gpus)
         ref = remote.options(
             **opts, max_retries=max_retries, retry_exceptions=False, scheduling_strategy="SPREAD",
             runtime_env={"env_vars": env} if env else None, name=f"wb-sweep:{label}"[:120],

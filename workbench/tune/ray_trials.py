@@ -88,7 +88,7 @@ def run_trials_on_ray(
 
     ray = connect(address)
     cluster, cwd = ray.cluster_resources(), os.getcwd()
-    opts = point_resources(plan.base, cpus, cluster.get("GPU", 0.0))
+    opts = point_resources(plan.base.model.device, cpus, cluster.get("GPU", 0.0))
     width, env = slots(cluster, opts), task_env()
     sent = task_plan(plan, store and store.tracking_uri, cwd)
     remote = ray.remote(task_body).options(
