@@ -133,6 +133,7 @@ LAYERS = {
         "workbench.files",
         "workbench.prepack_rows",
         "workbench.progress",
+        "workbench.figures",
         "workbench.console",
         "workbench.isolated",
         "workbench.drafter_init",

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from workbench import metrics as M
+from workbench.figures import save_figure
 from workbench.report.tables import REWARD, reward_groups, stage_rows
 from workbench.report.target import Target, label, online, row_mean, row_runs, short
 from workbench.sweep.results import REPEAT_KEY
@@ -32,7 +33,7 @@ def _plt():
 
 def _save(fig, path: Path) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     _plt().close(fig)
     return path.name
 

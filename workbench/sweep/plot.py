@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.figures import save_figure
 from workbench.stats import RatioCI
 from workbench.sweep.grid import ALIAS_OF, REPEAT_KEY
 from workbench.sweep.results import Row
@@ -79,6 +80,6 @@ def speedup_vs_k_png(rows: list[Row], path: Path, title: str = "") -> Path | Non
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.figures import save_figure
 from workbench.perf.simulate.run import Row
 
 
@@ -21,8 +22,7 @@ def _plt():
 def _save(plt, fig, path: str | Path) -> Path:
     """Write ``fig`` to ``path`` (format from its suffix), close it, return the path."""
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
+    out = save_figure(fig, path, dpi=120)
     plt.close(fig)
     return out
 
