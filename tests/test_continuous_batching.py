@@ -198,12 +198,13 @@ def test_sampled_continuous_rollouts_follow_target(kind):
 
 def test_spec_field_and_vllm_refusal():
     from workbench.specs import load_spec
-    from workbench.vllm import check_vllm_spec
+    from workbench.specs.resolve import admission_config
+    from workbench.vllm import check_vllm_run
 
     assert load_spec("micro", []).rollout.continuous_batching is True
     spec = load_spec("micro", ["rollout.backend=vllm", "rollout.continuous_batching=false"])
     with pytest.raises(ValueError, match="rollout.continuous_batching"):
-        check_vllm_spec(spec)
+        check_vllm_run(admission_config(spec))
 
 
 @pytest.mark.parametrize("kind", ["none", "eagle3"])

@@ -134,8 +134,13 @@ def test_vllm_backend_refuses_a_k_that_leaves_the_block_part_empty():
     """vLLM runs a block of k + 1 slots, the head its trained dflash_block_size: refused before anything is
     built unless they agree (tests/test_dflash_vllm.py: the export itself)."""
     from workbench.specs import load_spec
-    from workbench.vllm import check_vllm_spec
+    from workbench.specs.resolve import admission_config
+    from workbench.vllm import check_vllm_run
 
     with pytest.raises(ValueError, match="drafter.dflash_block_size=8; set drafter.k=7"):
-        check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "rollout.backend=vllm"]))
-    check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=7", "rollout.backend=vllm"]))
+        check_vllm_run(
+            admission_config(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "rollout.backend=vllm"]))
+        )
+    check_vllm_run(
+        admission_config(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=7", "rollout.backend=vllm"]))
+    )

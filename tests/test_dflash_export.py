@@ -10,6 +10,7 @@ import torch
 from drafters import DrafterTarget, build_drafter
 from drafters.dflash import DFlashDrafter
 from workbench.specs import DrafterSpec
+from workbench.specs.resolve import admission_config
 from workbench.vllm.dflash import export_dflash, mask_token_id, target_layer_ids, to_vllm_state
 
 from conftest import random_llama
@@ -106,12 +107,14 @@ def test_a_head_without_qk_norm_is_another_checkpoint(tmp_path, lm):
 
 def test_vllm_k_must_fill_the_block():
     from workbench.specs import load_spec
-    from workbench.vllm import check_vllm_spec, speculative_config
+    from workbench.vllm import check_vllm_run, speculative_config
 
     with pytest.raises(ValueError, match="drafter.k=3 with drafter.kind=dflash and rollout.backend=vllm"):
-        check_vllm_spec(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "rollout.backend=vllm"]))
+        check_vllm_run(
+            admission_config(load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "rollout.backend=vllm"]))
+        )
     with pytest.raises(ValueError, match="drafter.online.enabled=false"):
         online = ["drafter.kind=dflash", "drafter.k=7", "drafter.online.enabled=true", "rollout.backend=vllm"]
-        check_vllm_spec(load_spec("quickstart", online))
+        check_vllm_run(admission_config(load_spec("quickstart", online)))
     s = load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "drafter.dflash_block_size=4"])
     assert speculative_config(s.drafter, "/h") == {"method": "dflash", "model": "/h", "num_speculative_tokens": 3}

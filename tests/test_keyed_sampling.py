@@ -441,8 +441,9 @@ def test_acceptance_of_deterministic_drafts_agrees_with_rejection_sampling(model
 
 def test_keyed_sampling_is_refused_with_the_vllm_backend_naming_the_field():
     from workbench.specs import load_spec
-    from workbench.vllm import check_vllm_spec
+    from workbench.specs.resolve import admission_config
+    from workbench.vllm import check_vllm_run
 
     with pytest.raises(ValueError, match=r"rollout\.sampler=keyed .* set rollout\.sampler=rejection"):
-        check_vllm_spec(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=keyed"]))
-    check_vllm_spec(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=rejection"]))
+        check_vllm_run(admission_config(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=keyed"])))
+    check_vllm_run(admission_config(load_spec("micro", ["rollout.backend=vllm", "rollout.sampler=rejection"])))

@@ -362,9 +362,6 @@ DRAFTER_SECTION = ("drafters", "workbench.rollout.drafter")
 SPEC_READERS_LEFT = {
     "workbench.grpo.build",
     "workbench.rollout_builder",
-    "workbench.vllm.build",
-    "workbench.vllm.speculative",
-    "workbench.vllm.verdicts",
 }
 
 

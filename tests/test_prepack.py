@@ -179,10 +179,11 @@ def test_spec_refuses_prepack_with_cuda_graphs_and_with_vllm():
     load_spec("membound", ["rollout.prepack_weights=true", "rollout.compile=true"])  # compiled + packed: allowed
     with pytest.raises(Exception, match="rollout.prepack_weights"):
         load_spec("membound", ["rollout.prepack_weights=true", "rollout.cuda_graphs=true"])
-    from workbench.vllm import check_vllm_spec
+    from workbench.specs.resolve import admission_config
+    from workbench.vllm import check_vllm_run
 
     with pytest.raises(ValueError, match="rollout.prepack_weights"):
-        check_vllm_spec(load_spec("membound", ["rollout.prepack_weights=true"]))
+        check_vllm_run(admission_config(load_spec("membound", ["rollout.prepack_weights=true"])))
 
 
 def _ops(fn) -> set[str]:

@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from workbench.cli.common import _load
 from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config, vllm_config
+from workbench.specs.resolve import admission_config
 from workbench.vllm.runtime.config import engine_kwargs, sampling_kwargs
 from workbench.vllm.runtime.env import vllm_missing_reason
-from workbench.vllm.speculative import check_vllm_spec, speculative_config
+from workbench.vllm.speculative import check_vllm_run, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed, load_verdicts, record_verdict, verdict_key
 
 pytestmark = pytest.mark.vllm  # the module runs in a pytest subprocess of its own (tests/isolated_modules.py)
@@ -59,7 +60,7 @@ def test_speculative_config_uses_vllm_names():
 )
 def test_refusals_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
-        check_vllm_spec(spec(*overrides))
+        check_vllm_run(admission_config(spec(*overrides)))
 
 
 def test_suffix_needs_arctic_inference(monkeypatch):
@@ -96,14 +97,14 @@ def test_unknown_vllm_key_is_refused():
 def _settings(s, method):
     from workbench.vllm.verdicts import run_settings
 
-    return run_settings(s, method)
+    return run_settings(admission_config(s), method)
 
 
 def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
     user, none = tmp_path / "verdicts.json", tmp_path / "shipped.json"
     s = spec("drafter.kind=draft_model", "rollout.temperature=1.0")
     with pytest.raises(ValueError, match="never been audited at these settings"):
-        check_speculation_allowed(s, BUILD, user, none)
+        check_speculation_allowed(admission_config(s), BUILD, user, none)
     record_verdict(
         BUILD, "draft_model", False, {"summary": "pos 2: TV=0.82"}, user, settings=_settings(s, "draft_model")
     )
@@ -112,14 +113,17 @@ def test_guard_refuses_failed_and_unaudited_sampled_speculation(tmp_path):
         match=r"unaudited.*FAILED.*TV=0\.82.*wb audit quickstart "
         r"rollout\.backend=vllm.*cpu_expand_fix=true.*allow_unaudited_speculation",
     ):
-        check_speculation_allowed(s, BUILD, user, none)
+        check_speculation_allowed(admission_config(s), BUILD, user, none)
     tags = check_speculation_allowed(
-        spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true"), BUILD, user, none
+        admission_config(spec("drafter.kind=draft_model", "rollout.vllm.allow_unaudited_speculation=true")),
+        BUILD,
+        user,
+        none,
     )
     assert tags["workbench.vllm.unaudited"] == "true" and tags["workbench.vllm.verdict"] == "fail"
     # a later audit that passed
     record_verdict(BUILD, "draft_model", True, {}, user, settings=_settings(s, "draft_model"))
-    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    assert check_speculation_allowed(admission_config(s), BUILD, user, none)["workbench.vllm.verdict"] == "pass"
 
 
 @pytest.mark.parametrize(
@@ -140,10 +144,10 @@ def test_a_pass_covers_only_the_settings_it_was_measured_at(tmp_path, other):
     record_verdict(
         BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3")
     )
-    assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    assert check_speculation_allowed(admission_config(audited), BUILD, user, none)["workbench.vllm.verdict"] == "pass"
     s = spec("drafter.kind=eagle3", other)
     with pytest.raises(ValueError, match="refused as unaudited") as e:
-        check_speculation_allowed(s, BUILD, user, none)
+        check_speculation_allowed(admission_config(s), BUILD, user, none)
     msg = str(e.value)
     assert "wb audit quickstart rollout.backend=vllm" in msg and other in msg and "--drafters eagle3" in msg
     assert (
@@ -156,7 +160,7 @@ def test_draft_sample_method_is_not_part_of_an_ngram_verdict(tmp_path):
     user, none = tmp_path / "v.json", tmp_path / "shipped.json"
     record_verdict(BUILD, "ngram", True, {}, user, settings=_settings(spec("drafter.kind=ngram"), "ngram"))
     s = spec("drafter.kind=ngram", "rollout.vllm.draft_sample_method=greedy")  # vLLM ignores it for ngram
-    assert check_speculation_allowed(s, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    assert check_speculation_allowed(admission_config(s), BUILD, user, none)["workbench.vllm.verdict"] == "pass"
 
 
 def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
@@ -168,10 +172,10 @@ def test_a_weaker_user_pass_does_not_override_a_shipped_fail(tmp_path):
     )
     record_verdict(BUILD, "ngram", True, {"n": 100, "detectable_shift": 0.26}, user, settings=st)  # --samples 100
     with pytest.raises(ValueError, match=r"FAILED.*less power.*does not override"):
-        check_speculation_allowed(s, BUILD, user, shipped)
+        check_speculation_allowed(admission_config(s), BUILD, user, shipped)
     # as strong or stronger: wins
     record_verdict(BUILD, "ngram", True, {"n": 90000, "detectable_shift": 0.009}, user, settings=st)
-    assert check_speculation_allowed(s, BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
+    assert check_speculation_allowed(admission_config(s), BUILD, user, shipped)["workbench.vllm.verdict"] == "pass"
 
 
 @pytest.mark.parametrize(
@@ -185,9 +189,11 @@ def test_a_verdict_holds_for_its_target_dtype_and_draft_vocabulary_only(tmp_path
     record_verdict(
         BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, user, settings=_settings(audited, "eagle3")
     )
-    assert check_speculation_allowed(audited, BUILD, user, none)["workbench.vllm.verdict"] == "pass"
+    assert check_speculation_allowed(admission_config(audited), BUILD, user, none)["workbench.vllm.verdict"] == "pass"
     with pytest.raises(ValueError, match="refused as unaudited") as e:
-        check_speculation_allowed(spec("drafter.kind=eagle3", "rollout.temperature=0.7", other), BUILD, user, none)
+        check_speculation_allowed(
+            admission_config(spec("drafter.kind=eagle3", "rollout.temperature=0.7", other)), BUILD, user, none
+        )
     assert other in str(e.value)
 
 
@@ -220,18 +226,21 @@ def test_a_narrower_pass_never_overrides_a_wider_fail(tmp_path, narrower):
     record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", **wide}, shipped, settings=st)
     record_verdict(BUILD, "ngram", True, {**wide, **narrower}, user, settings=st)
     with pytest.raises(ValueError, match=r"FAILED.*less power or coverage.*does not override"):
-        check_speculation_allowed(s, BUILD, user, shipped)
+        check_speculation_allowed(admission_config(s), BUILD, user, shipped)
     # the same in one file: a later narrower pass does not replace the user's own fail
     own = tmp_path / "own.json"
     record_verdict(BUILD, "ngram", False, {"summary": "TV=0.8", **wide}, own, settings=st)
     record_verdict(BUILD, "ngram", True, {**wide, **narrower}, own, settings=st)
     with pytest.raises(ValueError, match="FAILED"):
-        check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")
+        check_speculation_allowed(admission_config(s), BUILD, own, tmp_path / "none.json")
     record_verdict(BUILD, "ngram", True, dict(wide), own, settings=st)  # as wide: replaces it
-    assert check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")["workbench.vllm.verdict"] == "pass"
+    assert (
+        check_speculation_allowed(admission_config(s), BUILD, own, tmp_path / "none.json")["workbench.vllm.verdict"]
+        == "pass"
+    )
     record_verdict(BUILD, "ngram", False, {"summary": "TV=0.3", "n": 10}, own, settings=st)  # a fail at any power
     with pytest.raises(ValueError, match="TV=0.3"):
-        check_speculation_allowed(s, BUILD, own, tmp_path / "none.json")
+        check_speculation_allowed(admission_config(s), BUILD, own, tmp_path / "none.json")
 
 
 def test_expand_fix_refused_when_the_engine_core_runs_in_another_process():
@@ -248,14 +257,19 @@ def test_a_verdict_without_settings_admits_nothing(tmp_path):
     user, shipped = tmp_path / "v.json", tmp_path / "shipped.json"
     record_verdict(BUILD, "eagle3", True, {"n": 72350, "detectable_shift": 0.01}, shipped)
     with pytest.raises(ValueError, match="never been audited"):
-        check_speculation_allowed(spec("drafter.kind=eagle3"), BUILD, user, shipped)
+        check_speculation_allowed(admission_config(spec("drafter.kind=eagle3")), BUILD, user, shipped)
 
 
 def test_guard_never_refuses_plain_or_greedy(tmp_path):
     user = tmp_path / "v.json"
-    assert check_speculation_allowed(spec("drafter.kind=none"), BUILD, user) == {}
-    assert check_speculation_allowed(spec("drafter.kind=eagle3", "rollout.temperature=0"), BUILD, user) == {}
-    assert check_speculation_allowed(_load("micro", ["drafter.kind=eagle3"]), BUILD, user) == {}  # workbench backend
+    assert check_speculation_allowed(admission_config(spec("drafter.kind=none")), BUILD, user) == {}
+    assert (
+        check_speculation_allowed(admission_config(spec("drafter.kind=eagle3", "rollout.temperature=0")), BUILD, user)
+        == {}
+    )
+    assert (
+        check_speculation_allowed(admission_config(_load("micro", ["drafter.kind=eagle3"])), BUILD, user) == {}
+    )  # workbench backend
 
 
 def test_verdicts_user_file_overrides_shipped_and_corrupt_file_is_named(tmp_path):
@@ -301,10 +315,12 @@ def test_the_shipped_verdicts_admit_smollm2_at_the_settings_its_docs_show(tmp_pa
 
     build = {"vllm": "0.32.0", "platform": "cpu+expand_fix", "machine": "x86_64"}
     run = ["rollout.backend=vllm", "rollout.vllm.cpu_expand_fix=true", f"drafter.kind={kind}", f"drafter.k={k}"]
-    ok = check_speculation_allowed(_load("smollm2", run), build, tmp_path / "none.json", SHIPPED)
+    ok = check_speculation_allowed(admission_config(_load("smollm2", run)), build, tmp_path / "none.json", SHIPPED)
     assert ok["workbench.vllm.verdict"] == "pass" and "target=smollm2-135m-instruct" in ok["workbench.vllm.build"]
     with pytest.raises(ValueError, match="refused as unaudited"):
-        check_speculation_allowed(_load("smollm2", [*run, "model.dtype=bfloat16"]), build, tmp_path / "n.json", SHIPPED)
+        check_speculation_allowed(
+            admission_config(_load("smollm2", [*run, "model.dtype=bfloat16"])), build, tmp_path / "n.json", SHIPPED
+        )
 
 
 def test_the_shipped_verdicts_admit_sampled_dflash_on_the_quickstart_at_its_audited_settings(tmp_path):
@@ -315,11 +331,14 @@ def test_the_shipped_verdicts_admit_sampled_dflash_on_the_quickstart_at_its_audi
     build = {"vllm": "0.32.0", "platform": "cpu+expand_fix", "machine": "x86_64"}
     run = ["rollout.backend=vllm", "rollout.vllm.cpu_expand_fix=true", "drafter.kind=dflash", "drafter.k=7"]
     run += ["drafter.online.enabled=false"]
-    ok = check_speculation_allowed(_load("quickstart", run), build, tmp_path / "none.json", SHIPPED)
+    ok = check_speculation_allowed(admission_config(_load("quickstart", run)), build, tmp_path / "none.json", SHIPPED)
     assert ok["workbench.vllm.verdict"] == "pass" and "method=dflash target=tiny" in ok["workbench.vllm.build"]
     with pytest.raises(ValueError, match="refused as unaudited"):
         check_speculation_allowed(
-            _load("quickstart", [*run, "rollout.temperature=0.7"]), build, tmp_path / "n.json", SHIPPED
+            admission_config(_load("quickstart", [*run, "rollout.temperature=0.7"])),
+            build,
+            tmp_path / "n.json",
+            SHIPPED,
         )
 
 
@@ -430,7 +449,9 @@ def test_greedy_speculation_equals_plain_and_counts(kind, tiny):
     lm = LeanLM.from_hf(hf)
     cpu = torch.device("cpu")
     drafter = drafter_as_run(drafter_init_config(s), lm, tok, path, cpu, progress=False) if kind != "ngram" else None
-    be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
+    be = build_backend(
+        rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(admission_config(s)), target_cfg=lm.cfg)
+    )
     plain_be = be.plain_twin()  # the paired arm: a second instance of the same backend
     try:
         assert isinstance(be, RolloutBackend) and isinstance(plain_be, RolloutBackend) and plain_be.owns_weights
@@ -522,7 +543,9 @@ def test_drafter_reload_matches_the_workbench_engine(tiny):
     s = spec("drafter.kind=draft_model", "rollout.temperature=0", "drafter.k=2")
     lm = LeanLM.from_hf(hf)
     drafter = drafter_as_run(drafter_init_config(s), lm, tok, path, torch.device("cpu"), progress=False)
-    be = build_backend(rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(s), target_cfg=lm.cfg))
+    be = build_backend(
+        rollout_config(s), None, drafter, VLLMTarget(path, "cpu", admit(admission_config(s)), target_cfg=lm.cfg)
+    )
     try:
         sp = SamplingParams(0.0, 1.0, 0, 32, tok.eos_token_id)
         prompts = [[1, 5, 9, 12, 7], [1, 30, 31], [1, 17, 18, 19, 20, 21, 22], [1, 4, 4, 4, 40]] * 4
@@ -568,7 +591,10 @@ def test_vllm_serves_the_exported_dflash_head_as_the_workbench_engine_drafts():
     setup = audit_setup(s, ["dflash"], 8, torch.device("cpu"))
     lm, drafter, prompts = setup.lm, setup.drafters["dflash"], setup.greedy_ids * 2
     be = build_backend(
-        rollout_config(s), None, drafter, VLLMTarget(resolve_model("tiny"), "cpu", admit(s), target_cfg=lm.cfg)
+        rollout_config(s),
+        None,
+        drafter,
+        VLLMTarget(resolve_model("tiny"), "cpu", admit(admission_config(s)), target_cfg=lm.cfg),
     )
     try:
         sp = SamplingParams(0.0, 1.0, 0, 32, setup.tokenizer.eos_token_id)

@@ -40,7 +40,7 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout_builder import VLLMTarget, rollout_config, rollout_target
 from workbench.rollout_builder import build_backend as build_rollout_backend
 from workbench.specs import ExperimentSpec
-from workbench.specs.resolve import drafter_init_config, trainer_config
+from workbench.specs.resolve import admission_config, drafter_init_config, trainer_config
 from workbench.tasks import get_task
 from workbench.tasks.loading import spec_task_data
 from workbench.tasks.reward_funcs import check_columns, spec_reward_funcs
@@ -213,7 +213,7 @@ def build_backend(
         vllm = VLLMTarget(
             policy.path,
             ranks.device.type,
-            vllm_tags if vllm_tags is not None else admit(spec),
+            vllm_tags if vllm_tags is not None else admit(admission_config(spec)),
             drafters.init_path,
             drafters.target.cfg if drafters.target is not None else None,
             drafter_target=shared,
@@ -248,7 +248,8 @@ def build_parts(spec: ExperimentSpec, progress: bool = True) -> TrainerParts:
             without vLLM installed (names the extra).
     """
     ranks = start_ranks(spec)
-    vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # refused before anything is built
+    # vLLM's admission: what it cannot run is refused before anything is built
+    vllm_tags = admit(admission_config(spec)) if spec.rollout.backend == "vllm" else None
     if spec.grpo.async_.enabled:
         check_async(rollout_config(spec), spec.paired)  # the worker itself starts with the first step
     with ranks.main_first():  # rank 0 builds missing models and drafter inits into the cache

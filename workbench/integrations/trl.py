@@ -46,6 +46,7 @@ from workbench.grpo.build import DrafterParts, Policy, Ranks, build_backend, bui
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec, load_spec
+from workbench.specs.resolve import admission_config
 from workbench.vllm import admit
 
 __all__ = ["WorkbenchRolloutFunc", "workbench_rollout_func", "group_ids_of"]
@@ -191,7 +192,8 @@ class WorkbenchRolloutFunc:
         path = self._path = model_folder(model)
         policy = Policy(model, trainer.processing_class, path, None)
         spec = self._run_spec(model, path, sampling)
-        vllm_tags = admit(spec) if spec.rollout.backend == "vllm" else None  # the guard, at TRL's sampling
+        # vLLM's guard, at TRL's sampling
+        vllm_tags = admit(admission_config(spec)) if spec.rollout.backend == "vllm" else None
         self.drafter = build_drafter_parts(spec, policy, ranks, self.progress)
         self.backend = build_backend(spec, policy, self.drafter, ranks, vllm_tags)
         self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
@@ -222,7 +224,7 @@ class WorkbenchRolloutFunc:
             and (sampling.temperature, sampling.top_p, sampling.top_k) != self._admitted
         ):
             model = trainer.accelerator.unwrap_model(trainer.model)  # TRL's sampling changed: the guard again
-            admit(self._run_spec(model, self._path, sampling))
+            admit(admission_config(self._run_spec(model, self._path, sampling)))
             self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
         if trainer.state.global_step != self._synced_step:
             self.backend.load_policy_weights(trainer.accelerator.unwrap_model(trainer.model))

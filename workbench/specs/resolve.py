@@ -11,6 +11,7 @@ from __future__ import annotations
 from workbench.drafter_init import DrafterInitConfig
 from workbench.grpo.config import TrainerConfig
 from workbench.specs.experiment import ExperimentSpec
+from workbench.vllm import AdmissionConfig
 
 
 def trainer_config(spec: ExperimentSpec) -> TrainerConfig:
@@ -30,3 +31,9 @@ def drafter_init_config(spec: ExperimentSpec) -> DrafterInitConfig:
     (``drafter.init.seed``, or ``seed`` when that is null), ``model.dtype``."""
     s = spec.drafter.init.seed
     return DrafterInitConfig(spec.drafter, spec.task, spec.rollout, spec.seed if s is None else s, spec.model.dtype)
+
+
+def admission_config(spec: ExperimentSpec) -> AdmissionConfig:
+    """vLLM admission's record (``workbench.vllm.admit``): the spec's name, ``model.target``,
+    ``model.dtype``, the rollout, drafter and grpo sections."""
+    return AdmissionConfig(spec.name, spec.model.target, spec.model.dtype, spec.rollout, spec.drafter, spec.grpo)

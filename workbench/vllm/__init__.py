@@ -40,7 +40,7 @@ from workbench.vllm.runtime.lazy import lazy_getattr
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
     from workbench.vllm.build import admit, drafter_folder, vllm_backend
     from workbench.vllm.eagle3 import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
-    from workbench.vllm.speculative import check_vllm_spec, speculative_config
+    from workbench.vllm.speculative import AdmissionConfig, check_vllm_run, speculative_config
     from workbench.vllm.verdicts import (
         check_speculation_allowed,
         load_verdicts,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # the same names for readers and static tools; at run time __
 
 _LAZY = {
     "workbench.vllm.build": ("admit", "drafter_folder", "vllm_backend"),
-    "workbench.vllm.speculative": ("check_vllm_spec", "speculative_config"),
+    "workbench.vllm.speculative": ("AdmissionConfig", "check_vllm_run", "speculative_config"),
     "workbench.vllm.eagle3": ("export_eagle3", "from_vllm_state", "is_eagle3_folder", "read_eagle3", "to_vllm_state"),
     "workbench.vllm.verdicts": (
         "check_speculation_allowed",
@@ -68,7 +68,8 @@ __all__ = [
     "admit",
     "drafter_folder",
     "vllm_backend",
-    "check_vllm_spec",
+    "AdmissionConfig",
+    "check_vllm_run",
     "speculative_config",
     "export_eagle3",
     "from_vllm_state",

