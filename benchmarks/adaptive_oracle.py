@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.paired import generate_interleaved
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 from workbench.stats import ratio_ci
 

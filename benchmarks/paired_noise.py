@@ -15,11 +15,11 @@ import time
 
 import torch
 
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.models.tokenizer import encode_prompt
 from workbench.rollout.engine import RolloutEngine
 from workbench.rollout.paired import generate_interleaved
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 14

@@ -14,8 +14,8 @@ import json
 import time
 
 import workbench.grpo.trainer as trainer_module
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 

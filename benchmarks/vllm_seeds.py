@@ -35,7 +35,7 @@ def main() -> dict:
     from workbench.cli.common import _load
     from workbench.models import resolve_model
     from workbench.rollout.sampling import SamplingParams
-    from workbench.rollout_builder import vllm_config
+    from workbench.specs.resolve import rollout_config
     from workbench.vllm.runtime.engine import VLLMEngine
     from workbench.vllm.speculative import speculative_config
 
@@ -43,7 +43,7 @@ def main() -> dict:
     path = resolve_model("tiny")
     spec = _load("quickstart", ["rollout.backend=vllm", "drafter.kind=ngram", "drafter.k=3", "drafter.init.data=none"])
     fix = "--cpu-expand-fix" in sys.argv
-    cfg = vllm_config(spec)
+    cfg = rollout_config(spec).vllm
     cfg = dataclasses.replace(cfg, cpu_expand_fix=fix)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(ROWS)]
     seeds = [1000 + i for i in range(ROWS)]

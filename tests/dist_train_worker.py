@@ -11,9 +11,9 @@ import sys
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from workbench.grpo.build import build_parts
 from workbench.grpo.distributed import shard_range  # noqa: E402
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
+from workbench.run_build import build_parts
 from workbench.specs import load_spec  # noqa: E402
 
 from test_distributed import OVERRIDES, fixed_batch  # noqa: E402

@@ -39,7 +39,7 @@ def test_is_weight_scales_each_tokens_gradient():
 )
 def test_unsupported_combinations_are_refused_naming_the_fields(override, needle):
     from workbench.grpo.async_rollout import check_async
-    from workbench.rollout_builder import rollout_config
+    from workbench.specs.resolve import rollout_config
 
     s = load_spec("micro", ["grpo.async.enabled=true", override])
     with pytest.raises(ValueError, match="grpo.async.enabled") as e:
@@ -73,8 +73,7 @@ def test_a_still_policy_gives_the_synchronous_rollouts_and_staleness_is_as_confi
 def test_a_dead_worker_is_a_clear_error():
     from workbench.grpo.async_rollout import RolloutWorker
     from workbench.models import resolve_model
-    from workbench.rollout_builder import rollout_config
-    from workbench.specs.resolve import trainer_config
+    from workbench.specs.resolve import rollout_config, trainer_config
 
     spec = load_spec("micro")
     w = RolloutWorker(rollout_config(spec), trainer_config(spec), resolve_model("micro"), None, torch.device("cpu"))

@@ -55,13 +55,14 @@ def test_trainer_builds_nothing_and_runs_on_given_parts(monkeypatch):
     """GRPOTrainer takes built parts and the settings they carry: no builder runs, no spec is read."""
     from workbench.grpo import build
     from workbench.grpo import trainer as trainer_mod
+    from workbench.run_build import build_parts
     from workbench.specs import load_spec
 
     spec = load_spec(
         "micro", ["tracking.enabled=false", "drafter.kind=none", "rollout.max_new_tokens=8", "grpo.steps=1"]
     )
-    parts = build.build_parts(spec, progress=False)
-    for name in ("build_parts", "build_backend", "load_policy"):
+    parts = build_parts(spec, progress=False)
+    for name in ("build_backend", "build_drafter_parts", "load_policy"):
         monkeypatch.setattr(build, name, lambda *a, **k: pytest.fail("the trainer built its own parts"))
     tr = trainer_mod.GRPOTrainer(parts)
     m, _ = tr.step(1)

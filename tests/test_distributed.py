@@ -113,8 +113,8 @@ def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.C
 @pytest.mark.parametrize("stage", [2, 3])
 def test_two_ranks_train_as_one_process_on_the_whole_batch(stage, tmp_path):
     pytest.importorskip("deepspeed")
-    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
+    from workbench.run_build import build_parts
 
     out = tmp_path / "rank0.pt"
     r = _launch([str(REPO / "tests" / "dist_train_worker.py"), str(out), str(stage)], tmp_path)

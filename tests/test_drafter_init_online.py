@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.grpo.build import build_parts
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 runner = CliRunner()
@@ -196,7 +196,8 @@ def test_in_domain_init_prompts_are_not_a_run_seeds_prompts():
     init = {tuple(p) for p in init_prompts(drafter_init_config(spec), tok)}
     assert len(init) > 32
     for seed in range(4):
-        _, train, evals = load_data(load_spec("micro", [f"seed={seed}", "task.num_train=64", "task.num_eval=64"]))
+        s = load_spec("micro", [f"seed={seed}", "task.num_train=64", "task.num_eval=64"])
+        _, train, evals = load_data(s.task, s.seed)
         fmt = run_prompt_format(spec.task, tok)
         assert sum(tuple(fmt.encode(p)) in init for p in train["prompt"]) <= 1, seed  # chance repeats only
         assert not any(tuple(fmt.encode(p)) in init for p in evals["prompt"]), seed

@@ -22,8 +22,8 @@ def test_evaluate_leaves_later_rollouts_unchanged():
     """eval_every must not change training: evaluate() used the training generator (greedy
     sampling still draws) and fed its steps to the adaptive-k policy. The next rollouts after an
     evaluate() are the ones without it."""
-    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
+    from workbench.run_build import build_parts
     from workbench.specs import load_spec
 
     spec = load_spec(
@@ -47,8 +47,8 @@ def test_evaluate_leaves_later_rollouts_unchanged():
 def test_evaluate_logs_held_out_acceptance():
     """evaluate() reports the drafter's acceptance on the held-out prompts (eval/, eval_sampled/), the
     counters of the very generations it scores; a run without a drafter reports none."""
-    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
+    from workbench.run_build import build_parts
     from workbench.specs import load_spec
 
     base = ["tracking.enabled=false", "task.num_eval=4", "rollout.max_new_tokens=12", "grpo.eval_sampled=true"]

@@ -8,8 +8,8 @@ import torch
 import workbench.grpo.trainer as trainer_mod
 from data import arith_chain
 from workbench.grpo.batch import pack_rollouts, sequence_logprobs
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 from workbench.tasks import TASKS, Task
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from workbench.grpo.batch import sequence_logprobs
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.sampling import SamplingParams
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 MICRO_BATCH = 3  # 8 rollouts per step -> micro-batches of 3, 3, 2 (uneven on purpose)

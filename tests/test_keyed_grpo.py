@@ -5,9 +5,9 @@ the drafter, and the paired plain twin decodes exactly the speculative arm's com
 import pytest
 import torch
 
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.rollout.paired import twin_divergence
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 KEYS = ("reward/mean", "loss/policy", "gen/num_tokens", "completions/max_length")

@@ -4,9 +4,9 @@ timed and counted but leaves training bit-identical, and its ratios reach MLflow
 import pytest
 import torch
 
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer, paired_metrics
 from workbench.rollout.engine import SpecCounters
+from workbench.run_build import build_parts
 from workbench.specs import load_spec
 
 

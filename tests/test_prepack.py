@@ -16,8 +16,8 @@ from workbench.rollout.model import LeanLM
 from workbench.rollout.packing import linear, prepack, unpack
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
-from workbench.rollout_builder import rollout_config
 from workbench.specs.load import load_spec
+from workbench.specs.resolve import rollout_config
 
 from conftest import PROMPTS, SMALL_V, assert_rollouts_follow_target, greedy, random_llama
 
@@ -144,7 +144,8 @@ def test_packed_engine_sampled_speculative_rollouts_follow_target():
 
 def test_the_builder_and_bench_pass_the_option():
     from workbench.bench import Bench, BenchConfig
-    from workbench.rollout_builder import build_backend, rollout_config
+    from workbench.rollout_builder import build_backend
+    from workbench.specs.resolve import rollout_config
 
     spec = load_spec("quickstart", ["rollout.prepack_weights=true", "model.device=cpu"])
     lm = LeanLM.from_hf(random_llama(seed=7))
@@ -156,7 +157,8 @@ def test_the_builder_and_bench_pass_the_option():
 
 
 def test_packed_weights_are_the_default_wherever_they_apply_and_the_path_is_tagged():
-    from workbench.rollout_builder import EngineConfig, build_backend, packs_weights, rollout_config
+    from workbench.rollout_builder import EngineConfig, build_backend, packs_weights
+    from workbench.specs.resolve import rollout_config
     from workbench.tags import TAG_ENGINE_PATH
 
     lm = LeanLM.from_hf(random_llama(seed=7))

@@ -7,16 +7,9 @@ import pytest
 from workbench.grpo.async_rollout import check_async
 from workbench.rollout.config import EngineConfig
 from workbench.rollout.model import LeanLM
-from workbench.rollout_builder import (
-    build_backend,
-    eager,
-    engine_config,
-    plain_backend,
-    rollout_config,
-    rollout_target,
-    vllm_config,
-)
+from workbench.rollout_builder import build_backend, eager, engine_config, plain_backend, rollout_target
 from workbench.specs import load_spec
+from workbench.specs.resolve import rollout_config
 
 from conftest import random_llama
 
@@ -62,9 +55,9 @@ def test_a_tokenizer_brings_eos_and_the_generation_configs_stop_ids():
 
 def test_vllm_arguments_resolve_max_num_seqs_from_the_batch_size():
     s = spec("rollout.max_batch_size=24", "model.dtype=bfloat16", "rollout.vllm.cpu_kvcache_space_gib=0.5")
-    v = vllm_config(s)
+    v = rollout_config(s).vllm
     assert (v.max_num_seqs, v.dtype, v.cpu_kvcache_space_gib) == (24, "bfloat16", 0.5)
-    assert vllm_config(spec("rollout.vllm.max_num_seqs=3")).max_num_seqs == 3
+    assert rollout_config(spec("rollout.vllm.max_num_seqs=3")).vllm.max_num_seqs == 3
 
 
 def test_engine_options_reach_the_engine():

@@ -25,8 +25,8 @@ pytest.importorskip("trl", reason='the TRL cross-check needs trl==1.16.0: pip in
 
 from workbench.grpo.advantages import group_advantages  # noqa: E402
 from workbench.grpo.batch import sequence_logprobs  # noqa: E402
-from workbench.grpo.build import build_parts
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
+from workbench.run_build import build_parts
 from workbench.specs import load_spec  # noqa: E402
 
 G, P, PROMPT_LEN, MAX_NEW, TEMP = 4, 2, 5, 16, 0.7

@@ -12,8 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli.common import _load
-from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config, vllm_config
-from workbench.specs.resolve import admission_config
+from workbench.rollout_builder import VLLMTarget, build_backend
+from workbench.specs.resolve import admission_config, rollout_config
 from workbench.vllm.runtime.config import engine_kwargs, sampling_kwargs
 from workbench.vllm.runtime.env import vllm_missing_reason
 from workbench.vllm.speculative import check_vllm_run, speculative_config
@@ -73,10 +73,10 @@ def test_suffix_needs_arctic_inference(monkeypatch):
 
 def test_engine_and_sampling_kwargs():
     s = spec("rollout.vllm.cpu_kvcache_space_gib=0.5", "rollout.max_batch_size=32", "rollout.top_k=5")
-    kw = engine_kwargs(vllm_config(s), "cpu", seed=3)
+    kw = engine_kwargs(rollout_config(s).vllm, "cpu", seed=3)
     assert kw["kv_cache_memory_bytes"] == 1 << 29 and kw["max_num_seqs"] == 32 and kw["seed"] == 3
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["disable_log_stats"] is False
-    assert "gpu_memory_utilization" in engine_kwargs(vllm_config(s), "cuda", seed=0)
+    assert "gpu_memory_utilization" in engine_kwargs(rollout_config(s).vllm, "cuda", seed=0)
     from workbench.rollout.sampling import SamplingParams
 
     sk = sampling_kwargs(SamplingParams(0.7, 0.9, 5, 11, 2), seed=None)
@@ -410,7 +410,7 @@ def test_weight_sync_matches_the_trainer_logprobs(tiny):
     from workbench.vllm.runtime.engine import VLLMEngine
 
     path, hf, tok = tiny
-    eng = VLLMEngine(path, vllm_config(spec()), "cpu", None, seed=0)
+    eng = VLLMEngine(path, rollout_config(spec()).vllm, "cpu", None, seed=0)
     try:
         opt = torch.optim.SGD(hf.parameters(), lr=0.5)
         ids = torch.tensor([[1, 5, 9, 12, 7, 8, 9]])
@@ -573,7 +573,8 @@ def test_vllm_serves_the_exported_dflash_head_as_the_workbench_engine_drafts():
     from workbench.models import resolve_model
     from workbench.rollout.engine import RolloutEngine
     from workbench.rollout.sampling import SamplingParams
-    from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
+    from workbench.rollout_builder import VLLMTarget, build_backend
+    from workbench.specs.resolve import rollout_config
     from workbench.vllm import admit
 
     s = _load(
@@ -746,11 +747,11 @@ def test_run_without_vllm_names_the_extra(monkeypatch, tmp_path):
 def test_vllm_run_builds_no_workbench_engine(monkeypatch):
     """rollout.backend=vllm: no workbench RolloutEngine is built and no LeanLM synced, in the
     trainer, its paired arm (a second vLLM backend) or evaluation; weights reach vLLM every step."""
-    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
     from workbench.rollout import engine as engine_mod
     from workbench.rollout import model as model_mod
     from workbench.rollout import workbench_backend
+    from workbench.run_build import build_parts
     from workbench.specs import load_spec
     from workbench.vllm.runtime.backend import VLLMBackend
 
@@ -800,8 +801,9 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
     from workbench.vllm.runtime.env import build_id
 
     path, _, _ = tiny
-    fixed = VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
-    stock = VLLMEngine(path, vllm_config(spec()), "cpu", None, seed=0)  # started after: re-binds vLLM's CPU kernels
+    fixed = VLLMEngine(path, rollout_config(spec("rollout.vllm.cpu_expand_fix=true")).vllm, "cpu", None, seed=0)
+    # started after: re-binds vLLM's CPU kernels
+    stock = VLLMEngine(path, rollout_config(spec()).vllm, "cpu", None, seed=0)
     try:
         assert fixed.expand_fix and not stock.expand_fix
         assert cpu_fix.expansion_ok(fixed.expand_fix)  # the fixed engine's scope: right
@@ -812,18 +814,18 @@ def test_expand_fix_is_scoped_to_the_engine_that_asked_and_checked(tiny, monkeyp
         stock.close()
     monkeypatch.setattr(cpu_fix, "expansion_ok", lambda on: False)
     with pytest.raises(RuntimeError, match="did not take"):
-        VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
+        VLLMEngine(path, rollout_config(spec("rollout.vllm.cpu_expand_fix=true")).vllm, "cpu", None, seed=0)
     monkeypatch.setattr(cpu_fix, "apply", lambda: False)
     with pytest.raises(ValueError, match=r"cpu_expand_fix=false"):
-        VLLMEngine(path, vllm_config(spec("rollout.vllm.cpu_expand_fix=true")), "cpu", None, seed=0)
+        VLLMEngine(path, rollout_config(spec("rollout.vllm.cpu_expand_fix=true")).vllm, "cpu", None, seed=0)
 
 
 @needs_vllm
 def test_vllm_evaluate_logs_held_out_acceptance():
     """rollout.backend=vllm: evaluate() reports vLLM's acceptance on the held-out prompts as the workbench
     engine's does (eval/acceptance_length = 1 + the per-position rates), from the eval's own generation."""
-    from workbench.grpo.build import build_parts
     from workbench.grpo.trainer import GRPOTrainer
+    from workbench.run_build import build_parts
     from workbench.specs import load_spec
 
     s = load_spec(

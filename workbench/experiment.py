@@ -21,12 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from workbench import metrics as M
-from workbench.grpo.build import DrafterParts, TrainerParts, build_parts
+from workbench.grpo.build import DrafterParts, TrainerParts
 from workbench.grpo.completions import lengths_record
 from workbench.grpo.drafter_health import DrafterHealth
 from workbench.grpo.trainer import GRPOTrainer
 from workbench.perf.modeled import build_modeled
 from workbench.rollout.kpolicy import AdaptiveK
+from workbench.run_build import build_parts
 from workbench.specs import ExperimentSpec
 from workbench.stats import PAIRED_SPEEDUPS, paired_summary, running_speedups
 from workbench.tags import TAG_MACHINE, TAG_RUN_ERROR

@@ -1,6 +1,6 @@
 """One way to build a rollout: the spec resolved once into a rollout description, and every engine built from it.
 
-    cfg = rollout_config(spec, tokenizer, generation_config)   # sampling, engine options, drafter, vLLM's args
+    cfg = rollout_config(spec, tokenizer, generation_config)   # workbench.specs.resolve: the spec's description
     target = rollout_target(policy_model, cfg)                  # the policy's LeanLM copy the engine decodes with
     backend = build_backend(cfg, target, drafter)               # the workbench engine, or vLLM's (VLLMTarget)
 
@@ -28,6 +28,7 @@ from workbench.rollout.config import EngineConfig, RolloutConfig, VLLMConfig
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import SamplingParams
 from workbench.rollout.workbench_backend import WorkbenchBackend
+from workbench.specs.drafter import DrafterSpec
 from workbench.specs.sections import RolloutSpec, TaskSpec
 from workbench.tags import TAG_ENGINE_PATH
 
@@ -42,7 +43,7 @@ __all__ = [
     "engine_path",
     "packs_weights",
     "plain_backend",
-    "rollout_config",
+    "describe_rollout",
     "rollout_target",
     "sampling_params",
     "vllm_config",
@@ -62,12 +63,12 @@ def engine_config(r: RolloutSpec) -> EngineConfig:
     )
 
 
-def vllm_config(spec) -> VLLMConfig:
-    """vLLM's engine arguments from ``model.dtype`` and ``rollout.vllm.*`` (``max_num_seqs`` null =
-    ``rollout.max_batch_size``)."""
-    r, v = spec.rollout, spec.rollout.vllm
+def vllm_config(r: RolloutSpec, dtype: str) -> VLLMConfig:
+    """vLLM's engine arguments from the rollout section ``r`` (``rollout.vllm.*``; ``max_num_seqs`` null =
+    ``rollout.max_batch_size``) and ``dtype`` (``model.dtype``)."""
+    v = r.vllm
     return VLLMConfig(
-        dtype=spec.model.dtype,
+        dtype=dtype,
         max_num_seqs=v.max_num_seqs or r.max_batch_size,
         enforce_eager=v.enforce_eager,
         tensor_parallel_size=v.tensor_parallel_size,
@@ -78,19 +79,26 @@ def vllm_config(spec) -> VLLMConfig:
     )
 
 
-def rollout_config(
-    spec, tokenizer=None, generation_config: Any = None, max_new_tokens: int | None = None
+def describe_rollout(
+    r: RolloutSpec,
+    drafter: DrafterSpec,
+    task: TaskSpec,
+    dtype: str,
+    seed: int,
+    tokenizer=None,
+    generation_config: Any = None,
+    max_new_tokens: int | None = None,
 ) -> RolloutConfig:
-    """The rollout description of ``spec`` (an ``ExperimentSpec``).
+    """The rollout description from the rollout, drafter and task sections, ``model.dtype`` and the
+    run's ``seed`` (:func:`workbench.specs.resolve.rollout_config` reads them off a spec).
 
     With ``tokenizer``, completions end at its eos and at the run's prompt format's stop ids (the
     chat template's end-of-turn, ``generation_config``'s eos list: ``PromptFormat.stop_token_ids``);
     without, generation is fixed-length (eos off: the bench's timed runs). ``max_new_tokens``
     (tokens): overrides ``rollout.max_new_tokens``.
     """
-    r = spec.rollout
-    sampling = sampling_params(r, spec.task, tokenizer, generation_config, max_new_tokens)
-    return RolloutConfig(r.backend, spec.drafter, sampling, engine_config(r), vllm_config(spec), spec.seed)
+    sampling = sampling_params(r, task, tokenizer, generation_config, max_new_tokens)
+    return RolloutConfig(r.backend, drafter, sampling, engine_config(r), vllm_config(r, dtype), seed)
 
 
 def sampling_params(

@@ -44,8 +44,9 @@ from workbench.rollout.graphs import capture_sizes, cudagraph_skips
 from workbench.rollout.model import LeanLM
 from workbench.rollout.sampling import probs_from_logits, sample
 from workbench.rollout.workbench_backend import WorkbenchBackend
-from workbench.rollout_builder import EngineConfig, plain_backend, rollout_config, workbench_backend
+from workbench.rollout_builder import EngineConfig, plain_backend, workbench_backend
 from workbench.specs import ExperimentSpec
+from workbench.specs.resolve import rollout_config
 from workbench.stats import RatioCI, paired_ratios, ratio_ci
 from workbench.tags import TAG_ENGINE_PATH
 from workbench.tasks.loading import load_task_data

@@ -126,7 +126,7 @@ def audit(
     )
     from workbench.audit.setup import audit_setup
     from workbench.grpo.build import resolve_device
-    from workbench.rollout_builder import rollout_config
+    from workbench.specs.resolve import rollout_config
 
     s = _load(spec, overrides)
     kinds = [x.strip() for x in drafters_opt.split(",")] if drafters_opt else list(DRAFTERS)

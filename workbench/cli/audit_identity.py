@@ -22,7 +22,7 @@ def run_identity_audit(s, kinds: list[str] | None, num_prompts: int, k: int, max
     from workbench.audit.setup import audit_setup
     from workbench.grpo.build import resolve_device
     from workbench.rollout.keyed import seeded
-    from workbench.rollout_builder import rollout_config
+    from workbench.specs.resolve import rollout_config
 
     if s.rollout.backend == "vllm":
         _fail("--identity runs the workbench engine (keyed sampling is the workbench's); drop rollout.backend=vllm")

@@ -46,7 +46,7 @@ from workbench.grpo.build import DrafterParts, Policy, Ranks, build_backend, bui
 from workbench.rollout.backend import RolloutBackend
 from workbench.rollout.sampling import SamplingParams
 from workbench.specs import ExperimentSpec, load_spec
-from workbench.specs.resolve import admission_config
+from workbench.specs.resolve import admission_config, drafter_init_config, rollout_config
 from workbench.vllm import admit
 
 __all__ = ["WorkbenchRolloutFunc", "workbench_rollout_func", "group_ids_of"]
@@ -194,8 +194,9 @@ class WorkbenchRolloutFunc:
         spec = self._run_spec(model, path, sampling)
         # vLLM's guard, at TRL's sampling
         vllm_tags = admit(admission_config(spec)) if spec.rollout.backend == "vllm" else None
-        self.drafter = build_drafter_parts(spec, policy, ranks, self.progress)
-        self.backend = build_backend(spec, policy, self.drafter, ranks, vllm_tags)
+        cfg = rollout_config(spec, policy.tokenizer, getattr(model, "generation_config", None))
+        self.drafter = build_drafter_parts(drafter_init_config(spec), cfg, spec.seed, policy, ranks, self.progress)
+        self.backend = build_backend(cfg, policy, self.drafter, ranks, vllm_tags)
         self._admitted = (sampling.temperature, sampling.top_p, sampling.top_k)
         self._generator = torch.Generator(device).manual_seed(int(trainer.args.seed) + ranks.rank)
         self._synced_step = trainer.state.global_step  # the engine was just built from these weights

@@ -227,7 +227,7 @@ def drafter_cost(
     spec, target, drafter, prompts: list[list[int]], rows_max: int, ctx: int, progress: bool = True
 ) -> tuple[DrafterCost, bool]:
     """The cached :class:`DrafterCost` of the spec's drafter (see the module doc). Returns (cost, from cache)."""
-    from workbench.rollout_builder import rollout_config
+    from workbench.specs.resolve import rollout_config
 
     d, k = spec.drafter, spec.drafter.k
     if d.kind == "draft_model":

@@ -35,8 +35,8 @@ def drafter_folder_of(spec, out: Path, progress: bool = False) -> tuple[str | No
     from workbench.grpo.build import resolve_device
     from workbench.models import load_model, resolve_model
     from workbench.models.chat import generation_config_of
-    from workbench.rollout_builder import rollout_config, rollout_target
-    from workbench.specs.resolve import drafter_init_config
+    from workbench.rollout_builder import rollout_target
+    from workbench.specs.resolve import drafter_init_config, rollout_config
 
     device = resolve_device(spec.model.device)
     path = resolve_model(spec.model.target, progress=progress, what="model.target")

@@ -3,13 +3,17 @@
 Nothing below :mod:`workbench.experiment` reads an ``ExperimentSpec``: each consumer takes a small
 frozen record of what it needs, filled here, once per run, as vLLM's ``VllmConfig`` is split into
 per-concern configs and TRL's trainer takes a ``GRPOConfig``. The rollout engine's records
-(:mod:`workbench.rollout.config`) are filled by :func:`workbench.rollout_builder.rollout_config`.
+(:mod:`workbench.rollout.config`) are filled by :func:`rollout_config`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.drafter_init import DrafterInitConfig
 from workbench.grpo.config import TrainerConfig
+from workbench.rollout.config import RolloutConfig
+from workbench.rollout_builder import describe_rollout
 from workbench.specs.experiment import ExperimentSpec
 from workbench.vllm import AdmissionConfig
 
@@ -37,3 +41,15 @@ def admission_config(spec: ExperimentSpec) -> AdmissionConfig:
     """vLLM admission's record (``workbench.vllm.admit``): the spec's name, ``model.target``,
     ``model.dtype``, the rollout, drafter and grpo sections."""
     return AdmissionConfig(spec.name, spec.model.target, spec.model.dtype, spec.rollout, spec.drafter, spec.grpo)
+
+
+def rollout_config(
+    spec: ExperimentSpec, tokenizer=None, generation_config: Any = None, max_new_tokens: int | None = None
+) -> RolloutConfig:
+    """The rollout description of ``spec`` (:func:`workbench.rollout_builder.describe_rollout` of its
+    ``rollout``, ``drafter`` and ``task`` sections, ``model.dtype`` and ``seed``). With ``tokenizer``,
+    completions end at its eos and the prompt format's stop ids; without, generation is fixed-length.
+    ``max_new_tokens`` (tokens): overrides ``rollout.max_new_tokens``."""
+    return describe_rollout(
+        spec.rollout, spec.drafter, spec.task, spec.model.dtype, spec.seed, tokenizer, generation_config, max_new_tokens
+    )

@@ -19,7 +19,8 @@ import torch
 from workbench.audit.joint import stop_tuple
 from workbench.audit.law import AuditResult, AuditTest
 from workbench.rollout.backend import RolloutBackend
-from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
+from workbench.rollout_builder import VLLMTarget, build_backend
+from workbench.specs.resolve import rollout_config
 from workbench.vllm import record_verdict, sampling_settings, target_id
 from workbench.vllm.runtime import build_id
 

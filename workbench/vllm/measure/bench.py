@@ -116,7 +116,8 @@ def run_vllm(b, kind: str, k: int, transfer: bool = True, predict: tuple[str, ..
             cannot run (names drafter.kind), or a ``predict`` setting without a cost proxy.
     """
     check_predict(kind, predict, transfer)
-    from workbench.rollout_builder import VLLMTarget, build_backend, rollout_config
+    from workbench.rollout_builder import VLLMTarget, build_backend
+    from workbench.specs.resolve import rollout_config
 
     spec = vllm_bench_spec(b.spec, kind, k, b.cfg.batch_sizes)
     dev = b.device.type
