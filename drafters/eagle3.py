@@ -116,6 +116,11 @@ class Eagle3Drafter(ChainDrafter):
     vllm_weights = True  # exported in vLLM's EAGLE-3 layout (workbench.vllm.eagle3)
 
     @classmethod
+    def given_trained(cls, spec) -> bool:
+        """``drafter.model`` a head in vLLM's layout (`wb drafter export`, public heads): loaded as it is."""
+        return bool(spec.model) and is_eagle3_folder(spec.model)
+
+    @classmethod
     def from_spec(cls, spec, target: DrafterTarget, device=None) -> "Eagle3Drafter":
         """Fresh (random layer, LM head rows copied from the target's) or ``target.init_path``'s checkpoint.
 
@@ -128,7 +133,7 @@ class Eagle3Drafter(ChainDrafter):
         """
         lm = target.lm
         cfg, V = lm.cfg, lm.cfg.vocab_size
-        if spec.model and is_eagle3_folder(spec.model):  # a head in vLLM's layout (`wb drafter export`, public heads)
+        if cls.given_trained(spec):  # a head in vLLM's layout (`wb drafter export`, public heads)
             return cls._from_vllm_folder(spec, target, device)
         ids = aux_layer_ids(spec, cfg.num_layers)
         d2t, t2d = draft_vocab(spec, target)

@@ -73,3 +73,15 @@ def test_draft_model_trains_only_a_truncated_copy(target_dir):
     cut = load_spec("micro", ["drafter.kind=draft_model", "drafter.draft_layers=1"]).drafter
     assert not DraftModelDrafter.initialised_by_default(given) and DraftModelDrafter.initialised_by_default(cut)
     assert "draft_layers" not in DraftModelDrafter.arch_key(given) and DraftModelDrafter.arch_key(cut)["draft_layers"]
+
+
+def test_only_a_finished_head_given_as_drafter_model_skips_the_init(monkeypatch):
+    """Drafter.given_trained: no kind at its defaults; eagle3 when drafter.model is a head in vLLM's layout."""
+    import drafters.eagle3 as e
+    from drafters import DRAFTERS
+    from workbench.specs import DrafterSpec
+
+    assert not any(cls.given_trained(DrafterSpec(kind=k)) for k, cls in DRAFTERS.items())
+    monkeypatch.setattr(e, "is_eagle3_folder", lambda p: p == "a-head")
+    assert e.Eagle3Drafter.given_trained(DrafterSpec(kind="eagle3", model="a-head"))
+    assert not e.Eagle3Drafter.given_trained(DrafterSpec(kind="eagle3", model="a-checkpoint"))

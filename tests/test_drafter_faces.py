@@ -18,7 +18,6 @@ KIND_SWITCHES_LEFT = {
     "workbench/audit/setup.py": 1,
     "workbench/cli/bench.py": 1,
     "workbench/cli/drafter.py": 1,
-    "workbench/drafter_init.py": 1,
     "workbench/perf/cost_curve.py": 1,
     "workbench/perf/simulate/cpu.py": 1,
     "workbench/perf/simulate/measured.py": 3,

@@ -39,7 +39,6 @@ from workbench.rollout.sampling import SamplingParams
 from workbench.rollout_builder import eager, engine_config, plain_backend, sampling_params
 from workbench.specs.drafter import DrafterSpec
 from workbench.specs.sections import RolloutSpec, TaskSpec
-from workbench.vllm import is_eagle3_folder
 
 HELD_OUT = 0.1  # fraction of init sequences kept out of training for the reported agreement
 INIT_SEED_OFFSET = 104729  # in_domain init prompts: train-partition generator seed = init seed + this
@@ -71,7 +70,7 @@ def init_folder(cfg: DrafterInitConfig, target_path: Path) -> Path | None:
     cls = drafter_class(d.kind)
     if data == "none" or cls is None or not cls.trainable:
         return None
-    if d.kind == "eagle3" and is_eagle3_folder(d.model):  # a trained head given as drafter.model: nothing to initialise
+    if cls.given_trained(d):  # a trained head given as drafter.model: nothing to initialise
         return None
     target_cfg = json.loads((Path(target_path) / "config.json").read_text())
     key = {

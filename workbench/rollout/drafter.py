@@ -136,6 +136,12 @@ class Drafter:
         return cls.trainable
 
     @classmethod
+    def given_trained(cls, spec) -> bool:
+        """Whether the drafter section ``spec`` hands over trained weights (``drafter.model`` a finished
+        head), so there is nothing to initialise: no kind, unless a subclass knows better."""
+        return False
+
+    @classmethod
     def arch_key(cls, spec) -> dict:
         """The spec's weight-shaping settings (``arch_fields``), part of the init checkpoint's cache key."""
         return {f: getattr(spec, f) for f in cls.arch_fields}
