@@ -87,6 +87,15 @@ def test_vllm_needs_its_target_and_the_workbench_engine_its_lean_copy():
         build_backend(rollout_config(spec()), None)
 
 
+def test_the_runs_vllm_backend_is_built_only_after_its_admission():
+    """grpo.build.build_backend takes the tags vLLM's admission returned; without them it refuses
+    before touching the policy (admission comes first: workbench.run_build)."""
+    from workbench.grpo.build import build_backend as build_run_backend
+
+    with pytest.raises(ValueError, match="admit the run first"):
+        build_run_backend(replace(rollout_config(spec()), backend="vllm"), None, None, None, None)
+
+
 def test_the_rollout_worker_refuses_vllm_naming_the_field():
     s = spec("grpo.async.enabled=true", "rollout.backend=vllm", "measure.paired=false")
     with pytest.raises(ValueError, match="rollout.backend=workbench"):

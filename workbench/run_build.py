@@ -1,5 +1,5 @@
 """The parts of a GRPO run, built from its spec: the spec resolved once into its records
-(:mod:`workbench.specs.resolve`, :func:`workbench.rollout_builder.rollout_config`), then the builders of
+(:mod:`workbench.specs.resolve`, the rollout description among them), then the builders of
 :mod:`workbench.grpo.build` called on them, in an order that keeps a seed's random draws the same (a
 fresh drafter's initial weights come from torch's global stream, after the policy's rollout copy).
 

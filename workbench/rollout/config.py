@@ -1,6 +1,6 @@
 """The rollout description: what a rollout backend is built from, resolved once from the experiment spec.
 
-The ground floor never reads the experiment spec: ``workbench.rollout_builder.rollout_config`` turns
+The ground floor never reads the experiment spec: ``workbench.specs.resolve.rollout_config`` turns
 ``rollout.*``, ``drafter.k``, ``model.dtype`` and the prompt format's stop ids into these frozen
 records, and every engine (the workbench engine, vLLM's) is built from them by that one builder. As
 vLLM's ``VllmConfig`` splits into ``SchedulerConfig``, ``SpeculativeConfig``, ..., the description is
