@@ -114,12 +114,18 @@ class DFlashDrafter(ChainDrafter):
     kind = "dflash"
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "dflash_block_size", "ttt_decay")
     vllm_weights = True  # exported as vLLM's DFlashDraftModel (workbench.vllm.dflash), reloaded when adapted
+    vllm_head_folder = True
     LAYER = "qwen3"  # the draft layer's form (q/k norm), in the checkpoint and the init cache key
 
     @classmethod
     def arch_key(cls, spec) -> dict:
         """:meth:`Drafter.arch_key` plus the layer's form: heads made before the q/k norm get another key."""
         return super().arch_key(spec) | {"layer": cls.LAYER}
+
+    @classmethod
+    def vllm_serving_notes(cls, spec) -> list[str]:
+        """vLLM's DFlash proposes one whole block: k is fixed by the head."""
+        return [f"dflash: k={spec.k} = dflash_block_size - 1, the block the head was trained on"]
 
     def __init__(self, net: DFlashNet, hidden_layers, vocab_size: int, block_size: int, decay: float):
         super().__init__(net, hidden_layers, vocab_size, ttt_steps=1, ttt_decay=decay)

@@ -114,6 +114,7 @@ class Eagle3Drafter(ChainDrafter):
     kind = "eagle3"
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay")
     vllm_weights = True  # exported in vLLM's EAGLE-3 layout (workbench.vllm.eagle3)
+    vllm_head_folder = True
 
     @classmethod
     def given_trained(cls, spec) -> bool:

@@ -51,6 +51,11 @@ def emitted_tokens(tokens: torch.Tensor, lens: torch.Tensor, num_emitted: torch.
 class SuffixDrafter(Drafter):
     kind = "suffix"
 
+    @classmethod
+    def vllm_serving_notes(cls, spec) -> list[str]:
+        """vLLM's suffix method is Arctic Inference's (Snowflake), a separate package."""
+        return ["suffix: the vLLM that serves needs arctic-inference installed (pip install arctic-inference)"]
+
     def __init__(
         self,
         max_tree_depth: int = 24,

@@ -11,6 +11,8 @@ without the list following it), so the list is the work left.
 import ast
 from pathlib import Path
 
+import pytest
+
 from drafters import DRAFTERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,9 +25,8 @@ KIND_SWITCHES_LEFT = {
     "workbench/perf/simulate/measured.py": 3,
     "workbench/perf/simulate/rollout.py": 5,
     "workbench/perf/simulate/scenario.py": 1,
-    "workbench/report/export.py": 2,
+    "workbench/report/export.py": 1,
     "workbench/report/export_head.py": 1,
-    "workbench/report/export_point.py": 3,
     "workbench/vllm/build.py": 6,
     "workbench/vllm/measure/bench.py": 3,
     "workbench/vllm/runtime/engine.py": 1,
@@ -68,3 +69,23 @@ def test_outside_the_drafters_no_new_switch_on_a_kind_name():
     assert not grown, f"switches on a drafter kind's name (found, allowed): make it a Drafter capability: {grown}"
     fell = {m: (found.get(m, 0), n) for m, n in KIND_SWITCHES_LEFT.items() if found.get(m, 0) < n}
     assert not fell, f"fewer switches than listed (found, listed): lower KIND_SWITCHES_LEFT: {fell}"
+
+
+def test_vllm_export_faces_are_on_the_classes():
+    """The export asks the class: which kinds serve from a head folder `wb export` writes, and what the
+    reader must know to serve them (arctic-inference for suffix, the fixed k of a DFlash head)."""
+    from workbench.specs import DrafterSpec
+
+    heads = sorted(kind for kind, cls in DRAFTERS.items() if cls.vllm_head_folder)
+    assert heads == ["dflash", "eagle3"]
+    assert "arctic-inference" in " ".join(DRAFTERS["suffix"].vllm_serving_notes(DrafterSpec(kind="suffix")))
+    assert "k=7" in " ".join(DRAFTERS["dflash"].vllm_serving_notes(DrafterSpec(kind="dflash", k=7)))
+    assert DRAFTERS["ngram"].vllm_serving_notes(DrafterSpec(kind="ngram")) == []
+
+
+def test_an_export_of_a_head_without_its_folder_is_refused():
+    from workbench.report.export import ExportError, vllm_speculative_config
+    from workbench.specs import DrafterSpec
+
+    with pytest.raises(ExportError, match="drafter.kind=eagle3: give draft_folder"):
+        vllm_speculative_config(DrafterSpec(kind="eagle3"), k=3)

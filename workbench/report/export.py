@@ -76,11 +76,13 @@ def vllm_speculative_config(
         ExportError: kind none or mtp, an eagle3/dflash head without ``draft_folder``, dflash at a k other
             than its block size - 1 (names the field).
     """
+    from drafters import drafter_class
     from workbench.vllm import speculative_config
 
     if d.kind in NO_VLLM:
         raise ExportError(NO_VLLM[d.kind])
-    if draft_folder is None and d.kind in ("eagle3", "dflash"):
+    cls = drafter_class(d.kind)
+    if draft_folder is None and cls is not None and cls.vllm_head_folder:
         raise ExportError(
             f"drafter.kind={d.kind}: give draft_folder, the head in vLLM's layout (`wb export` writes it, as does "
             "workbench.vllm.export_eagle3 / export_dflash)"

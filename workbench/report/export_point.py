@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drafters import drafter_class
 from workbench import metrics as M
 from workbench.report.export import (
     CHECKED,
@@ -221,10 +222,8 @@ def notes(ex: Export, schedule) -> list[str]:
         )
     if d.online.enabled:
         out.append("the run adapted the drafter online; vLLM serves it fixed, as it started (final weights not kept)")
-    if d.kind == "suffix":
-        out.append("suffix: the vLLM that serves needs arctic-inference installed (pip install arctic-inference)")
-    if d.kind == "dflash":
-        out.append(f"dflash: k={d.k} = dflash_block_size - 1, the block the head was trained on")
-    if ex.head and d.kind in ("eagle3", "dflash"):
+    cls = drafter_class(d.kind)
+    out += cls.vllm_serving_notes(d) if cls else []
+    if ex.head and cls and cls.vllm_head_folder:
         out.append(f"speculative_config.model is this machine's path {ex.head}: copy the folder and edit it")
     return out

@@ -127,6 +127,8 @@ class Drafter:
     distill_temperature: float = 1.0  # the loss's temperature (drafter.distill_temperature), set by build_drafter
     arch_fields: ClassVar[tuple[str, ...]] = ()  # DrafterSpec fields that shape the weights (the init cache key)
     vllm_weights: ClassVar[bool] = False  # vLLM serves this drafter's own weights (exported, reloaded when adapted)
+    # speculative_config.model is a head folder in vLLM's layout that `wb export` writes (not a checkpoint given)
+    vllm_head_folder: ClassVar[bool] = False
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
 
     @classmethod
@@ -140,6 +142,12 @@ class Drafter:
         """Whether the drafter section ``spec`` hands over trained weights (``drafter.model`` a finished
         head), so there is nothing to initialise: no kind, unless a subclass knows better."""
         return False
+
+    @classmethod
+    def vllm_serving_notes(cls, spec) -> list[str]:
+        """What the reader of a vLLM export of the drafter section ``spec`` must know to serve it (a
+        package to install, a fixed k): none, unless a subclass knows better."""
+        return []
 
     @classmethod
     def arch_key(cls, spec) -> dict:
