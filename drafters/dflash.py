@@ -113,9 +113,15 @@ class DFlashNet(ChainNet):
 class DFlashDrafter(ChainDrafter):
     kind = "dflash"
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "dflash_block_size", "ttt_decay")
-    vllm_weights = True  # exported as vLLM's DFlashDraftModel (workbench.vllm.dflash), reloaded when adapted
+    vllm_weights = True  # exported as vLLM's DFlashDraftModel (drafters/dflash_vllm.py), reloaded when adapted
     vllm_head_folder = True
     LAYER = "qwen3"  # the draft layer's form (q/k norm), in the checkpoint and the init cache key
+
+    def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
+        """The head's weights under vLLM's ``DFlashDraftModel`` names."""
+        from drafters.dflash_vllm import to_vllm_state
+
+        return list(to_vllm_state({n: t.detach() for n, t in self.net.state_dict().items()}).items())
 
     @classmethod
     def arch_key(cls, spec) -> dict:

@@ -219,6 +219,10 @@ class DraftModelDrafter(Drafter):
         self.hf.eval()
         self.model.load_weights(self.hf)
 
+    def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
+        """The trainable copy's weights under their Hugging Face names (vLLM's draft_model checkpoint)."""
+        return [(n, t.detach()) for n, t in self.hf.state_dict().items()]
+
     def save(self, folder) -> None:
         from workbench.models.checkpoint import quiet_hf
 

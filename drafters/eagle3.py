@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from drafters.chain import ChainDrafter, ChainNet
+from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3, to_vllm_state
 from drafters.mtp import _load, _save
 from drafters.registry import register
 from workbench.cache import fix_for
@@ -26,7 +27,6 @@ from workbench.files import reading
 from workbench.rollout.drafter import DrafterTarget
 from workbench.rollout.layers import RMSNorm
 from workbench.rollout.model import LMConfig
-from workbench.vllm.eagle3 import is_eagle3_folder, read_eagle3  # the layout module only (tests/test_layers.py)
 
 
 def default_layer_ids(num_layers: int) -> tuple[int, int, int]:
@@ -113,8 +113,12 @@ def draft_vocab(spec, target: DrafterTarget) -> tuple[torch.Tensor, torch.Tensor
 class Eagle3Drafter(ChainDrafter):
     kind = "eagle3"
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay")
-    vllm_weights = True  # exported in vLLM's EAGLE-3 layout (workbench.vllm.eagle3)
+    vllm_weights = True  # exported in vLLM's EAGLE-3 layout (drafters/eagle3_vllm.py)
     vllm_head_folder = True
+
+    def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
+        """The head's weights in vLLM's EAGLE-3 layout (``midlayer.*``, ``fc``, ``d2t``)."""
+        return list(to_vllm_state({n: t.detach() for n, t in self.net.state_dict().items()}).items())
 
     @classmethod
     def given_trained(cls, spec) -> bool:
@@ -152,7 +156,7 @@ class Eagle3Drafter(ChainDrafter):
 
     @classmethod
     def _from_vllm_folder(cls, spec, target: DrafterTarget, device) -> "Eagle3Drafter":
-        """Load an EAGLE-3 head saved in vLLM's layout (:mod:`workbench.vllm.eagle3`) for ``target``.
+        """Load an EAGLE-3 head saved in vLLM's layout (:mod:`drafters.eagle3_vllm`) for ``target``.
 
         Its layer has its own shape (heads, head_dim, intermediate size, RoPE) from its config.json;
         its hidden size and vocabulary must be the target's, its layer ids within the target's depth.

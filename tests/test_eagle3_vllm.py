@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from drafters.eagle3 import Eagle3Net, vocab_map
+from drafters.eagle3_vllm import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
 from workbench.rollout.model import LMConfig
-from workbench.vllm.eagle3 import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
 
 CFG = LMConfig(
     vocab_size=64,

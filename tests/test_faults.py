@@ -201,8 +201,8 @@ def test_a_users_damaged_checkpoint_is_one_line(my_model, name, why):
 def test_a_users_damaged_eagle3_head_is_one_line(tmp_path):
     import json
 
+    from drafters.eagle3_vllm import read_eagle3
     from workbench.files import DamagedFile
-    from workbench.vllm.eagle3 import read_eagle3
 
     head = tmp_path / "head"
     head.mkdir()

@@ -170,7 +170,7 @@ def test_an_eagle3_head_by_hub_id(hub, tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from workbench.vllm.eagle3 import is_eagle3_folder
+    from drafters.eagle3_vllm import is_eagle3_folder
 
     head = tmp_path / "head"
     head.mkdir()

@@ -189,7 +189,6 @@ def test_drafters_do_not_import_instruments():
         "workbench.models",
         "workbench.cache",
         "workbench.files",
-        "workbench.vllm.eagle3",  # EAGLE-3 heads in vLLM's checkpoint layout (torch and safetensors only)
     )
     bad = {(m, d) for m, deps in graph().items() if within(m, "drafters") for d in deps if not within(d, *allowed)}
     assert not bad, f"drafters import from above their layer: {sorted(bad)}"
@@ -202,12 +201,9 @@ def test_modules_fit_on_a_few_screens():
 
 # The entries of workbench.vllm's three floors: the rest of the project imports these, never the modules behind them.
 VLLM_ENTRIES = ("workbench.vllm.runtime", "workbench.vllm", "workbench.vllm.measure")
-# (importer, module): a module outside workbench.vllm that imports a module behind an entry, and why.
-VLLM_SUBMODULE_IMPORTS = {
-    # drafters (layer 2) need the checkpoint layout alone: the floor-2 entry also fronts build.py (the engine,
-    # the guard), which test_drafters_do_not_import_instruments keeps out of drafters.
-    ("drafters.eagle3", "workbench.vllm.eagle3"),
-}
+# (importer, module): a module outside workbench.vllm that imports a module behind an entry (none now: the
+# EAGLE-3 and DFlash checkpoint layouts moved to drafters/, beside their drafters).
+VLLM_SUBMODULE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def imports_vllm_library(path: Path) -> bool:

@@ -149,6 +149,15 @@ class Drafter:
         package to install, a fixed k): none, unless a subclass knows better."""
         return []
 
+    def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
+        """The drafter's current weights under the names of the checkpoint vLLM serves it from (a draft
+        model's Hugging Face names, a head's vLLM layout), reloaded into vLLM after online adaptation.
+
+        Raises:
+            ValueError: the kind has no drafter model in vLLM (``vllm_weights`` false).
+        """
+        raise ValueError(f"drafter.kind={self.kind}: no drafter model to reload into vLLM")
+
     @classmethod
     def arch_key(cls, spec) -> dict:
         """The spec's weight-shaping settings (``arch_fields``), part of the init checkpoint's cache key."""

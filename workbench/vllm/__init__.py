@@ -16,8 +16,6 @@ library itself is imported only inside this package.
 | ``verdicts.py`` | 2 | the audit verdicts per (vLLM version, platform, method, sampling settings), shipped (``verdicts.json``) and the user's; the guard |
 | ``speculative.py`` | 2 | pure: the spec checked against what vLLM runs (refusals naming the field), ``speculative_config`` |
 | ``build.py`` | 2 | a ``VLLMBackend`` built from the rollout description: the guard, the workbench drafter handed to vLLM |
-| ``eagle3.py`` | 2 | EAGLE-3 heads in vLLM's checkpoint layout: export for vLLM, read back (``drafter.model`` a vLLM head) |
-| ``dflash.py`` | 2 | DFlash heads in vLLM's checkpoint layout (``DFlashDraftModel``): export for vLLM, weights to reload |
 | ``measure/`` | 3 | what measures vLLM: ``wb bench --vllm``, its transfer prediction, ``wb audit rollout.backend=vllm`` |
 | ``measure/bench.py`` | 3 | ``wb bench --vllm``: our engine against vLLM's, in one process, paired |
 | ``measure/bench_transfer.py`` | 3 | its transfer columns: the cost runs, each engine step timed, and the predicted speedup's rows |
@@ -26,7 +24,8 @@ library itself is imported only inside this package.
 
 Three entries: :mod:`workbench.vllm.runtime` (floor 1), this module (floor 2) and
 :mod:`workbench.vllm.measure` (floor 3); the rest of the project imports their names, not the modules
-behind them. This entry re-exports the names of ``build.py``, ``verdicts.py`` and ``eagle3.py``, each
+behind them. This entry re-exports the names of ``build.py``, ``verdicts.py`` and ``drafters/eagle3_vllm.py`` (the
+EAGLE-3 head's vLLM layout lives with its drafter, as DFlash's in ``drafters/dflash_vllm.py``), each
 module loaded on first use of one of its names (``__getattr__``): importing a floor below (the ``wb``
 script's preload, before torch) runs this file too, so it imports nothing.
 """  # noqa: E501 (a Markdown table: one row a line)
@@ -38,8 +37,8 @@ from typing import TYPE_CHECKING
 from workbench.vllm.runtime.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # the same names for readers and static tools; at run time __getattr__ loads them
+    from drafters.eagle3_vllm import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
     from workbench.vllm.build import admit, drafter_folder, vllm_backend
-    from workbench.vllm.eagle3 import export_eagle3, from_vllm_state, is_eagle3_folder, read_eagle3, to_vllm_state
     from workbench.vllm.speculative import AdmissionConfig, check_vllm_run, speculative_config
     from workbench.vllm.verdicts import (
         check_speculation_allowed,
@@ -52,7 +51,7 @@ if TYPE_CHECKING:  # the same names for readers and static tools; at run time __
 _LAZY = {
     "workbench.vllm.build": ("admit", "drafter_folder", "vllm_backend"),
     "workbench.vllm.speculative": ("AdmissionConfig", "check_vllm_run", "speculative_config"),
-    "workbench.vllm.eagle3": ("export_eagle3", "from_vllm_state", "is_eagle3_folder", "read_eagle3", "to_vllm_state"),
+    "drafters.eagle3_vllm": ("export_eagle3", "from_vllm_state", "is_eagle3_folder", "read_eagle3", "to_vllm_state"),
     "workbench.vllm.verdicts": (
         "check_speculation_allowed",
         "load_verdicts",

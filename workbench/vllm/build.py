@@ -13,8 +13,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import torch
-
 from drafters import drafter_class
 from workbench.rollout.config import RolloutConfig
 from workbench.vllm.runtime import FIX_TAG, VLLMBackend, build_id, check_in_process
@@ -39,28 +37,14 @@ def drafter_folder(
 
         return str(resolve_model(d.model, what="drafter.model"))
     if kind == "eagle3":
-        from workbench.vllm.eagle3 import export_eagle3
+        from drafters.eagle3_vllm import export_eagle3
 
         return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
     if kind == "dflash":
-        from workbench.vllm.dflash import export_dflash
+        from drafters.dflash_vllm import export_dflash
 
         return str(export_dflash(drafter.net, target_cfg, work / "dflash", drafter.block_size, stop_ids))
     return None
-
-
-def drafter_weights(kind: str, drafter) -> list[tuple[str, torch.Tensor]]:
-    """The workbench drafter's current weights under its vLLM checkpoint's names."""
-    if kind == "draft_model":
-        return [(n, t.detach()) for n, t in drafter.hf.state_dict().items()]
-    if kind in ("eagle3", "dflash"):
-        if kind == "eagle3":
-            from workbench.vllm.eagle3 import to_vllm_state
-        else:
-            from workbench.vllm.dflash import to_vllm_state
-
-        return list(to_vllm_state({n: t.detach() for n, t in drafter.net.state_dict().items()}).items())
-    raise ValueError(f"drafter.kind={kind}: no drafter model to reload into vLLM")
 
 
 def admit(run: AdmissionConfig) -> dict[str, str]:
@@ -107,7 +91,7 @@ def vllm_backend(
         folder = drafter_folder(d, drafter, init_path, target_cfg, Path(work.name), cfg.sampling.stop_ids)
         sc = speculative_config(d, folder, cfg.vllm.draft_sample_method)
         cls = drafter_class(d.kind)
-        reload = (lambda x: drafter_weights(d.kind, x)) if cls is not None and cls.vllm_weights else None
+        reload = (lambda x: x.vllm_state()) if cls is not None and cls.vllm_weights else None
         return VLLMBackend(
             target_path,
             cfg.vllm,

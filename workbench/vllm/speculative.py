@@ -93,8 +93,8 @@ def speculative_config(
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
-    trained; eagle3, dflash: the head exported in vLLM's layout by ``workbench.vllm.eagle3.export_eagle3``,
-    ``workbench.vllm.dflash.export_dflash``). require_installed: refuse suffix without ``arctic-inference``
+    trained; eagle3, dflash: the head exported in vLLM's layout by ``drafters.eagle3_vllm.export_eagle3``,
+    ``drafters.dflash_vllm.export_dflash``). require_installed: refuse suffix without ``arctic-inference``
     importable here (False: the config is for another machine's vLLM, as ``wb export`` writes it).
 
     Raises:
