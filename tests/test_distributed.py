@@ -95,6 +95,26 @@ def test_zero_stage_out_of_range_names_the_field():
             load_spec("micro", [f"grpo.zero_stage={stage}"])
 
 
+EXIT_PROBE = """
+import atexit, torch.distributed as dist
+atexit.register(lambda: print("initialised at exit:", dist.is_initialized()))  # runs last (atexit is LIFO)
+from workbench.grpo.distributed import DataParallel
+DataParallel.start("cpu")
+print("initialised:", dist.is_initialized())
+"""
+
+
+@pytest.mark.distributed
+def test_a_group_formed_by_a_rank_is_destroyed_before_the_interpreter_exits(tmp_path):
+    """Left to interpreter teardown, a gloo group can abort the rank (SIGABRT; pytorch/pytorch#190489)."""
+    pytest.importorskip("deepspeed")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", EXIT_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "initialised: True" in r.stdout and "initialised at exit: False" in r.stdout, r.stdout
+
+
 def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(

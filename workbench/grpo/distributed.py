@@ -17,6 +17,7 @@ the split of rollouts by prompt group is verl's and NeMo RL's data-parallel roll
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -138,7 +139,9 @@ class DataParallel:
 
         A process no launcher started forms a world of one on a free local port. SIGTERM (what
         the launcher sends the other ranks when one fails) becomes SystemExit, so this rank's
-        MLflow run is ended FAILED, not left RUNNING.
+        MLflow run is ended FAILED, not left RUNNING. A group formed here is destroyed at exit, while
+        the interpreter is still whole: a gloo group left to interpreter teardown can abort the rank
+        (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#190489).
 
         Raises:
             ValueError: DeepSpeed is not installed (names grpo.backend and the fix).
@@ -166,6 +169,8 @@ class DataParallel:
             comm = torch.device("cuda", local_rank)
         if not dist.is_initialized():
             deepspeed.init_distributed(dist_backend="nccl" if device_type == "cuda" else "gloo", verbose=False)
+            atexit.unregister(_destroy_group)  # once, however many times a process forms a group
+            atexit.register(_destroy_group)
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         return cls(dist.get_rank(), dist.get_world_size(), local_rank, comm)
 
@@ -260,6 +265,11 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _destroy_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _exit_on_sigterm(signum, frame):  # noqa: ARG001
