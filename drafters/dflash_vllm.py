@@ -36,20 +36,14 @@ from pathlib import Path
 
 import torch
 
+from drafters.eagle3_vllm import head_name
+
 ARCHITECTURE = "DFlashDraftModel"  # vLLM's registry: qwen3_dflash.DFlashQwen3ForCausalLM
 
 
 def _layer_name(ours: str) -> str | None:
     """Our DFlashNet parameter name -> vLLM's (the single draft layer is ``layers.0``)."""
-    for prefix, theirs in (
-        ("attn.0.", "layers.0.self_attn."),
-        ("post_attention_layernorm.0.", "layers.0.post_attention_layernorm."),
-        ("mlp.0.", "layers.0.mlp."),
-        ("input_layernorm.", "layers.0.input_layernorm."),
-    ):
-        if ours.startswith(prefix):
-            return theirs + ours[len(prefix) :]
-    return ours if ours in ("fc.weight", "hidden_norm.weight", "norm.weight", "lm_head.weight") else None
+    return head_name(ours, "layers.0.", ("fc.weight", "hidden_norm.weight", "norm.weight", "lm_head.weight"))
 
 
 def to_vllm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -40,18 +40,28 @@ from workbench.files import reading
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # names vLLM's registry maps to EAGLE-3
 
 
+# our chain net's single draft layer (prefix) -> its modules' names in vLLM's heads (under the layer's name)
+CHAIN_LAYER = (
+    ("attn.0.", "self_attn."),
+    ("post_attention_layernorm.0.", "post_attention_layernorm."),
+    ("mlp.0.", "mlp."),
+    ("input_layernorm.", "input_layernorm."),
+)
+
+
+def head_name(ours: str, layer: str, kept: tuple[str, ...], also: tuple[tuple[str, str], ...] = ()) -> str | None:
+    """Our chain net's parameter name -> vLLM's: the draft layer's modules under ``layer`` (``also``: more
+    of them), the names in ``kept`` as they are, anything else None (not in vLLM's checkpoint)."""
+    for prefix, theirs in (*CHAIN_LAYER, *also):
+        if ours.startswith(prefix):
+            return layer + theirs + ours[len(prefix) :]
+    return ours if ours in kept else None
+
+
 def _layer_names(ours: str) -> str | None:
     """Our Eagle3Net parameter name -> vLLM's (the single draft layer is ``midlayer``)."""
-    for prefix, theirs in (
-        ("attn.0.", "midlayer.self_attn."),
-        ("post_attention_layernorm.0.", "midlayer.post_attention_layernorm."),
-        ("mlp.0.", "midlayer.mlp."),
-        ("input_layernorm.", "midlayer.input_layernorm."),
-        ("hidden_norm.", "midlayer.hidden_norm."),
-    ):
-        if ours.startswith(prefix):
-            return theirs + ours[len(prefix) :]
-    return ours if ours in ("fc.weight", "norm.weight", "lm_head.weight") else None
+    kept = ("fc.weight", "norm.weight", "lm_head.weight")
+    return head_name(ours, "midlayer.", kept, also=(("hidden_norm.", "hidden_norm."),))
 
 
 def to_vllm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
