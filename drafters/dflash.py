@@ -133,6 +133,39 @@ class DFlashDrafter(ChainDrafter):
         """vLLM's DFlash proposes one whole block: k is fixed by the head."""
         return [f"dflash: k={spec.k} = dflash_block_size - 1, the block the head was trained on"]
 
+    @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """vLLM's dflash method on the head folder :meth:`vllm_folder` exported.
+
+        Raises:
+            ValueError: online adaptation (vLLM 0.32 cannot reload a DFlash head in place), or k other
+                than ``dflash_block_size - 1``; each names the field.
+        """
+        # vLLM's block is k + 1 slots; ours is always the trained dflash_block_size (two-way attention: the
+        # block's length shapes every q_i), so the two propose alike only at k = dflash_block_size - 1
+        if spec.online.enabled:
+            raise ValueError(
+                "drafter.online.enabled=true with drafter.kind=dflash and rollout.backend=vllm: vLLM 0.32 cannot "
+                "reload a DFlash head in place (its fused context projection is built once, at load); set "
+                "drafter.online.enabled=false, or rollout.backend=workbench"
+            )
+        k, block = spec.k, spec.dflash_block_size
+        if k != block - 1:
+            raise ValueError(
+                f"drafter.k={k} with drafter.kind=dflash and rollout.backend=vllm: vLLM runs a block of k + 1 slots "
+                f"and the head was trained on drafter.dflash_block_size={block}; set "
+                f"drafter.k={block - 1} or drafter.dflash_block_size={k + 1}"
+            )
+        return {"method": "dflash", "model": draft_folder, "num_speculative_tokens": k}
+
+    @classmethod
+    def vllm_folder(cls, spec, drafter, init_path, target_cfg, work, stop_ids=()) -> str:
+        """The run's head exported as vLLM's ``DFlashDraftModel`` into ``work / "dflash"`` (``stop_ids``: ids
+        its mask token must not be)."""
+        from drafters.dflash_vllm import export_dflash
+
+        return str(export_dflash(drafter.net, target_cfg, work / "dflash", drafter.block_size, stop_ids))
+
     def __init__(self, net: DFlashNet, hidden_layers, vocab_size: int, block_size: int, decay: float):
         super().__init__(net, hidden_layers, vocab_size, ttt_steps=1, ttt_decay=decay)
         self.block_size = block_size

@@ -73,6 +73,24 @@ class DraftModelDrafter(Drafter):
     vllm_weights = True  # vLLM's draft_model method loads the checkpoint
 
     @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """vLLM's draft_model method on the checkpoint folder ``draft_folder``."""
+        return cls._vllm_model_method(spec, draft_folder, draft_sample_method)
+
+    @classmethod
+    def vllm_folder(cls, spec, drafter, init_path, target_cfg, work, stop_ids=()) -> str:
+        """The init checkpoint when trained; else the weights the workbench drafts with, saved under
+        ``work``; else ``drafter.model`` resolved (a preset or a Hugging Face folder)."""
+        if init_path is not None:
+            return str(init_path)
+        if drafter is not None and getattr(drafter, "hf", None) is not None:
+            drafter.save(work / "draft_model")
+            return str(work / "draft_model")
+        from workbench.models import resolve_model
+
+        return str(resolve_model(spec.model, what="drafter.model"))
+
+    @classmethod
     def initialised_by_default(cls, spec) -> bool:
         """A given draft model drafts as it is; a truncated copy of the target (``draft_layers``) is trained first."""
         return spec.draft_layers is not None

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from drafters.chain import ChainDrafter, ChainNet
-from drafters.eagle3_vllm import is_eagle3_folder, read_eagle3, to_vllm_state
+from drafters.eagle3_vllm import export_eagle3, is_eagle3_folder, read_eagle3, to_vllm_state
 from drafters.mtp import _load, _save
 from drafters.registry import register
 from workbench.cache import fix_for
@@ -115,6 +115,16 @@ class Eagle3Drafter(ChainDrafter):
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay")
     vllm_weights = True  # exported in vLLM's EAGLE-3 layout (drafters/eagle3_vllm.py)
     vllm_head_folder = True
+
+    @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """vLLM's eagle3 method on the head folder :meth:`vllm_folder` exported."""
+        return cls._vllm_model_method(spec, draft_folder, draft_sample_method)
+
+    @classmethod
+    def vllm_folder(cls, spec, drafter, init_path, target_cfg, work, stop_ids=()) -> str:
+        """The run's head exported in vLLM's EAGLE-3 layout into ``work / "eagle3"``."""
+        return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
 
     def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
         """The head's weights in vLLM's EAGLE-3 layout (``midlayer.*``, ``fc``, ``d2t``)."""

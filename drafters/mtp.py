@@ -55,6 +55,19 @@ class MTPDrafter(ChainDrafter):
     arch_fields = ("num_nextn_predict_layers", "ttt_steps", "ttt_decay")
 
     @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """Refused: vLLM's MTP method runs a target checkpoint's own MTP layers, not these heads.
+
+        Raises:
+            ValueError: always, naming the drafters vLLM can run instead.
+        """
+        raise ValueError(
+            "drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
+            "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
+            "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench"
+        )
+
+    @classmethod
     def from_spec(cls, spec, target: DrafterTarget, device=None) -> "MTPDrafter":
         """Fresh modules (random init) or the checkpoint at ``target.init_path`` (``wb drafter init``).
 

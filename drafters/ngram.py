@@ -73,6 +73,16 @@ def ngram_propose_batch(
 class NgramDrafter(Drafter):
     kind = "ngram"
 
+    @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """vLLM's prompt-lookup method: the same n-gram window (``prompt_lookup_min/max``)."""
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": spec.k,
+            "prompt_lookup_min": spec.prompt_lookup_min,
+            "prompt_lookup_max": spec.prompt_lookup_max,
+        }
+
     def __init__(self, prompt_lookup_min: int = 1, prompt_lookup_max: int = 4):
         self.min_n, self.max_n = prompt_lookup_min, prompt_lookup_max
 

@@ -27,6 +27,8 @@ tokens) * max_depth)). A batch decoded plainly (adaptive k_t = 0) never builds a
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from drafters.registry import register
@@ -55,6 +57,28 @@ class SuffixDrafter(Drafter):
     def vllm_serving_notes(cls, spec) -> list[str]:
         """vLLM's suffix method is Arctic Inference's (Snowflake), a separate package."""
         return ["suffix: the vLLM that serves needs arctic-inference installed (pip install arctic-inference)"]
+
+    @classmethod
+    def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:
+        """vLLM's suffix method (Arctic Inference) with the same tree settings (``suffix_decoding_*``).
+
+        Raises:
+            ValueError: ``require_installed`` and ``arctic-inference`` not importable here.
+        """
+        if require_installed and importlib.util.find_spec("arctic_inference") is None:
+            raise ValueError(
+                "drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
+                "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
+                "or use rollout.backend=workbench, whose suffix drafter is built in"
+            )
+        return {
+            "method": "suffix",
+            "num_speculative_tokens": spec.k,
+            "suffix_decoding_max_tree_depth": spec.suffix_decoding_max_tree_depth,
+            "suffix_decoding_max_spec_factor": spec.suffix_decoding_max_spec_factor,
+            "suffix_decoding_min_token_prob": spec.suffix_decoding_min_token_prob,
+            "suffix_decoding_max_cached_requests": spec.suffix_decoding_max_cached_requests,
+        }
 
     def __init__(
         self,

@@ -27,10 +27,8 @@ KIND_SWITCHES_LEFT = {
     "workbench/perf/simulate/scenario.py": 1,
     "workbench/report/export.py": 1,
     "workbench/report/export_head.py": 1,
-    "workbench/vllm/build.py": 3,
     "workbench/vllm/measure/bench.py": 3,
     "workbench/vllm/runtime/engine.py": 1,
-    "workbench/vllm/speculative.py": 5,
 }
 
 
@@ -89,3 +87,37 @@ def test_an_export_of_a_head_without_its_folder_is_refused():
 
     with pytest.raises(ExportError, match="drafter.kind=eagle3: give draft_folder"):
         vllm_speculative_config(DrafterSpec(kind="eagle3"), k=3)
+
+
+@pytest.mark.parametrize("kind", sorted(DRAFTERS))
+def test_each_class_writes_its_own_vllm_speculative_config(kind):
+    """vLLM's method is the kind's name, k its num_speculative_tokens; mtp, whose heads vLLM cannot run, refuses
+    naming the field; a kind without a vLLM method gets the base class's refusal."""
+    from workbench.specs import DrafterSpec
+
+    cls = DRAFTERS[kind]
+    spec = DrafterSpec(kind=kind, k=3, dflash_block_size=4)
+    if kind == "mtp":
+        with pytest.raises(ValueError, match="drafter.kind=mtp with rollout.backend=vllm"):
+            cls.vllm_speculative_config(spec, "/h")
+        return
+    sc = cls.vllm_speculative_config(spec, "/h", require_installed=False)
+    assert sc["method"] == kind and sc["num_speculative_tokens"] == 3
+    assert ("model" in sc) == (cls.vllm_weights and sc["model"] == "/h")
+
+
+def test_drafters_without_weights_have_no_vllm_folder(tmp_path):
+    from workbench.specs import DrafterSpec
+
+    for kind in ("ngram", "suffix"):
+        assert DRAFTERS[kind].vllm_folder(DrafterSpec(kind=kind), None, None, None, tmp_path) is None
+    init = tmp_path / "init"
+    assert DRAFTERS["draft_model"].vllm_folder(DrafterSpec(kind="draft_model"), None, init, None, tmp_path) == str(init)
+
+
+def test_the_base_class_has_no_vllm_method():
+    from workbench.rollout.drafter import Drafter
+    from workbench.specs import DrafterSpec
+
+    with pytest.raises(ValueError, match="drafter.kind='ngram' has no vLLM speculative method"):
+        Drafter.vllm_speculative_config(DrafterSpec(kind="ngram"), None)

@@ -159,6 +159,46 @@ class Drafter:
         raise ValueError(f"drafter.kind={self.kind}: no drafter model to reload into vLLM")
 
     @classmethod
+    def vllm_speculative_config(
+        cls, spec, draft_folder: str | None, draft_sample_method: str | None = None, require_installed: bool = True
+    ) -> dict[str, Any]:
+        """vLLM's ``speculative_config`` for the drafter section ``spec`` (a ``DrafterSpec``), in vLLM's names
+        (``method``, ``num_speculative_tokens``, the method's own fields).
+
+        draft_folder: what :meth:`vllm_folder` returned (the drafter's Hugging Face folder);
+        draft_sample_method: vLLM's ``draft_sample_method`` for model drafters (None: vLLM's default);
+        require_installed: refuse a method whose package is not importable here (False: the config is for
+        another machine's vLLM, as ``wb export`` writes it).
+
+        Raises:
+            ValueError: the kind has no vLLM method, or settings vLLM cannot run with it (names the field).
+        """
+        raise ValueError(f"drafter.kind={spec.kind!r} has no vLLM speculative method; use rollout.backend=workbench")
+
+    @classmethod
+    def _vllm_model_method(cls, spec, draft_folder: str | None, draft_sample_method: str | None = None) -> dict:
+        """The ``speculative_config`` of a vLLM method named as the kind that loads a drafter model from
+        ``draft_folder`` (draft_model, eagle3)."""
+        cfg = {"method": cls.kind, "model": draft_folder, "num_speculative_tokens": spec.k}
+        if draft_sample_method is not None:
+            cfg["draft_sample_method"] = draft_sample_method
+        return cfg
+
+    @classmethod
+    def vllm_folder(
+        cls, spec, drafter: "Drafter | None", init_path, target_cfg, work, stop_ids: tuple[int, ...] = ()
+    ) -> str | None:
+        """The folder vLLM loads this drafter from (``speculative_config.model``), written under ``work``
+        (a ``Path``) if it must be exported; None for drafters vLLM runs without weights (no kind, unless a
+        subclass knows better).
+
+        spec: the ``DrafterSpec``; drafter: the workbench drafter built for the run, or None; init_path:
+        its init checkpoint folder, or None; target_cfg: the target's ``LMConfig`` (a head's export needs
+        its shape); stop_ids: token ids a head's mask token must not be.
+        """
+        return None
+
+    @classmethod
     def arch_key(cls, spec) -> dict:
         """The spec's weight-shaping settings (``arch_fields``), part of the init checkpoint's cache key."""
         return {f: getattr(spec, f) for f in cls.arch_fields}

@@ -23,28 +23,12 @@ from workbench.vllm.verdicts import check_speculation_allowed
 def drafter_folder(
     d, drafter, init_path: Path | None, target_cfg, work: Path, stop_ids: tuple[int, ...] = ()
 ) -> str | None:
-    """The folder vLLM loads the drafter (section ``d``, a ``DrafterSpec``) from: a draft model's
-    checkpoint (its init when trained, else ``drafter.model``); an EAGLE-3 or DFlash head exported in
-    vLLM's layout into ``work`` (``stop_ids``: ids DFlash's mask token must not be); None otherwise."""
-    kind = d.kind
-    if kind == "draft_model":
-        if init_path is not None:
-            return str(init_path)
-        if drafter is not None and getattr(drafter, "hf", None) is not None:  # the weights the workbench drafts with
-            drafter.save(work / "draft_model")
-            return str(work / "draft_model")
-        from workbench.models import resolve_model
-
-        return str(resolve_model(d.model, what="drafter.model"))
-    if kind == "eagle3":
-        from drafters.eagle3_vllm import export_eagle3
-
-        return str(export_eagle3(drafter.net, target_cfg, work / "eagle3"))
-    if kind == "dflash":
-        from drafters.dflash_vllm import export_dflash
-
-        return str(export_dflash(drafter.net, target_cfg, work / "dflash", drafter.block_size, stop_ids))
-    return None
+    """The folder vLLM loads the drafter (section ``d``, a ``DrafterSpec``) from, as its class gives it
+    (:meth:`workbench.rollout.drafter.Drafter.vllm_folder`): a draft model's checkpoint (its init when
+    trained, else ``drafter.model``); an EAGLE-3 or DFlash head exported in vLLM's layout into ``work``
+    (``stop_ids``: ids DFlash's mask token must not be); None otherwise."""
+    cls = drafter_class(d.kind)
+    return None if cls is None else cls.vllm_folder(d, drafter, init_path, target_cfg, work, stop_ids)
 
 
 def admit(run: AdmissionConfig) -> dict[str, str]:

@@ -9,10 +9,10 @@ resolved rollout description, are the ground floor's (:mod:`workbench.vllm.runti
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from drafters import drafter_class
 from workbench.specs.drafter import DrafterSpec
 from workbench.specs.sections import GRPOSpec, RolloutSpec
 
@@ -91,6 +91,7 @@ def speculative_config(
     require_installed: bool = True,
 ) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for the drafter section ``d`` (``DrafterSpec``); None for kind none.
+    Each drafter class builds its own (:meth:`workbench.rollout.drafter.Drafter.vllm_speculative_config`).
 
     draft_folder: the drafter's Hugging Face folder (draft_model: the draft checkpoint, its init if
     trained; eagle3, dflash: the head exported in vLLM's layout by ``drafters.eagle3_vllm.export_eagle3``,
@@ -100,58 +101,8 @@ def speculative_config(
     Raises:
         ValueError: mtp (vLLM runs MTP only from checkpoints with native MTP layers), suffix without
             ``arctic-inference`` installed, dflash at a k other than its block size - 1 or with online
-            adaptation; each names the field.
+            adaptation, an unknown kind; each names the field.
     """
-    k = d.k
     if d.kind == "none":
         return None
-    if d.kind == "ngram":
-        return {
-            "method": "ngram",
-            "num_speculative_tokens": k,
-            "prompt_lookup_min": d.prompt_lookup_min,
-            "prompt_lookup_max": d.prompt_lookup_max,
-        }
-    if d.kind == "suffix":
-        if require_installed and importlib.util.find_spec("arctic_inference") is None:
-            raise ValueError(
-                "drafter.kind=suffix with rollout.backend=vllm: vLLM's suffix decoding needs arctic-inference "
-                "(pip install arctic-inference; on CPUs it is a C++ source build that did not build here), "
-                "or use rollout.backend=workbench, whose suffix drafter is built in"
-            )
-        return {
-            "method": "suffix",
-            "num_speculative_tokens": k,
-            "suffix_decoding_max_tree_depth": d.suffix_decoding_max_tree_depth,
-            "suffix_decoding_max_spec_factor": d.suffix_decoding_max_spec_factor,
-            "suffix_decoding_min_token_prob": d.suffix_decoding_min_token_prob,
-            "suffix_decoding_max_cached_requests": d.suffix_decoding_max_cached_requests,
-        }
-    if d.kind == "mtp":
-        raise ValueError(
-            "drafter.kind=mtp with rollout.backend=vllm: vLLM runs MTP only from target checkpoints that carry "
-            "native MTP layers (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; use "
-            "drafter.kind=eagle3 or draft_model, or rollout.backend=workbench"
-        )
-    if d.kind in ("draft_model", "eagle3"):
-        cfg = {"method": d.kind, "model": draft_folder, "num_speculative_tokens": k}
-        if draft_sample_method is not None:
-            cfg["draft_sample_method"] = draft_sample_method
-        return cfg
-    if d.kind == "dflash":
-        # vLLM's block is k + 1 slots; ours is always the trained dflash_block_size (two-way attention: the
-        # block's length shapes every q_i), so the two propose alike only at k = dflash_block_size - 1
-        if d.online.enabled:
-            raise ValueError(
-                "drafter.online.enabled=true with drafter.kind=dflash and rollout.backend=vllm: vLLM 0.32 cannot "
-                "reload a DFlash head in place (its fused context projection is built once, at load); set "
-                "drafter.online.enabled=false, or rollout.backend=workbench"
-            )
-        if k != d.dflash_block_size - 1:
-            raise ValueError(
-                f"drafter.k={k} with drafter.kind=dflash and rollout.backend=vllm: vLLM runs a block of k + 1 slots "
-                f"and the head was trained on drafter.dflash_block_size={d.dflash_block_size}; set "
-                f"drafter.k={d.dflash_block_size - 1} or drafter.dflash_block_size={k + 1}"
-            )
-        return {"method": "dflash", "model": draft_folder, "num_speculative_tokens": k}
-    raise ValueError(f"drafter.kind={d.kind!r} has no vLLM speculative method; use rollout.backend=workbench")
+    return drafter_class(d.kind).vllm_speculative_config(d, draft_folder, draft_sample_method, require_installed)
