@@ -6,7 +6,7 @@ maps the kind (vLLM's ``method`` vocabulary: ``ngram``, ``suffix``, ``draft_mode
 its class.
 """
 
-from drafters.registry import DRAFTERS, build_drafter, drafter_class, register
+from drafters.registry import DRAFTERS, build_drafter, draft_cost_of, drafter_class, register
 from workbench.rollout.drafter import DraftContext, Drafter, DrafterTarget, DraftProposal
 
 # Import for registration side effects (one module per drafter kind), in this order: DRAFTERS lists the kinds
@@ -27,6 +27,7 @@ __all__ = [
     "DraftProposal",
     "DrafterTarget",
     "build_drafter",
+    "draft_cost_of",
     "drafter_class",
     "register",
 ]

@@ -134,6 +134,14 @@ class ChainDrafter(Drafter):
     """
 
     trainable = True
+    draft_cost = "head"
+
+    @classmethod
+    def draft_forwards(cls, k: int) -> tuple[tuple[int, int], ...]:
+        """vLLM's proposer's first pass runs over every position the target just verified (k + 1 per row:
+        it needs the draft layer's KV and hidden state at each), then k - 1 passes of one token per row
+        (``SpecDecodeBaseProposer.propose``, vllm/v1/spec_decode)."""
+        return ((k + 1, 1), (1, k - 1)) if k > 0 else ()
 
     def __init__(
         self, net: ChainNet, hidden_layers: tuple[int, ...], vocab_size: int, ttt_steps: int = 7, ttt_decay: float = 0.8

@@ -115,6 +115,7 @@ class DFlashDrafter(ChainDrafter):
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "dflash_block_size", "ttt_decay")
     vllm_weights = True  # exported as vLLM's DFlashDraftModel (drafters/dflash_vllm.py), reloaded when adapted
     vllm_head_folder = True
+    reduced_draft_vocab = True
     LAYER = "qwen3"  # the draft layer's form (q/k norm), in the checkpoint and the init cache key
 
     def vllm_state(self) -> list[tuple[str, torch.Tensor]]:
@@ -132,6 +133,12 @@ class DFlashDrafter(ChainDrafter):
     def vllm_serving_notes(cls, spec) -> list[str]:
         """vLLM's DFlash proposes one whole block: k is fixed by the head."""
         return [f"dflash: k={spec.k} = dflash_block_size - 1, the block the head was trained on"]
+
+    @classmethod
+    def draft_forwards(cls, k: int) -> tuple[tuple[int, int], ...]:
+        """One forward over the whole block of k + 1 slots (vLLM's ``DFlashProposer``; ours runs
+        ``dflash_block_size`` = k + 1 slots when served by vLLM)."""
+        return ((k + 1, 1),) if k > 0 else ()
 
     @classmethod
     def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:

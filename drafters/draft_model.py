@@ -71,6 +71,17 @@ class DraftModelDrafter(Drafter):
     trainable = True
     arch_fields = ("model",)
     vllm_weights = True  # vLLM's draft_model method loads the checkpoint
+    draft_cost = "model"
+
+    @classmethod
+    def draft_forwards(cls, k: int) -> tuple[tuple[int, int], ...]:
+        """k autoregressive passes of one token per row."""
+        return ((1, k),) if k > 0 else ()
+
+    @classmethod
+    def served_as_given(cls, spec) -> bool:
+        """A draft model with no init data and no ``draft_layers`` (a truncated copy is trained first)."""
+        return spec.init_data() == "none" and spec.draft_layers is None
 
     @classmethod
     def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:

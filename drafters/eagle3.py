@@ -115,6 +115,8 @@ class Eagle3Drafter(ChainDrafter):
     arch_fields = ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "ttt_steps", "ttt_decay")
     vllm_weights = True  # exported in vLLM's EAGLE-3 layout (drafters/eagle3_vllm.py)
     vllm_head_folder = True
+    head_fc_inputs = 3  # fc: three target layers' hidden states, 3H -> H
+    reduced_draft_vocab = True
 
     @classmethod
     def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:

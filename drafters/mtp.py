@@ -53,6 +53,7 @@ class MTPNet(ChainNet):
 class MTPDrafter(ChainDrafter):
     kind = "mtp"
     arch_fields = ("num_nextn_predict_layers", "ttt_steps", "ttt_decay")
+    head_fc_inputs = 2  # eh_proj: the hidden state and the next token's embedding, 2H -> H
 
     @classmethod
     def vllm_speculative_config(cls, spec, draft_folder, draft_sample_method=None, require_installed=True) -> dict:

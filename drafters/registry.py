@@ -31,6 +31,17 @@ def drafter_class(kind: str) -> type[Drafter] | None:
     return DRAFTERS[kind]
 
 
+def draft_cost_of(kind: str) -> str | None:
+    """How the performance models cost ``kind``'s drafting (its class's ``draft_cost``: "host", "model",
+    "head"); None for ``none`` (plain decoding).
+
+    Raises:
+        ValueError: unknown kind, listing the registered ones.
+    """
+    cls = drafter_class(kind)
+    return None if cls is None else cls.draft_cost
+
+
 def build_drafter(kind: str, spec: Any, target: DrafterTarget, device: torch.device) -> Drafter | None:
     """Drafter instance for ``spec`` (a ``DrafterSpec``) drafting for ``target``; None for kind ``none``.
 

@@ -17,18 +17,10 @@ from drafters import DRAFTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 KIND_SWITCHES_LEFT = {
-    "workbench/audit/setup.py": 1,
-    "workbench/cli/bench.py": 1,
-    "workbench/cli/drafter.py": 1,
-    "workbench/perf/cost_curve.py": 1,
-    "workbench/perf/simulate/cpu.py": 1,
-    "workbench/perf/simulate/measured.py": 3,
-    "workbench/perf/simulate/rollout.py": 5,
-    "workbench/perf/simulate/scenario.py": 1,
-    "workbench/report/export.py": 1,
-    "workbench/report/export_head.py": 1,
-    "workbench/vllm/measure/bench.py": 3,
-    "workbench/vllm/runtime/engine.py": 1,
+    "workbench/cli/bench.py": 1,  # --vllm: the kinds the vLLM bench runs at any k with nothing extra installed
+    "workbench/cli/drafter.py": 1,  # `wb drafter export` is EAGLE-3's export: other kinds are made eagle3
+    "workbench/vllm/measure/bench.py": 2,  # not kinds: --vllm-predict's setting "suffix"
+    "workbench/vllm/runtime/engine.py": 1,  # vLLM's own method name: its engine cannot reload a DFlash head
 }
 
 
@@ -121,3 +113,56 @@ def test_the_base_class_has_no_vllm_method():
 
     with pytest.raises(ValueError, match="drafter.kind='ngram' has no vLLM speculative method"):
         Drafter.vllm_speculative_config(DrafterSpec(kind="ngram"), None)
+
+
+def test_the_performance_model_reads_the_draft_cost_on_the_classes():
+    """host drafters run no model forward; a draft model of its own is one curve for every k; heads read the
+    target's hidden states (eagle3 fuses 3 of them into its fc, mtp the hidden state and an embedding)."""
+    from drafters import draft_cost_of
+
+    assert {kind: draft_cost_of(kind) for kind in DRAFTERS} == {
+        "ngram": "host",
+        "suffix": "host",
+        "draft_model": "model",
+        "mtp": "head",
+        "eagle3": "head",
+        "dflash": "head",
+    }
+    assert draft_cost_of("none") is None
+    assert (DRAFTERS["eagle3"].head_fc_inputs, DRAFTERS["mtp"].head_fc_inputs) == (3, 2)
+    assert sorted(kind for kind, cls in DRAFTERS.items() if cls.reduced_draft_vocab) == ["dflash", "eagle3"]
+
+
+@pytest.mark.parametrize(
+    "kind, k, forwards",
+    [
+        ("eagle3", 3, ((4, 1), (1, 2))),  # vLLM's proposer: k + 1 positions, then k - 1 single tokens
+        ("mtp", 1, ((2, 1), (1, 0))),
+        ("draft_model", 5, ((1, 5),)),
+        ("dflash", 3, ((4, 1),)),  # one block of k + 1 slots
+        ("ngram", 3, ()),
+        ("eagle3", 0, ()),
+    ],
+)
+def test_draft_forwards_per_step(kind, k, forwards):
+    assert DRAFTERS[kind].draft_forwards(k) == forwards
+
+
+def test_roofline_draft_seconds_follow_the_classes_forwards():
+    from workbench.perf.simulate.rollout import draft_s
+
+    def fwd(rows, q, context):
+        return rows * (10.0 + q)  # seconds of one forward of q tokens per row
+
+    assert draft_s(None, 2, 0, 3, fwd, "eagle3") == fwd(2, 4, 0) + 2 * fwd(2, 1, 0)
+    assert draft_s(None, 2, 0, 3, fwd, "draft_model") == 3 * fwd(2, 1, 0)
+    assert draft_s(None, 2, 0, 0, fwd, "eagle3") == 0.0
+
+
+def test_served_as_given_is_a_draft_model_with_nothing_to_train():
+    from workbench.specs import DrafterSpec
+
+    cls = DRAFTERS["draft_model"]
+    assert cls.served_as_given(DrafterSpec(kind="draft_model"))
+    assert not cls.served_as_given(DrafterSpec(kind="draft_model", draft_layers=2))
+    assert not DRAFTERS["eagle3"].served_as_given(DrafterSpec(kind="eagle3"))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from drafters import draft_cost_of
 from workbench.drafter_init import drafter_as_run
 from workbench.models import PRESETS, is_built, load_model, resolve_model
 from workbench.models.chat import run_prompt_format
@@ -51,10 +52,10 @@ def audit_setup(spec: ExperimentSpec, kinds: list[str], num_prompts: int, device
         lm, tok, device, all_ids[:num_prompts], all_ids, stop_token_ids=fmt.stop_token_ids(hf.generation_config)
     )
     for kind in kinds:
-        if kind == "draft_model" and spec.drafter.model in PRESETS and not is_built(spec.drafter.model):
-            setup.skipped[kind] = f"preset {spec.drafter.model} not built (wb models build {spec.drafter.model})"
-            continue
         try:
+            if draft_cost_of(kind) == "model" and spec.drafter.model in PRESETS and not is_built(spec.drafter.model):
+                setup.skipped[kind] = f"preset {spec.drafter.model} not built (wb models build {spec.drafter.model})"
+                continue
             ks = spec.model_copy(update={"drafter": spec.drafter.model_copy(update={"kind": kind})})
             setup.drafters[kind] = drafter_as_run(drafter_init_config(ks), lm, tok, target_path, device, progress=True)
         except (ValueError, NotImplementedError, ImportError, OSError, TypeError) as e:

@@ -39,6 +39,7 @@ import time
 
 import torch
 
+from drafters import draft_cost_of
 from workbench.cache import cache_dir
 from workbench.files import write_text
 from workbench.perf.analytic import CostModel
@@ -230,7 +231,7 @@ def drafter_cost(
     from workbench.specs.resolve import rollout_config
 
     d, k = spec.drafter, spec.drafter.k
-    if d.kind == "draft_model":
+    if draft_cost_of(d.kind) == "model":
         curve, hit = forward_curve(drafter.model, rows_max, 2, ctx, f"draft model ({d.model})", progress)
         return DrafterCost(d.kind, k, "draft model forward curve: d(2n) + (k-1)·d(n)", curve=curve), hit
     how = {

@@ -51,7 +51,6 @@ NO_VLLM = {
     "mtp": "drafter.kind=mtp has no vLLM equivalent: vLLM's mtp methods run the MTP layers a target checkpoint "
     "ships (DeepSeek-V3, Qwen3-Next, ...), not the workbench's own MTP heads; export an eagle3 or draft_model point",
 }
-HEAD_KINDS = ("draft_model", "eagle3", "dflash")  # kinds whose speculative_config names a model folder
 
 
 class ExportError(ValueError):
@@ -87,7 +86,7 @@ def vllm_speculative_config(
             f"drafter.kind={d.kind}: give draft_folder, the head in vLLM's layout (`wb export` writes it, as does "
             "workbench.vllm.export_eagle3 / export_dflash)"
         )
-    if draft_folder is None and d.kind == "draft_model":
+    if draft_folder is None and cls is not None and cls.draft_cost == "model":
         draft_folder = d.model
     fixed = d.model_copy(update={"k": k or d.k, "online": d.online.model_copy(update={"enabled": False})})
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.report.export import HEAD_KINDS
+from drafters import drafter_class
 
 
 def drafter_folder_of(spec, out: Path, progress: bool = False) -> tuple[str | None, str]:
@@ -26,9 +26,10 @@ def drafter_folder_of(spec, out: Path, progress: bool = False) -> tuple[str | No
     from workbench.vllm import drafter_folder
 
     d = spec.drafter
-    if d.kind not in HEAD_KINDS:
+    cls = drafter_class(d.kind)
+    if cls is None or not cls.vllm_weights:
         return None, ""
-    if d.kind == "draft_model" and d.init_data() == "none" and d.draft_layers is None:
+    if cls.served_as_given(d):
         return drafter_folder(d, None, None, None, out), f"drafter.model={d.model}"
 
     from workbench.drafter_init import drafter_as_run, init_folder

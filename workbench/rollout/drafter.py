@@ -130,6 +130,25 @@ class Drafter:
     # speculative_config.model is a head folder in vLLM's layout that `wb export` writes (not a checkpoint given)
     vllm_head_folder: ClassVar[bool] = False
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states this drafter reads
+    # How the performance models (workbench.perf) cost a step's drafting: "host" drafts from the tokens on the
+    # host (no model forward; measured host time); "model" is a draft model of its own (a checkpoint,
+    # drafter.model; one forward curve serves every k); "head" reads the target's hidden states (measured per k)
+    draft_cost: ClassVar[str] = "host"
+    # a head's input fc fuses this many hidden-size vectors into one (n·H -> H) in the roofline's shape; 0: none
+    head_fc_inputs: ClassVar[int] = 0
+    reduced_draft_vocab: ClassVar[bool] = False  # the head's LM head covers drafter.draft_vocab_size ids only
+
+    @classmethod
+    def draft_forwards(cls, k: int) -> tuple[tuple[int, int], ...]:
+        """The draft forwards of one verification step at speculation length ``k``, as (tokens per row,
+        times) pairs, for the roofline (``workbench.perf.simulate``): none for drafters on the host."""
+        return ()
+
+    @classmethod
+    def served_as_given(cls, spec) -> bool:
+        """Whether vLLM serves the drafter section ``spec`` from ``drafter.model`` as given, with nothing
+        to load or train first: no kind, unless a subclass knows better."""
+        return False
 
     @classmethod
     def initialised_by_default(cls, spec) -> bool:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from drafters import draft_cost_of
 from workbench.perf.simulate.from_sweep import SweepPoint, SweepWorkload
 from workbench.perf.simulate.measured import MeasuredHardware
 from workbench.perf.simulate.rollout import replica_time
@@ -102,7 +103,7 @@ def arm_time(
     ``point`` None, else the point's speculative arm."""
     k = point.k if point else 0
     d = hw.drafter(point.kind, k) if point else None
-    draft_curve = d.curve if d is not None and point.kind == "draft_model" else None
+    draft_curve = d.curve if d is not None and draft_cost_of(point.kind) == "model" else None
     rng = np.random.default_rng([seed, k])
     P = wl.prompt_len
 

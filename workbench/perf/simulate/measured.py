@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drafters import draft_cost_of
 from workbench.perf.analytic import CostModel
 from workbench.perf.steps import DrafterCost
 
@@ -39,8 +40,9 @@ SHAPE_FIELDS = {
 
 
 def drafter_key(kind: str, k: int) -> str:
-    """``draft_model`` (one curve serves every k) or ``<kind> k=<k>`` (measured per k)."""
-    return "draft_model" if kind == "draft_model" else f"{kind} k={k}"
+    """``<kind>`` for a draft model of its own (``draft_model``: one forward curve serves every k), else
+    ``<kind> k=<k>`` (measured per k)."""
+    return kind if draft_cost_of(kind) == "model" else f"{kind} k={k}"
 
 
 @dataclass
@@ -207,7 +209,8 @@ def from_cache(
         key = drafter_key(kind, k)
         if kind == "none" or key in drafters:
             continue
-        if kind == "draft_model":
+        own_model = draft_cost_of(kind) == "model"
+        if own_model:
             dshape = model_shape(p.get("drafter.model", "?"))
             hit = _newest([e for e in fwd if e["key"].get("t_max") == 2 and same_shape(e["key"]["config"], dshape)])
         else:
@@ -235,7 +238,7 @@ def from_cache(
                 "draft model forward curve: d(2n) + (k-1)·d(n)",
                 curve=CostModel("curve", hit["tokens"], hit["seconds"]),
             )
-            if kind == "draft_model"
+            if own_model
             else DrafterCost(kind, k, "measured a + b·n per verification step", a=hit["a_s"], b=hit["b_s"])
         )
     t = target["key"]

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from drafters import drafter_class
 from workbench.perf.simulate.context import fit_alpha_ref, row_steps_ctx, step_integrals
 from workbench.perf.simulate.costs import (
     active_params,
@@ -180,11 +181,12 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
     an LM head over the draft vocabulary (eagle3: + the fused 3H→H fc; its input embedding is the
     target's); draft_model = ``drafter_model``; ngram / none: no GPU model."""
     s, m = sc.speculation, sc.model
-    if s.drafter == "draft_model":
+    cls = drafter_class(s.drafter)
+    if cls is not None and cls.draft_cost == "model":
         return sc.drafter_model
-    if s.drafter not in ("eagle3", "mtp"):
+    if cls is None or cls.draft_cost != "head":
         return None
-    vocab = (s.draft_vocab or m.vocab) if s.drafter == "eagle3" else m.vocab
+    vocab = (s.draft_vocab or m.vocab) if cls.reduced_draft_vocab else m.vocab
     base = ModelShape(
         layers=s.draft_layers,
         hidden=m.hidden,
@@ -197,8 +199,7 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
         bytes_per_param=m.bytes_per_param,
         kv_bytes=m.kv_bytes,
     )
-    # eagle3 fc 3H→H; mtp eh_proj 2H→H
-    fc = 3 * m.hidden * m.hidden if s.drafter == "eagle3" else 2 * m.hidden * m.hidden
+    fc = cls.head_fc_inputs * m.hidden * m.hidden  # eagle3 fc 3H→H; mtp eh_proj 2H→H
     n = active_params(base) + fc
     return base.model_copy(update={"total_params": n, "active_params": n})
 
@@ -206,16 +207,17 @@ def drafter_shape(sc: Scenario) -> ModelShape | None:
 def draft_s(
     d: ModelShape, rows: float, context: float, k: int, fwd: Callable[[float, float, float], float], drafter: str
 ) -> float:
-    """Seconds of the drafter's k forwards in one step; ``fwd(rows, q, context)`` one forward. eagle3 /
-    mtp: vLLM's proposer runs its first pass over every position the target just verified (k + 1
-    per row: it needs the draft layer's KV and hidden state at each), then k − 1 passes of one token
-    per row (``SpecDecodeBaseProposer.propose``: ``for token_index in range(num_speculative_tokens − 1)``,
+    """Seconds of the drafter's forwards in one step at speculation length k; ``fwd(rows, q, context)``
+    one forward of q tokens per row. The forwards are the drafter class's
+    (:meth:`workbench.rollout.drafter.Drafter.draft_forwards`): eagle3 / mtp: vLLM's proposer runs its
+    first pass over every position the target just verified (k + 1 per row: it needs the draft layer's
+    KV and hidden state at each), then k − 1 passes of one token per row
+    (``SpecDecodeBaseProposer.propose``: ``for token_index in range(num_speculative_tokens − 1)``,
     vllm/v1/spec_decode); draft_model: k passes of one token."""
     if k <= 0:
         return 0.0
-    if drafter in ("eagle3", "mtp"):
-        return fwd(rows, k + 1, context) + (k - 1) * fwd(rows, 1, context)
-    return k * fwd(rows, 1, context)
+    cls = drafter_class(drafter)
+    return sum(n * fwd(rows, q, context) for q, n in cls.draft_forwards(k)) if cls is not None else 0.0
 
 
 _ALPHA_REF: dict[tuple, float] = {}

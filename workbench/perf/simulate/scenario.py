@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from drafters import draft_cost_of
 from workbench.perf.simulate.presets import HARDWARE_PRESETS, MODEL_PRESETS, model_from_hf_config
 from workbench.specs.dotted import set_dotted
 from workbench.specs.load import apply_overrides
@@ -313,8 +314,10 @@ class Scenario(_Section):
     def _fit(self) -> "Scenario":
         if self.cluster.gpus < self.gen.tp:
             raise ValueError(f"cluster.gpus ({self.cluster.gpus}) is below one replica (gen.tp = {self.gen.tp})")
-        if self.speculation.drafter == "draft_model" and self.drafter_model is None:
-            raise ValueError("speculation.drafter draft_model needs drafter_model (e.g. preset: qwen3-0.6b)")
+        if draft_cost_of(self.speculation.drafter) == "model" and self.drafter_model is None:
+            raise ValueError(
+                f"speculation.drafter {self.speculation.drafter} needs drafter_model (e.g. preset: qwen3-0.6b)"
+            )
         return self
 
 

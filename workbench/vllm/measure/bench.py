@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from drafters import draft_cost_of
 from workbench import metrics as M
 from workbench.rollout.sampling import SamplingParams
 from workbench.stats import paired_ratios, ratio_ci
@@ -63,7 +64,7 @@ def check_predict(kind: str | None, predict: tuple[str, ...], transfer: bool) ->
         raise ValueError(f"--vllm-predict: unknown setting {bad[0]!r}; allowed values: {', '.join(PREDICT_SETTINGS)}")
     if predict and (kind is None or not transfer):
         raise ValueError("--vllm-predict needs --vllm DRAFTER and the transfer cost runs (drop --no-transfer)")
-    if "suffix" in predict and kind != "ngram":
+    if "suffix" in predict and draft_cost_of(kind) != "host":
         raise ValueError(
             f"--vllm-predict suffix: its cost proxy is vLLM's ngram (both draft on the host, no model forward); "
             f"use --vllm ngram, not --vllm {kind}"
