@@ -16,6 +16,10 @@ import torch
 from workbench.grpo.distributed import check_distributed, deepspeed_config, reduce_step_metrics, shard_range
 from workbench.specs import load_spec
 
+from test_faults import _env as decoy_env
+from test_faults import _no_decoy_ran as no_decoy_ran
+from test_faults import decoy_dir  # noqa: F401 (a fixture)
+
 # token_mean over uneven completions, micro-batches of 3 (4 rows per rank: 3 + 1), a KL-free step
 OVERRIDES = [
     "grpo.micro_batch_size=3",
@@ -176,32 +180,23 @@ def test_online_drafter_adaptation_keeps_the_ranks_drafters_identical(tmp_path):
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two ranks start, import DeepSpeed and train: 45-220 s on a loaded 2-core CPU
-def test_wb_run_nproc_2_finishes_as_one_mlflow_run(tmp_path):
+def test_wb_run_nproc_2_finishes_as_one_mlflow_run(decoy_dir):  # noqa: F811 (the imported fixture)
+    """Started from a folder holding decoy ``workbench``/``mlflow``/``torch`` packages (tests/test_faults.py),
+    so the launcher and both ranks are also shown to run this workbench, not what the working directory holds."""
     pytest.importorskip("deepspeed")
     import mlflow
 
-    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workbench.cli",
-            "run",
-            "micro",
-            "--nproc",
-            "2",
-            "--quiet",
-            "grpo.backend=deepspeed",
-            "grpo.zero_stage=3",
-            "drafter.kind=ngram",
-            f"tracking.tracking_uri={db}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
-    )
+    from workbench.isolated import python_module
+
+    db = f"sqlite:///{decoy_dir.parent / 'mlflow.db'}"
+    args = ["run", "micro", "--nproc", "2", "--quiet", "grpo.backend=deepspeed", "grpo.zero_stage=3"]
+    args += ["drafter.kind=ngram", f"tracking.tracking_uri={db}"]
+    # no empty PYTHONPATH entry: it would put the working directory, and so the decoys, on sys.path
+    path = [str(REPO), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env = decoy_env() | {"PYTHONPATH": os.pathsep.join(path)}
+    cmd = python_module("workbench.cli", *args, same_workbench=True)
+    r = subprocess.run(cmd, cwd=decoy_dir, capture_output=True, text=True, timeout=600, env=env)
+    no_decoy_ran(decoy_dir, r.stdout + r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
     client = mlflow.MlflowClient(db)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])

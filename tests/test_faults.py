@@ -425,21 +425,8 @@ def test_preload_reexec_of_python_m_runs_this_workbench_not_a_decoy(decoy_dir):
     assert r.returncode == 0 and "Usage" in r.stdout, r.stderr[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.distributed
-@pytest.mark.timeout(900)
-def test_wb_run_nproc_2_from_a_folder_with_decoys(decoy_dir):
-    import subprocess
-
-    pytest.importorskip("deepspeed")
-    from workbench.isolated import python_module
-
-    db = f"sqlite:///{decoy_dir / 'mlflow.db'}"
-    args = ["run", "micro", "--nproc", "2", "--quiet", "grpo.backend=deepspeed", "drafter.kind=ngram"]
-    cmd = python_module("workbench.cli", *args, f"tracking.tracking_uri={db}", same_workbench=True)
-    r = subprocess.run(cmd, cwd=decoy_dir, env=_env(), capture_output=True, text=True, timeout=800)
-    _no_decoy_ran(decoy_dir, r.stdout + r.stderr)
-    assert r.returncode == 0, r.stderr[-3000:]
+# `wb run --nproc 2` started from a folder with decoys trains there as one MLflow run:
+# tests/test_distributed.py::test_wb_run_nproc_2_finishes_as_one_mlflow_run runs it from ``decoy_dir``.
 
 
 # ---------------------------------------------------------------- part 5: environment faults
