@@ -320,3 +320,36 @@ def test_stages_read_through_workbench_runs(store):
     assert pm.stages_from_mlflow("p", uri, skip_first=False)[0] == {"gen": 24.0}
     with pytest.raises(ValueError, match="--run: no MLflow run with id or name 'nope'"):
         pm.stages_from_mlflow("nope", uri)
+
+
+def test_the_analytic_model_is_wb_simulate_and_wb_project_prints_it():
+    """`wb simulate` from stage times is what `wb project` did; the old command names its new form and runs it."""
+    from workbench.cli import app
+    from workbench.cli.project import simulate_args
+
+    args = ["--gen", "100", "--alpha", "0.8", "--c", "0.05", "--k", "1..3"]
+    new = CliRunner().invoke(app, ["simulate", *args], terminal_width=200)
+    old = CliRunner().invoke(app, ["project", *args], terminal_width=200)
+    assert new.exit_code == old.exit_code == 0, (new.output, old.output)
+    assert "best k" in new.output and old.output.endswith(new.output)  # the same projection, after the note
+    assert "note: `wb project` is now `wb simulate`: wb simulate --gen 100" in old.output
+    assert simulate_args(["--run", "r", "--seeds", "--sweep=s", "--k", "3"]) == [
+        "--from-run", "r", "--published", "--from-sweep=s", "--k", "3",
+    ]  # fmt: skip
+    assert CliRunner().invoke(app, ["simulate", "--published"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["qwen3-8b-gb200", "--gen", "10"], "give no scenario or --from-sweep"),
+        (["qwen3-8b-gb200", "--k", "3", "--no-track"], "a scenario takes k=1..7 as an argument"),
+        (["--calibrate", "--k", "1,2", "--gen-speedup", "1.2"], "one integer with --k"),
+        ([], "stage times (--gen SECONDS or --from-run RUN)"),
+    ],
+)
+def test_wb_simulate_keeps_its_modes_apart(args, says):
+    from workbench.cli import app
+
+    res = CliRunner().invoke(app, ["simulate", *args], terminal_width=200)
+    assert res.exit_code == 2 and says in res.output, res.output

@@ -7,13 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from workbench.cli.common import _fail, app, console
-
-
-def _pct(x: float) -> str:
-    return f"{x:+.1%}"
+from workbench.cli.simulate_render import log_plot, render, show_run_lengths
 
 
 @app.command()
@@ -45,8 +41,12 @@ def simulate(
     calibrate_k: int = typer.Option(
         3, "--calibrate-k", min=1, help="--from-sweep: the k whose measured paired gen speedup fits the unknown."
     ),
-    unknown: str = typer.Option(
-        "verify_overhead_s", "--unknown", help="--from-sweep: verify_overhead_s | step_overhead_s | draft_overhead_s."
+    unknown: Optional[str] = typer.Option(
+        None,
+        "--unknown",
+        help="What is fitted: --from-sweep: verify_overhead_s (default) | step_overhead_s | draft_overhead_s; "
+        "--calibrate: c (default, drafter/target step cost) | knee (tokens in flight where verification turns "
+        "compute-bound).",
     ),
     costs: Optional[Path] = typer.Option(
         None,
@@ -67,18 +67,206 @@ def simulate(
         "--tracking-uri",
         help="MLflow store read (--from-sweep) and written (default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db).",
     ),
+    gen: Optional[float] = typer.Option(
+        None,
+        "--gen",
+        help="Seconds of the gen stage per step (autoregressive).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    logprob: float = typer.Option(
+        0.0,
+        "--logprob",
+        min=0.0,
+        help="Seconds of the logprob stage.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    train: float = typer.Option(
+        0.0,
+        "--train",
+        min=0.0,
+        help="Seconds of the train stage.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    prepare: float = typer.Option(
+        0.0,
+        "--prepare",
+        min=0.0,
+        help="Seconds of the prepare stage (weight sync).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    data: float = typer.Option(
+        0.0,
+        "--data",
+        min=0.0,
+        help="Seconds of the data stage.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    other: float = typer.Option(
+        0.0,
+        "--other",
+        min=0.0,
+        help="Other seconds per step (draft_train, reward, untimed).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    from_run: Optional[str] = typer.Option(
+        None,
+        "--from-run",
+        help="MLflow run id or name: stage times = mean timing_s/<stage>, α from spec/acceptance_rate_pos_<i>.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    alpha: Optional[list[str]] = typer.Option(
+        None,
+        "--alpha",
+        help="Per-token acceptance α, or DRAFTER=α (repeatable).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    per_pos: Optional[str] = typer.Option(
+        None,
+        "--per-pos",
+        help="Per-position acceptance rates 'r0,r1,..' (α fitted from r_i ≈ α^(i+1)).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    c: Optional[list[str]] = typer.Option(
+        None,
+        "--c",
+        help="Drafter/target step cost ratio, or DRAFTER=c (repeatable; default 0.05).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    ks: Optional[str] = typer.Option(
+        None,
+        "--k",
+        help="Speculation lengths LOW..HIGH or a,b,c (default 1..8); --calibrate: the measured point's k. A "
+        "scenario takes k=... as an argument.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    cost_curve: Optional[str] = typer.Option(
+        None,
+        "--cost-curve",
+        help="JSON/CSV of target forward seconds vs tokens in flight.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    params: Optional[float] = typer.Option(
+        None,
+        "--params",
+        help="Roofline: target parameter count (e.g. 8e9).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    flops: float = typer.Option(
+        989e12,
+        "--flops",
+        min=1.0,
+        help="Roofline: GPU FLOP/s (default H100 dense bf16).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    bandwidth: float = typer.Option(
+        3.35e12,
+        "--bandwidth",
+        min=1.0,
+        help="Roofline: GPU memory bandwidth, bytes/s (default H100).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),  # fmt: skip
+    bytes_per_param: float = typer.Option(
+        2.0,
+        "--bytes-per-param",
+        min=0.01,
+        help="Roofline: bytes per weight.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    batch: int = typer.Option(
+        256,
+        "--batch",
+        min=1,
+        help="Rows decoded together (tokens in flight per decode step).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    staleness: int = typer.Option(
+        3,
+        "--staleness",
+        min=0,
+        help="Async model: show staleness 1..N.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    cv: float = typer.Option(
+        0.2,
+        "--cv",
+        min=0.0,
+        help="Async model: coefficient of variation of the per-step gen time.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),  # fmt: skip
+    async_run: Optional[str] = typer.Option(
+        None,
+        "--async-run",
+        help="Async model on shared cores: gen and train side from this MLflow run, a synchronous run measured with "
+        "the share of the machine each side of the pipeline gets (e.g. OMP_NUM_THREADS=half the cores), instead "
+        "of the projection's stages (a device per side).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    published: bool = typer.Option(
+        False,
+        "--published",
+        help="Check the step model against docs/design.md §6's published stage times and speedups, and exit (1 on a "
+        "failed check).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    calibrate: bool = typer.Option(
+        False,
+        "--calibrate",
+        help="Fit the unknown cost (--unknown c|knee) to one measured point (--k K, its acceptance, --gen-speedup S) "
+        "and predict k=1..7.",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    gen_speedup: Optional[float] = typer.Option(
+        None,
+        "--gen-speedup",
+        min=0.0,
+        help="--calibrate: the measured gen speedup at --k (e.g. speedup/gen of a paired run).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    acceptance_length: Optional[float] = typer.Option(
+        None,
+        "--acceptance-length",
+        min=1.0,
+        help="--calibrate: the measured acceptance length at --k (α from inverting E[N]).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
+    knee: Optional[float] = typer.Option(
+        None,
+        "--knee",
+        min=1.0,
+        help="--calibrate --unknown c: the roofline knee in tokens in flight (default: memory-bound, verification = "
+        "1 step).",
+        rich_help_panel="From stage times (the analytic model)",
+    ),
     experiment: str = typer.Option("simulate", "--experiment", help="MLflow experiment of the simulate run."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="MLflow run name."),
     no_track: bool = typer.Option(False, "--no-track", help="Log no MLflow run."),
 ) -> None:
     """Project rollout, step and end-to-end speedups of speculative decoding (and async RL) on a cluster,
-    or check the model on a measured sweep (--from-sweep). Each call is one MLflow run (tag workbench.simulate=true).
+    or check the model on a measured sweep (--from-sweep): each such call is one MLflow run (tag
+    workbench.simulate=true). From stage times (--gen ... or --from-run RUN; --published; --calibrate): the
+    analytic model, gen and step speedups per drafter and k and async overlap, logged nowhere.
 
     Examples: wb simulate qwen3-8b-gb200 |
     wb simulate experiments/scenarios/qwen3-235b-gb200.yaml --sweep gpus=512,2048 staleness=0,1,2 k=3,5 |
     wb simulate qwen3-8b-gb200 hardware.preset=h100-sxm k=1..7 --plot k.png |
-    wb simulate --from-sweep membound-k --calibrate-k 3
+    wb simulate --from-sweep membound-k --calibrate-k 3 |
+    wb simulate --gen 100 --logprob 20 --train 15 --alpha 0.8 --c 0.05 | wb simulate --from-run my-run --params 8e9 |
+    wb simulate --published | wb simulate --calibrate --k 3 --acceptance-length 2.4 --gen-speedup 1.6
     """
+    from workbench.cli import simulate_stages as stages_mode
+
+    st = stages_mode.StageInputs(
+        gen, logprob, train, prepare, data, other, from_run, tracking_uri, alpha, per_pos, c, ks, cost_curve, params,
+        flops, bandwidth, bytes_per_param, batch, staleness, cv, async_run,
+    )  # fmt: skip
+    if calibrate or published or st.given():
+        if scenario or items or sweep or from_sweep:
+            _fail("stage times, --published and --calibrate use the analytic model: give no scenario or --from-sweep")
+        if calibrate:
+            return stages_mode.calibration(st, gen_speedup, acceptance_length, unknown or "c", knee)
+        return stages_mode.published() if published else stages_mode.projection(st)
+    if ks is not None:
+        _fail("--k is for the analytic model (--gen, --from-run, --calibrate); a scenario takes k=1..7 as an argument")
     from workbench.perf.simulate.record import simulate_run
 
     track = dict(tracking_uri=tracking_uri, experiment=experiment, enabled=not no_track)
@@ -90,7 +278,7 @@ def simulate(
         sweep_check(
             from_sweep,
             calibrate_k,
-            unknown,
+            unknown or "verify_overhead_s",
             costs,
             save_costs,
             prompt_len,
@@ -101,7 +289,10 @@ def simulate(
         )
         return
     if scenario is None:
-        _fail("give a scenario (a YAML file or a name under experiments/scenarios/), or --from-sweep NAME")
+        _fail(
+            "give a scenario (a YAML file or a name under experiments/scenarios/), --from-sweep NAME, or stage "
+            "times (--gen SECONDS or --from-run RUN)"
+        )
     from workbench.perf.simulate import load_scenario, run
     from workbench.specs import SpecError
 
@@ -110,14 +301,14 @@ def simulate(
     axes = [a for a in args if _is_axis(a)]
     try:
         raw, base = load_scenario(scenario, [_unalias(o) for o in overrides])
-        _show_run_lengths(base)
+        show_run_lengths(base)
     except (SpecError, ValueError) as e:
         _fail(str(e))
     try:
         with simulate_run(**track, run_name=run_name or base.name, kind="scenario") as tr:
             with console.status("simulating") as st:
                 fit, rows = run(raw, base, axes, progress=lambda m: st.update(f"simulating {m}"))
-            _render(base.name, fit, rows)
+            render(base.name, fit, rows)
             rec = {
                 "scenario": base.name,
                 "overrides": overrides,
@@ -134,94 +325,11 @@ def simulate(
             if plot:
                 console.print(f"wrote {plot_rows(rows, plot)}")
             log_scenario(tr, raw, overrides, axes, fit, rows, rec)
-            _log_plot(tr, plot, lambda p: plot_rows(rows, p))
+            log_plot(tr, plot, lambda p: plot_rows(rows, p))
     except (SpecError, ValueError) as e:
         _fail(str(e))
     if tr.run_id:
         console.print(f"MLflow run {tr.run_id} ({tr.tracking_uri}, experiment {experiment})", highlight=False)
-
-
-def _show_run_lengths(base) -> None:
-    """With ``workload.response.kind=run``: what the run's logged lengths are (raises ValueError if unreadable)."""
-    r = base.workload.response
-    if r.kind != "run":
-        return
-    from workbench.perf.simulate.rollout import run_lengths
-
-    m = run_lengths(tuple(r.run), r.tracking_uri)
-    n = len(m.source.split(", "))
-    console.print(
-        f"response lengths: {', '.join(r.run)} ({n} run{'s' if n > 1 else ''}): {m.describe()}"
-        + (f"; scaled to mean {r.scale_mean:g}" if r.scale_mean else ""),
-        highlight=False,
-    )
-
-
-def _log_plot(tr, plot: Optional[Path], make) -> None:
-    """Log ``plot`` (or one made in a temporary folder) as the run's ``plot.png``."""
-    if not tr.active:
-        return
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        src = plot if plot else make(Path(d) / "plot.png")
-        tr.log_artifact(src)
-
-
-def _render(name: str, fit, rows) -> None:
-    if fit:
-        console.print(
-            f"calibrated [bold]{fit.key}[/] = {fit.value:.4g} on {fit.variant or 'the base'} ({fit.arm} gen "
-            f"{fit.measured_gen_s:g} s); everything else below is predicted",
-            highlight=False,
-        )
-    table = Table(title=f"wb simulate {name}")
-    for col in (
-        "variant",
-        "point",
-        "GPUs",
-        "k",
-        "E[N]",
-        "gen AR s",
-        "gen spec s",
-        "rollout ×",
-        "step AR s",
-        "step spec s",
-        "step ×",
-        "stale",
-        "e2e ×",
-        "best k",
-    ):
-        table.add_column(col, justify="left" if col in ("variant", "point") else "right")
-    for r in rows:
-        x = r.result
-        table.add_row(
-            r.variant,
-            " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.point.items()),
-            str(x.gpus),
-            str(x.k),
-            f"{x.acceptance_length:.2f}",
-            f"{x.gen_ar:.1f}",
-            f"{x.gen_spec:.1f}",
-            f"{x.gen_speedup:.2f}",
-            f"{x.step_ar:.1f}",
-            f"{x.step_spec:.1f}",
-            f"{x.step_speedup:.2f}",
-            str(x.staleness),
-            f"{x.e2e_speedup:.2f}",
-            str(x.best_k or "-"),
-        )
-    console.print(table)
-    refs = [r for r in rows if r.errors]
-    if refs:
-        t = Table(title="predicted vs reference")
-        for col in ("variant", "quantity", "predicted", "reference", "error"):
-            t.add_column(col, justify="left" if col in ("variant", "quantity") else "right")
-        for r in refs:
-            label = " ".join([r.variant, *(f"{k.split('.')[-1]}={v}" for k, v in r.point.items())])
-            for n, (p, ref, e) in r.errors.items():
-                t.add_row(label, n, f"{p:.2f}", f"{ref:.2f}", _pct(e))
-        console.print(t)
 
 
 def _is_axis(item: str) -> bool:
