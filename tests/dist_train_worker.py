@@ -11,7 +11,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from workbench.grpo.distributed import shard_range  # noqa: E402
+from workbench.grpo.distributed import exit_rank, shard_range  # noqa: E402
 from workbench.grpo.trainer import GRPOTrainer  # noqa: E402
 from workbench.run_build import build_parts
 from workbench.specs import load_spec  # noqa: E402
@@ -68,3 +68,4 @@ def online(out_path: str) -> None:
 
 if __name__ == "__main__":
     online(sys.argv[1]) if sys.argv[2] == "online" else main(sys.argv[1], sys.argv[2])
+    exit_rank(0)  # as `wb run`'s ranks end: no interpreter teardown, where a finished ZeRO-3 rank can abort

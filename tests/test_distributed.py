@@ -119,6 +119,24 @@ def test_a_group_formed_by_a_rank_is_destroyed_before_the_interpreter_exits(tmp_
     assert "initialised: True" in r.stdout and "initialised at exit: False" in r.stdout, r.stdout
 
 
+EXIT_RANK_PROBE = """
+import atexit, pathlib, sys
+from workbench.grpo.distributed import exit_rank
+atexit.register(lambda: pathlib.Path("handled").write_text("yes"))
+print("unflushed", end="")
+exit_rank(3)
+print("not reached")
+"""
+
+
+def test_a_rank_ends_with_its_exit_handlers_run_its_output_flushed_and_its_status(tmp_path):
+    """`wb run`'s ranks end through exit_rank: MLflow's and the group's exit handlers must still run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", EXIT_RANK_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 3 and r.stdout == "unflushed", (r.stdout, r.stderr[-2000:])
+    assert (tmp_path / "handled").read_text() == "yes"
+
+
 def _launch(args: list[str], tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(

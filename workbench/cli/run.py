@@ -39,6 +39,20 @@ def run(
         raise typer.Exit(
             _launch(resolved, nproc, [a for a in [spec, *(overrides or [])] if a] + (["--quiet"] if quiet else []))
         )
+    from workbench.grpo.distributed import exit_rank, launched_world_size
+
+    try:
+        _run(resolved, quiet)
+    except typer.Exit as e:
+        if launched_world_size() > 1:  # a rank torchrun started: end it without the interpreter's teardown
+            exit_rank(e.exit_code)
+        raise
+    if launched_world_size() > 1:
+        exit_rank(0)
+
+
+def _run(resolved, quiet: bool) -> None:
+    """The experiment in this process; the errors as `wb` reports them (typer.Exit with the exit code)."""
     from workbench.experiment import run_experiment
     from workbench.grpo.drafter_health import DrafterCollapse
 
