@@ -256,9 +256,28 @@ def simulate(
     from workbench.cli import simulate_stages as stages_mode
 
     st = stages_mode.StageInputs(
-        gen, logprob, train, prepare, data, other, from_run, tracking_uri, alpha, per_pos, c, ks, cost_curve, params,
-        flops, bandwidth, bytes_per_param, batch, staleness, cv, async_run,
-    )  # fmt: skip
+        gen=gen,
+        logprob=logprob,
+        train=train,
+        prepare=prepare,
+        data=data,
+        other=other,
+        from_run=from_run,
+        tracking_uri=tracking_uri,
+        alpha=alpha,
+        per_pos=per_pos,
+        c=c,
+        ks=ks,
+        cost_curve=cost_curve,
+        params=params,
+        flops=flops,
+        bandwidth=bandwidth,
+        bytes_per_param=bytes_per_param,
+        batch=batch,
+        staleness=staleness,
+        cv=cv,
+        async_run=async_run,
+    )
     if calibrate or published or st.given():
         if scenario or items or sweep or from_sweep:
             _fail("stage times, --published and --calibrate use the analytic model: give no scenario or --from-sweep")
